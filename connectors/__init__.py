@@ -1,0 +1,1 @@
+"""aiohttp services: webhook ingress, human tasks, outbound adapters."""

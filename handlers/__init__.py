@@ -1,0 +1,1 @@
+"""Activity worker runtime, effect store and retry classification."""

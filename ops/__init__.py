@@ -1,0 +1,1 @@
+"""Local infrastructure: fetching and running Kafka and Redis, topic provisioning."""

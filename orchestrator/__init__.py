@@ -1,0 +1,1 @@
+"""Keel: a durable, event-sourced workflow orchestrator on Apache Kafka."""

@@ -1,0 +1,102 @@
+"""Keel's configuration: every knob is an environment variable named ``KEEL_<FIELD>``.
+
+One pydantic-settings model, so a bad value is refused up front with the name of
+the variable that carries it, instead of surfacing later as a broker error.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.errors import KeelError
+
+TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq")
+
+
+class SettingsError(KeelError, ValueError):
+    """A configuration value was refused; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Configuration read from ``KEEL_*`` environment variables (see docs/configuration.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="KEEL_", extra="ignore", frozen=True)
+
+    bootstrap_servers: str = Field(
+        default="",
+        description="Kafka bootstrap servers; empty means the local stack under KEEL_HOME.",
+    )
+    redis_url: str = Field(
+        default="", description="Redis URL; empty means the local stack's Redis."
+    )
+    topic_prefix: str = Field(
+        default="keel",
+        pattern=r"^[A-Za-z0-9._-]{1,200}$",
+        description="Topics are named <prefix>.commands, <prefix>.events, ...",
+    )
+    home: Path = Field(default=Path(".keel"), description="State, logs and PIDs of local servers.")
+    kafka_libs: Path | None = Field(
+        default=None, description="Cache of the Kafka jars; default <KEEL_HOME>/kafka-libs."
+    )
+    partitions: int = Field(default=12, ge=1, le=10_000, description="Partitions per topic.")
+    replication_factor: int = Field(default=1, ge=1, le=16, description="Replicas per partition.")
+    kafka_port: int = Field(
+        default=19092, ge=1024, le=65000, description="First port of the local Kafka broker(s)."
+    )
+    redis_port: int = Field(default=16379, ge=1024, le=65535, description="Local Redis port.")
+    kafka_heap: str = Field(
+        default="1g", pattern=r"^[0-9]+[mMgG]$", description="JVM heap of each local broker."
+    )
+    admin_timeout_s: float = Field(
+        default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
+    )
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers_are_host_port(cls, value: str) -> str:
+        for server in filter(None, (s.strip() for s in value.split(","))):
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"{server!r} is not host:port")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @cached_property
+    def kafka_servers(self) -> str:
+        """The bootstrap servers to use: the configured ones or the local stack's."""
+        return self.bootstrap_servers or f"127.0.0.1:{self.kafka_port}"
+
+    @cached_property
+    def redis(self) -> str:
+        """The Redis URL to use: the configured one or the local stack's."""
+        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def topic(self, kind: str) -> str:
+        """Full topic name for one of ``TOPIC_KINDS``."""
+        if kind not in TOPIC_KINDS:
+            raise KeyError(f"unknown topic kind {kind!r}; expected one of {TOPIC_KINDS}")
+        return f"{self.topic_prefix}.{kind}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, turning validation errors into one clear line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "?"
+            value = err.get("input")
+            shown = "" if isinstance(value, dict) else f"={value}"
+            problems.append(f"KEEL_{field.upper()}{shown}: {err['msg']}")
+        raise SettingsError("invalid setting " + "; ".join(problems)) from None
