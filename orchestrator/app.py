@@ -1,0 +1,199 @@
+"""The application object named by ``--app MODULE:ATTR``: definitions plus activity handlers.
+
+One :class:`KeelApp` is shared by the orchestrator (which needs the definitions, via
+:meth:`KeelApp.decider`), the workers (which need the handlers) and the CLI (which
+validates a start before producing it). Handlers may live in another process: declare
+their activity type with :meth:`KeelApp.declare_activity`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from orchestrator.definitions import (
+    DefinitionError,
+    InvalidInputError,
+    UnknownWorkflowError,
+    WorkflowDefinition,
+    resolve_definition,
+)
+from orchestrator.domain.decider import Decider
+
+__all__ = [
+    "ActivityHandler",
+    "AppError",
+    "AppLoadError",
+    "DefinitionError",
+    "InvalidInputError",
+    "KeelApp",
+    "UnknownActivityError",
+    "UnknownWorkflowError",
+    "load_app",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AppError(ValueError):
+    """An application is inconsistent (e.g. a step's activity type has no handler)."""
+
+
+class UnknownActivityError(AppError):
+    """No handler is registered or declared for an activity type."""
+
+
+class AppLoadError(ValueError):
+    """``--app MODULE:ATTR`` does not name a KeelApp."""
+
+
+@dataclass(frozen=True)
+class ActivityHandler:
+    """A registered activity: ``fn(input)`` returns the output (``is_async``: a coroutine).
+
+    ``input`` is an instance of ``input_model`` when one is given (else the decoded JSON);
+    the return value is validated against ``output_model`` when one is given.
+    """
+
+    activity_type: str
+    fn: Callable[..., Any]
+    input_model: type[BaseModel] | None
+    output_model: type[BaseModel] | None
+    is_async: bool
+
+
+class KeelApp:
+    """Registry of workflow definitions by (name, version) and activity handlers by type."""
+
+    def __init__(self, name: str = "keel") -> None:
+        self.name = name
+        self.definitions: dict[tuple[str, int], WorkflowDefinition] = {}
+        self.handlers: dict[str, ActivityHandler] = {}
+        self.external_activities: set[str] = set()
+        self._decider: Decider | None = None
+
+    # -- registration ---------------------------------------------------------------
+
+    def activity(
+        self,
+        activity_type: str,
+        *,
+        input: type[BaseModel] | None = None,
+        output: type[BaseModel] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator registering a sync or async handler for ``activity_type``."""
+
+        def register(fn: F) -> F:
+            if activity_type in self.handlers:
+                raise AppError(f"activity '{activity_type}' already has a handler")
+            self.handlers[activity_type] = ActivityHandler(
+                activity_type=activity_type,
+                fn=fn,
+                input_model=input,
+                output_model=output,
+                is_async=inspect.iscoroutinefunction(fn),
+            )
+            return fn
+
+        return register
+
+    def declare_activity(self, activity_type: str) -> None:
+        """Declare an activity type whose handler runs in another process."""
+        self.external_activities.add(activity_type)
+
+    def workflow(self, definition: WorkflowDefinition) -> WorkflowDefinition:
+        """Register a definition; the same (name, version) with other contents is an error."""
+        key = (definition.name, definition.version)
+        existing = self.definitions.get(key)
+        if existing is not None and existing.digest != definition.digest:
+            raise DefinitionError(f"{definition.label} is already registered with other contents")
+        self.definitions[key] = definition
+        self._decider = None
+        return definition
+
+    # -- queries --------------------------------------------------------------------
+
+    def get(self, name: str, version: int | None = None) -> WorkflowDefinition:
+        """The definition ``name`` at ``version`` (latest when None); UnknownWorkflowError."""
+        return resolve_definition(self.definitions, name, version)
+
+    def latest(self, name: str) -> WorkflowDefinition:
+        return self.get(name, None)
+
+    def handler(self, activity_type: str) -> ActivityHandler:
+        found = self.handlers.get(activity_type)
+        if found is None:
+            known = ", ".join(sorted(self.handlers)) or "(none)"
+            raise UnknownActivityError(
+                f"no handler for activity '{activity_type}' in this process; known: {known}"
+            )
+        return found
+
+    def validate_start(
+        self, name: str, version: int | None, input_obj: str | bytes | dict[str, Any] | BaseModel
+    ) -> WorkflowDefinition:
+        """Check a start before it is sent: the definition exists and the input fits."""
+        definition = self.get(name, version)
+        if isinstance(input_obj, str | bytes):
+            try:
+                json.loads(input_obj)
+            except ValueError as exc:
+                raise InvalidInputError(
+                    f"input for {definition.label} is not valid JSON: {exc}"
+                ) from None
+        definition.parse_input(input_obj)
+        return definition
+
+    def check(self) -> None:
+        """Every step's activity type has a handler here or is declared external."""
+        available = set(self.handlers) | self.external_activities
+        for definition in self.definitions.values():
+            for step in definition.steps_by_name.values():
+                if step.activity not in available:
+                    raise UnknownActivityError(
+                        f"{definition.label}: step '{step.name}' uses activity "
+                        f"'{step.activity}', which has no handler and is not declared "
+                        "(use @app.activity or app.declare_activity)"
+                    )
+
+    def decider(self) -> Decider:
+        """The decider for all registered definitions (checked, built once)."""
+        if self._decider is None:
+            self.check()
+            self._decider = Decider(self.definitions)
+        return self._decider
+
+    def __repr__(self) -> str:
+        return (
+            f"<KeelApp {self.name}: {len(self.definitions)} workflows, "
+            f"{len(self.handlers)} activities>"
+        )
+
+
+def load_app(spec: str) -> KeelApp:
+    """Import ``module:attr`` (like uvicorn) and return the checked KeelApp it names."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppLoadError(f"--app must look like 'module:attr', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppLoadError(f"cannot import module '{module_name}': {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AppLoadError(f"module '{module_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    if not isinstance(obj, KeelApp):
+        raise AppLoadError(f"'{spec}' is a {type(obj).__name__}, not a KeelApp")
+    try:
+        obj.check()
+    except AppError as exc:
+        raise AppLoadError(f"'{spec}': {exc}") from None
+    return obj

@@ -1,0 +1,614 @@
+"""Declaring versioned workflows (DESIGN §5) as data plus pure functions.
+
+A :class:`WorkflowDefinition` is a state machine. Each :class:`State` runs, in order:
+
+1. a DAG of :class:`Step` s (``after=[...]`` gives parallel fan-out and joins),
+2. then an optional wait (:class:`TimerWait` or :class:`SignalWait`),
+3. then the first :class:`Transition` whose ``when`` holds (loops allowed), or else its
+   terminal outcome (``complete=`` an output function, or ``fail=`` a reason).
+
+Every callable receives a :class:`Context` and must be pure: the decider calls them while
+deciding, and replay calls them again and must get the same answer. A definition is
+validated when it is built, and carries a ``digest`` that changes whenever its structure
+or the code of any of its functions changes, so a recorded run can tell it was started
+by a different definition.
+
+Durations are seconds (``int``/``float``) or :class:`datetime.timedelta`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from orchestrator.domain.state import WorkflowState
+
+__all__ = [
+    "Context",
+    "DefinitionError",
+    "InvalidInputError",
+    "RetryPolicy",
+    "SignalWait",
+    "State",
+    "Step",
+    "TimerWait",
+    "Transition",
+    "UnknownWorkflowError",
+    "WorkflowDefinition",
+    "canonical_json",
+    "duration_ms",
+    "resolve_definition",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class DefinitionError(ValueError):
+    """A workflow definition is malformed (raised when it is built)."""
+
+
+class UnknownWorkflowError(ValueError):
+    """No definition is registered under the requested name or version."""
+
+
+class InvalidInputError(ValueError):
+    """A workflow input does not satisfy the definition's input model."""
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON text of ``value`` (pydantic models are dumped in JSON mode)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+Duration = int | float | timedelta
+
+
+def duration_ms(value: Duration) -> int:
+    """Milliseconds of a duration given in seconds or as a ``timedelta``."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a duration must be seconds or a timedelta, got {value!r}")
+    else:
+        seconds = float(value)
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"a duration must be >= 0 seconds, got {value!r}")
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries of transient failures: exponential backoff capped, with full jitter."""
+
+    max_attempts: int = 3
+    initial_interval_ms: int = 1000
+    backoff_coefficient: float = 2.0
+    max_interval_ms: int = 60000
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise DefinitionError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_interval_ms < 0 or self.max_interval_ms < 0:
+            raise DefinitionError("RetryPolicy intervals must be >= 0 ms")
+        if self.backoff_coefficient < 1.0:
+            raise DefinitionError(
+                f"RetryPolicy.backoff_coefficient must be >= 1.0, got {self.backoff_coefficient}"
+            )
+
+    def backoff_cap_ms(self, attempt: int) -> int:
+        """Upper bound of the delay after failed attempt ``attempt`` (1-based)."""
+        raw = self.initial_interval_ms * self.backoff_coefficient ** max(0, attempt - 1)
+        return int(min(float(self.max_interval_ms), raw))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One activity in a state's DAG.
+
+    ``input`` maps the context to the activity input (default: the workflow input);
+    ``after`` names steps of the same state that must complete first.
+    """
+
+    name: str
+    activity: str
+    after: Sequence[str] = ()
+    input: Callable[[Context], Any] | None = None
+    retry: RetryPolicy | None = None
+
+    def __post_init__(self) -> None:
+        after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
+        object.__setattr__(self, "after", after)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.retry or DEFAULT_RETRY
+
+
+@dataclass(frozen=True)
+class TimerWait:
+    """Wait a fixed duration (or one computed from the context) on a durable timer."""
+
+    duration: Duration | Callable[[Context], Duration]
+
+
+@dataclass(frozen=True)
+class SignalWait:
+    """Wait for signal ``name``; after ``timeout`` go to ``on_timeout`` (or fail the run).
+
+    A signal that arrived earlier waits in the inbox and satisfies the wait at once.
+    """
+
+    name: str
+    timeout: Duration | Callable[[Context], Duration] | None = None
+    on_timeout: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Go to state ``to`` when ``when(ctx)`` holds (always, if ``when`` is None)."""
+
+    to: str
+    when: Callable[[Context], bool] | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """A workflow state: steps, then a wait, then transitions or a terminal outcome.
+
+    ``on_failure`` names the state to enter when a step fails for good (permanent
+    failure or retries exhausted); without it the workflow fails.
+    """
+
+    name: str
+    steps: Sequence[Step] = ()
+    wait: TimerWait | SignalWait | None = None
+    transitions: Sequence[Transition] = ()
+    complete: Callable[[Context], Any] | None = None
+    fail: str | Callable[[Context], str] | None = None
+    on_failure: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "transitions", tuple(self.transitions))
+
+    @property
+    def is_terminal_capable(self) -> bool:
+        return self.complete is not None or self.fail is not None
+
+
+class Context:
+    """What a definition's functions may read: recorded data only, never the outside world.
+
+    ``input`` is the validated input model instance, ``input_dict`` the raw input;
+    ``results`` maps step name to its latest result; ``signals`` maps signal name to
+    every payload received so far (arrival order); ``visits`` counts entries per state;
+    ``failures`` maps step name to its latest final failure (``failure_class``,
+    ``error_type``, ``message``).
+    """
+
+    __slots__ = ("_defn", "_results", "_signals", "_state")
+
+    def __init__(self, definition: WorkflowDefinition, state: WorkflowState) -> None:
+        self._defn = definition
+        self._state = state
+        self._results: dict[str, Any] | None = None
+        self._signals: dict[str, list[Any]] | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        return self._state.workflow_id
+
+    @property
+    def state(self) -> str | None:
+        return self._state.current_state
+
+    @property
+    def input(self) -> BaseModel:
+        memo = self._state.memo
+        model = memo.get("input")
+        if model is None:
+            model = self._defn.input_model.model_validate_json(self._state.input_json)
+            memo["input"] = model
+        return model
+
+    @property
+    def input_dict(self) -> dict[str, Any]:
+        memo = self._state.memo
+        data = memo.get("input_dict")
+        if data is None:
+            data = json.loads(self._state.input_json)
+            memo["input_dict"] = data
+        return data  # type: ignore[no-any-return]
+
+    @property
+    def results(self) -> Mapping[str, Any]:
+        if self._results is None:
+            self._results = {k: json.loads(v) for k, v in self._state.step_results.items()}
+        return self._results
+
+    @property
+    def signals(self) -> Mapping[str, list[Any]]:
+        if self._signals is None:
+            self._signals = {k: [json.loads(p) for p in v] for k, v in self._state.signals.items()}
+        return self._signals
+
+    @property
+    def visits(self) -> Mapping[str, int]:
+        return self._state.visits
+
+    @property
+    def failures(self) -> Mapping[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for act in self._state.activities.values():
+            if act.status == "failed" and act.error_type is not None:
+                out[act.step] = {
+                    "failure_class": act.failure_class or "",
+                    "error_type": act.error_type,
+                    "message": act.error_message or "",
+                }
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Digest: a fingerprint of structure and code.
+# ---------------------------------------------------------------------------
+
+
+def _code_fingerprint(code: types.CodeType, h: Any) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_fingerprint(const, h)
+        elif isinstance(const, frozenset):
+            h.update(repr(sorted(map(repr, const))).encode())
+        else:
+            h.update(repr(const).encode())
+
+
+_SIMPLE = (int, float, str, bool, bytes, type(None), tuple)
+
+
+def callable_fingerprint(fn: Any) -> dict[str, Any] | None:
+    """Qualified name and a hash of the code (bytecode, constants, names, closure values).
+
+    The bytecode depends on the Python minor version, so a new interpreter may change
+    digests of otherwise identical definitions.
+    """
+    if fn is None:
+        return None
+    if isinstance(fn, functools.partial):
+        inner = callable_fingerprint(fn.func)
+        return {"partial": inner, "args": repr(fn.args), "kwargs": repr(sorted(fn.keywords))}
+    if not isinstance(fn, types.FunctionType | types.MethodType):
+        call = type(fn).__call__
+        return {
+            "object": f"{type(fn).__module__}.{type(fn).__qualname__}",
+            "call": callable_fingerprint(call) if isinstance(call, types.FunctionType) else None,
+        }
+    func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    h = hashlib.sha256()
+    _code_fingerprint(func.__code__, h)
+    h.update(repr(func.__defaults__).encode())
+    for cell in func.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # empty cell
+            value = None
+        h.update(
+            repr(value).encode() if isinstance(value, _SIMPLE) else type(value).__name__.encode()
+        )
+    return {"name": f"{func.__module__}.{func.__qualname__}", "code": h.hexdigest()}
+
+
+def _duration_desc(value: Any) -> Any:
+    if value is None:
+        return None
+    if callable(value):
+        return callable_fingerprint(value)
+    return duration_ms(value)
+
+
+def _model_desc(model: type[BaseModel] | None) -> Any:
+    if model is None:
+        return None
+    return {
+        "name": f"{model.__module__}.{model.__qualname__}",
+        "schema": model.model_json_schema(),
+    }
+
+
+class WorkflowDefinition:
+    """A versioned workflow: states (the first is initial unless ``initial`` says otherwise)."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        input_model: type[BaseModel],
+        states: Sequence[State],
+        *,
+        initial: str | None = None,
+        output_model: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.input_model = input_model
+        self.output_model = output_model
+        self.description = description
+        self.states: dict[str, State] = {}
+        self._validate_header(states)
+        for st in states:
+            if st.name in self.states:
+                raise DefinitionError(f"{self.label}: duplicate state '{st.name}'")
+            self.states[st.name] = st
+        self.initial = initial if initial is not None else states[0].name
+        self._validate_states()
+        #: Steps of each state in a deterministic scheduling order (a topological order
+        #: that keeps the declaration order where dependencies allow).
+        self.step_order: dict[str, tuple[Step, ...]] = {
+            st.name: self._topological(st) for st in self.states.values()
+        }
+        self.steps_by_name: dict[str, Step] = {
+            step.name: step for st in self.states.values() for step in st.steps
+        }
+        self.signal_names: frozenset[str] = frozenset(
+            st.wait.name for st in self.states.values() if isinstance(st.wait, SignalWait)
+        )
+        self.digest = hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
+
+    @classmethod
+    def dag(
+        cls,
+        name: str,
+        version: int,
+        input_model: type[BaseModel],
+        steps: Sequence[Step],
+        *,
+        output: Callable[[Context], Any],
+        output_model: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> WorkflowDefinition:
+        """A pure DAG workflow: one state running ``steps`` then completing with ``output``."""
+        return cls(
+            name,
+            version,
+            input_model,
+            [State("run", steps=steps, complete=output)],
+            output_model=output_model,
+            description=description,
+        )
+
+    @property
+    def label(self) -> str:
+        return f"workflow '{self.name}' v{self.version}"
+
+    @property
+    def activity_types(self) -> frozenset[str]:
+        return frozenset(step.activity for step in self.steps_by_name.values())
+
+    # -- validation -----------------------------------------------------------------
+
+    def _validate_header(self, states: Sequence[State]) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise DefinitionError(f"invalid workflow name {self.name!r} (letters, digits, _.-)")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise DefinitionError(f"workflow '{self.name}': version must be an int >= 1")
+        for model, what in ((self.input_model, "input_model"), (self.output_model, "output_model")):
+            if model is None and what == "output_model":
+                continue
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise DefinitionError(f"{self.label}: {what} must be a pydantic BaseModel class")
+        if not states:
+            raise DefinitionError(f"{self.label}: needs at least one state")
+
+    def _check_target(self, state: str, target: str | None, what: str) -> None:
+        if target is not None and target not in self.states:
+            raise DefinitionError(
+                f"{self.label}: state '{state}': {what} targets unknown state '{target}'"
+            )
+
+    def _validate_states(self) -> None:
+        if self.initial not in self.states:
+            raise DefinitionError(f"{self.label}: initial state '{self.initial}' is not defined")
+        seen_steps: dict[str, str] = {}
+        for st in self.states.values():
+            where = f"{self.label}: state '{st.name}'"
+            if not _NAME_RE.match(st.name):
+                raise DefinitionError(f"{self.label}: invalid state name {st.name!r}")
+            names = set()
+            for step in st.steps:
+                if not _NAME_RE.match(step.name):
+                    raise DefinitionError(f"{where}: invalid step name {step.name!r}")
+                if step.name in seen_steps:
+                    raise DefinitionError(
+                        f"{where}: step '{step.name}' already defined in state "
+                        f"'{seen_steps[step.name]}' (step names are unique per workflow)"
+                    )
+                if not step.activity or not isinstance(step.activity, str):
+                    raise DefinitionError(f"{where}: step '{step.name}' has no activity type")
+                seen_steps[step.name] = st.name
+                names.add(step.name)
+            for step in st.steps:
+                for dep in step.after:
+                    if dep not in names:
+                        raise DefinitionError(
+                            f"{where}: step '{step.name}' depends on unknown step '{dep}'"
+                        )
+            if st.complete is not None and st.fail is not None:
+                raise DefinitionError(f"{where}: has both complete= and fail=")
+            if not st.transitions and not st.is_terminal_capable:
+                raise DefinitionError(f"{where}: has no transition and no terminal outcome")
+            for tr in st.transitions:
+                self._check_target(st.name, tr.to, "transition")
+            self._check_target(st.name, st.on_failure, "on_failure")
+            if st.on_failure is not None and not st.steps:
+                raise DefinitionError(f"{where}: on_failure without steps")
+            if isinstance(st.wait, SignalWait):
+                if not _NAME_RE.match(st.wait.name):
+                    raise DefinitionError(f"{where}: invalid signal name {st.wait.name!r}")
+                if st.wait.on_timeout is not None and st.wait.timeout is None:
+                    raise DefinitionError(f"{where}: on_timeout without a timeout")
+                self._check_target(st.name, st.wait.on_timeout, "on_timeout")
+            elif st.wait is not None and not isinstance(st.wait, TimerWait):
+                raise DefinitionError(f"{where}: wait must be a TimerWait or a SignalWait")
+            for value in (getattr(st.wait, "duration", None), getattr(st.wait, "timeout", None)):
+                if value is not None and not callable(value):
+                    try:
+                        duration_ms(value)
+                    except (TypeError, ValueError) as exc:
+                        raise DefinitionError(f"{where}: {exc}") from None
+
+    def _topological(self, st: State) -> tuple[Step, ...]:
+        done: list[Step] = []
+        placed: set[str] = set()
+        pending = list(st.steps)
+        while pending:
+            ready = [s for s in pending if all(d in placed for d in s.after)]
+            if not ready:
+                raise DefinitionError(
+                    f"{self.label}: state '{st.name}': cycle in steps: {self._cycle(pending)}"
+                )
+            for s in ready:
+                done.append(s)
+                placed.add(s.name)
+            pending = [s for s in pending if s.name not in placed]
+        return tuple(done)
+
+    @staticmethod
+    def _cycle(pending: list[Step]) -> str:
+        by_name = {s.name: s for s in pending}
+        path: list[str] = []
+        node = pending[0].name
+        while node not in path:
+            path.append(node)
+            node = next(d for d in by_name[node].after if d in by_name)
+        cycle = [*path[path.index(node) :], node]
+        return " -> ".join(cycle)
+
+    # -- use ------------------------------------------------------------------------
+
+    def parse_input(self, raw: str | bytes | Mapping[str, Any] | BaseModel) -> BaseModel:
+        """Validate ``raw`` (JSON text, a mapping or a model) against the input model."""
+        try:
+            if isinstance(raw, str | bytes):
+                return self.input_model.model_validate_json(raw)
+            if isinstance(raw, BaseModel):
+                raw = raw.model_dump(mode="json")
+            return self.input_model.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidInputError(
+                f"invalid input for {self.label}: {format_validation_error(exc)}"
+            ) from None
+
+    def describe(self) -> dict[str, Any]:
+        """The canonical description the digest is computed from."""
+        states = []
+        for st in self.states.values():
+            wait: Any = None
+            if isinstance(st.wait, TimerWait):
+                wait = {"timer": _duration_desc(st.wait.duration)}
+            elif isinstance(st.wait, SignalWait):
+                wait = {
+                    "signal": st.wait.name,
+                    "timeout": _duration_desc(st.wait.timeout),
+                    "on_timeout": st.wait.on_timeout,
+                }
+            states.append(
+                {
+                    "name": st.name,
+                    "steps": [
+                        {
+                            "name": s.name,
+                            "activity": s.activity,
+                            "after": list(s.after),
+                            "input": callable_fingerprint(s.input),
+                            "retry": None
+                            if s.retry is None
+                            else [
+                                s.retry.max_attempts,
+                                s.retry.initial_interval_ms,
+                                s.retry.backoff_coefficient,
+                                s.retry.max_interval_ms,
+                            ],
+                        }
+                        for s in st.steps
+                    ],
+                    "wait": wait,
+                    "transitions": [
+                        {"to": t.to, "when": callable_fingerprint(t.when)} for t in st.transitions
+                    ],
+                    "complete": callable_fingerprint(st.complete),
+                    "fail": st.fail if isinstance(st.fail, str) else callable_fingerprint(st.fail),
+                    "on_failure": st.on_failure,
+                }
+            )
+        return {
+            "name": self.name,
+            "version": self.version,
+            "initial": self.initial,
+            "input_model": _model_desc(self.input_model),
+            "output_model": _model_desc(self.output_model),
+            "states": states,
+        }
+
+    def __repr__(self) -> str:
+        return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line naming each offending field: ``field 'a.b': Field required``."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        where = f"field '{loc}'" if loc else "input"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def resolve_definition(
+    definitions: Mapping[tuple[str, int], WorkflowDefinition], name: str, version: int | None
+) -> WorkflowDefinition:
+    """The definition ``name`` at ``version`` (latest when None), or a clear error."""
+    versions = sorted(v for (n, v) in definitions if n == name)
+    if not versions:
+        known = ", ".join(sorted({n for (n, _) in definitions})) or "(none)"
+        raise UnknownWorkflowError(f"unknown workflow '{name}'; known workflows: {known}")
+    if version is None:
+        return definitions[(name, versions[-1])]
+    found = definitions.get((name, version))
+    if found is None:
+        listed = ", ".join(str(v) for v in versions)
+        raise UnknownWorkflowError(
+            f"unknown version {version} of workflow '{name}'; known versions: {listed}"
+        )
+    return found
+
+
+def index_definitions(
+    definitions: Iterable[WorkflowDefinition],
+) -> dict[tuple[str, int], WorkflowDefinition]:
+    """Definitions keyed by (name, version); a duplicate key with another digest is an error."""
+    out: dict[tuple[str, int], WorkflowDefinition] = {}
+    for d in definitions:
+        key = (d.name, d.version)
+        if key in out and out[key].digest != d.digest:
+            raise DefinitionError(f"{d.label} is registered twice with different contents")
+        out[key] = d
+    return out

@@ -1,0 +1,744 @@
+"""The workflow decider: ``decide(state, command) -> events`` and ``evolve(state, event)``.
+
+Both are pure and deterministic. The only clock is ``command.recorded_at`` (epoch ms);
+randomness (retry jitter) is a hash of recorded data, so replaying a history makes the
+same decisions. ``decide`` works by *simulation*: it emits an event, folds it with
+``evolve`` into a scratch state (copy-on-write, see :mod:`orchestrator.domain.state`)
+and keeps going from there, so a single command can complete an activity, leave a
+state, enter the next one and schedule its steps, and the events it returns are exactly
+what ``evolve`` needs to rebuild the same state.
+
+``evolve`` reads the definition in one place only: on ``StateEntered`` it learns the
+state's step names and wait, so "all steps done", "the wait began" and "an inbox
+signal was consumed" follow from the events without extra event types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.definitions import (
+    Context,
+    InvalidInputError,
+    RetryPolicy,
+    SignalWait,
+    State,
+    TimerWait,
+    UnknownWorkflowError,
+    WorkflowDefinition,
+    canonical_json,
+    duration_ms,
+    format_validation_error,
+    index_definitions,
+    resolve_definition,
+)
+from orchestrator.domain.keys import idempotency_key
+from orchestrator.domain.messages import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivityScheduled,
+    CancelWorkflow,
+    CompleteActivity,
+    Envelope,
+    Event,
+    FailActivity,
+    FireTimer,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    StateEntered,
+    TimerFired,
+    TimerScheduled,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowStarted,
+)
+from orchestrator.domain.state import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    WAITING,
+    ActivityState,
+    TimerState,
+    WaitState,
+    WorkflowState,
+)
+
+__all__ = [
+    "FAILURE_CLASSES",
+    "MAX_TRANSITIONS_PER_DECISION",
+    "CommandRejected",
+    "Decider",
+    "HistoryError",
+    "retry_delay_ms",
+]
+
+FAILURE_CLASSES = ("transient", "permanent", "unknown")
+RETRYABLE = frozenset({"transient", "unknown"})
+#: Guards against a loop of states that neither run a step nor wait.
+MAX_TRANSITIONS_PER_DECISION = 1000
+
+
+class CommandRejected(Exception):
+    """A command that must not change the workflow; the message is a one-line reason."""
+
+
+class HistoryError(ValueError):
+    """An event that cannot follow the state it is folded into (corrupt or foreign history)."""
+
+
+def retry_delay_ms(policy: RetryPolicy, workflow_id: str, activity_id: str, attempt: int) -> int:
+    """Full-jitter backoff after failed ``attempt``: uniform in [0, cap], from a hash.
+
+    The hash covers the workflow id too, so runs of one definition do not retry in lockstep.
+    """
+    cap = policy.backoff_cap_ms(attempt)
+    digest = hashlib.sha256(f"{workflow_id}\x00{activity_id}\x00{attempt}".encode()).digest()
+    return (int.from_bytes(digest[:8], "big") * (cap + 1)) >> 64
+
+
+def _describe(payload: Any) -> str:
+    if isinstance(payload, SignalWorkflow):
+        return f"signal '{payload.signal_name}'"
+    if isinstance(payload, CancelWorkflow):
+        return "cancel"
+    if isinstance(payload, CompleteActivity):
+        return f"completion of activity '{payload.activity_id}'"
+    if isinstance(payload, FailActivity):
+        return f"failure of activity '{payload.activity_id}'"
+    if isinstance(payload, FireTimer):
+        return f"timer '{payload.timer_id}'"
+    return type(payload).__name__
+
+
+class _UserCodeFailed(Exception):
+    """A definition function raised: deterministic, so the workflow fails with the reason."""
+
+
+class Decider:
+    """The one deterministic decider compiled from a set of workflow definitions."""
+
+    def __init__(
+        self,
+        definitions: Iterable[WorkflowDefinition] | Mapping[tuple[str, int], WorkflowDefinition],
+    ) -> None:
+        defs = definitions.values() if isinstance(definitions, Mapping) else definitions
+        self.definitions = index_definitions(defs)
+
+    # -- public API -----------------------------------------------------------------
+
+    def decide(self, state: WorkflowState | None, command: Envelope[Any]) -> list[Event]:
+        """The events ``command`` causes (``[]`` for duplicates); raises CommandRejected."""
+        return [env.payload for env in self._run(state, command, command.recorded_at)[1]]
+
+    def handle(
+        self, state: WorkflowState | None, command: Envelope[Any], now_ms: int
+    ) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
+        """Decide, wrap each event in its envelope (recorded at ``now_ms``) and fold them."""
+        return self._run(state, command, now_ms)
+
+    def evolve(self, state: WorkflowState | None, event: Envelope[Any]) -> WorkflowState:
+        """Fold one event; an event at or below ``state.seq`` is already in and is ignored."""
+        p = event.payload
+        if state is None:
+            if not isinstance(p, WorkflowStarted):
+                raise HistoryError(
+                    f"workflow '{event.workflow_id}': history starts with {event.type} "
+                    f"(seq {event.seq}), not WorkflowStarted"
+                )
+            return WorkflowState(
+                workflow_id=event.workflow_id,
+                run_id=event.run_id,
+                name=p.name,
+                version=p.version,
+                digest=p.definition_digest,
+                input_json=p.input_json,
+                seq=event.seq,
+                started_at=event.recorded_at,
+                updated_at=event.recorded_at,
+            )
+        if event.seq <= state.seq:
+            return state
+        if event.seq != state.seq + 1:
+            raise HistoryError(
+                f"workflow '{state.workflow_id}': event seq {event.seq} after {state.seq} (gap)"
+            )
+        if state.is_terminal:
+            raise HistoryError(
+                f"workflow '{state.workflow_id}': {event.type} after the run {state.status}"
+            )
+        apply = self._appliers.get(type(p))
+        if apply is None:
+            raise HistoryError(f"workflow '{state.workflow_id}': {event.type} is not an event")
+        n = state.clone()
+        n.seq = event.seq
+        n.updated_at = event.recorded_at
+        apply(self, n, p, event)
+        if n.status not in (COMPLETED, FAILED, CANCELLED):
+            w = n.wait
+            waiting = w is not None and not n.steps_remaining and not w.satisfied
+            n.status = WAITING if waiting else RUNNING
+        return n
+
+    def fold(
+        self, events: Iterable[Envelope[Any]], state: WorkflowState | None = None
+    ) -> WorkflowState | None:
+        """Fold a history (or its tail after a snapshot) into a state."""
+        for env in events:
+            state = self.evolve(state, env)
+        return state
+
+    def definition_for(self, state: WorkflowState) -> WorkflowDefinition:
+        found = self.definitions.get((state.name, state.version))
+        if found is None:
+            raise HistoryError(
+                f"workflow '{state.workflow_id}' runs '{state.name}' v{state.version}, "
+                "which this application does not define"
+            )
+        return found
+
+    # -- deciding -------------------------------------------------------------------
+
+    def _run(
+        self, state: WorkflowState | None, cmd: Envelope[Any], now_ms: int
+    ) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
+        p = cmd.payload
+        wid = cmd.workflow_id
+        if isinstance(p, StartWorkflow):
+            if state is not None:
+                return state, []
+            try:
+                defn = resolve_definition(self.definitions, p.name, p.version)
+                defn.parse_input(p.input_json)
+            except (UnknownWorkflowError, InvalidInputError) as exc:
+                raise CommandRejected(str(exc)) from None
+            run = _Run(self, defn, None, cmd, now_ms, cmd.message_id)
+            run.emit(WorkflowStarted(defn.name, defn.version, defn.digest, p.input_json))
+            run.enter(defn.initial)
+            run.advance()
+            return run.state, run.envs
+
+        what = _describe(p)
+        if state is None:
+            raise CommandRejected(f"workflow '{wid}' does not exist; {what} refused")
+        if state.workflow_id != wid:
+            raise CommandRejected(
+                f"command for workflow '{wid}' given the state of '{state.workflow_id}'"
+            )
+        try:
+            defn = self.definition_for(state)
+        except HistoryError as exc:
+            raise CommandRejected(f"{exc}; {what} refused") from None
+        run = _Run(self, defn, state, cmd, now_ms, state.run_id)
+        if isinstance(p, CompleteActivity):
+            run.on_complete(p)
+        elif isinstance(p, FailActivity):
+            run.on_fail(p)
+        elif isinstance(p, FireTimer):
+            run.on_timer(p)
+        elif isinstance(p, SignalWorkflow):
+            run.on_signal(p)
+        elif isinstance(p, CancelWorkflow):
+            run.on_cancel(p)
+        else:
+            raise CommandRejected(f"{type(p).__name__} is not a workflow command")
+        return run.state, run.envs
+
+    # -- evolving -------------------------------------------------------------------
+
+    def _ev_started(self, n: WorkflowState, p: WorkflowStarted, env: Envelope[Any]) -> None:
+        raise HistoryError(f"workflow '{n.workflow_id}': WorkflowStarted twice")
+
+    def _ev_state_entered(self, n: WorkflowState, p: StateEntered, env: Envelope[Any]) -> None:
+        defn = self.definition_for(n)
+        st = defn.states.get(p.state)
+        if st is None:
+            raise HistoryError(f"{defn.label} has no state '{p.state}'")
+        _abandon_in_flight(n)
+        if n.timers:
+            n.timers = {}
+        n.current_state = p.state
+        n.visit = p.visit
+        n.visits = {**n.visits, p.state: p.visit}
+        n.steps_remaining = frozenset(s.name for s in st.steps)
+        if isinstance(st.wait, SignalWait):
+            n.wait = WaitState(kind="signal", signal_name=st.wait.name)
+        elif isinstance(st.wait, TimerWait):
+            n.wait = WaitState(kind="timer")
+        else:
+            n.wait = None
+        if not n.steps_remaining:
+            _begin_wait(n)
+
+    def _ev_scheduled(self, n: WorkflowState, p: ActivityScheduled, env: Envelope[Any]) -> None:
+        old = n.activities.get(p.activity_id)
+        if old is None:
+            act = ActivityState(
+                activity_id=p.activity_id,
+                activity_type=p.activity_type,
+                step=p.step,
+                state=n.current_state or "",
+                visit=n.visit,
+                input_json=p.input_json,
+                logical_attempt=p.logical_attempt,
+                attempt=p.attempt,
+                idempotency_key=p.idempotency_key,
+            )
+        else:
+            act = replace(
+                old,
+                status="scheduled",
+                attempt=p.attempt,
+                logical_attempt=p.logical_attempt,
+                idempotency_key=p.idempotency_key,
+            )
+        n.activities = {**n.activities, p.activity_id: act}
+        n.in_flight = n.in_flight | {p.activity_id}
+        if n.logical_attempts.get(p.activity_type, 0) < p.logical_attempt:
+            n.logical_attempts = {**n.logical_attempts, p.activity_type: p.logical_attempt}
+
+    def _ev_completed(self, n: WorkflowState, p: ActivityCompleted, env: Envelope[Any]) -> None:
+        act = _activity(n, p.activity_id)
+        act = replace(act, status="completed", attempt=p.attempt, result_json=p.result_json)
+        n.activities = {**n.activities, p.activity_id: act}
+        n.in_flight = n.in_flight - {p.activity_id}
+        n.step_results = {**n.step_results, act.step: p.result_json}
+        if act.state == n.current_state and act.visit == n.visit and act.step in n.steps_remaining:
+            n.steps_remaining = n.steps_remaining - {act.step}
+            if not n.steps_remaining:
+                _begin_wait(n)
+
+    def _ev_failed(self, n: WorkflowState, p: ActivityFailed, env: Envelope[Any]) -> None:
+        act = replace(
+            _activity(n, p.activity_id),
+            status="failed",
+            attempt=p.attempt,
+            failure_class=p.failure_class,
+            error_type=p.error_type,
+            error_message=p.message,
+        )
+        n.activities = {**n.activities, p.activity_id: act}
+        n.in_flight = n.in_flight - {p.activity_id}
+
+    def _ev_timer_scheduled(self, n: WorkflowState, p: TimerScheduled, env: Envelope[Any]) -> None:
+        n.timers = {**n.timers, p.timer_id: TimerState(p.fire_at, p.purpose)}
+        if p.purpose.startswith("retry:"):
+            aid = p.purpose[len("retry:") :]
+            n.activities = {**n.activities, aid: replace(_activity(n, aid), status="backoff")}
+            n.in_flight = n.in_flight | {aid}
+        elif n.wait is not None and (p.purpose == "wait" or p.purpose.startswith("timeout:")):
+            n.wait = replace(n.wait, timer_id=p.timer_id)
+
+    def _ev_timer_fired(self, n: WorkflowState, p: TimerFired, env: Envelope[Any]) -> None:
+        timer = n.timers.get(p.timer_id)
+        if timer is None:
+            raise HistoryError(f"workflow '{n.workflow_id}': timer '{p.timer_id}' is not armed")
+        n.timers = {k: v for k, v in n.timers.items() if k != p.timer_id}
+        w = n.wait
+        if w is not None and w.timer_id == p.timer_id and not w.satisfied:
+            n.wait = replace(w, satisfied=True, timed_out=w.kind == "signal")
+
+    def _ev_signal(self, n: WorkflowState, p: SignalReceived, env: Envelope[Any]) -> None:
+        n.signals = {
+            **n.signals,
+            p.signal_name: (*n.signals.get(p.signal_name, ()), p.payload_json),
+        }
+        if env.causation_id is not None:
+            n.seen_commands = n.seen_commands | {env.causation_id}
+        w = n.wait
+        if (
+            w is not None
+            and w.kind == "signal"
+            and w.signal_name == p.signal_name
+            and not w.satisfied
+            and not n.steps_remaining
+        ):
+            _satisfy_signal_wait(n, w, p.payload_json)
+        else:
+            n.inbox = (*n.inbox, (p.signal_name, p.payload_json))
+
+    def _ev_completed_wf(self, n: WorkflowState, p: WorkflowCompleted, env: Envelope[Any]) -> None:
+        _close(n, COMPLETED)
+        n.output_json = p.output_json
+
+    def _ev_failed_wf(self, n: WorkflowState, p: WorkflowFailed, env: Envelope[Any]) -> None:
+        _close(n, FAILED)
+        n.failure_reason = p.reason
+
+    def _ev_cancelled_wf(self, n: WorkflowState, p: WorkflowCancelled, env: Envelope[Any]) -> None:
+        _close(n, CANCELLED)
+        n.cancel_reason = p.reason
+        if env.causation_id is not None:
+            n.seen_commands = n.seen_commands | {env.causation_id}
+
+    _appliers: dict[type, Callable[[Decider, WorkflowState, Any, Envelope[Any]], None]] = {
+        WorkflowStarted: _ev_started,
+        StateEntered: _ev_state_entered,
+        ActivityScheduled: _ev_scheduled,
+        ActivityCompleted: _ev_completed,
+        ActivityFailed: _ev_failed,
+        TimerScheduled: _ev_timer_scheduled,
+        TimerFired: _ev_timer_fired,
+        SignalReceived: _ev_signal,
+        WorkflowCompleted: _ev_completed_wf,
+        WorkflowFailed: _ev_failed_wf,
+        WorkflowCancelled: _ev_cancelled_wf,
+    }
+
+
+# -- evolve helpers (operate on a fresh clone) --------------------------------------
+
+
+def _activity(n: WorkflowState, activity_id: str) -> ActivityState:
+    act = n.activities.get(activity_id)
+    if act is None:
+        raise HistoryError(f"workflow '{n.workflow_id}': unknown activity '{activity_id}'")
+    return act
+
+
+def _abandon_in_flight(n: WorkflowState) -> None:
+    if n.in_flight:
+        acts = dict(n.activities)
+        for aid in n.in_flight:
+            acts[aid] = replace(acts[aid], status="cancelled")
+        n.activities = acts
+        n.in_flight = frozenset()
+
+
+def _begin_wait(n: WorkflowState) -> None:
+    """All steps of the visit are done: a signal wait consumes the oldest matching signal."""
+    w = n.wait
+    if w is None or w.kind != "signal" or w.satisfied:
+        return
+    for i, (name, payload) in enumerate(n.inbox):
+        if name == w.signal_name:
+            n.inbox = n.inbox[:i] + n.inbox[i + 1 :]
+            _satisfy_signal_wait(n, w, payload)
+            return
+
+
+def _satisfy_signal_wait(n: WorkflowState, w: WaitState, payload_json: str) -> None:
+    n.wait = replace(w, satisfied=True, payload_json=payload_json)
+    if w.timer_id is not None and w.timer_id in n.timers:  # the timeout is cancelled
+        n.timers = {k: v for k, v in n.timers.items() if k != w.timer_id}
+
+
+def _close(n: WorkflowState, status: str) -> None:
+    _abandon_in_flight(n)
+    n.timers = {}
+    n.status = status
+
+
+# -- one decision ---------------------------------------------------------------------
+
+
+class _Run:
+    """The events of one command, folded into a scratch state as they are emitted."""
+
+    __slots__ = ("_correlation", "cmd", "decider", "defn", "envs", "now_ms", "run_id", "state")
+
+    def __init__(
+        self,
+        decider: Decider,
+        defn: WorkflowDefinition,
+        state: WorkflowState | None,
+        cmd: Envelope[Any],
+        now_ms: int,
+        run_id: str,
+    ) -> None:
+        self.decider = decider
+        self.defn = defn
+        self.state = state
+        self.cmd = cmd
+        self.now_ms = now_ms
+        self.run_id = run_id
+        self.envs: list[Envelope[Any]] = []
+        self._correlation = cmd.correlation_id or cmd.workflow_id
+
+    @property
+    def s(self) -> WorkflowState:
+        assert self.state is not None
+        return self.state
+
+    def emit(self, payload: Event) -> None:
+        seq = (self.state.seq if self.state is not None else 0) + 1
+        env: Envelope[Any] = Envelope(
+            message_id=f"{self.run_id}/{seq}",
+            workflow_id=self.cmd.workflow_id,
+            run_id=self.run_id,
+            seq=seq,
+            type=type(payload).__name__,
+            recorded_at=self.now_ms,
+            payload=payload,
+            causation_id=self.cmd.message_id,
+            correlation_id=self._correlation,
+            traceparent=self.cmd.traceparent,
+        )
+        self.envs.append(env)
+        self.state = self.decider.evolve(self.state, env)
+
+    # -- commands ---------------------------------------------------------------------
+
+    def _report_is_current(self, activity_id: str, attempt: int) -> ActivityState | None:
+        s = self.s
+        if s.is_terminal:
+            return None
+        act = s.activities.get(activity_id)
+        if act is None or act.status != "scheduled" or act.attempt != attempt:
+            return None
+        return act
+
+    def on_complete(self, p: CompleteActivity) -> None:
+        if self._report_is_current(p.activity_id, p.attempt) is None:
+            return
+        try:
+            json.loads(p.result_json)
+        except ValueError as exc:
+            raise CommandRejected(
+                f"result of activity '{p.activity_id}' is not valid JSON: {exc}"
+            ) from None
+        self.emit(ActivityCompleted(p.activity_id, p.attempt, p.result_json))
+        self.advance()
+
+    def on_fail(self, p: FailActivity) -> None:
+        act = self._report_is_current(p.activity_id, p.attempt)
+        if act is None:
+            return
+        if p.failure_class not in FAILURE_CLASSES:
+            raise CommandRejected(
+                f"failure_class of activity '{p.activity_id}' must be one of "
+                f"{', '.join(FAILURE_CLASSES)}; got '{p.failure_class}'"
+            )
+        self.emit(
+            ActivityFailed(p.activity_id, p.attempt, p.failure_class, p.error_type, p.message)
+        )
+        step = self.defn.steps_by_name.get(act.step)
+        policy = step.retry_policy if step is not None else RetryPolicy()
+        label = f"step '{act.step}' ({act.activity_type})"
+        if p.failure_class in RETRYABLE and p.attempt < policy.max_attempts:
+            delay = retry_delay_ms(policy, self.s.workflow_id, act.activity_id, p.attempt)
+            self.emit(
+                TimerScheduled(
+                    timer_id=f"{act.activity_id}/retry/{p.attempt}",
+                    fire_at=self.cmd.recorded_at + delay,
+                    purpose=f"retry:{act.activity_id}",
+                )
+            )
+            return
+        if p.failure_class == "permanent":
+            reason = f"{label} failed permanently: {p.error_type}: {p.message}"
+        else:
+            times = "attempt" if p.attempt == 1 else "attempts"
+            reason = f"{label} failed after {p.attempt} {times}: {p.error_type}: {p.message}"
+        st = self.defn.states[act.state]
+        if st.on_failure is not None:
+            self.enter(st.on_failure)
+            self.advance()
+        else:
+            self.emit(WorkflowFailed(reason))
+
+    def on_timer(self, p: FireTimer) -> None:
+        s = self.s
+        if s.is_terminal:
+            return
+        timer = s.timers.get(p.timer_id)
+        if timer is None:
+            return
+        self.emit(TimerFired(p.timer_id))
+        if timer.purpose.startswith("retry:"):
+            act = self.s.activities[timer.purpose[len("retry:") :]]
+            self.emit(
+                ActivityScheduled(
+                    activity_id=act.activity_id,
+                    activity_type=act.activity_type,
+                    step=act.step,
+                    input_json=act.input_json,
+                    logical_attempt=act.logical_attempt,
+                    attempt=act.attempt + 1,
+                    idempotency_key=act.idempotency_key,
+                )
+            )
+        else:
+            self.advance()
+
+    def on_signal(self, p: SignalWorkflow) -> None:
+        s = self.s
+        wid = s.workflow_id
+        if self.cmd.message_id in s.seen_commands:
+            return
+        if s.is_terminal:
+            raise CommandRejected(
+                f"workflow '{wid}' is {s.status}; signal '{p.signal_name}' refused"
+            )
+        if p.signal_name not in self.defn.signal_names:
+            known = ", ".join(sorted(self.defn.signal_names)) or "(none)"
+            raise CommandRejected(
+                f"workflow '{wid}' ({self.defn.name} v{self.defn.version}) does not wait for "
+                f"signal '{p.signal_name}'; known signals: {known}"
+            )
+        try:
+            json.loads(p.payload_json)
+        except ValueError as exc:
+            raise CommandRejected(
+                f"payload of signal '{p.signal_name}' is not valid JSON: {exc}"
+            ) from None
+        self.emit(SignalReceived(p.signal_name, p.payload_json))
+        self.advance()
+
+    def on_cancel(self, p: CancelWorkflow) -> None:
+        s = self.s
+        if self.cmd.message_id in s.seen_commands:
+            return
+        if s.is_terminal:
+            raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; cancel refused")
+        self.emit(WorkflowCancelled(p.reason))
+
+    # -- the state machine -------------------------------------------------------------
+
+    def enter(self, name: str) -> None:
+        self.emit(StateEntered(name, self.s.visits.get(name, 0) + 1))
+
+    def _call(self, fn: Callable[[Context], Any], what: str) -> Any:
+        try:
+            return fn(Context(self.defn, self.s))
+        except Exception as exc:  # user code: deterministic, so the run fails with it
+            raise _UserCodeFailed(
+                f"state '{self.s.current_state}': {what} raised {type(exc).__name__}: {exc}"
+            ) from None
+
+    def advance(self) -> None:
+        """Run the current state forward until it needs an outside report or ends."""
+        try:
+            self._advance()
+        except _UserCodeFailed as exc:
+            self.emit(WorkflowFailed(str(exc)))
+
+    def _advance(self) -> None:
+        for _ in range(MAX_TRANSITIONS_PER_DECISION):
+            s = self.s
+            if s.is_terminal:
+                return
+            st = self.defn.states[s.current_state or ""]
+            if s.steps_remaining:
+                self._schedule_ready(st)
+                return
+            w = s.wait
+            if w is not None and not w.satisfied:
+                if w.timer_id is None:
+                    self._arm_wait_timer(st)
+                return
+            if w is not None and w.timed_out:
+                assert isinstance(st.wait, SignalWait)
+                target = st.wait.on_timeout
+                if target is None:
+                    self.emit(
+                        WorkflowFailed(
+                            f"state '{st.name}': timed out waiting for signal '{st.wait.name}'"
+                        )
+                    )
+                    return
+            else:
+                target = self._choose(st)
+                if target is None:
+                    self._finish(st)
+                    return
+            self.enter(target)
+        self.emit(
+            WorkflowFailed(
+                f"more than {MAX_TRANSITIONS_PER_DECISION} state transitions in one decision "
+                f"(last state '{self.s.current_state}'): a loop without a step or a wait"
+            )
+        )
+
+    def _schedule_ready(self, st: State) -> None:
+        s = self.s
+        prefix = f"{st.name}#{s.visit}/"
+        ctx: Context | None = None
+        for step in self.defn.step_order[st.name]:
+            aid = prefix + step.name
+            if aid in s.activities:
+                continue
+            deps = (s.activities.get(prefix + d) for d in step.after)
+            if not all(a is not None and a.status == "completed" for a in deps):
+                continue
+            if step.input is None:
+                ctx = ctx or Context(self.defn, s)
+                input_json = canonical_json(ctx.input_dict)
+            else:
+                value = self._call(step.input, f"input of step '{step.name}'")
+                try:
+                    input_json = canonical_json(value)
+                except (TypeError, ValueError) as exc:
+                    raise _UserCodeFailed(
+                        f"state '{st.name}': input of step '{step.name}' is not JSON: {exc}"
+                    ) from None
+            logical = self.s.logical_attempts.get(step.activity, 0) + 1
+            self.emit(
+                ActivityScheduled(
+                    activity_id=aid,
+                    activity_type=step.activity,
+                    step=step.name,
+                    input_json=input_json,
+                    logical_attempt=logical,
+                    attempt=1,
+                    idempotency_key=idempotency_key(s.workflow_id, step.activity, logical),
+                )
+            )
+
+    def _duration(self, value: Any, what: str) -> int:
+        if callable(value):
+            value = self._call(value, what)
+        try:
+            return duration_ms(value)
+        except (TypeError, ValueError) as exc:
+            raise _UserCodeFailed(f"state '{self.s.current_state}': {what}: {exc}") from None
+
+    def _arm_wait_timer(self, st: State) -> None:
+        base = f"{st.name}#{self.s.visit}"
+        if isinstance(st.wait, TimerWait):
+            delay = self._duration(st.wait.duration, "timer duration")
+            self.emit(TimerScheduled(f"{base}/wait", self.cmd.recorded_at + delay, "wait"))
+        elif isinstance(st.wait, SignalWait) and st.wait.timeout is not None:
+            delay = self._duration(st.wait.timeout, f"timeout of signal '{st.wait.name}'")
+            self.emit(
+                TimerScheduled(
+                    f"{base}/timeout", self.cmd.recorded_at + delay, f"timeout:{st.wait.name}"
+                )
+            )
+
+    def _choose(self, st: State) -> str | None:
+        for tr in st.transitions:
+            if tr.when is None or self._call(tr.when, f"transition to '{tr.to}'"):
+                return tr.to
+        return None
+
+    def _finish(self, st: State) -> None:
+        if st.complete is not None:
+            value = self._call(st.complete, "output")
+            model = self.defn.output_model
+            if model is not None:
+                try:
+                    value = model.model_validate(value)
+                except ValidationError as exc:
+                    raise _UserCodeFailed(
+                        f"state '{st.name}': output does not match {model.__name__}: "
+                        f"{format_validation_error(exc)}"
+                    ) from None
+            try:
+                output_json = canonical_json(value)
+            except (TypeError, ValueError) as exc:
+                raise _UserCodeFailed(f"state '{st.name}': output is not JSON: {exc}") from None
+            self.emit(WorkflowCompleted(output_json))
+        elif st.fail is not None:
+            reason = st.fail if isinstance(st.fail, str) else self._call(st.fail, "failure reason")
+            self.emit(WorkflowFailed(str(reason)))
+        else:
+            self.emit(WorkflowFailed(f"state '{st.name}': no transition matched"))

@@ -1,0 +1,46 @@
+"""Idempotency keys for activity tasks.
+
+``K = workflowId ∥ activityType ∥ logicalAttempt`` (DESIGN §7). Each text part is
+percent-escaped with *no* safe characters, so the ``/`` separator can never occur
+inside a part and the key parses back to exactly one triple: two different triples
+can never share a key, which is what lets a handler's effect store trust it.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, unquote
+
+__all__ = ["idempotency_key", "parse_idempotency_key"]
+
+_SEP = "/"
+
+
+def _escape(part: str) -> str:
+    return quote(part, safe="", encoding="utf-8", errors="surrogatepass")
+
+
+def idempotency_key(workflow_id: str, activity_type: str, logical_attempt: int) -> str:
+    """The unambiguous key of one logical attempt of ``activity_type`` in a workflow."""
+    if isinstance(logical_attempt, bool) or not isinstance(logical_attempt, int):
+        raise TypeError(f"logical_attempt must be an int, got {type(logical_attempt).__name__}")
+    if logical_attempt < 0:
+        raise ValueError(f"logical_attempt must be >= 0, got {logical_attempt}")
+    return f"{_escape(workflow_id)}{_SEP}{_escape(activity_type)}{_SEP}{logical_attempt}"
+
+
+def parse_idempotency_key(key: str) -> tuple[str, str, int]:
+    """Inverse of :func:`idempotency_key`; raises ``ValueError`` for anything it did not make."""
+    parts = key.split(_SEP)
+    if len(parts) != 3:
+        raise ValueError(f"not an idempotency key (expected 3 parts): {key!r}")
+    wf, activity_type, attempt = parts
+    if not attempt.isdigit() or not attempt.isascii() or (len(attempt) > 1 and attempt[0] == "0"):
+        raise ValueError(f"not an idempotency key (bad logical attempt {attempt!r}): {key!r}")
+    triple = (
+        unquote(wf, encoding="utf-8", errors="surrogatepass"),
+        unquote(activity_type, encoding="utf-8", errors="surrogatepass"),
+        int(attempt),
+    )
+    if idempotency_key(*triple) != key:  # e.g. '%41' where 'A' was expected: not canonical
+        raise ValueError(f"not a canonical idempotency key: {key!r}")
+    return triple

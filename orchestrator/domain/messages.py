@@ -1,0 +1,298 @@
+"""The message catalogue: every command, event and record Keel writes to Kafka.
+
+Payloads are frozen dataclasses whose field names and types mirror, one to one,
+the Avro records in ``avro/`` (the codec maps them without any per-type code).
+Values that are free-form workflow data (inputs, outputs, results, signal
+payloads) travel as JSON text in ``*_json`` fields: the domain parses them when
+it needs them, and the wire format never depends on a user's pydantic models.
+
+This module is pure: no Kafka, Redis or network imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Generic, TypeVar
+
+# ---------------------------------------------------------------------------
+# Commands (topic keel.commands): requests to change one workflow.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartWorkflow:
+    """Start a run of definition ``name`` (latest version when ``version`` is None)."""
+
+    KIND: ClassVar[str] = "command"
+    name: str
+    version: int | None
+    input_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteActivity:
+    """A worker reports that attempt ``attempt`` of ``activity_id`` succeeded."""
+
+    KIND: ClassVar[str] = "command"
+    activity_id: str
+    attempt: int
+    result_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailActivity:
+    """A worker reports a failed attempt.
+
+    ``failure_class`` is one of ``transient``, ``permanent``, ``unknown``
+    (outcome unknown: a write that may or may not have happened).
+    """
+
+    KIND: ClassVar[str] = "command"
+    activity_id: str
+    attempt: int
+    failure_class: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalWorkflow:
+    """Deliver an external signal (e.g. ``documents_added``) to a workflow."""
+
+    KIND: ClassVar[str] = "command"
+    signal_name: str
+    payload_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class FireTimer:
+    """A durable timer is due; ``recorded_at`` of its envelope is the firing time."""
+
+    KIND: ClassVar[str] = "command"
+    timer_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWorkflow:
+    """Cancel a running workflow."""
+
+    KIND: ClassVar[str] = "command"
+    reason: str
+
+
+# ---------------------------------------------------------------------------
+# Events (topic keel.events, the event store): facts about one workflow.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStarted:
+    KIND: ClassVar[str] = "event"
+    name: str
+    version: int
+    definition_digest: str
+    input_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateEntered:
+    """The workflow entered state ``state`` for the ``visit``-th time (1-based)."""
+
+    KIND: ClassVar[str] = "event"
+    state: str
+    visit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityScheduled:
+    """An activity attempt was dispatched.
+
+    ``activity_id`` names one business intent (stable across retries);
+    ``logical_attempt`` changes only when the workflow decides to try a new
+    intent; ``attempt`` counts physical dispatches; ``idempotency_key`` is the
+    unambiguous encoding of (workflow id, activity type, logical attempt).
+    """
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    activity_type: str
+    step: str
+    input_json: str
+    logical_attempt: int
+    attempt: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityCompleted:
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    attempt: int
+    result_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityFailed:
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    attempt: int
+    failure_class: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimerScheduled:
+    """A durable timer; ``fire_at`` is epoch milliseconds, ``purpose`` says why."""
+
+    KIND: ClassVar[str] = "event"
+    timer_id: str
+    fire_at: int
+    purpose: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    KIND: ClassVar[str] = "event"
+    timer_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    KIND: ClassVar[str] = "event"
+    signal_name: str
+    payload_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowCompleted:
+    KIND: ClassVar[str] = "event"
+    output_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowFailed:
+    KIND: ClassVar[str] = "event"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowCancelled:
+    KIND: ClassVar[str] = "event"
+    reason: str
+
+
+# ---------------------------------------------------------------------------
+# Other records: activity tasks, snapshots, dead letters.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityTask:
+    """What a worker runs (topic keel.tasks); mirrors ``ActivityScheduled``."""
+
+    KIND: ClassVar[str] = "task"
+    activity_id: str
+    activity_type: str
+    step: str
+    input_json: str
+    logical_attempt: int
+    attempt: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSnapshot:
+    """Folded state of one workflow (topic keel.snapshots, compacted).
+
+    ``events_offset`` is the keel.events offset just past the last event folded in.
+    """
+
+    KIND: ClassVar[str] = "snapshot"
+    state_json: str
+    events_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that could not be processed, with its origin and the reason."""
+
+    KIND: ClassVar[str] = "dead_letter"
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    reason: str
+    key: bytes | None
+    value: bytes | None
+
+
+Command = (
+    StartWorkflow | CompleteActivity | FailActivity | SignalWorkflow | FireTimer | CancelWorkflow
+)
+Event = (
+    WorkflowStarted
+    | StateEntered
+    | ActivityScheduled
+    | ActivityCompleted
+    | ActivityFailed
+    | TimerScheduled
+    | TimerFired
+    | SignalReceived
+    | WorkflowCompleted
+    | WorkflowFailed
+    | WorkflowCancelled
+)
+Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter
+
+#: Every payload type by its wire name (the Avro record's short name).
+PAYLOAD_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        StartWorkflow,
+        CompleteActivity,
+        FailActivity,
+        SignalWorkflow,
+        FireTimer,
+        CancelWorkflow,
+        WorkflowStarted,
+        StateEntered,
+        ActivityScheduled,
+        ActivityCompleted,
+        ActivityFailed,
+        TimerScheduled,
+        TimerFired,
+        SignalReceived,
+        WorkflowCompleted,
+        WorkflowFailed,
+        WorkflowCancelled,
+        ActivityTask,
+        WorkflowSnapshot,
+        DeadLetter,
+    )
+}
+
+TERMINAL_EVENTS: tuple[type, ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope(Generic[P]):
+    """The one envelope around every record on every Keel topic.
+
+    ``seq`` is the contiguous 1-based sequence number of an event within its
+    workflow (0 for records that are not events). ``recorded_at`` is epoch
+    milliseconds, the only clock the domain ever reads. ``type`` is the payload's
+    wire name. The schema fingerprint lives in the single-object-encoding header.
+    """
+
+    message_id: str
+    workflow_id: str
+    run_id: str
+    seq: int
+    type: str
+    recorded_at: int
+    payload: P
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    traceparent: str | None = field(default=None, compare=False)
