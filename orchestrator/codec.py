@@ -1,0 +1,386 @@
+"""Keel's wire format: Avro single-object encoding of :class:`Envelope`.
+
+Every record on every Keel topic is ``C3 01`` + the 8-byte little-endian
+CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form + the
+Avro binary datum (Avro spec, "Single-object encoding"). The fingerprint lets a
+reader find the exact writer schema among all versions in ``avro/`` and resolve
+it to the current one, so events written years ago stay readable.
+
+Schemas are parsed once per :class:`Codec`; the hot paths (:meth:`Codec.encode`,
+:meth:`Codec.decode`) only do dictionary building and fastavro's C reader/writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from io import BytesIO
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, cast
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import to_parsing_canonical_form
+
+from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
+
+__all__ = [
+    "ENVELOPE_NAME",
+    "MAGIC",
+    "Codec",
+    "DecodeError",
+    "SchemaFile",
+    "bench",
+    "default_codec",
+    "default_schema_dir",
+    "load_schema_files",
+    "rabin_fingerprint",
+    "schema_fingerprint",
+]
+
+#: Single-object encoding marker (Avro spec).
+MAGIC = b"\xc3\x01"
+_HEADER_LEN = 10  # marker (2) + fingerprint (8)
+ENVELOPE_NAME = "keel.Envelope"
+_FILE_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)\.v(?P<version>[1-9][0-9]*)\.avsc$")
+
+
+class DecodeError(ValueError):
+    """A record cannot be decoded; the message is a one-line reason (for dead letters)."""
+
+
+# ---------------------------------------------------------------------------
+# CRC-64-AVRO (Rabin) fingerprint, exactly as in the Avro specification.
+# ---------------------------------------------------------------------------
+
+_EMPTY64 = 0xC15D213AA4D7A795
+
+
+def _make_table() -> tuple[int, ...]:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
+        table.append(fp)
+    return tuple(table)
+
+
+_FP_TABLE = _make_table()
+
+
+def rabin_fingerprint(data: bytes) -> int:
+    """CRC-64-AVRO of ``data`` (the spec's ``fingerprint64``); empty input gives the seed."""
+    fp = _EMPTY64
+    table = _FP_TABLE
+    for b in data:
+        fp = (fp >> 8) ^ table[(fp ^ b) & 0xFF]
+    return fp
+
+
+def schema_fingerprint(schema: dict[str, Any] | list[Any] | str) -> bytes:
+    """The 8 little-endian fingerprint bytes of a schema's Parsing Canonical Form.
+
+    Non-canonical attributes (doc, logicalType, defaults) do not change it, which
+    is why the header identifies the *shape* of the writer's data.
+    """
+    pcf = to_parsing_canonical_form(schema)
+    return rabin_fingerprint(pcf.encode("utf-8")).to_bytes(8, "little")
+
+
+# ---------------------------------------------------------------------------
+# Schema files
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemaFile:
+    """One immutable schema version: ``<fullname>.v<version>.avsc``."""
+
+    name: str
+    version: int
+    path: Path
+    schema: dict[str, Any]  # the JSON as written (not parsed by fastavro)
+    fingerprint: bytes
+
+
+def default_schema_dir() -> Path:
+    """The repo's ``avro/`` next to this package, else ``orchestrator/_avro`` (wheel installs)."""
+    here = Path(__file__).resolve().parent
+    repo = here.parent / "avro"
+    if repo.is_dir() and any(repo.glob("*.avsc")):
+        return repo
+    return here / "_avro"
+
+
+def load_schema_files(schema_dir: Path | str | None = None) -> list[SchemaFile]:
+    """Every ``*.avsc`` under ``schema_dir``, sorted by (name, version).
+
+    Strict on purpose: a misnamed file, a name/content mismatch or a duplicate
+    version is a packaging mistake that would silently break old data, so it raises.
+    """
+    root = Path(schema_dir) if schema_dir is not None else default_schema_dir()
+    files: list[SchemaFile] = []
+    seen: dict[tuple[str, int], Path] = {}
+    for path in sorted(root.rglob("*.avsc")):
+        m = _FILE_RE.match(path.name)
+        if m is None:
+            raise ValueError(f"schema file {path} is not named <fullname>.v<N>.avsc")
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        name, version = m["name"], int(m["version"])
+        if not isinstance(schema, dict) or _fullname(schema) != name:
+            raise ValueError(f"schema file {path} does not define the named type {name}")
+        if (name, version) in seen:
+            raise ValueError(
+                f"schema {name} v{version} defined twice: {seen[name, version]}, {path}"
+            )
+        seen[name, version] = path
+        files.append(SchemaFile(name, version, path, schema, schema_fingerprint(schema)))
+    files.sort(key=lambda f: (f.name, f.version))
+    return files
+
+
+def _fullname(schema: dict[str, Any]) -> str:
+    name = str(schema.get("name", ""))
+    ns = schema.get("namespace")
+    return f"{ns}.{name}" if ns and "." not in name else name
+
+
+def _strip_logical_types(schema: Any) -> Any:
+    """A copy without ``logicalType``: Keel keeps times as epoch-millis ints.
+
+    fastavro would otherwise turn ``timestamp-millis`` into ``datetime`` on every
+    read (slow, and not the domain's clock type). The canonical form, hence the
+    fingerprint, is unaffected.
+    """
+    if isinstance(schema, dict):
+        return {k: _strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_strip_logical_types(v) for v in schema]
+    return schema
+
+
+# ---------------------------------------------------------------------------
+# Codec
+# ---------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, truncated: fastavro may embed whole schemas in errors."""
+    detail = " ".join(str(exc).split())
+    if len(detail) > limit:
+        detail = detail[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _make_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """attrgetter that always returns a tuple (attrgetter of one name returns a scalar)."""
+    if len(names) == 1:
+        get = attrgetter(names[0])
+        return lambda obj: (get(obj),)
+    return attrgetter(*names)
+
+
+class Codec:
+    """Encodes with the newest ``keel.Envelope`` version; decodes any known version.
+
+    Build one per process (see :func:`default_codec`): construction parses every
+    schema file, which is far too slow to do per record.
+    """
+
+    def __init__(self, schema_dir: Path | str | None = None, name: str = ENVELOPE_NAME) -> None:
+        files = [f for f in load_schema_files(schema_dir) if f.name == name]
+        if not files:
+            where = schema_dir if schema_dir is not None else default_schema_dir()
+            raise ValueError(f"no {name}.v<N>.avsc schema found in {where}")
+        self.files: tuple[SchemaFile, ...] = tuple(files)
+        self._parsed: dict[bytes, dict[str, Any]] = {}
+        self._version_by_fp: dict[bytes, int] = {}
+        for f in files:
+            if f.fingerprint in self._parsed:
+                other = self._version_by_fp[f.fingerprint]
+                raise ValueError(
+                    f"{f.path.name} has the same canonical form as v{other}; "
+                    "a new version must change the schema"
+                )
+            parsed = parse_schema(_strip_logical_types(f.schema))
+            self._parsed[f.fingerprint] = cast("dict[str, Any]", parsed)
+            self._version_by_fp[f.fingerprint] = f.version
+        current = files[-1]
+        self.version: int = current.version
+        #: Fingerprint of the current writer schema (8 bytes, little-endian).
+        self.fingerprint: bytes = current.fingerprint
+        self._schema = self._parsed[current.fingerprint]
+        self._header = MAGIC + current.fingerprint
+
+        # Per payload class: (union branch fullname, field names, getter) for encode;
+        # per branch fullname: (class, field names) for decode.
+        branches = self._payload_branches(self._schema)
+        self._enc: dict[type, tuple[str, tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+        self._dec: dict[str, tuple[type, tuple[str, ...]]] = {}
+        for short, cls in PAYLOAD_TYPES.items():
+            full = branches.get(short)
+            if full is None:
+                continue  # catalogue ahead of schemas: encode() will refuse this class
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            self._enc[cls] = (full, names, _make_getter(names))
+            self._dec[full] = (cls, names)
+
+    @staticmethod
+    def _payload_branches(parsed: dict[str, Any]) -> dict[str, str]:
+        for fld in parsed["fields"]:
+            if fld["name"] == "payload":
+                return {b["name"].rsplit(".", 1)[-1]: b["name"] for b in fld["type"]}
+        raise ValueError("envelope schema has no payload field")
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The current (reader and writer) schema, parsed by fastavro."""
+        return self._schema
+
+    def known_fingerprints(self) -> dict[bytes, int]:
+        """Fingerprint -> schema version, for every version this codec can read."""
+        return dict(self._version_by_fp)
+
+    def encode(self, env: Envelope[Any]) -> bytes:
+        """Single-object encoding of ``env`` with the current schema."""
+        payload = env.payload
+        try:
+            full, names, get = self._enc[type(payload)]
+        except KeyError:
+            raise ValueError(
+                f"cannot encode payload of type {type(payload).__name__}: "
+                f"not a union branch of {ENVELOPE_NAME} v{self.version}"
+            ) from None
+        if env.type != payload.__class__.__name__:
+            raise ValueError(
+                f"envelope type {env.type!r} does not match payload {payload.__class__.__name__}"
+            )
+        record = {
+            "message_id": env.message_id,
+            "workflow_id": env.workflow_id,
+            "run_id": env.run_id,
+            "seq": env.seq,
+            "type": env.type,
+            "recorded_at": env.recorded_at,
+            "payload": (full, dict(zip(names, get(payload), strict=True))),
+            "causation_id": env.causation_id,
+            "correlation_id": env.correlation_id,
+            "traceparent": env.traceparent,
+        }
+        out = BytesIO()
+        out.write(self._header)
+        schemaless_writer(out, self._schema, record)
+        return out.getvalue()
+
+    @staticmethod
+    def fingerprint_of(data: bytes | bytearray | memoryview) -> bytes:
+        """The writer fingerprint in a single-object-encoded record (validates the header)."""
+        if len(data) < _HEADER_LEN:
+            raise DecodeError(
+                f"too short for single-object encoding: {len(data)} bytes < {_HEADER_LEN}"
+            )
+        if data[:2] != MAGIC:
+            raise DecodeError(f"bad marker: expected c301, got {bytes(data[:2]).hex()}")
+        return bytes(data[2:_HEADER_LEN])
+
+    def decode(self, data: bytes | bytearray | memoryview) -> Envelope[Any]:
+        """Envelope from single-object-encoded ``data``, resolved to the current schema."""
+        fp = self.fingerprint_of(data)
+        writer = self._parsed.get(fp)
+        if writer is None:
+            raise DecodeError(f"unknown writer schema fingerprint {fp.hex()}")
+        reader = None if writer is self._schema else self._schema
+        buf = BytesIO(data)
+        buf.seek(_HEADER_LEN)
+        try:
+            rec = cast(
+                "dict[str, Any]",
+                schemaless_reader(buf, writer, reader, return_record_name=True),
+            )
+        except Exception as exc:  # fastavro raises many types for bad input
+            if type(exc).__name__ == "SchemaResolutionError":
+                raise DecodeError(
+                    f"cannot resolve writer schema {fp.hex()} "
+                    f"(v{self._version_by_fp[fp]}) to v{self.version}: {_one_line(exc)}"
+                ) from exc
+            raise DecodeError(f"corrupt datum: {_one_line(exc)}") from exc
+        if buf.tell() != len(data):
+            raise DecodeError(f"corrupt datum: {len(data) - buf.tell()} trailing bytes")
+        full, body = rec["payload"]
+        try:
+            cls, names = self._dec[full]
+        except KeyError:
+            raise DecodeError(f"unknown payload type {full}") from None
+        if rec["type"] != cls.__name__:
+            raise DecodeError(f"envelope type {rec['type']!r} does not match payload {full}")
+        try:
+            payload = cls(*[body[n] for n in names])
+        except KeyError as exc:
+            raise DecodeError(f"payload {full} lacks field {exc.args[0]}") from None
+        return Envelope(
+            rec["message_id"],
+            rec["workflow_id"],
+            rec["run_id"],
+            rec["seq"],
+            rec["type"],
+            rec["recorded_at"],
+            payload,
+            rec["causation_id"],
+            rec["correlation_id"],
+            rec["traceparent"],
+        )
+
+
+@lru_cache(maxsize=1)
+def default_codec() -> Codec:
+    """The process-wide codec over the default schema directory (parsed once)."""
+    return Codec()
+
+
+def bench(n: int = 20000, codec: Codec | None = None) -> dict[str, float]:
+    """Encode/decode throughput of a typical record (for ``keel bench``; not a test)."""
+    from orchestrator.domain.messages import ActivityScheduled
+
+    c = codec or default_codec()
+    env: Envelope[Any] = Envelope(
+        message_id="0192f1c4-6a1e-7b3c-9d2e-4f5a6b7c8d9e",
+        workflow_id="wf-ingest-000042",
+        run_id="run-0192f1c4-6a1e",
+        seq=17,
+        type="ActivityScheduled",
+        recorded_at=1_732_900_000_000,
+        payload=ActivityScheduled(
+            activity_id="act-embed-3",
+            activity_type="embed_documents",
+            step="embed",
+            input_json='{"doc_ids": ["d1", "d2", "d3"], "model": "small"}',
+            logical_attempt=1,
+            attempt=2,
+            idempotency_key="wf-ingest-000042/embed_documents/1",
+        ),
+        causation_id="0192f1c4-6a1e-7b3c-9d2e-000000000001",
+        correlation_id="wf-ingest-000042",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    )
+    encode, decode = c.encode, c.decode
+    data = encode(env)
+    assert decode(data) == env
+    t0 = time.perf_counter()
+    for _ in range(n):
+        encode(env)
+    t1 = time.perf_counter()
+    for _ in range(n):
+        decode(data)
+    t2 = time.perf_counter()
+    return {
+        "n": n,
+        "bytes": len(data),
+        "encodes_per_s": n / (t1 - t0),
+        "decodes_per_s": n / (t2 - t1),
+    }
