@@ -573,13 +573,16 @@ class WorkflowDefinition:
 
 
 def format_validation_error(exc: ValidationError) -> str:
-    """One line naming each offending field: ``field 'a.b': Field required``."""
+    """One line naming each offending field: ``field 'a.b': Field required``.
+
+    Sorted, so the message does not depend on the order a pydantic release reports in.
+    """
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()))
         where = f"field '{loc}'" if loc else "input"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
+    return "; ".join(sorted(parts))
 
 
 def resolve_definition(
