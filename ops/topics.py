@@ -25,7 +25,13 @@ _quiet.propagate = False
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "commands": {"retention.ms": str(7 * 24 * 3600 * 1000)},
     "events": {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
-    "snapshots": {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"},
+    "snapshots": {
+        "cleanup.policy": "compact",
+        # Roll segments often so superseded snapshots are compacted away and
+        # recovery reads little more than one record per workflow.
+        "segment.ms": str(10 * 60 * 1000),
+        "min.cleanable.dirty.ratio": "0.2",
+    },
     "tasks": {"retention.ms": str(7 * 24 * 3600 * 1000)},
     "dlq": {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
 }

@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import infra
+from orchestrator.cli import infra, services, workflow
 from orchestrator.errors import KeelError
 
 app = typer.Typer(
@@ -23,6 +23,12 @@ app = typer.Typer(
 )
 app.add_typer(infra.infra_app, name="infra")
 app.add_typer(infra.topics_app, name="topics")
+app.add_typer(workflow.workflow_app, name="workflow")
+app.add_typer(services.projections_app, name="projections")
+app.command("orchestrator")(services.orchestrator)
+app.command("worker")(services.worker)
+app.command("projector")(services.projector)
+app.command("dev")(services.dev)
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

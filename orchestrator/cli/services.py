@@ -1,0 +1,131 @@
+"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from orchestrator.app import KeelApp, load_app
+from orchestrator.errors import KeelError
+from orchestrator.runtime.logs import configure_logging
+from orchestrator.runtime.tracing import configure_tracing
+from orchestrator.settings import load_settings
+
+DEFAULT_APP = "orchestrator.examples:app"
+AppOption = Annotated[
+    str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
+]
+console = Console(highlight=False)
+projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
+
+
+def app_from(spec: str) -> KeelApp:
+    try:
+        return load_app(spec)
+    except ValueError as exc:
+        raise KeelError(str(exc)) from None
+
+
+def _stop_on_signals(*stoppables) -> None:
+    def handler(signum, frame):
+        for s in stoppables:
+            s.stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def orchestrator(
+    app: AppOption = DEFAULT_APP,
+    projector: Annotated[bool, typer.Option(help="Also run the projector in this process.")] = True,
+    checkpoint_interval: Annotated[
+        float, typer.Option(help="Seconds between snapshot checkpoints.")
+    ] = 30.0,
+) -> None:
+    """Run the orchestrator: decide commands into events, exactly once."""
+    from orchestrator.runtime.orchestrator import Orchestrator
+    from orchestrator.runtime.projector import Projector
+
+    configure_logging()
+    configure_tracing("keel-orchestrator")
+    settings = load_settings()
+    application = app_from(app)
+    orch = Orchestrator(settings, application, checkpoint_interval_s=checkpoint_interval)
+    stoppables: list = [orch]
+    if projector:
+        proj = Projector(settings, application)
+        threading.Thread(target=proj.run, name="projector", daemon=True).start()
+        stoppables.append(proj)
+    _stop_on_signals(*stoppables)
+    orch.run()
+
+
+def worker(app: AppOption = DEFAULT_APP) -> None:
+    """Run an activity worker for the application's handlers."""
+    from handlers.worker import Worker
+
+    configure_logging()
+    configure_tracing("keel-worker")
+    w = Worker(load_settings(), app_from(app))
+    _stop_on_signals(w)
+    w.run()
+
+
+def projector(app: AppOption = DEFAULT_APP) -> None:
+    """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.runtime.projector import Projector
+
+    configure_logging()
+    p = Projector(load_settings(), app_from(app))
+    _stop_on_signals(p)
+    p.run()
+
+
+@projections_app.command("rebuild")
+def rebuild(app: AppOption = DEFAULT_APP) -> None:
+    """Drop the Redis read model and replay every event of keel.events into it."""
+    from orchestrator.runtime.projector import Projector
+
+    p = Projector(load_settings(), app_from(app))
+    total, took = p.rebuild()
+    rate = total / took if took > 0 else 0.0
+    console.print(f"rebuilt the read model from {total} events in {took:.2f}s ({rate:,.0f}/s)")
+
+
+def dev(app: AppOption = DEFAULT_APP) -> None:
+    """Everything in one command: local stack, topics, orchestrator and worker."""
+    from ops.local import LocalStack
+    from ops.topics import create_topics
+
+    settings = load_settings()
+    if not settings.bootstrap_servers:
+        LocalStack(settings).up()
+    create_topics(settings)
+    roles = ("orchestrator", "worker")
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", role, "--app", app], env=os.environ.copy()
+        )
+        for role in roles
+    ]
+    pids = ", ".join(f"{r} pid {c.pid}" for r, c in zip(roles, children, strict=True))
+    console.print(f"keel dev: {pids}; Ctrl-C stops them")
+    try:
+        while all(c.poll() is None for c in children):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+        for c in children:
+            c.wait(timeout=30)

@@ -1,0 +1,137 @@
+"""``keel workflow start | show | list | signal | cancel``."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.errors import KeelError
+from orchestrator.runtime.client import KeelClient, parse_json
+from orchestrator.settings import load_settings
+
+workflow_app = typer.Typer(help="Start, inspect, signal and cancel workflows.")
+console = Console(highlight=False)
+
+
+def _client(app: str) -> KeelClient:
+    return KeelClient(load_settings(), app_from(app))
+
+
+@workflow_app.command("start")
+def start(
+    name: Annotated[str, typer.Argument(help="Workflow definition name.")],
+    input_: Annotated[str, typer.Option("--input", help="Input as JSON.")] = "{}",
+    id_: Annotated[
+        str | None, typer.Option("--id", help="Workflow ID (default: generated).")
+    ] = None,
+    version: Annotated[
+        int | None, typer.Option(help="Definition version (default: latest).")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the workflow to end.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 60.0,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Start a workflow; an existing ID returns the existing run and writes nothing."""
+    client = _client(app)
+    result = client.start(name, parse_json(input_, "--input"), id_, version)
+    out: dict[str, Any] = {
+        "workflow_id": result.workflow_id,
+        "run_id": result.run_id,
+        "existed": result.existed,
+    }
+    if not json_:
+        verb = "exists" if result.existed else "started"
+        console.print(f"{verb}: {result.workflow_id} (run {result.run_id})")
+    if wait:
+        done = client.wait(result.workflow_id, timeout)
+        out.update(status=done["status"], output=done["output"])
+        if not json_:
+            console.print(f"{done['status']}: {json.dumps(done['output'])}")
+        if done["status"] != "completed":
+            if json_:
+                typer.echo(json.dumps(out))
+            raise typer.Exit(2)
+    if json_:
+        typer.echo(json.dumps(out))
+
+
+@workflow_app.command("show")
+def show(
+    workflow_id: str,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """A workflow's status, state, output and history."""
+    view = _client(app).show(workflow_id)
+    if json_:
+        typer.echo(json.dumps(view))
+        return
+    console.print(
+        f"[bold]{view['workflow_id']}[/bold]  {view['name']} v{view['version']}  "
+        f"status=[bold]{view['status']}[/bold]  state={view['state']}"
+    )
+    if view["output"] is not None:
+        console.print(f"output: {json.dumps(view['output'])}")
+    if view["failure_reason"]:
+        console.print(f"reason: {view['failure_reason']}")
+    table = Table("seq", "time (UTC)", "event", "details")
+    for h in view["history"]:
+        when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(str(h["seq"]), when, h["type"], _summary(h["data"]))
+    console.print(table)
+
+
+def _summary(data: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v not in (None, ""))
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+@workflow_app.command("list")
+def list_(
+    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Workflows known to the read model."""
+    try:
+        rows = _client(app).projection.list(status)
+    except ValueError as exc:
+        raise KeelError(str(exc)) from None
+    if json_:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("workflow", "name", "version", "status")
+    for r in rows:
+        table.add_row(r["workflow_id"], r["name"], str(r["version"]), r["status"])
+    console.print(table)
+
+
+@workflow_app.command("signal")
+def signal_(
+    workflow_id: str,
+    name: str,
+    payload: Annotated[str, typer.Option("--payload", help="Signal payload as JSON.")] = "{}",
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Deliver a signal to a running workflow."""
+    client = _client(app)
+    mid = client.signal(workflow_id, name, parse_json(payload, "--payload"))
+    console.print(f"signal '{name}' sent to {workflow_id} ({mid})")
+
+
+@workflow_app.command("cancel")
+def cancel(
+    workflow_id: str,
+    reason: Annotated[str, typer.Option(help="Why.")] = "cancelled by operator",
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Cancel a running workflow."""
+    mid = _client(app).cancel(workflow_id, reason)
+    console.print(f"cancel sent to {workflow_id} ({mid})")

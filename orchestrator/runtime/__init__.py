@@ -1,0 +1,1 @@
+"""Kafka and Redis runtime: orchestrator loop, worker plumbing, projections, client."""

@@ -1,0 +1,176 @@
+"""The client side of Keel: publish commands, read the workflow read model.
+
+Every check that can be made before writing is made here, so bad input writes
+nothing to Kafka: an unknown workflow, input that fails its schema, a signal to a
+finished workflow. The orchestrator checks again (it is the authority); these
+checks exist so the operator gets a clear answer at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from orchestrator.app import KeelApp
+from orchestrator.codec import default_codec
+from orchestrator.domain.messages import (
+    CancelWorkflow,
+    Envelope,
+    SignalWorkflow,
+    StartWorkflow,
+)
+from orchestrator.domain.state import TERMINAL_STATUSES
+from orchestrator.errors import KeelError
+from orchestrator.runtime import tracing
+from orchestrator.runtime.kafka import producer_config
+from orchestrator.runtime.projection import Projection
+from orchestrator.settings import Settings
+
+
+class ClientError(KeelError):
+    """A request refused before anything was written."""
+
+
+@dataclass
+class StartResult:
+    workflow_id: str
+    run_id: str
+    existed: bool
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ClientError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+class KeelClient:
+    def __init__(self, settings: Settings, app: KeelApp) -> None:
+        self.settings = settings
+        self.app = app
+        self.codec = default_codec()
+        self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
+        self._producer: Producer | None = None
+        self._tracer = tracing.tracer()
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(producer_config(self.settings))
+        return self._producer
+
+    def _send(self, workflow_id: str, payload: Any, message_id: str | None = None) -> str:
+        mid = message_id or uuid.uuid4().hex
+        with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
+            traceparent = tracing.current_traceparent()
+            env: Envelope[Any] = Envelope(
+                message_id=mid,
+                workflow_id=workflow_id,
+                run_id="",
+                seq=0,
+                type=type(payload).__name__,
+                recorded_at=now_ms(),
+                payload=payload,
+                correlation_id=workflow_id,
+                traceparent=traceparent,
+            )
+            headers = [("traceparent", traceparent.encode())] if traceparent else None
+            errors: list[str] = []
+            self.producer.produce(
+                self.settings.topic("commands"),
+                key=workflow_id.encode(),
+                value=self.codec.encode(env),
+                headers=headers,
+                on_delivery=lambda err, _msg: errors.append(str(err)) if err else None,
+            )
+            if self.producer.flush(self.settings.admin_timeout_s) != 0:
+                raise ClientError(
+                    f"Kafka at {self.settings.kafka_servers} did not acknowledge the command "
+                    f"within {self.settings.admin_timeout_s:g}s"
+                )
+            if errors:
+                raise ClientError(f"Kafka refused the command: {errors[0]}")
+        return mid
+
+    # ------------------------------------------------------------------ commands
+    def start(
+        self,
+        name: str,
+        input_obj: Any,
+        workflow_id: str | None = None,
+        version: int | None = None,
+    ) -> StartResult:
+        try:
+            definition = self.app.validate_start(name, version, input_obj)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        wf = workflow_id or f"{name}-{uuid.uuid4().hex[:12]}"
+        existing = self.projection.get(wf)
+        if existing is not None:
+            return StartResult(wf, existing["run_id"], existed=True)
+        input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
+        mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
+        return StartResult(wf, mid, existed=False)
+
+    def _require_running(self, workflow_id: str, what: str) -> None:
+        found = self.projection.get(workflow_id)
+        if found is None:
+            raise ClientError(f"workflow '{workflow_id}' does not exist; {what} refused")
+        if found["status"] in TERMINAL_STATUSES:
+            raise ClientError(f"workflow '{workflow_id}' is {found['status']}; {what} refused")
+
+    def signal(self, workflow_id: str, name: str, payload: Any) -> str:
+        self._require_running(workflow_id, f"signal '{name}'")
+        return self._send(workflow_id, SignalWorkflow(name, json.dumps(payload)))
+
+    def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
+        self._require_running(workflow_id, "cancel")
+        return self._send(workflow_id, CancelWorkflow(reason))
+
+    # ------------------------------------------------------------------ reads
+    def show(self, workflow_id: str) -> dict[str, Any]:
+        found = self.projection.get(workflow_id)
+        if found is None:
+            raise ClientError(f"workflow '{workflow_id}' does not exist")
+        return {
+            "workflow_id": workflow_id,
+            "name": found["name"],
+            "version": found["version"],
+            "status": found["status"],
+            "state": found["state"],
+            "output": found["output"],
+            "failure_reason": found["failure_reason"],
+            "run_id": found["run_id"],
+            "history": self.projection.history(workflow_id),
+        }
+
+    def wait(self, workflow_id: str, timeout_s: float, poll_s: float = 0.02) -> dict[str, Any]:
+        """Block until the workflow ends (or ``timeout_s``); returns its projection."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.projection.get(workflow_id)
+            if found is not None and found["status"] in TERMINAL_STATUSES:
+                return found
+            if time.monotonic() > deadline:
+                status = found["status"] if found else "not started yet"
+                raise ClientError(
+                    f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
+                    f"(status: {status})"
+                )
+            time.sleep(poll_s)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(5)

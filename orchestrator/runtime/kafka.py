@@ -1,0 +1,121 @@
+"""Kafka client configuration shared by every Keel process.
+
+Settings here are deliberate: Java-compatible key partitioning (murmur2) so any
+producer of commands lands on the partition its orchestrator owns; low linger and
+fetch waits because a workflow step is several hops and each hop's wait adds up;
+``read_committed`` everywhere, because only committed transactions are facts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from orchestrator.settings import Settings
+
+log = logging.getLogger("keel.kafka")
+
+#: librdkafka's own log lines go through this logger (quiet unless debugging).
+client_log = logging.getLogger("keel.librdkafka")
+client_log.setLevel(logging.ERROR)
+
+PARTITIONER = "murmur2_random"
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.kafka_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 1,
+        "partitioner": PARTITIONER,
+        "compression.type": "lz4",
+        "logger": client_log,
+        **extra,
+    }
+
+
+def transactional_producer(settings: Settings, transactional_id: str) -> Producer:
+    producer = Producer(
+        producer_config(
+            settings,
+            **{
+                "transactional.id": transactional_id,
+                # A zombie's open transaction blocks read_committed readers until it
+                # ends; keep that window short.
+                "transaction.timeout.ms": 15000,
+            },
+        )
+    )
+    producer.init_transactions(60)
+    return producer
+
+
+def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.kafka_servers,
+        "group.id": group_id,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+        "max.poll.interval.ms": 300000,
+        "logger": client_log,
+        **extra,
+    }
+
+
+def read_partitions(
+    settings: Settings,
+    topic: str,
+    starts: dict[int, int],
+    *,
+    batch: int = 1000,
+    timeout_s: float = 120.0,
+) -> Iterable[Message]:
+    """Every committed record of the given partitions from their start offsets to the end.
+
+    "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
+    Used to rebuild state, so it raises rather than silently stopping short.
+    """
+    if not starts:
+        return
+    consumer = Consumer(
+        consumer_config(
+            settings,
+            f"{settings.topic_prefix}.reader",
+            **{"enable.partition.eof": True, "fetch.wait.max.ms": 50},
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+        pending = set(starts)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} {sorted(pending)} took over {timeout_s}s")
+            for msg in consumer.consume(batch, 0.2):
+                err = msg.error()
+                if err is None:
+                    yield msg
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                elif not err.retriable():
+                    raise KafkaException(err)
+    finally:
+        consumer.close()
+
+
+def next_offsets(records: Iterable[Message]) -> list[TopicPartition]:
+    """The offsets to commit after ``records``: one past the last record per partition."""
+    nxt: dict[tuple[str, int], int] = {}
+    for m in records:
+        nxt[(m.topic(), m.partition())] = m.offset() + 1
+    return [TopicPartition(t, p, o) for (t, p), o in nxt.items()]

@@ -1,0 +1,478 @@
+"""The orchestrator process: the single writer of every workflow on its partitions.
+
+Per batch, in ONE Kafka transaction (EOS v2): read commands, ``decide``, append the
+events to ``keel.events`` (same partition as the command), emit activity tasks, dead-
+letter what cannot be processed, and commit the consumer offsets with the group
+metadata. Only after the commit succeeds does the new state become this process's
+memory; an aborted batch is rewound and retried, so memory never runs ahead of Kafka.
+
+On assignment a partition is rebuilt from its newest checkpoint in ``keel.snapshots``
+plus the tail of ``keel.events``; timers are re-armed from the rebuilt state. A
+checkpoint writes the state of every workflow changed since the previous one and a
+marker holding the events offset they cover, so recovery time stays bounded as
+history grows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from orchestrator.app import KeelApp
+from orchestrator.codec import DecodeError, default_codec
+from orchestrator.domain.decider import CommandRejected, HistoryError
+from orchestrator.domain.messages import (
+    ActivityScheduled,
+    ActivityTask,
+    DeadLetter,
+    Envelope,
+    FireTimer,
+    WorkflowSnapshot,
+)
+from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime import tracing
+from orchestrator.runtime.kafka import consumer_config, read_partitions, transactional_producer
+from orchestrator.runtime.timers import TimerHeap
+from orchestrator.settings import Settings
+
+log = logging.getLogger("keel.orchestrator")
+
+#: Key of the per-partition checkpoint marker in keel.snapshots.
+CHECKPOINT_KEY = "__keel_checkpoint__"
+TXN_TIMEOUT_S = 30.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class PartitionState:
+    """What this process holds for one owned partition."""
+
+    workflows: dict[str, WorkflowState] = field(default_factory=dict)
+    #: Workflows changed since the last checkpoint.
+    dirty: set[str] = field(default_factory=set)
+    #: keel.events offset just past the last event known to be in the log.
+    events_end: int = 0
+    events_since_checkpoint: int = 0
+
+
+@dataclass
+class OrchestratorStats:
+    commands: int = 0
+    events: int = 0
+    tasks: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    aborts: int = 0
+    recovered_events: int = 0
+    recovery_s: float = 0.0
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        settings: Settings,
+        app: KeelApp,
+        *,
+        batch_size: int = 500,
+        checkpoint_interval_s: float = 30.0,
+        checkpoint_events: int = 20_000,
+        on_assigned: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.app = app
+        self.decider = app.decider()
+        self.codec = default_codec()
+        self.batch_size = batch_size
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.checkpoint_events = checkpoint_events
+        self.on_assigned = on_assigned
+        self.instance_id = uuid.uuid4().hex[:12]
+        self.t_commands = settings.topic("commands")
+        self.t_events = settings.topic("events")
+        self.t_tasks = settings.topic("tasks")
+        self.t_snapshots = settings.topic("snapshots")
+        self.t_dlq = settings.topic("dlq")
+        self.partitions: dict[int, PartitionState] = {}
+        self.timers = TimerHeap()
+        self.stats = OrchestratorStats()
+        self._stop = threading.Event()
+        self._last_checkpoint = time.monotonic()
+        self._tracer = tracing.tracer()
+        self.consumer: Consumer | None = None
+        self.producer: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        self.producer = transactional_producer(
+            self.settings, f"{self.settings.topic_prefix}.orchestrator.{self.instance_id}"
+        )
+        self.consumer = Consumer(
+            consumer_config(
+                self.settings,
+                f"{self.settings.topic_prefix}.orchestrator",
+                **{"partition.assignment.strategy": "range"},
+            )
+        )
+        self.consumer.subscribe(
+            [self.t_commands],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        log.info("orchestrator %s started on %s", self.instance_id, self.t_commands)
+        try:
+            while not self._stop.is_set():
+                self.step()
+            if self.partitions:
+                self.checkpoint()
+        finally:
+            self.consumer.close()
+            self.producer.flush(10)
+            log.info("orchestrator %s stopped", self.instance_id)
+
+    def step(self) -> None:
+        """One poll, and one transaction if there is work."""
+        assert self.consumer is not None
+        wait_ms = self.timers.next_due_in_ms(now_ms())
+        timeout = 0.1 if wait_ms is None else min(0.1, wait_ms / 1000)
+        msgs = self.consumer.consume(self.batch_size, timeout)
+        now = now_ms()
+        due = self.timers.pop_due(now) if self.partitions else []
+        msgs = [m for m in msgs if m.partition() in self.partitions or m.error()]
+        if msgs or due:
+            self._transact(msgs, due, now)
+        if time.monotonic() - self._last_checkpoint >= self.checkpoint_interval_s or any(
+            ps.events_since_checkpoint >= self.checkpoint_events for ps in self.partitions.values()
+        ):
+            self.checkpoint()
+
+    # ------------------------------------------------------------------ one batch
+    def _transact(self, msgs: list[Message], due: list[tuple[int, str, str]], now: int) -> None:
+        overlay: dict[str, tuple[int, WorkflowState]] = {}
+        first: dict[int, int] = {}
+        nxt: dict[int, int] = {}
+        self.producer.begin_transaction()
+        try:
+            for msg in msgs:
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("consumer error: %s", msg.error())
+                    continue
+                p = msg.partition()
+                first.setdefault(p, msg.offset())
+                nxt[p] = msg.offset() + 1
+                self._process_record(msg, overlay, now)
+            for p, wf, timer_id in due:
+                self._fire_timer(p, wf, timer_id, overlay, now)
+            if nxt:
+                offsets = [TopicPartition(self.t_commands, p, o) for p, o in nxt.items()]
+                self.producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S
+                )
+            self._commit()
+        except KafkaException as exc:
+            self._abort(exc, first, due)
+            return
+        self.producer.poll(0)  # serve delivery reports (they keep events_end exact)
+        self.stats.transactions += 1
+        self.stats.commands += len(msgs)
+        for wf, (p, state) in overlay.items():
+            ps = self.partitions.get(p)
+            if ps is None:
+                continue
+            ps.workflows[wf] = state
+            ps.dirty.add(wf)
+            for timer_id, fire_at in state.pending_timers():
+                self.timers.arm(p, wf, timer_id, fire_at)
+
+    def _commit(self) -> None:
+        while True:
+            try:
+                self.producer.commit_transaction(TXN_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                if exc.args[0].retriable():
+                    continue
+                raise
+
+    def _abort(self, exc: KafkaException, first: dict[int, int], due: list) -> None:
+        """Abort the batch and rewind; a fatal error (e.g. fenced) ends the process."""
+        err: KafkaError = exc.args[0]
+        if err.fatal() or not err.txn_requires_abort():
+            log.error("fatal transaction error, stopping: %s", err)
+            raise exc
+        log.warning("transaction aborted, batch will be retried: %s", err)
+        self.stats.aborts += 1
+        self.producer.abort_transaction(TXN_TIMEOUT_S)
+        for p, offset in first.items():
+            if p in self.partitions:
+                self.consumer.seek(TopicPartition(self.t_commands, p, offset))
+        for p, wf, timer_id in due:
+            state = self.partitions.get(p, PartitionState()).workflows.get(wf)
+            if state is not None and timer_id in state.timers:
+                self.timers.arm(p, wf, timer_id, state.timers[timer_id].fire_at)
+
+    def _process_record(
+        self, msg: Message, overlay: dict[str, tuple[int, WorkflowState]], now: int
+    ) -> None:
+        try:
+            env = self.codec.decode(msg.value())
+        except DecodeError as exc:
+            self._dead_letter(msg, None, f"undecodable record: {exc}")
+            return
+        if env.payload.KIND != "command":
+            self._dead_letter(msg, env, f"{env.type} is not a command")
+            return
+        self._apply(msg.partition(), env, overlay, now, msg)
+
+    def _fire_timer(
+        self,
+        p: int,
+        wf: str,
+        timer_id: str,
+        overlay: dict[str, tuple[int, WorkflowState]],
+        now: int,
+    ) -> None:
+        ps = self.partitions.get(p)
+        if ps is None:
+            return
+        state = overlay[wf][1] if wf in overlay else ps.workflows.get(wf)
+        if state is None or timer_id not in state.timers:
+            return  # fired already, or its wait ended
+        env: Envelope[Any] = Envelope(
+            message_id=f"{state.run_id}/timer/{timer_id}",
+            workflow_id=wf,
+            run_id=state.run_id,
+            seq=0,
+            type="FireTimer",
+            recorded_at=now,
+            payload=FireTimer(timer_id),
+        )
+        self._apply(p, env, overlay, now, None)
+
+    def _apply(
+        self,
+        p: int,
+        cmd: Envelope[Any],
+        overlay: dict[str, tuple[int, WorkflowState]],
+        now: int,
+        msg: Message | None,
+    ) -> None:
+        wf = cmd.workflow_id
+        ps = self.partitions[p]
+        state = overlay[wf][1] if wf in overlay else ps.workflows.get(wf)
+        with self._tracer.start_as_current_span(
+            f"keel.command {cmd.type}",
+            context=tracing.extract(cmd.traceparent),
+            kind=SpanKind.CONSUMER,
+            attributes={"keel.workflow_id": wf, "keel.command": cmd.type},
+        ) as span:
+            try:
+                new_state, events = self.decider.handle(state, cmd, now)
+            except CommandRejected as exc:
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                log.info("command rejected: %s", exc)
+                if msg is not None:
+                    self._dead_letter(msg, cmd, f"rejected: {exc}")
+                return
+            if not events or new_state is None:
+                return
+            traceparent = tracing.current_traceparent()
+            headers = [("traceparent", traceparent.encode())] if traceparent else None
+            key = wf.encode()
+            for ev in events:
+                self.producer.produce(
+                    self.t_events,
+                    value=self.codec.encode(ev),
+                    key=key,
+                    partition=p,
+                    headers=headers,
+                    on_delivery=self._on_event_delivered,
+                )
+                if isinstance(ev.payload, ActivityScheduled):
+                    self._emit_task(ev, key, headers, now)
+            self.stats.events += len(events)
+            ps.events_since_checkpoint += len(events)
+            overlay[wf] = (p, new_state)
+
+    def _emit_task(self, ev: Envelope[Any], key: bytes, headers: list | None, now: int) -> None:
+        s: ActivityScheduled = ev.payload
+        task: Envelope[Any] = Envelope(
+            message_id=f"{ev.message_id}/task",
+            workflow_id=ev.workflow_id,
+            run_id=ev.run_id,
+            seq=0,
+            type="ActivityTask",
+            recorded_at=now,
+            payload=ActivityTask(
+                s.activity_id,
+                s.activity_type,
+                s.step,
+                s.input_json,
+                s.logical_attempt,
+                s.attempt,
+                s.idempotency_key,
+            ),
+            causation_id=ev.message_id,
+            correlation_id=ev.correlation_id,
+            traceparent=ev.traceparent,
+        )
+        self.producer.produce(self.t_tasks, value=self.codec.encode(task), key=key, headers=headers)
+        self.stats.tasks += 1
+
+    def _on_event_delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            ps = self.partitions.get(msg.partition())
+            if ps is not None and msg.offset() >= ps.events_end:
+                ps.events_end = msg.offset() + 1
+
+    def _dead_letter(self, msg: Message, env: Envelope[Any] | None, reason: str) -> None:
+        self.stats.dead_letters += 1
+        log.warning(
+            "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
+        )
+        key = msg.key()
+        letter: Envelope[Any] = Envelope(
+            message_id=f"dlq/{msg.topic()}/{msg.partition()}/{msg.offset()}",
+            workflow_id=env.workflow_id if env else (key or b"").decode("utf-8", "replace"),
+            run_id=env.run_id if env else "",
+            seq=0,
+            type="DeadLetter",
+            recorded_at=now_ms(),
+            payload=DeadLetter(
+                msg.topic(), msg.partition(), msg.offset(), reason, key, msg.value()
+            ),
+            causation_id=env.message_id if env else None,
+        )
+        self.producer.produce(self.t_dlq, value=self.codec.encode(letter), key=key)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self) -> None:
+        """Snapshot each workflow changed since the last checkpoint, plus a partition marker."""
+        self._last_checkpoint = time.monotonic()
+        touched = {p: ps for p, ps in self.partitions.items() if ps.dirty}
+        if not touched:
+            return
+        now = now_ms()
+        self.producer.flush(TXN_TIMEOUT_S)  # every delivery report in: events_end is exact
+        self.producer.begin_transaction()
+        try:
+            for p, ps in touched.items():
+                for wf in ps.dirty:
+                    state = ps.workflows[wf]
+                    self._produce_snapshot(p, wf, state.run_id, state.seq, state.to_json(), ps, now)
+                self._produce_snapshot(p, CHECKPOINT_KEY, "", 0, "", ps, now)
+            self._commit()
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal() or not err.txn_requires_abort():
+                raise
+            self.producer.abort_transaction(TXN_TIMEOUT_S)
+            log.warning("checkpoint aborted, will retry: %s", err)
+            return
+        for ps in touched.values():
+            ps.dirty.clear()
+            ps.events_since_checkpoint = 0
+
+    def _produce_snapshot(
+        self, p: int, key: str, run_id: str, seq: int, state_json: str, ps: PartitionState, now: int
+    ) -> None:
+        env: Envelope[Any] = Envelope(
+            message_id=f"snapshot/{key}/{seq}/{ps.events_end}",
+            workflow_id=key,
+            run_id=run_id,
+            seq=seq,
+            type="WorkflowSnapshot",
+            recorded_at=now,
+            payload=WorkflowSnapshot(state_json, ps.events_end),
+        )
+        self.producer.produce(
+            self.t_snapshots, value=self.codec.encode(env), key=key.encode(), partition=p
+        )
+
+    # ------------------------------------------------------------------ rebalancing
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        owned = sorted(tp.partition for tp in partitions)
+        if not owned:
+            return
+        # With read_committed this offset fetch requires *stable* offsets (KIP-447): it
+        # waits until a previous owner's open transaction has committed or aborted, so
+        # the events read next include everything that owner committed.
+        consumer.committed(partitions, timeout=120)
+        began = time.monotonic()
+        recovered = self.recover(owned)
+        for p, ps in recovered.items():
+            self.partitions[p] = ps
+            for wf, state in ps.workflows.items():
+                for timer_id, fire_at in state.pending_timers():
+                    self.timers.arm(p, wf, timer_id, fire_at)
+        took = time.monotonic() - began
+        self.stats.recovery_s += took
+        log.info(
+            "assigned partitions %s: %d workflows rebuilt in %.2fs",
+            owned,
+            sum(len(ps.workflows) for ps in recovered.values()),
+            took,
+        )
+        if self.on_assigned:
+            self.on_assigned(owned)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        for p in gone:
+            self.partitions.pop(p, None)
+        self.timers.drop_partitions(gone)
+        if gone:
+            log.info("partitions %s revoked", sorted(gone))
+
+    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it."""
+        result = {p: PartitionState() for p in owned}
+        starts: dict[int, int] = dict.fromkeys(owned, 0)
+        snapshots: dict[int, dict[str, str]] = {p: {} for p in owned}
+        for msg in read_partitions(self.settings, self.t_snapshots, dict.fromkeys(owned, 0)):
+            p = msg.partition()
+            try:
+                env = self.codec.decode(msg.value())
+            except DecodeError as exc:
+                log.error("unreadable snapshot at %s[%d]@%d: %s", msg.topic(), p, msg.offset(), exc)
+                continue
+            snap: WorkflowSnapshot = env.payload
+            if env.workflow_id == CHECKPOINT_KEY:
+                starts[p] = snap.events_offset
+            else:
+                snapshots[p][env.workflow_id] = snap.state_json
+        for p in owned:
+            result[p].workflows = {
+                wf: WorkflowState.from_json(js) for wf, js in snapshots[p].items()
+            }
+            result[p].events_end = starts[p]
+        count = 0
+        for msg in read_partitions(self.settings, self.t_events, starts):
+            p = msg.partition()
+            ps = result[p]
+            ps.events_end = msg.offset() + 1
+            try:
+                env = self.codec.decode(msg.value())
+                wf = env.workflow_id
+                ps.workflows[wf] = self.decider.evolve(ps.workflows.get(wf), env)
+                ps.dirty.add(wf)
+            except (DecodeError, HistoryError) as exc:
+                log.error("unusable event at %s[%d]@%d: %s", msg.topic(), p, msg.offset(), exc)
+            count += 1
+        self.stats.recovered_events += count
+        return result

@@ -1,0 +1,107 @@
+"""OpenTelemetry for Keel processes: a span per command and per activity run.
+
+The W3C ``traceparent`` travels in each record's Kafka headers and in its envelope,
+so one trace follows a workflow from ``keel workflow start`` through every
+orchestrator decision and worker call to completion, across processes.
+Spans are exported only when asked: ``KEEL_TRACE_FILE`` writes JSON lines (tests,
+debugging); ``OTEL_EXPORTER_OTLP_ENDPOINT`` is honoured when the OTLP exporter is
+installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_propagator = TraceContextTextMapPropagator()
+_configured = False
+
+
+class JsonLinesExporter(SpanExporter):
+    """Appends one JSON object per finished span to a file (several processes may share it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = []
+        for s in spans:
+            ctx = s.get_span_context()
+            parent = s.parent
+            lines.append(
+                json.dumps(
+                    {
+                        "name": s.name,
+                        "trace_id": format(ctx.trace_id, "032x"),
+                        "span_id": format(ctx.span_id, "016x"),
+                        "parent_id": format(parent.span_id, "016x") if parent else None,
+                        "service": s.resource.attributes.get("service.name"),
+                        "attributes": dict(s.attributes or {}),
+                    }
+                )
+            )
+        with self._lock, open(self.path, "a", encoding="utf-8") as out:
+            out.write("\n".join(lines) + "\n")
+        return SpanExportResult.SUCCESS
+
+
+def configure_tracing(service_name: str) -> None:
+    """Install the SDK tracer provider once per process, with exporters from the environment."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    path = os.environ.get("KEEL_TRACE_FILE")
+    if path:
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(path)))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore
+                OTLPSpanExporter,
+            )
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        except ImportError:
+            pass
+    trace.set_tracer_provider(provider)
+
+
+def tracer() -> trace.Tracer:
+    return trace.get_tracer("keel")
+
+
+def extract(traceparent: str | None) -> otel_context.Context | None:
+    """The remote parent context named by a ``traceparent`` value, if any."""
+    if not traceparent:
+        return None
+    return _propagator.extract({"traceparent": traceparent})
+
+
+def current_traceparent() -> str | None:
+    carrier: dict[str, Any] = {}
+    _propagator.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def headers_traceparent(headers: list[tuple[str, bytes]] | None) -> str | None:
+    for key, value in headers or ():
+        if key == "traceparent" and value:
+            return value.decode("ascii", "replace")
+    return None
