@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     kafka_heap: str = Field(
         default="1g", pattern=r"^[0-9]+[mMgG]$", description="JVM heap of each local broker."
     )
+    instance_id: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9._-]{0,100}$",
+        description=(
+            "Stable identity of this process (e.g. a pod name): a restart with the same id "
+            "takes over its partitions at once and fences its predecessor's transaction."
+        ),
+    )
     admin_timeout_s: float = Field(
         default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
     )

@@ -107,3 +107,25 @@ def settings(servers: Servers, topic_prefix: str):
     )
     create_topics(s)
     return s
+
+
+@pytest.fixture
+def services(settings, tmp_path):
+    """Start Keel service processes for one test; all are stopped by PID afterwards."""
+    from tests.support import Services
+
+    svc = Services(settings, tmp_path)
+    try:
+        yield svc
+    finally:
+        svc.stop_all()
+
+
+@pytest.fixture
+def client(settings):
+    from orchestrator.examples import app
+    from orchestrator.runtime.client import KeelClient
+
+    c = KeelClient(settings, app)
+    yield c
+    c.close()

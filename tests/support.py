@@ -47,3 +47,105 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+class Services:
+    """Keel service processes (orchestrator, worker, ...) started for one test.
+
+    Each runs as ``python -m orchestrator <role>`` against the test's servers and topic
+    prefix, logs to a file of its own, and is stopped by PID at the end of the test.
+    """
+
+    def __init__(self, settings, log_dir, **extra_env: str) -> None:
+        import os
+
+        self.settings = settings
+        self.log_dir = log_dir
+        self.procs: list = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        self.env.update(
+            KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
+            KEEL_REDIS_URL=settings.redis,
+            KEEL_TOPIC_PREFIX=settings.topic_prefix,
+            KEEL_PARTITIONS=str(settings.partitions),
+            KEEL_LOG_LEVEL="INFO",
+            **extra_env,
+        )
+
+    def start(self, role: str, *args: str, **env: str):
+        import subprocess
+        import sys
+
+        log = self.log_dir / f"{role}-{len(self.procs)}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", role, *args],
+            env={**self.env, **env},
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        proc.log_path = log  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc, sig: int = 9) -> None:
+        import os
+
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        import signal
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except Exception:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def decode_all(records) -> list:
+    from orchestrator.codec import default_codec
+
+    codec = default_codec()
+    return [codec.decode(r.value()) for r in records]
+
+
+def histories(settings, expect_events: int = 0) -> dict[str, list]:
+    """Every workflow's events from keel.events, in log order."""
+    records = read_topic(
+        settings.kafka_servers, settings.topic("events"), settings.partitions, expect_events
+    )
+    by_wf: dict[str, list] = {}
+    for env in decode_all(records):
+        by_wf.setdefault(env.workflow_id, []).append(env)
+    return by_wf
+
+
+def assert_sound_history(wf: str, events: list) -> None:
+    """Contiguous seq from 1, no duplicate event, exactly one terminal event, last."""
+    from orchestrator.domain.messages import TERMINAL_EVENTS
+
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(1, len(events) + 1)), f"{wf}: seqs {seqs}"
+    ids = [e.message_id for e in events]
+    assert len(set(ids)) == len(ids), f"{wf}: duplicate events"
+    terminal = [e for e in events if isinstance(e.payload, TERMINAL_EVENTS)]
+    assert len(terminal) == 1, f"{wf}: {len(terminal)} terminal events"
+    assert events[-1] is terminal[0], f"{wf}: events after the terminal one"
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)

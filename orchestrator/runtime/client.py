@@ -63,6 +63,7 @@ class KeelClient:
         self.codec = default_codec()
         self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
         self._producer: Producer | None = None
+        self._errors: list[str] = []
         self._tracer = tracing.tracer()
 
     @property
@@ -71,8 +72,8 @@ class KeelClient:
             self._producer = Producer(producer_config(self.settings))
         return self._producer
 
-    def _send(self, workflow_id: str, payload: Any, message_id: str | None = None) -> str:
-        mid = message_id or uuid.uuid4().hex
+    def _send(self, workflow_id: str, payload: Any, flush: bool = True) -> str:
+        mid = uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
             traceparent = tracing.current_traceparent()
             env: Envelope[Any] = Envelope(
@@ -87,22 +88,36 @@ class KeelClient:
                 traceparent=traceparent,
             )
             headers = [("traceparent", traceparent.encode())] if traceparent else None
-            errors: list[str] = []
-            self.producer.produce(
-                self.settings.topic("commands"),
-                key=workflow_id.encode(),
-                value=self.codec.encode(env),
-                headers=headers,
-                on_delivery=lambda err, _msg: errors.append(str(err)) if err else None,
-            )
-            if self.producer.flush(self.settings.admin_timeout_s) != 0:
-                raise ClientError(
-                    f"Kafka at {self.settings.kafka_servers} did not acknowledge the command "
-                    f"within {self.settings.admin_timeout_s:g}s"
-                )
-            if errors:
-                raise ClientError(f"Kafka refused the command: {errors[0]}")
+            while True:
+                try:
+                    self.producer.produce(
+                        self.settings.topic("commands"),
+                        key=workflow_id.encode(),
+                        value=self.codec.encode(env),
+                        headers=headers,
+                        on_delivery=self._on_delivery,
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        if flush:
+            self._flush()
         return mid
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+
+    def _flush(self) -> None:
+        """Return only once Kafka acknowledged every command sent so far."""
+        if self.producer.flush(self.settings.admin_timeout_s) != 0:
+            raise ClientError(
+                f"Kafka at {self.settings.kafka_servers} did not acknowledge the command "
+                f"within {self.settings.admin_timeout_s:g}s"
+            )
+        if self._errors:
+            first, self._errors = self._errors[0], []
+            raise ClientError(f"Kafka refused the command: {first}")
 
     # ------------------------------------------------------------------ commands
     def start(
@@ -123,6 +138,25 @@ class KeelClient:
         input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
         mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
         return StartResult(wf, mid, existed=False)
+
+    def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
+        """Start many workflows ``(workflow_id, input)`` with one flush (tests, benchmarks).
+
+        Each input is validated first, so a bad one writes nothing at all; existing IDs
+        are left to the orchestrator, which writes nothing for them.
+        """
+        try:
+            definition = self.app.latest(name)
+            for _, input_obj in runs:
+                self.app.validate_start(name, definition.version, input_obj)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        ids = []
+        for wf, input_obj in runs:
+            payload = StartWorkflow(definition.name, definition.version, json.dumps(input_obj))
+            ids.append(self._send(wf, payload, flush=False))
+        self._flush()
+        return ids
 
     def _require_running(self, workflow_id: str, what: str) -> None:
         found = self.projection.get(workflow_id)

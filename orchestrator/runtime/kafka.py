@@ -47,7 +47,7 @@ def transactional_producer(settings: Settings, transactional_id: str) -> Produce
                 "transactional.id": transactional_id,
                 # A zombie's open transaction blocks read_committed readers until it
                 # ends; keep that window short.
-                "transaction.timeout.ms": 15000,
+                "transaction.timeout.ms": 10000,
             },
         )
     )
@@ -64,7 +64,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 10,
-        "session.timeout.ms": 10000,
+        "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
         "logger": client_log,

@@ -97,7 +97,7 @@ class Orchestrator:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.checkpoint_events = checkpoint_events
         self.on_assigned = on_assigned
-        self.instance_id = uuid.uuid4().hex[:12]
+        self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.t_commands = settings.topic("commands")
         self.t_events = settings.topic("events")
         self.t_tasks = settings.topic("tasks")
@@ -120,11 +120,12 @@ class Orchestrator:
         self.producer = transactional_producer(
             self.settings, f"{self.settings.topic_prefix}.orchestrator.{self.instance_id}"
         )
+        static = {"group.instance.id": self.instance_id} if self.settings.instance_id else {}
         self.consumer = Consumer(
             consumer_config(
                 self.settings,
                 f"{self.settings.topic_prefix}.orchestrator",
-                **{"partition.assignment.strategy": "range"},
+                **{"partition.assignment.strategy": "range", **static},
             )
         )
         self.consumer.subscribe(

@@ -1,0 +1,84 @@
+"""SIGKILL the orchestrator: nothing is lost, repeated or duplicated; timers still fire once."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from orchestrator.domain.messages import TimerFired, TimerScheduled, WorkflowCompleted
+from tests.support import assert_sound_history, histories, wait_until
+
+pytestmark = pytest.mark.fault
+
+
+def _assigned(proc) -> list[str]:
+    return [ln for ln in proc.log_path.read_text().splitlines() if "assigned partitions" in ln]
+
+
+def test_five_sigkills_with_500_workflows_in_flight(settings, services, client):
+    rng = random.Random(7)
+    # A stable instance id: each restart takes over at once and fences its predecessor.
+    orch = services.start("orchestrator", KEEL_INSTANCE_ID="crashy")
+    services.start("worker")
+    wait_until(lambda: _assigned(orch), 60, "the first assignment")
+    n = 500
+    client.start_many("parallel_checks", [(f"crash-{i}", {"n": i}) for i in range(n)])
+    kills = 0
+    in_flight_at_kill = []
+    while kills < 5:
+        time.sleep(rng.uniform(0.2, 1.5))
+        in_flight_at_kill.append(n - client.projection.counts()["completed"])
+        services.kill(orch)
+        kills += 1
+        orch = services.start("orchestrator", KEEL_INSTANCE_ID="crashy")
+        wait_until(lambda p=orch: _assigned(p), 60, "re-assignment after restart")
+    assert in_flight_at_kill[0] > 0, "the first kill must hit workflows in flight"
+    wait_until(
+        lambda: client.projection.counts()["completed"] == n, 300, f"{n} completed workflows"
+    )
+    by_wf = histories(settings, expect_events=11 * n)
+    assert sorted(by_wf) == sorted(f"crash-{i}" for i in range(n))
+    for wf, events in by_wf.items():
+        assert_sound_history(wf, events)
+        assert isinstance(events[-1].payload, WorkflowCompleted)
+        assert len(events) == 11, f"{wf}: {[e.type for e in events]}"
+
+
+def test_scale_out_survivor_takes_the_partitions_of_a_killed_peer(settings, services, client):
+    first = services.start("orchestrator")
+    second = services.start("orchestrator")
+    services.start("worker")
+    wait_until(lambda: _assigned(first) and _assigned(second), 90, "both to own partitions")
+    n = 300
+    client.start_many("parallel_checks", [(f"scale-{i}", {"n": i}) for i in range(n)])
+    time.sleep(0.5)
+    services.kill(second)
+    before = len(_assigned(first))
+    wait_until(lambda: len(_assigned(first)) > before, 90, "the survivor's new assignment")
+    assert "[0, 1, 2, 3]" in _assigned(first)[-1]
+    wait_until(
+        lambda: client.projection.counts()["completed"] == n, 240, f"{n} completed workflows"
+    )
+    for wf, events in histories(settings, expect_events=11 * n).items():
+        assert_sound_history(wf, events)
+
+
+def test_a_timer_scheduled_before_a_sigkill_fires_once_after_restart(settings, services, client):
+    orch = services.start("orchestrator", KEEL_INSTANCE_ID="timers")
+    wait_until(lambda: _assigned(orch), 60, "assignment")
+    wf = client.start("timer_demo", {"seconds": 3}, "sleepy").workflow_id
+    wait_until(lambda: client.projection.status(wf) == "waiting", 30, "the timer wait")
+    services.kill(orch)
+    restarted = services.start("orchestrator", KEEL_INSTANCE_ID="timers")
+    wait_until(lambda: _assigned(restarted), 60, "re-assignment")
+    done = client.wait(wf, 60)
+    assert done["status"] == "completed"
+    events = histories(settings)[wf]
+    assert_sound_history(wf, events)
+    scheduled = [e for e in events if isinstance(e.payload, TimerScheduled)]
+    fired = [e for e in events if isinstance(e.payload, TimerFired)]
+    assert len(scheduled) == 1 and len(fired) == 1
+    assert fired[0].payload.timer_id == scheduled[0].payload.timer_id
+    assert fired[0].recorded_at >= scheduled[0].payload.fire_at

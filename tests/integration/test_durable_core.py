@@ -1,0 +1,119 @@
+"""The durable core end to end: real orchestrator and worker processes, real Kafka and Redis."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.domain.messages import SignalReceived, WorkflowCompleted
+from tests.support import assert_sound_history, histories, read_topic, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def keel(settings, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
+        KEEL_REDIS_URL=settings.redis,
+        KEEL_TOPIC_PREFIX=settings.topic_prefix,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_thousand_dag_workflows_complete_with_sound_histories(settings, services, client):
+    services.start("orchestrator")
+    services.start("worker")
+    n = 1000
+    client.start_many("parallel_checks", [(f"dag-{i}", {"n": i}) for i in range(n)])
+    wait_until(
+        lambda: client.projection.counts()["completed"] == n, 240, f"{n} completed workflows"
+    )
+    by_wf = histories(settings, expect_events=11 * n)
+    assert len(by_wf) == n
+    for wf, events in by_wf.items():
+        assert_sound_history(wf, events)
+        assert isinstance(events[-1].payload, WorkflowCompleted)
+        i = int(wf.split("-")[1])
+        assert json.loads(events[-1].payload.output_json) == {"result": (i + 1) + 2 * i + i * i}
+
+
+def test_document_review_goes_round_twice_then_refuses_late_signals(settings, services, client):
+    services.start("orchestrator")
+    services.start("worker")
+    wf = client.start("document_review", {"document": "invoice 7"}, "review-1").workflow_id
+    for extra in ("receipt", "contract"):
+        wait_until(lambda: client.projection.status(wf) == "waiting", 60, "the wait for documents")
+        client.signal(wf, "documents_added", {"document": extra})
+        wait_until(lambda: client.projection.status(wf) != "waiting", 60, "the signal to land")
+    done = client.wait(wf, 60)
+    assert done["status"] == "completed"
+    assert done["output"] == {"decision": "approved", "documents": 3}
+    view = client.show(wf)
+    states = [h["data"]["state"] for h in view["history"] if h["type"] == "StateEntered"]
+    assert states == [
+        "review",
+        "needs_documents",
+        "review",
+        "needs_documents",
+        "review",
+        "approved",
+    ]
+    assert [h["seq"] for h in view["history"]] == list(range(1, len(view["history"]) + 1))
+
+    before = histories(settings)[wf]
+    late = keel(
+        settings, "workflow", "signal", wf, "documents_added", "--payload", '{"document": "x"}'
+    )
+    assert late.returncode == 1
+    assert late.stderr.strip() == (
+        f"error: workflow '{wf}' is completed; signal 'documents_added' refused"
+    )
+    after = histories(settings)[wf]
+    assert [e.message_id for e in after] == [e.message_id for e in before]
+    assert sum(isinstance(e.payload, SignalReceived) for e in after) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["workflow", "start", "no_such_flow", "--input", "{}"],
+            "error: unknown workflow 'no_such_flow'; known workflows: document_review, "
+            "parallel_checks, three_step, timer_demo",
+        ),
+        (
+            ["workflow", "start", "parallel_checks", "--input", '{"n": "many"}'],
+            "error: invalid input for workflow 'parallel_checks' v1: field 'n': Input should be "
+            "a valid integer, unable to parse string as an integer",
+        ),
+        (
+            ["workflow", "start", "parallel_checks", "--input", '{"n": 1'],
+            "error: --input is not valid JSON: Expecting ',' delimiter at line 1 column 8",
+        ),
+        (
+            ["workflow", "signal", "ghost", "documents_added", "--payload", "{"],
+            "error: --payload is not valid JSON: Expecting property name enclosed in double "
+            "quotes at line 1 column 2",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_writes_nothing(settings, args, message):
+    result = keel(settings, *args)
+    assert result.returncode == 1
+    assert result.stderr.strip() == message
+    assert "Traceback" not in result.stderr
+    written = read_topic(settings.kafka_servers, settings.topic("commands"), settings.partitions)
+    assert written == []
