@@ -13,6 +13,7 @@ from rich.table import Table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.errors import KeelError
 from orchestrator.runtime.client import KeelClient, parse_json
+from orchestrator.runtime.tracing import configure_tracing
 from orchestrator.settings import load_settings
 
 workflow_app = typer.Typer(help="Start, inspect, signal and cancel workflows.")
@@ -20,6 +21,7 @@ console = Console(highlight=False)
 
 
 def _client(app: str) -> KeelClient:
+    configure_tracing("keel-cli")
     return KeelClient(load_settings(), app_from(app))
 
 

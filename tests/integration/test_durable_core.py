@@ -14,7 +14,8 @@ from tests.support import assert_sound_history, histories, read_topic, wait_unti
 pytestmark = pytest.mark.integration
 
 
-def keel(settings, *args: str) -> subprocess.CompletedProcess:
+def keel(settings, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run the real `keel` CLI against the test's servers and topic prefix."""
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
@@ -22,6 +23,7 @@ def keel(settings, *args: str) -> subprocess.CompletedProcess:
         KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
         KEEL_REDIS_URL=settings.redis,
         KEEL_TOPIC_PREFIX=settings.topic_prefix,
+        **extra_env,
     )
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
