@@ -30,7 +30,12 @@ from orchestrator.domain.messages import (
     FailActivity,
 )
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import consumer_config, next_offsets, producer_config
+from orchestrator.runtime.kafka import (
+    consume_batch,
+    consumer_config,
+    next_offsets,
+    producer_config,
+)
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.worker")
@@ -65,7 +70,7 @@ class Worker:
         log.info("worker started on %s", self.t_tasks)
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(self.batch_size, 0.1)
+                msgs = consume_batch(consumer, self.batch_size, 0.1)
                 records = [m for m in msgs if not m.error()]
                 for m in msgs:
                     if m.error() and m.error().code() != KafkaError._PARTITION_EOF:

@@ -29,6 +29,7 @@ app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)
 app.command("dev")(services.dev)
+app.command("bench")(services.bench)
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

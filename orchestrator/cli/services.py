@@ -129,3 +129,23 @@ def dev(app: AppOption = DEFAULT_APP) -> None:
                 c.terminate()
         for c in children:
             c.wait(timeout=30)
+
+
+def bench(
+    workflows: Annotated[int, typer.Option(help="Workflows in the throughput phase.")] = 2000,
+    runs: Annotated[int, typer.Option(help="Runs; each metric is the median.")] = 3,
+    light: Annotated[int, typer.Option(help="Workflows in the light-load phase.")] = 100,
+    light_rate: Annotated[float, typer.Option(help="Starts per second at light load.")] = 20.0,
+) -> None:
+    """Measure the durable core on the real broker; the last line is one JSON object."""
+    import json
+
+    from ops.local import LocalStack
+    from orchestrator.bench import run_bench
+
+    settings = load_settings()
+    if not settings.bootstrap_servers:
+        LocalStack(settings).up()
+    err = Console(stderr=True, highlight=False)
+    result = run_bench(settings, workflows, runs, light, light_rate, lambda m: err.print(m))
+    typer.echo(json.dumps(result))

@@ -113,6 +113,18 @@ def read_partitions(
         consumer.close()
 
 
+def consume_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Whatever is ready, up to ``max_messages``, waiting at most ``timeout_s`` for the first.
+
+    ``Consumer.consume(n, timeout)`` waits for *n* messages or the whole timeout, which
+    adds the timeout to every hop at light load; this returns as soon as anything came.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
+
+
 def next_offsets(records: Iterable[Message]) -> list[TopicPartition]:
     """The offsets to commit after ``records``: one past the last record per partition."""
     nxt: dict[tuple[str, int], int] = {}

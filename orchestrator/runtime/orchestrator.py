@@ -39,7 +39,12 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import consumer_config, read_partitions, transactional_producer
+from orchestrator.runtime.kafka import (
+    consume_batch,
+    consumer_config,
+    read_partitions,
+    transactional_producer,
+)
 from orchestrator.runtime.timers import TimerHeap
 from orchestrator.settings import Settings
 
@@ -150,7 +155,7 @@ class Orchestrator:
         assert self.consumer is not None
         wait_ms = self.timers.next_due_in_ms(now_ms())
         timeout = 0.1 if wait_ms is None else min(0.1, wait_ms / 1000)
-        msgs = self.consumer.consume(self.batch_size, timeout)
+        msgs = consume_batch(self.consumer, self.batch_size, timeout)
         now = now_ms()
         due = self.timers.pop_due(now) if self.partitions else []
         msgs = [m for m in msgs if m.partition() in self.partitions or m.error()]

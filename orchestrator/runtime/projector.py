@@ -23,7 +23,12 @@ from orchestrator.codec import DecodeError, default_codec
 from orchestrator.domain.decider import HistoryError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.kafka import consumer_config, next_offsets, read_partitions
+from orchestrator.runtime.kafka import (
+    consume_batch,
+    consumer_config,
+    next_offsets,
+    read_partitions,
+)
 from orchestrator.runtime.projection import Projection
 from orchestrator.settings import Settings
 
@@ -55,7 +60,7 @@ class Projector:
         consumer.subscribe([self.topic], on_assign=self._reset, on_revoke=self._reset)
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(1000, 0.1)
+                msgs = consume_batch(consumer, 1000, 0.1)
                 records = [m for m in msgs if not m.error()]
                 for m in msgs:
                     if m.error() and m.error().code() != KafkaError._PARTITION_EOF:
