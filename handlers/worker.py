@@ -97,38 +97,26 @@ class Worker:
         if not isinstance(task.payload, ActivityTask):
             self._dead_letter(producer, msg, f"{task.type} is not an activity task")
             return
-        parent = tracing.extract(tracing.headers_traceparent(msg.headers()) or task.traceparent)
         t: ActivityTask = task.payload
-        with self._tracer.start_as_current_span(
-            f"keel.activity {t.activity_type}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={
-                "keel.workflow_id": task.workflow_id,
-                "keel.activity_id": t.activity_id,
-                "keel.attempt": t.attempt,
-            },
-        ) as span:
-            payload: CompleteActivity | FailActivity
-            try:
-                result_json = self.execute(t)
-                payload = CompleteActivity(t.activity_id, t.attempt, result_json)
-                self.completed += 1
-            except Exception as exc:
-                failure_class = classify(exc)
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-                payload = FailActivity(
-                    t.activity_id, t.attempt, failure_class, type(exc).__name__, _message(exc)
-                )
-                self.failed += 1
-                log.info(
-                    "activity %s of %s failed (%s): %s",
-                    t.activity_id,
-                    task.workflow_id,
-                    failure_class,
-                    payload.message,
-                )
-            traceparent = tracing.current_traceparent()
+        incoming = tracing.headers_traceparent(msg.headers()) or task.traceparent
+        if tracing.enabled():
+            with self._tracer.start_as_current_span(
+                f"keel.activity {t.activity_type}",
+                context=tracing.extract(incoming),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "keel.workflow_id": task.workflow_id,
+                    "keel.activity_id": t.activity_id,
+                    "keel.attempt": t.attempt,
+                },
+            ) as span:
+                payload = self._outcome(task)
+                if isinstance(payload, FailActivity):
+                    span.set_status(Status(StatusCode.ERROR, payload.message))
+                traceparent = tracing.current_traceparent()
+        else:
+            payload = self._outcome(task)
+            traceparent = incoming
         report: Envelope[Any] = Envelope(
             message_id=f"{task.message_id}/report/{t.attempt}",
             workflow_id=task.workflow_id,
@@ -143,6 +131,28 @@ class Worker:
         )
         headers = [("traceparent", traceparent.encode())] if traceparent else None
         self._produce(producer, self.t_commands, task.workflow_id.encode(), report, headers)
+
+    def _outcome(self, task: Envelope[Any]) -> CompleteActivity | FailActivity:
+        """Run the task's handler and turn what happened into the report to send."""
+        t: ActivityTask = task.payload
+        try:
+            result_json = self.execute(t)
+        except Exception as exc:
+            failure_class = classify(exc)
+            self.failed += 1
+            message = _message(exc)
+            log.info(
+                "activity %s of %s failed (%s): %s",
+                t.activity_id,
+                task.workflow_id,
+                failure_class,
+                message,
+            )
+            return FailActivity(
+                t.activity_id, t.attempt, failure_class, type(exc).__name__, message
+            )
+        self.completed += 1
+        return CompleteActivity(t.activity_id, t.attempt, result_json)
 
     def execute(self, t: ActivityTask) -> str:
         """Run the handler for ``t``; returns the result as JSON text or raises."""

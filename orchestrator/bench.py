@@ -47,17 +47,23 @@ class _RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pids = pids
         self.peak = dict.fromkeys(pids, 0.0)
+        self.cpu_s = dict.fromkeys(pids, 0.0)
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
             for role, pid in self.pids.items():
                 try:
-                    rss = psutil.Process(pid).memory_info().rss / 2**20
-                    self.peak[role] = max(self.peak[role], rss)
+                    proc = psutil.Process(pid)
+                    self.peak[role] = max(self.peak[role], proc.memory_info().rss / 2**20)
+                    times = proc.cpu_times()
+                    self.cpu_s[role] = times.user + times.system
                 except psutil.NoSuchProcess:
                     pass
             time.sleep(0.1)
+
+    def cpu_mark(self) -> dict[str, float]:
+        return dict(self.cpu_s)
 
     def stop(self) -> None:
         self._stop_evt.set()
@@ -153,11 +159,14 @@ def one_run(
         log(f"throughput: {workflows} workflows at once")
         events_before = done.events
         ids = [f"load-{i}" for i in range(workflows)]
+        cpu_before = sampler.cpu_mark()
         began = time.monotonic()
         client.start_many(WORKFLOW, [(wf, {"n": i % 100}) for i, wf in enumerate(ids)])
         done.wait_for(set(ids), 600)
         elapsed = time.monotonic() - began
         events = done.events - events_before
+        time.sleep(0.25)  # one more sample
+        cpu = {r: sampler.cpu_s[r] - cpu_before[r] for r in cpu_before}
     finally:
         sampler.stop()
         for proc in (orch, worker):
@@ -180,6 +189,8 @@ def one_run(
         "p99_ms": _percentile(latencies, 0.99),
         "rebuild_events_per_s": cold.stats.recovered_events / rebuild_s,
         "rebuilt_events": cold.stats.recovered_events,
+        "cpu_ms_per_workflow_orchestrator": 1000 * cpu["orchestrator"] / workflows,
+        "cpu_ms_per_workflow_worker": 1000 * cpu["worker"] / workflows,
         "peak_rss_mb_orchestrator": sampler.peak["orchestrator"],
         "peak_rss_mb_worker": sampler.peak["worker"],
     }
@@ -195,6 +206,10 @@ def run_bench(
         log(json.dumps({k: round(v, 1) for k, v in results[-1].items()}))
     summary: dict[str, Any] = {
         key: round(statistics.median(r[key] for r in results), 1) for key in results[0]
+    }
+    summary["cpu_ms_per_workflow"] = {
+        "orchestrator": summary.pop("cpu_ms_per_workflow_orchestrator"),
+        "worker": summary.pop("cpu_ms_per_workflow_worker"),
     }
     summary["peak_rss_mb"] = {
         "orchestrator": summary.pop("peak_rss_mb_orchestrator"),

@@ -278,42 +278,59 @@ class Orchestrator:
         now: int,
         msg: Message | None,
     ) -> None:
-        wf = cmd.workflow_id
-        ps = self.partitions[p]
-        state = overlay[wf][1] if wf in overlay else ps.workflows.get(wf)
+        if not tracing.enabled():
+            # No exporter: no spans, but the caller's trace context still travels on.
+            self._decide(p, cmd, overlay, now, msg, cmd.traceparent)
+            return
         with self._tracer.start_as_current_span(
             f"keel.command {cmd.type}",
             context=tracing.extract(cmd.traceparent),
             kind=SpanKind.CONSUMER,
-            attributes={"keel.workflow_id": wf, "keel.command": cmd.type},
+            attributes={"keel.workflow_id": cmd.workflow_id, "keel.command": cmd.type},
         ) as span:
-            try:
-                new_state, events = self.decider.handle(state, cmd, now)
-            except CommandRejected as exc:
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-                log.info("command rejected: %s", exc)
-                if msg is not None:
-                    self._dead_letter(msg, cmd, f"rejected: {exc}")
-                return
-            if not events or new_state is None:
-                return
-            traceparent = tracing.current_traceparent()
-            headers = [("traceparent", traceparent.encode())] if traceparent else None
-            key = wf.encode()
-            for ev in events:
-                self.producer.produce(
-                    self.t_events,
-                    value=self.codec.encode(ev),
-                    key=key,
-                    partition=p,
-                    headers=headers,
-                    on_delivery=self._on_event_delivered,
-                )
-                if isinstance(ev.payload, ActivityScheduled):
-                    self._emit_task(ev, key, headers, now)
-            self.stats.events += len(events)
-            ps.events_since_checkpoint += len(events)
-            overlay[wf] = (p, new_state)
+            rejected = self._decide(p, cmd, overlay, now, msg, tracing.current_traceparent())
+            if rejected:
+                span.set_status(Status(StatusCode.ERROR, rejected))
+
+    def _decide(
+        self,
+        p: int,
+        cmd: Envelope[Any],
+        overlay: dict[str, tuple[int, WorkflowState]],
+        now: int,
+        msg: Message | None,
+        traceparent: str | None,
+    ) -> str | None:
+        """Decide one command and stage its records; returns the rejection reason, if any."""
+        wf = cmd.workflow_id
+        ps = self.partitions[p]
+        state = overlay[wf][1] if wf in overlay else ps.workflows.get(wf)
+        try:
+            new_state, events = self.decider.handle(state, cmd, now)
+        except CommandRejected as exc:
+            log.info("command rejected: %s", exc)
+            if msg is not None:
+                self._dead_letter(msg, cmd, f"rejected: {exc}")
+            return str(exc)
+        if not events or new_state is None:
+            return None
+        headers = [("traceparent", traceparent.encode())] if traceparent else None
+        key = wf.encode()
+        for ev in events:
+            self.producer.produce(
+                self.t_events,
+                value=self.codec.encode(ev),
+                key=key,
+                partition=p,
+                headers=headers,
+                on_delivery=self._on_event_delivered,
+            )
+            if isinstance(ev.payload, ActivityScheduled):
+                self._emit_task(ev, key, headers, now)
+        self.stats.events += len(events)
+        ps.events_since_checkpoint += len(events)
+        overlay[wf] = (p, new_state)
+        return None
 
     def _emit_task(self, ev: Envelope[Any], key: bytes, headers: list | None, now: int) -> None:
         s: ActivityScheduled = ev.payload

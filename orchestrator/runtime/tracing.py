@@ -30,6 +30,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 _propagator = TraceContextTextMapPropagator()
 _configured = False
+_enabled = False
 
 
 class JsonLinesExporter(SpanExporter):
@@ -63,24 +64,35 @@ class JsonLinesExporter(SpanExporter):
 
 def configure_tracing(service_name: str) -> None:
     """Install the SDK tracer provider once per process, with exporters from the environment."""
-    global _configured
+    global _configured, _enabled
     if _configured:
         return
     _configured = True
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    processors = []
     path = os.environ.get("KEEL_TRACE_FILE")
     if path:
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(path)))
+        processors.append(SimpleSpanProcessor(JsonLinesExporter(path)))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore
                 OTLPSpanExporter,
             )
 
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            processors.append(BatchSpanProcessor(OTLPSpanExporter()))
         except ImportError:
             pass
+    if not processors:
+        return  # nothing would see the spans: keep the hot path free of them
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    for processor in processors:
+        provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
+    _enabled = True
+
+
+def enabled() -> bool:
+    """True when spans are exported; otherwise processes only pass trace context along."""
+    return _enabled
 
 
 def tracer() -> trace.Tracer:

@@ -56,10 +56,17 @@ def test_document_review_goes_round_twice_then_refuses_late_signals(settings, se
     services.start("orchestrator")
     services.start("worker")
     wf = client.start("document_review", {"document": "invoice 7"}, "review-1").workflow_id
-    for extra in ("receipt", "contract"):
-        wait_until(lambda: client.projection.status(wf) == "waiting", 60, "the wait for documents")
+
+    def waiting_in_round(n: int) -> bool:
+        entered = [
+            h for h in client.projection.history(wf)
+            if h["type"] == "StateEntered" and h["data"]["state"] == "needs_documents"
+        ]  # fmt: skip
+        return len(entered) == n and client.projection.status(wf) == "waiting"
+
+    for round_no, extra in enumerate(("receipt", "contract"), start=1):
+        wait_until(lambda n=round_no: waiting_in_round(n), 60, f"wait number {round_no}")
         client.signal(wf, "documents_added", {"document": extra})
-        wait_until(lambda: client.projection.status(wf) != "waiting", 60, "the signal to land")
     done = client.wait(wf, 60)
     assert done["status"] == "completed"
     assert done["output"] == {"decision": "approved", "documents": 3}
