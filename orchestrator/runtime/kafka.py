@@ -48,6 +48,11 @@ def transactional_producer(settings: Settings, transactional_id: str) -> Produce
                 # A zombie's open transaction blocks read_committed readers until it
                 # ends; keep that window short.
                 "transaction.timeout.ms": 10000,
+                # Right after a commit the coordinator may still be finishing it and
+                # answers the next AddOffsets/AddPartitions with CONCURRENT_TRANSACTIONS;
+                # the default 100 ms backoff would then add 100 ms to a hop.
+                "retry.backoff.ms": 5,
+                "retry.backoff.max.ms": 50,
             },
         )
     )
