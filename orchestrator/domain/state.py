@@ -134,6 +134,33 @@ class WorkflowState:
             ((tid, t.fire_at) for tid, t in self.timers.items()), key=lambda x: (x[1], x[0])
         )
 
+    def summary(self) -> WorkflowState:
+        """What a finished run keeps: identity, outcome, sequence and seen command ids.
+
+        Nothing a later command can change depends on the rest (a finished run only
+        refuses or ignores commands), so the orchestrator keeps this in memory and in
+        snapshots instead of the whole history-sized state.
+        """
+        if not self.is_terminal:
+            raise ValueError(f"workflow '{self.workflow_id}' is {self.status}, not finished")
+        return WorkflowState(
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            name=self.name,
+            version=self.version,
+            digest=self.digest,
+            input_json=self.input_json,
+            seq=self.seq,
+            status=self.status,
+            current_state=self.current_state,
+            seen_commands=self.seen_commands,
+            output_json=self.output_json,
+            failure_reason=self.failure_reason,
+            cancel_reason=self.cancel_reason,
+            started_at=self.started_at,
+            updated_at=self.updated_at,
+        )
+
     def clone(self) -> WorkflowState:
         """A shallow copy (containers shared; see the module contract)."""
         new = object.__new__(WorkflowState)

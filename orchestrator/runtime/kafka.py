@@ -106,7 +106,7 @@ def read_partitions(
         while pending:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} {sorted(pending)} took over {timeout_s}s")
-            for msg in consumer.consume(batch, 0.2):
+            for msg in consume_batch(consumer, batch, 0.2):
                 err = msg.error()
                 if err is None:
                     yield msg

@@ -52,7 +52,19 @@ log = logging.getLogger("keel.orchestrator")
 
 #: Key of the per-partition checkpoint marker in keel.snapshots.
 CHECKPOINT_KEY = "__keel_checkpoint__"
+#: Kafka header naming each event's type, so a rebuild can pick what to decode.
+TYPE_HEADER = "keel.type"
+TERMINAL_TYPES = frozenset({"WorkflowCompleted", "WorkflowFailed", "WorkflowCancelled"})
+#: The events ``Decider.summarize`` needs to rebuild a finished run.
+SUMMARY_TYPES = TERMINAL_TYPES | {"WorkflowStarted", "StateEntered", "SignalReceived"}
 TXN_TIMEOUT_S = 30.0
+
+
+def _header(msg: Message, name: str) -> str | None:
+    for key, value in msg.headers() or ():
+        if key == name:
+            return value.decode() if value is not None else None
+    return None
 
 
 def now_ms() -> int:
@@ -200,7 +212,8 @@ class Orchestrator:
             ps = self.partitions.get(p)
             if ps is None:
                 continue
-            ps.workflows[wf] = state
+            # A finished run keeps only its summary: memory stays flat as runs complete.
+            ps.workflows[wf] = state.summary() if state.is_terminal else state
             ps.dirty.add(wf)
             for timer_id, fire_at in state.pending_timers():
                 self.timers.arm(p, wf, timer_id, fire_at)
@@ -314,7 +327,7 @@ class Orchestrator:
             return str(exc)
         if not events or new_state is None:
             return None
-        headers = [("traceparent", traceparent.encode())] if traceparent else None
+        headers = [("traceparent", traceparent.encode())] if traceparent else []
         key = wf.encode()
         for ev in events:
             self.producer.produce(
@@ -322,7 +335,7 @@ class Orchestrator:
                 value=self.codec.encode(ev),
                 key=key,
                 partition=p,
-                headers=headers,
+                headers=[(TYPE_HEADER, ev.type.encode()), *headers],
                 on_delivery=self._on_event_delivered,
             )
             if isinstance(ev.payload, ActivityScheduled):
@@ -484,18 +497,43 @@ class Orchestrator:
                 wf: WorkflowState.from_json(js) for wf, js in snapshots[p].items()
             }
             result[p].events_end = starts[p]
+        tails: dict[int, dict[str, list[tuple[str | None, bytes]]]] = {p: {} for p in owned}
         count = 0
         for msg in read_partitions(self.settings, self.t_events, starts):
             p = msg.partition()
-            ps = result[p]
-            ps.events_end = msg.offset() + 1
-            try:
-                env = self.codec.decode(msg.value())
-                wf = env.workflow_id
-                ps.workflows[wf] = self.decider.evolve(ps.workflows.get(wf), env)
-                ps.dirty.add(wf)
-            except (DecodeError, HistoryError) as exc:
-                log.error("unusable event at %s[%d]@%d: %s", msg.topic(), p, msg.offset(), exc)
+            result[p].events_end = msg.offset() + 1
+            wf = (msg.key() or b"").decode("utf-8", "replace")
+            tails[p].setdefault(wf, []).append((_header(msg, TYPE_HEADER), msg.value()))
             count += 1
+        for p, by_wf in tails.items():
+            ps = result[p]
+            for wf, records in by_wf.items():
+                try:
+                    ps.workflows[wf] = self._rebuild(ps.workflows.get(wf), records)
+                    ps.dirty.add(wf)
+                except (DecodeError, HistoryError) as exc:
+                    log.error("cannot rebuild workflow %s on partition %d: %s", wf, p, exc)
         self.stats.recovered_events += count
         return result
+
+    def _rebuild(
+        self, base: WorkflowState | None, records: list[tuple[str | None, bytes]]
+    ) -> WorkflowState:
+        """One workflow from its snapshot (if any) and its events after the checkpoint.
+
+        A run that ended is summarized from the few events that matter, without folding
+        its whole history; a live run is folded event by event.
+        """
+        if base is not None and base.is_terminal:
+            return base  # a finished run's snapshot: nothing can follow it
+        decode = self.codec.decode
+        types = [t for t, _ in records]
+        starts_here = base is not None or types[0] == "WorkflowStarted"
+        if types[-1] in TERMINAL_TYPES and None not in types and starts_here:
+            needed = [decode(v) for t, v in records if t in SUMMARY_TYPES]
+            return self.decider.summarize(base, needed)
+        state = base
+        for _, value in records:
+            state = self.decider.evolve(state, decode(value))
+        assert state is not None
+        return state.summary() if state.is_terminal else state

@@ -39,8 +39,11 @@ from orchestrator.domain.messages import (
     Envelope,
     FailActivity,
     FireTimer,
+    SignalReceived,
     SignalWorkflow,
     StartWorkflow,
+    StateEntered,
+    WorkflowStarted,
 )
 from orchestrator.domain.state import STATUSES
 from orchestrator.examples import app
@@ -255,6 +258,7 @@ class World:
             assert final is not None
             self.check_history(history, final)
             self.check_fold(records, history, final)
+            self.check_summary(records, history, final)
             self.check_replay(records)
             self.check_redelivery(records)
 
@@ -297,6 +301,37 @@ class World:
                 if s.status == "waiting":
                     assert not s.in_flight
                 World.check_timers_belong_to_the_current_visit(s)
+
+    @staticmethod
+    def check_summary(
+        records: list[Record], history: list[Envelope[Any]], final: WorkflowState
+    ) -> None:
+        """A finished run summarized from a few events equals its full fold, summarized;
+        and it decides every later command exactly as the full state does."""
+        if not final.is_terminal:
+            return
+        expected = final.summary()
+        assert DECIDER.summarize(None, history) == expected
+        needed = (WorkflowStarted, StateEntered, SignalReceived, *TERMINAL_EVENTS)
+        assert (
+            DECIDER.summarize(None, [e for e in history if isinstance(e.payload, needed)])
+            == expected
+        )
+        applied = 0
+        for r in records:  # from any snapshot point, with the rest of the history
+            applied += len(r.envs or ())
+            if r.envs and r.after is not None and not r.after.is_terminal:
+                assert DECIDER.summarize(r.after, history[applied:]) == expected
+        assert WorkflowState.from_json(expected.to_json()) == expected
+
+        def outcome(state: WorkflowState, cmd: Envelope[Any]) -> object:
+            try:
+                return DECIDER.decide(state, cmd)
+            except CommandRejected as exc:
+                return str(exc)
+
+        for r in records:
+            assert outcome(expected, r.cmd) == outcome(final, r.cmd)
 
     @staticmethod
     def check_timers_belong_to_the_current_visit(s: WorkflowState) -> None:
