@@ -293,7 +293,8 @@ class LocalStack:
             cmd = [
                 java, "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                 f"-Dkafka.logs.dir={ndir / 'logs'}", "kafka.tools.StorageTool", "format",
-                "-t", cluster_id, "-c", str(props),
+                # "=": an id may start with "-", which argparse would take for an option.
+                f"--cluster-id={cluster_id}", "-c", str(props),
             ]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
