@@ -151,7 +151,7 @@ class KeelApp:
         return definition
 
     def check(self) -> None:
-        """Every step's activity type has a handler here or is declared external."""
+        """Every step's activity type and status query has a handler here or is declared."""
         available = set(self.handlers) | self.external_activities
         for definition in self.definitions.values():
             for step in definition.steps_by_name.values():
@@ -159,6 +159,12 @@ class KeelApp:
                     raise UnknownActivityError(
                         f"{definition.label}: step '{step.name}' uses activity "
                         f"'{step.activity}', which has no handler and is not declared "
+                        "(use @app.activity or app.declare_activity)"
+                    )
+                if step.status_query is not None and step.status_query not in available:
+                    raise UnknownActivityError(
+                        f"{definition.label}: step '{step.name}' uses status query "
+                        f"'{step.status_query}', which has no handler and is not declared "
                         "(use @app.activity or app.declare_activity)"
                     )
 

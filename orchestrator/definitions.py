@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from orchestrator.domain.state import WorkflowState
 
 __all__ = [
+    "ON_EXHAUSTED",
+    "TIMEOUT_KINDS",
     "Context",
     "DefinitionError",
     "InvalidInputError",
@@ -90,12 +92,20 @@ def duration_ms(value: Duration) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Bounded retries of transient failures: exponential backoff capped, with full jitter."""
+    """Bounded retries of transient failures: exponential backoff capped, with full jitter.
+
+    ``max_elapsed`` (seconds or a ``timedelta``; None: unbounded) bounds the time from
+    the first dispatch of a logical attempt: no retry is scheduled whose timer would fire
+    later than that. ``non_retryable`` names ``error_type`` s that are never retried, even
+    when a worker reports them transient (they are treated as permanent).
+    """
 
     max_attempts: int = 3
     initial_interval_ms: int = 1000
     backoff_coefficient: float = 2.0
     max_interval_ms: int = 60000
+    max_elapsed: Duration | None = None
+    non_retryable: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -106,14 +116,50 @@ class RetryPolicy:
             raise DefinitionError(
                 f"RetryPolicy.backoff_coefficient must be >= 1.0, got {self.backoff_coefficient}"
             )
+        if self.max_elapsed is not None:
+            try:
+                duration_ms(self.max_elapsed)
+            except (TypeError, ValueError) as exc:
+                raise DefinitionError(f"RetryPolicy.max_elapsed: {exc}") from None
+        names = self.non_retryable
+        if isinstance(names, str):
+            names = (names,)
+        names = frozenset(names)
+        if not all(isinstance(n, str) and n for n in names):
+            raise DefinitionError("RetryPolicy.non_retryable must hold error_type names")
+        object.__setattr__(self, "non_retryable", names)
+
+    @property
+    def max_elapsed_ms(self) -> int | None:
+        return None if self.max_elapsed is None else duration_ms(self.max_elapsed)
 
     def backoff_cap_ms(self, attempt: int) -> int:
         """Upper bound of the delay after failed attempt ``attempt`` (1-based)."""
         raw = self.initial_interval_ms * self.backoff_coefficient ** max(0, attempt - 1)
         return int(min(float(self.max_interval_ms), raw))
 
+    def describe(self) -> list[Any]:
+        """The digest's view (the two newer fields only when set, so old digests hold)."""
+        out: list[Any] = [
+            self.max_attempts,
+            self.initial_interval_ms,
+            self.backoff_coefficient,
+            self.max_interval_ms,
+        ]
+        if self.max_elapsed is not None or self.non_retryable:
+            out.append(
+                {"max_elapsed_ms": self.max_elapsed_ms, "non_retryable": sorted(self.non_retryable)}
+            )
+        return out
+
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+#: The activity timeouts a step may declare (DESIGN §7), in the order they can fire.
+TIMEOUT_KINDS = ("schedule_to_start", "start_to_close", "heartbeat")
+#: What a step does once a transient failure has no retries left.
+ON_EXHAUSTED = ("dead_letter", "fail")
 
 
 @dataclass(frozen=True)
@@ -121,7 +167,20 @@ class Step:
     """One activity in a state's DAG.
 
     ``input`` maps the context to the activity input (default: the workflow input);
-    ``after`` names steps of the same state that must complete first.
+    ``after`` names steps of the same state that must complete first; ``retry`` bounds
+    the retries of transient failures.
+
+    Timeouts (seconds or ``timedelta``; None: none) are enforced by durable timers:
+    ``schedule_to_start`` from dispatch to the worker's first heartbeat,
+    ``start_to_close`` from the start (the first heartbeat when the worker reports it,
+    else the dispatch) to the report, ``heartbeat`` between heartbeats.
+
+    ``status_query`` names an activity type that tells whether an attempt whose outcome
+    is unknown took effect (input ``{"idempotency_key": K, "input": <input>}``, result
+    ``{"found": true, "result": <result>}`` or ``{"found": false}``); with it, a
+    start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
+    ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
+    (the state's ``on_failure`` path, or the run fails) once retries are used up.
     """
 
     name: str
@@ -129,6 +188,11 @@ class Step:
     after: Sequence[str] = ()
     input: Callable[[Context], Any] | None = None
     retry: RetryPolicy | None = None
+    schedule_to_start: Duration | None = None
+    start_to_close: Duration | None = None
+    heartbeat: Duration | None = None
+    status_query: str | None = None
+    on_exhausted: str = "dead_letter"
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
@@ -137,6 +201,38 @@ class Step:
     @property
     def retry_policy(self) -> RetryPolicy:
         return self.retry or DEFAULT_RETRY
+
+    def timeout_ms(self, kind: str) -> int | None:
+        """The ``kind`` timeout (one of :data:`TIMEOUT_KINDS`) in ms, None when not set."""
+        value = getattr(self, kind)
+        return None if value is None else duration_ms(value)
+
+    @property
+    def report_start(self) -> bool:
+        """The worker reports an attempt's start (a first heartbeat) for these timeouts."""
+        return self.schedule_to_start is not None or self.heartbeat is not None
+
+    @property
+    def heartbeat_ms(self) -> int:
+        return self.timeout_ms("heartbeat") or 0
+
+    def describe(self) -> dict[str, Any]:
+        """The digest's view (newer fields only when set, so old digests hold)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "activity": self.activity,
+            "after": list(self.after),
+            "input": callable_fingerprint(self.input),
+            "retry": None if self.retry is None else self.retry.describe(),
+        }
+        timeouts = {k: self.timeout_ms(k) for k in TIMEOUT_KINDS if getattr(self, k) is not None}
+        if timeouts:
+            out["timeouts"] = timeouts
+        if self.status_query is not None:
+            out["status_query"] = self.status_query
+        if self.on_exhausted != "dead_letter":
+            out["on_exhausted"] = self.on_exhausted
+        return out
 
 
 @dataclass(frozen=True)
@@ -255,7 +351,7 @@ class Context:
     def failures(self) -> Mapping[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
         for act in self._state.activities.values():
-            if act.status == "failed" and act.error_type is not None:
+            if act.status == "failed" and act.error_type is not None and act.parent is None:
                 out[act.step] = {
                     "failure_class": act.failure_class or "",
                     "error_type": act.error_type,
@@ -401,7 +497,10 @@ class WorkflowDefinition:
 
     @property
     def activity_types(self) -> frozenset[str]:
-        return frozenset(step.activity for step in self.steps_by_name.values())
+        """Every activity type the definition dispatches (steps and their status queries)."""
+        steps = self.steps_by_name.values()
+        queries = (s.status_query for s in steps if s.status_query is not None)
+        return frozenset((*(s.activity for s in steps), *queries))
 
     # -- validation -----------------------------------------------------------------
 
@@ -443,6 +542,7 @@ class WorkflowDefinition:
                     )
                 if not step.activity or not isinstance(step.activity, str):
                     raise DefinitionError(f"{where}: step '{step.name}' has no activity type")
+                self._validate_step_failures(where, step)
                 seen_steps[step.name] = st.name
                 names.add(step.name)
             for step in st.steps:
@@ -474,6 +574,31 @@ class WorkflowDefinition:
                         duration_ms(value)
                     except (TypeError, ValueError) as exc:
                         raise DefinitionError(f"{where}: {exc}") from None
+
+    @staticmethod
+    def _validate_step_failures(where: str, step: Step) -> None:
+        what = f"{where}: step '{step.name}'"
+        for kind in TIMEOUT_KINDS:
+            value = getattr(step, kind)
+            if value is None:
+                continue
+            try:
+                ms = duration_ms(value)
+            except (TypeError, ValueError) as exc:
+                raise DefinitionError(f"{what}: {kind}: {exc}") from None
+            if ms <= 0:
+                raise DefinitionError(f"{what}: {kind} must be > 0 seconds, got {value!r}")
+        if step.status_query is not None and (
+            not isinstance(step.status_query, str) or not step.status_query
+        ):
+            raise DefinitionError(f"{what}: status_query must name an activity type")
+        if step.on_exhausted not in ON_EXHAUSTED:
+            raise DefinitionError(
+                f"{what}: on_exhausted must be one of {', '.join(ON_EXHAUSTED)}; "
+                f"got {step.on_exhausted!r}"
+            )
+        if step.retry is not None and not isinstance(step.retry, RetryPolicy):
+            raise DefinitionError(f"{what}: retry must be a RetryPolicy")
 
     def _topological(self, st: State) -> tuple[Step, ...]:
         done: list[Step] = []
@@ -533,23 +658,7 @@ class WorkflowDefinition:
             states.append(
                 {
                     "name": st.name,
-                    "steps": [
-                        {
-                            "name": s.name,
-                            "activity": s.activity,
-                            "after": list(s.after),
-                            "input": callable_fingerprint(s.input),
-                            "retry": None
-                            if s.retry is None
-                            else [
-                                s.retry.max_attempts,
-                                s.retry.initial_interval_ms,
-                                s.retry.backoff_coefficient,
-                                s.retry.max_interval_ms,
-                            ],
-                        }
-                        for s in st.steps
-                    ],
+                    "steps": [s.describe() for s in st.steps],
                     "wait": wait,
                     "transitions": [
                         {"to": t.to, "when": callable_fingerprint(t.when)} for t in st.transitions

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
             "takes over its partitions at once and fences its predecessor's transaction."
         ),
     )
+    retry_budget_per_s: float = Field(
+        default=20.0, gt=0, description="Retry dispatches per second per activity type."
+    )
+    retry_budget_burst: int = Field(
+        default=20, ge=1, description="Retries per activity type that may go out at once."
+    )
     admin_timeout_s: float = Field(
         default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
     )

@@ -129,3 +129,37 @@ def client(settings):
     c = KeelClient(settings, app)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def ledger_url() -> Iterator[str]:
+    """The fake finance ledger (connectors/ledger.py) as a real process on a free port."""
+    import select
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "connectors.ledger", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "the ledger did not start within 30 s"
+        line = proc.stdout.readline().strip()
+        assert line.startswith("ledger listening on "), line
+        yield line.removeprefix("ledger listening on ")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def ledger(ledger_url):
+    from connectors.ledger import LedgerClient
+
+    client = LedgerClient(ledger_url)
+    client.reset()
+    return client

@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import infra, services, workflow
+from orchestrator.cli import dlq, infra, services, workflow
 from orchestrator.errors import KeelError
 
 app = typer.Typer(
@@ -25,6 +25,8 @@ app.add_typer(infra.infra_app, name="infra")
 app.add_typer(infra.topics_app, name="topics")
 app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
+app.add_typer(dlq.dlq_app, name="dlq")
+workflow.workflow_app.command("resolve")(dlq.resolve)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)

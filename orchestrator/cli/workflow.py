@@ -52,7 +52,7 @@ def start(
         verb = "exists" if result.existed else "started"
         console.print(f"{verb}: {result.workflow_id} (run {result.run_id})")
     if wait:
-        done = client.wait(result.workflow_id, timeout)
+        done = client.wait(result.workflow_id, timeout, stop_on_attention=True)
         out.update(status=done["status"], output=done["output"])
         if not json_:
             console.print(f"{done['status']}: {json.dumps(done['output'])}")

@@ -80,6 +80,40 @@ class CancelWorkflow:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatActivity:
+    """A worker reports progress on an attempt; the first heartbeat also marks it started."""
+
+    KIND: ClassVar[str] = "command"
+    activity_id: str
+    attempt: int
+    details_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveActivity:
+    """An operator settles an activity whose outcome Keel could not establish.
+
+    ``resolution`` is ``found`` (the effect happened: ``result_json`` is its result),
+    ``not_found`` (it did not: retry the same logical attempt) or ``failed`` (give up:
+    take the step's failure path with ``reason``).
+    """
+
+    KIND: ClassVar[str] = "command"
+    activity_id: str
+    resolution: str
+    result_json: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveActivity:
+    """An operator sends a dead-lettered activity out again (same logical attempt and key)."""
+
+    KIND: ClassVar[str] = "command"
+    activity_id: str
+
+
 # ---------------------------------------------------------------------------
 # Events (topic keel.events, the event store): facts about one workflow.
 # ---------------------------------------------------------------------------
@@ -121,6 +155,10 @@ class ActivityScheduled:
     logical_attempt: int
     attempt: int
     idempotency_key: str
+    #: Heartbeat timeout of this attempt in ms (0: none); the worker heartbeats well within it.
+    heartbeat_ms: int = 0
+    #: The worker reports the attempt's start (schedule-to-start or heartbeat timeouts apply).
+    report_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +203,64 @@ class SignalReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityHeartbeat:
+    """An attempt's worker reported progress (the first one: the attempt started)."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    attempt: int
+    details_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityTimedOut:
+    """An attempt ran out of time: ``timeout`` is schedule_to_start, start_to_close or heartbeat."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    attempt: int
+    timeout: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityDeadLettered:
+    """An activity exhausted its retries and waits in the dead-letter queue for an operator."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    attempts: int
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRedriven:
+    """An operator sent a dead-lettered activity out again."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityResolved:
+    """An operator settled an activity whose outcome was unknown (see ``ResolveActivity``)."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    resolution: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowNeedsAttention:
+    """The run cannot go on without an operator (e.g. an outcome that stayed unknown)."""
+
+    KIND: ClassVar[str] = "event"
+    activity_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowCompleted:
     KIND: ClassVar[str] = "event"
     output_json: str
@@ -199,6 +295,10 @@ class ActivityTask:
     logical_attempt: int
     attempt: int
     idempotency_key: str
+    #: Heartbeat timeout of this attempt in ms (0: none); the worker heartbeats well within it.
+    heartbeat_ms: int = 0
+    #: The worker reports the attempt's start (schedule-to-start or heartbeat timeouts apply).
+    report_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +338,12 @@ Event = (
     | TimerScheduled
     | TimerFired
     | SignalReceived
+    | ActivityHeartbeat
+    | ActivityTimedOut
+    | ActivityDeadLettered
+    | ActivityRedriven
+    | ActivityResolved
+    | WorkflowNeedsAttention
     | WorkflowCompleted
     | WorkflowFailed
     | WorkflowCancelled
@@ -254,6 +360,9 @@ PAYLOAD_TYPES: dict[str, type] = {
         SignalWorkflow,
         FireTimer,
         CancelWorkflow,
+        HeartbeatActivity,
+        ResolveActivity,
+        RedriveActivity,
         WorkflowStarted,
         StateEntered,
         ActivityScheduled,
@@ -262,6 +371,12 @@ PAYLOAD_TYPES: dict[str, type] = {
         TimerScheduled,
         TimerFired,
         SignalReceived,
+        ActivityHeartbeat,
+        ActivityTimedOut,
+        ActivityDeadLettered,
+        ActivityRedriven,
+        ActivityResolved,
+        WorkflowNeedsAttention,
         WorkflowCompleted,
         WorkflowFailed,
         WorkflowCancelled,

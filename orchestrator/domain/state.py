@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = [
     "ACTIVITY_STATUSES",
+    "ATTENTION",
+    "IN_FLIGHT",
     "STATUSES",
     "TERMINAL_STATUSES",
     "ActivityState",
@@ -23,20 +25,41 @@ __all__ = [
     "WorkflowState",
 ]
 
-RUNNING, WAITING, COMPLETED, FAILED, CANCELLED = (
+RUNNING, WAITING, NEEDS_ATTENTION, COMPLETED, FAILED, CANCELLED = (
     "running",
     "waiting",
+    "needs_attention",
     "completed",
     "failed",
     "cancelled",
 )
-STATUSES = (RUNNING, WAITING, COMPLETED, FAILED, CANCELLED)
+#: ``needs_attention``: not finished, but an activity waits for an operator (it is
+#: dead-lettered, or its outcome stayed unknown); a redrive or a resolution moves on.
+STATUSES = (RUNNING, WAITING, NEEDS_ATTENTION, COMPLETED, FAILED, CANCELLED)
 TERMINAL_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED})
 
 #: ``scheduled``: dispatched, awaiting a report; ``backoff``: failed, retry timer armed;
-#: ``completed`` / ``failed``: final; ``cancelled``: abandoned (state left or run ended).
-ACTIVITY_STATUSES = ("scheduled", "backoff", "completed", "failed", "cancelled")
-IN_FLIGHT = frozenset({"scheduled", "backoff"})
+#: ``querying``: outcome unknown, its status query runs; ``attention``: outcome unknown
+#: and the query could not tell, an operator must resolve it; ``dead_lettered``: out of
+#: retries, an operator may redrive it; ``resolving``: settled within the decision that
+#: is folding it (never seen between decisions); ``completed`` / ``failed``: final;
+#: ``cancelled``: abandoned (state left or run ended).
+ACTIVITY_STATUSES = (
+    "scheduled",
+    "backoff",
+    "querying",
+    "attention",
+    "dead_lettered",
+    "resolving",
+    "completed",
+    "failed",
+    "cancelled",
+)
+IN_FLIGHT = frozenset(
+    {"scheduled", "backoff", "querying", "attention", "dead_lettered", "resolving"}
+)
+#: Activity statuses that put the run in ``needs_attention``.
+ATTENTION = frozenset({"attention", "dead_lettered"})
 
 _FORMAT = 1
 
@@ -59,6 +82,21 @@ class ActivityState:
     failure_class: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: The activity whose outcome this status query establishes (None: a step's activity).
+    parent: str | None = None
+    #: ``recorded_at`` of the first dispatch of this logical attempt (or of the last
+    #: redrive/resolution): the start of ``RetryPolicy.max_elapsed``.
+    first_dispatch_at: int = 0
+    #: Attempts used before the current retry budget began (a redrive starts a new one).
+    budget_base: int = 0
+    #: Message ids of the heartbeats of the current attempt (the first: it started).
+    heartbeats: frozenset[str] = frozenset()
+    #: Attempts that timed out and whose late report, if any, is not recorded yet.
+    timed_out: tuple[int, ...] = ()
+
+    @property
+    def started(self) -> bool:
+        return bool(self.heartbeats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +166,10 @@ class WorkflowState:
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    def needing_attention(self) -> list[str]:
+        """Ids of the activities an operator must redrive or resolve, sorted."""
+        return sorted(a for a in self.in_flight if self.activities[a].status in ATTENTION)
+
     def pending_timers(self) -> list[tuple[str, int]]:
         """``(timer_id, fire_at_ms)`` of every armed timer, earliest first."""
         return sorted(
@@ -185,7 +227,7 @@ class WorkflowState:
             "visits": self.visits,
             "steps_remaining": sorted(self.steps_remaining),
             "wait": None if self.wait is None else _slots_dict(self.wait),
-            "activities": [_slots_dict(a) for a in self.activities.values()],
+            "activities": [_activity_dict(a) for a in self.activities.values()],
             "in_flight": sorted(self.in_flight),
             "step_results": self.step_results,
             "logical_attempts": self.logical_attempts,
@@ -222,7 +264,7 @@ class WorkflowState:
             visits=dict(d["visits"]),
             steps_remaining=frozenset(d["steps_remaining"]),
             wait=None if wait is None else WaitState(**wait),
-            activities={a["activity_id"]: ActivityState(**a) for a in d["activities"]},
+            activities={a["activity_id"]: _activity_from(a) for a in d["activities"]},
             in_flight=frozenset(d["in_flight"]),
             step_results=dict(d["step_results"]),
             logical_attempts=dict(d["logical_attempts"]),
@@ -244,3 +286,17 @@ class WorkflowState:
 
 def _slots_dict(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _activity_dict(act: ActivityState) -> dict[str, Any]:
+    d = _slots_dict(act)
+    d["heartbeats"] = sorted(act.heartbeats)
+    d["timed_out"] = list(act.timed_out)
+    return d
+
+
+def _activity_from(d: dict[str, Any]) -> ActivityState:
+    d = dict(d)
+    d["heartbeats"] = frozenset(d.get("heartbeats", ()))
+    d["timed_out"] = tuple(d.get("timed_out", ()))
+    return ActivityState(**d)

@@ -265,3 +265,7 @@ timer_demo = app.workflow(
         description="Wait on a durable timer, then complete.",
     )
 )
+
+# Workflows that write to an external system (the ledger service) register themselves
+# on the same application.
+from orchestrator.examples import invoices  # noqa: E402, F401

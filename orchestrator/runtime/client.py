@@ -21,6 +21,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import (
     CancelWorkflow,
     Envelope,
+    ResolveActivity,
     SignalWorkflow,
     StartWorkflow,
 )
@@ -71,6 +72,10 @@ class KeelClient:
         if self._producer is None:
             self._producer = Producer(producer_config(self.settings))
         return self._producer
+
+    def send(self, workflow_id: str, payload: Any) -> str:
+        """Publish one command as is (operator commands; the orchestrator validates it)."""
+        return self._send(workflow_id, payload)
 
     def _send(self, workflow_id: str, payload: Any, flush: bool = True) -> str:
         mid = uuid.uuid4().hex
@@ -173,6 +178,21 @@ class KeelClient:
         self._require_running(workflow_id, "cancel")
         return self._send(workflow_id, CancelWorkflow(reason))
 
+    def resolve(
+        self, workflow_id: str, activity_id: str, resolution: str, result: Any, reason: str
+    ) -> str:
+        """Settle an activity whose outcome stayed unknown (``needs_attention``)."""
+        found = self.projection.get(workflow_id)
+        if found is None:
+            raise ClientError(f"workflow '{workflow_id}' does not exist; resolve refused")
+        if found["status"] != "needs_attention":
+            raise ClientError(
+                f"workflow '{workflow_id}' is {found['status']}, not needs_attention; "
+                "resolve refused"
+            )
+        payload = ResolveActivity(activity_id, resolution, json.dumps(result), reason)
+        return self._send(workflow_id, payload)
+
     # ------------------------------------------------------------------ reads
     def show(self, workflow_id: str) -> dict[str, Any]:
         found = self.projection.get(workflow_id)
@@ -190,12 +210,22 @@ class KeelClient:
             "history": self.projection.history(workflow_id),
         }
 
-    def wait(self, workflow_id: str, timeout_s: float, poll_s: float = 0.02) -> dict[str, Any]:
-        """Block until the workflow ends (or ``timeout_s``); returns its projection."""
+    def wait(
+        self,
+        workflow_id: str,
+        timeout_s: float,
+        poll_s: float = 0.02,
+        stop_on_attention: bool = False,
+    ) -> dict[str, Any]:
+        """Block until the workflow ends (or ``timeout_s``); returns its projection.
+
+        With ``stop_on_attention`` it also returns when the run needs an operator.
+        """
         deadline = time.monotonic() + timeout_s
+        stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
         while True:
             found = self.projection.get(workflow_id)
-            if found is not None and found["status"] in TERMINAL_STATUSES:
+            if found is not None and found["status"] in stops:
                 return found
             if time.monotonic() > deadline:
                 status = found["status"] if found else "not started yet"

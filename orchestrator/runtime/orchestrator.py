@@ -16,6 +16,7 @@ history grows.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -28,8 +29,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import DecodeError, default_codec
-from orchestrator.domain.decider import CommandRejected, HistoryError
+from orchestrator.domain.decider import SUMMARY_EVENTS, CommandRejected, HistoryError
 from orchestrator.domain.messages import (
+    ActivityDeadLettered,
     ActivityScheduled,
     ActivityTask,
     DeadLetter,
@@ -39,6 +41,7 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
+from orchestrator.runtime.budget import RetryBudget
 from orchestrator.runtime.kafka import (
     consume_batch,
     consumer_config,
@@ -56,7 +59,7 @@ CHECKPOINT_KEY = "__keel_checkpoint__"
 TYPE_HEADER = "keel.type"
 TERMINAL_TYPES = frozenset({"WorkflowCompleted", "WorkflowFailed", "WorkflowCancelled"})
 #: The events ``Decider.summarize`` needs to rebuild a finished run.
-SUMMARY_TYPES = TERMINAL_TYPES | {"WorkflowStarted", "StateEntered", "SignalReceived"}
+SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 TXN_TIMEOUT_S = 30.0
 
 
@@ -122,6 +125,7 @@ class Orchestrator:
         self.t_dlq = settings.topic("dlq")
         self.partitions: dict[int, PartitionState] = {}
         self.timers = TimerHeap()
+        self.retry_budget = RetryBudget(settings.retry_budget_per_s, settings.retry_budget_burst)
         self.stats = OrchestratorStats()
         self._stop = threading.Event()
         self._last_checkpoint = time.monotonic()
@@ -272,6 +276,14 @@ class Orchestrator:
         state = overlay[wf][1] if wf in overlay else ps.workflows.get(wf)
         if state is None or timer_id not in state.timers:
             return  # fired already, or its wait ended
+        purpose = state.timers[timer_id].purpose
+        if purpose.startswith("retry:"):
+            act = state.activities.get(purpose[len("retry:") :])
+            if act is not None:
+                wait_s = self.retry_budget.take(act.activity_type, now / 1000)
+                if wait_s > 0:  # over budget: fire when a token is due
+                    self.timers.arm(p, wf, timer_id, now + math.ceil(wait_s * 1000))
+                    return
         env: Envelope[Any] = Envelope(
             message_id=f"{state.run_id}/timer/{timer_id}",
             workflow_id=wf,
@@ -340,6 +352,8 @@ class Orchestrator:
             )
             if isinstance(ev.payload, ActivityScheduled):
                 self._emit_task(ev, key, headers, now)
+            elif isinstance(ev.payload, ActivityDeadLettered):
+                self._dead_letter_activity(ev, key, now)
         self.stats.events += len(events)
         ps.events_since_checkpoint += len(events)
         overlay[wf] = (p, new_state)
@@ -362,6 +376,8 @@ class Orchestrator:
                 s.logical_attempt,
                 s.attempt,
                 s.idempotency_key,
+                s.heartbeat_ms,
+                s.report_start,
             ),
             causation_id=ev.message_id,
             correlation_id=ev.correlation_id,
@@ -369,6 +385,27 @@ class Orchestrator:
         )
         self.producer.produce(self.t_tasks, value=self.codec.encode(task), key=key, headers=headers)
         self.stats.tasks += 1
+
+    def _dead_letter_activity(self, ev: Envelope[Any], key: bytes, now: int) -> None:
+        """An activity past its bounds: a keel.dlq record an operator can list and redrive."""
+        d: ActivityDeadLettered = ev.payload
+        reason = (
+            f"activity '{d.activity_id}' dead-lettered after {d.attempts} attempts: "
+            f"{d.error_type}: {d.message}"
+        )
+        letter: Envelope[Any] = Envelope(
+            message_id=f"dlq/{ev.message_id}",
+            workflow_id=ev.workflow_id,
+            run_id=ev.run_id,
+            seq=0,
+            type="DeadLetter",
+            recorded_at=now,
+            payload=DeadLetter(self.t_events, -1, -1, reason, key, self.codec.encode(ev)),
+            causation_id=ev.message_id,
+            correlation_id=ev.correlation_id,
+        )
+        self.producer.produce(self.t_dlq, value=self.codec.encode(letter), key=key)
+        self.stats.dead_letters += 1
 
     def _on_event_delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:

@@ -112,6 +112,7 @@ def _strategy(avro_type: Any) -> st.SearchStrategy[Any]:
         "bytes": st.binary(max_size=64),
         "int": st.integers(*INT32),
         "long": st.integers(*INT64),
+        "boolean": st.booleans(),
     }[avro_type]
 
 
@@ -244,6 +245,7 @@ def test_round_trip_each_type_extremes(codec: Codec, name: str) -> None:
             "bytes": b"\x00\xff" if high else b"",
             "int": INT32[1] if high else INT32[0],
             "long": INT64[1] if high else INT64[0],
+            "boolean": high,
         }[t]
 
     for high in (False, True):

@@ -27,6 +27,7 @@ from orchestrator.domain import (
 )
 from orchestrator.domain.messages import (
     ActivityCompleted,
+    ActivityDeadLettered,
     ActivityFailed,
     ActivityScheduled,
     CancelWorkflow,
@@ -34,6 +35,9 @@ from orchestrator.domain.messages import (
     Envelope,
     FailActivity,
     FireTimer,
+    HeartbeatActivity,
+    RedriveActivity,
+    ResolveActivity,
     SignalReceived,
     SignalWorkflow,
     StartWorkflow,
@@ -64,7 +68,7 @@ flaky = WorkflowDefinition(
         State(
             "work",
             steps=[
-                Step("fetch", "fetch", retry=FETCH_RETRY),
+                Step("fetch", "fetch", retry=FETCH_RETRY, on_exhausted="fail"),
                 Step("store", "store", after=["fetch"], input=lambda ctx: ctx.results["fetch"]),
             ],
             transitions=[Transition("done")],
@@ -248,7 +252,8 @@ def test_duplicate_start_writes_nothing(decider: Decider) -> None:
             None,
             "{}",
             "unknown workflow 'nope'; known workflows: broken, document_review, flaky, "
-            "parallel_checks, paused, signalled, strict_timeout, three_step, timer_demo",
+            "invoice_posting, invoice_posting_patient, parallel_checks, paused, signalled, "
+            "slow_step, strict_timeout, three_step, timer_demo",
         ),
         (
             "three_step",
@@ -290,6 +295,9 @@ def test_start_rejections(
         (CompleteActivity("a", 1, "{}"), "completion of activity 'a'"),
         (FailActivity("a", 1, "transient", "E", "m"), "failure of activity 'a'"),
         (FireTimer("t"), "timer 't'"),
+        (HeartbeatActivity("a", 1, "{}"), "heartbeat of activity 'a'"),
+        (ResolveActivity("a", "found", "{}", "r"), "resolution of activity 'a'"),
+        (RedriveActivity("a"), "redrive of activity 'a'"),
     ],
 )
 def test_commands_to_missing_workflow_are_rejected(
@@ -664,7 +672,28 @@ def test_permanent_failure_without_on_failure_fails_the_workflow(decider: Decide
     assert h.state.failure_reason == events[-1].reason
 
 
-def test_exhausted_retries_fail_the_workflow(decider: Decider) -> None:
+def test_exhausted_retries_fail_the_workflow_with_on_exhausted_fail() -> None:
+    strict = WorkflowDefinition(
+        "strict",
+        1,
+        Empty,
+        [State("run", steps=[Step("one", "add_one", on_exhausted="fail")], complete=print)],
+    )
+    h = Harness(Decider([strict]))
+    h.start("strict", {})
+    for attempt in (1, 2):
+        h.send(FailActivity("run#1/one", attempt, "transient", "Timeout", "slow"))
+        assert h.state is not None
+        ((timer_id, fire_at),) = h.state.pending_timers()
+        h.send(FireTimer(timer_id), at=fire_at)
+    events = h.send(FailActivity("run#1/one", 3, "transient", "Timeout", "slow"))
+    assert events == [
+        ActivityFailed("run#1/one", 3, "transient", "Timeout", "slow"),
+        WorkflowFailed("step 'one' (add_one) failed after 3 attempts: Timeout: slow"),
+    ]
+
+
+def test_exhausted_retries_dead_letter_by_default(decider: Decider) -> None:
     h = Harness(decider)
     h.start("three_step", {"n": 1})
     for attempt in (1, 2):
@@ -673,9 +702,12 @@ def test_exhausted_retries_fail_the_workflow(decider: Decider) -> None:
         ((timer_id, fire_at),) = h.state.pending_timers()
         h.send(FireTimer(timer_id), at=fire_at)
     events = h.send(FailActivity("run#1/one", 3, "transient", "Timeout", "slow"))
-    assert events[-1] == WorkflowFailed(
-        "step 'one' (add_one) failed after 3 attempts: Timeout: slow"
-    )
+    assert events == [
+        ActivityFailed("run#1/one", 3, "transient", "Timeout", "slow"),
+        ActivityDeadLettered("run#1/one", 3, "Timeout", "slow"),
+    ]
+    assert h.state is not None and h.state.status == "needs_attention"
+    assert h.state.needing_attention() == ["run#1/one"]
 
 
 def test_on_failure_transition_loops_then_gives_up(decider: Decider) -> None:

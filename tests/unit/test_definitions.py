@@ -108,6 +108,24 @@ def done() -> State:
             [State("s", wait=TimerWait(-1), complete=print)],
             "workflow 'w' v1: state 's': a duration must be >= 0 seconds, got -1",
         ),
+        (
+            [State("s", steps=[Step("a", "x", start_to_close=0)], complete=print)],
+            "workflow 'w' v1: state 's': step 'a': start_to_close must be > 0 seconds, got 0",
+        ),
+        (
+            [State("s", steps=[Step("a", "x", heartbeat="5")], complete=print)],  # type: ignore[arg-type]
+            "workflow 'w' v1: state 's': step 'a': heartbeat: a duration must be seconds or a "
+            "timedelta, got '5'",
+        ),
+        (
+            [State("s", steps=[Step("a", "x", on_exhausted="retry")], complete=print)],
+            "workflow 'w' v1: state 's': step 'a': on_exhausted must be one of dead_letter, "
+            "fail; got 'retry'",
+        ),
+        (
+            [State("s", steps=[Step("a", "x", status_query="")], complete=print)],
+            "workflow 'w' v1: state 's': step 'a': status_query must name an activity type",
+        ),
     ],
 )
 def test_invalid_definitions(states: list[State], message: str) -> None:
@@ -127,6 +145,30 @@ def test_header_validation() -> None:
         WorkflowDefinition("a", 1, Inp, [done()], initial="zz")
     with pytest.raises(DefinitionError, match="max_attempts must be >= 1"):
         RetryPolicy(max_attempts=0)
+    with pytest.raises(DefinitionError, match="max_elapsed: a duration must be >= 0 seconds"):
+        RetryPolicy(max_elapsed=-1)
+    with pytest.raises(DefinitionError, match="non_retryable must hold error_type names"):
+        RetryPolicy(non_retryable=frozenset({""}))
+
+
+def test_failure_policy_fields() -> None:
+    policy = RetryPolicy(max_elapsed=timedelta(minutes=2), non_retryable="CardDeclined")  # type: ignore[arg-type]
+    assert policy.max_elapsed_ms == 120_000
+    assert policy.non_retryable == frozenset({"CardDeclined"})
+    assert RetryPolicy(non_retryable=["A", "B"]).non_retryable == frozenset({"A", "B"})  # type: ignore[arg-type]
+    assert RetryPolicy().max_elapsed_ms is None
+    step = Step("a", "x", schedule_to_start=1.5, heartbeat=timedelta(seconds=10))
+    assert step.timeout_ms("schedule_to_start") == 1500
+    assert step.timeout_ms("start_to_close") is None
+    assert (step.heartbeat_ms, step.report_start, step.on_exhausted) == (
+        10_000,
+        True,
+        "dead_letter",
+    )
+    assert Step("a", "x", start_to_close=3).report_start is False
+    assert Step("a", "x").heartbeat_ms == 0
+    d = make([State("s", steps=[Step("a", "x", status_query="x_status")], complete=print)])
+    assert d.activity_types == frozenset({"x", "x_status"})
 
 
 def test_step_order_is_topological_and_stable() -> None:
@@ -173,6 +215,35 @@ def test_digest_is_stable_and_tracks_code() -> None:
 
     assert _def_with(closure(1)).digest == _def_with(closure(1)).digest
     assert _def_with(closure(1)).digest != _def_with(closure(2)).digest
+
+
+def test_digest_keeps_old_definitions_and_tracks_failure_policy() -> None:
+    def one(step: Step) -> WorkflowDefinition:
+        return make([State("s", steps=[step], complete=print)])
+
+    base = one(Step("a", "x", retry=RetryPolicy(5)))
+    # a definition that uses none of the newer fields describes itself as before
+    assert base.describe()["states"][0]["steps"][0] == {
+        "name": "a",
+        "activity": "x",
+        "after": [],
+        "input": None,
+        "retry": [5, 1000, 2.0, 60000],
+    }
+    assert one(Step("a", "x", retry=RetryPolicy(5), on_exhausted="dead_letter")).digest == (
+        base.digest
+    )
+    variants = [
+        Step("a", "x", retry=RetryPolicy(5, max_elapsed=60)),
+        Step("a", "x", retry=RetryPolicy(5, non_retryable=frozenset({"E"}))),
+        Step("a", "x", retry=RetryPolicy(5), schedule_to_start=1),
+        Step("a", "x", retry=RetryPolicy(5), start_to_close=1),
+        Step("a", "x", retry=RetryPolicy(5), heartbeat=1),
+        Step("a", "x", retry=RetryPolicy(5), status_query="q"),
+        Step("a", "x", retry=RetryPolicy(5), on_exhausted="fail"),
+    ]
+    digests = {one(v).digest for v in variants}
+    assert len(digests) == len(variants) and base.digest not in digests
 
 
 def test_digest_tracks_structure_and_schema() -> None:
@@ -245,8 +316,8 @@ def test_app_errors_are_clear() -> None:
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("nope", None, {})
     assert str(exc.value) == (
-        "unknown workflow 'nope'; known workflows: document_review, parallel_checks, "
-        "three_step, timer_demo"
+        "unknown workflow 'nope'; known workflows: document_review, invoice_posting, "
+        "invoice_posting_patient, parallel_checks, slow_step, three_step, timer_demo"
     )
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("three_step", 2, {})
@@ -274,6 +345,20 @@ def test_app_checks_activity_handlers() -> None:
     )
     app.declare_activity("remote_thing")
     app.decider()
+    app.workflow(
+        make(
+            [State("s", steps=[Step("a", "remote_thing", status_query="lookup")], complete=print)],
+            name="w2",
+        )
+    )
+    with pytest.raises(UnknownActivityError) as exc:
+        app.check()
+    assert str(exc.value) == (
+        "workflow 'w2' v1: step 'a' uses status query 'lookup', which has no handler and is "
+        "not declared (use @app.activity or app.declare_activity)"
+    )
+    app.declare_activity("lookup")
+    app.check()
     with pytest.raises(UnknownActivityError, match="no handler for activity 'remote_thing'"):
         app.handler("remote_thing")
 

@@ -1,0 +1,75 @@
+"""``keel dlq list | redrive`` and ``keel workflow resolve``: the operator's repair tools."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.errors import KeelError
+from orchestrator.runtime.client import KeelClient, parse_json
+from orchestrator.settings import load_settings
+
+dlq_app = typer.Typer(help="Dead letters: activities past their bounds, unprocessable records.")
+console = Console(highlight=False)
+
+
+@dlq_app.command("list")
+def list_(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Every dead letter, oldest first."""
+    from orchestrator.runtime.dlq import list_letters
+
+    letters = list_letters(load_settings())
+    if json_:
+        typer.echo(json.dumps([x.to_json() for x in letters]))
+        return
+    table = Table("id", "kind", "workflow", "time (UTC)", "reason")
+    for x in letters:
+        when = datetime.fromtimestamp(x.recorded_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(x.id, x.kind, x.workflow_id, when, x.reason)
+    console.print(table)
+
+
+@dlq_app.command("redrive")
+def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
+    """Send a dead letter out again: a new attempt of an activity, or the record itself."""
+    from orchestrator.runtime.dlq import redrive as do_redrive
+
+    settings = load_settings()
+    console.print(do_redrive(settings, KeelClient(settings, app_from(app)), letter_id))
+
+
+def resolve(
+    workflow_id: str,
+    activity_id: str,
+    found: Annotated[
+        str | None, typer.Option("--found", help="The effect happened; its result as JSON.")
+    ] = None,
+    not_found: Annotated[
+        bool, typer.Option("--not-found", help="It did not happen: retry the same attempt.")
+    ] = False,
+    failed: Annotated[
+        str | None, typer.Option("--failed", help="Give up with this reason.")
+    ] = None,
+    reason: Annotated[str, typer.Option(help="Why (recorded).")] = "resolved by operator",
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Settle an activity whose outcome Keel could not establish (needs_attention)."""
+    chosen = [o for o in (found is not None, not_found, failed is not None) if o]
+    if len(chosen) != 1:
+        raise KeelError("give exactly one of --found JSON, --not-found, --failed REASON")
+    client = KeelClient(load_settings(), app_from(app))
+    if found is not None:
+        mid = client.resolve(
+            workflow_id, activity_id, "found", parse_json(found, "--found"), reason
+        )
+    elif not_found:
+        mid = client.resolve(workflow_id, activity_id, "not_found", None, reason)
+    else:
+        mid = client.resolve(workflow_id, activity_id, "failed", None, failed or reason)
+    console.print(f"resolution sent to {workflow_id} ({mid})")
