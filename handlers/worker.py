@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, Message, Producer
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import BaseModel, ValidationError
 
@@ -39,9 +39,9 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import (
-    consume_batch,
     consumer_config,
     next_offsets,
+    poll_records,
     producer_config,
 )
 from orchestrator.settings import Settings
@@ -85,11 +85,7 @@ class Worker:
         log.info("worker started on %s", self.t_tasks)
         try:
             while not self._stop.is_set():
-                msgs = consume_batch(consumer, self.batch_size, 0.1)
-                records = [m for m in msgs if not m.error()]
-                for m in msgs:
-                    if m.error() and m.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error: %s", m.error())
+                records = poll_records(consumer, self.batch_size, 0.1)
                 if not records:
                     continue
                 self._loop.run_until_complete(self._run_batch(records))

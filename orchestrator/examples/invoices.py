@@ -115,54 +115,42 @@ def _invoice(ctx: Context) -> dict[str, Any]:
     return dict(ctx.input_dict)
 
 
-invoice_posting = app.workflow(
-    WorkflowDefinition.dag(
-        "invoice_posting",
-        1,
-        Invoice,
-        [
-            Step(
-                "post",
-                "post_to_ledger",
-                input=_invoice,
-                retry=RetryPolicy(
-                    max_attempts=4,
-                    initial_interval_ms=200,
-                    backoff_coefficient=2.0,
-                    max_interval_ms=2000,
-                ),
-                start_to_close=timedelta(seconds=5),
-                status_query="ledger_posting_status",
-            )
-        ],
-        output=_posting,
-        description="Post an invoice to the ledger exactly once.",
+def _posting_workflow(name: str, retry: RetryPolicy, description: str) -> WorkflowDefinition:
+    """Post one invoice: a side effect with a status query and a start-to-close timeout."""
+    return app.workflow(
+        WorkflowDefinition.dag(
+            name,
+            1,
+            Invoice,
+            [
+                Step(
+                    "post",
+                    "post_to_ledger",
+                    input=_invoice,
+                    retry=retry,
+                    start_to_close=timedelta(seconds=5),
+                    status_query="ledger_posting_status",
+                )
+            ],
+            output=_posting,
+            description=description,
+        )
     )
-)
 
-invoice_posting_patient = app.workflow(
-    WorkflowDefinition.dag(
-        "invoice_posting_patient",
-        1,
-        Invoice,
-        [
-            Step(
-                "post",
-                "post_to_ledger",
-                input=_invoice,
-                retry=RetryPolicy(
-                    max_attempts=30,
-                    initial_interval_ms=100,
-                    backoff_coefficient=2.0,
-                    max_interval_ms=400,
-                ),
-                start_to_close=timedelta(seconds=5),
-                status_query="ledger_posting_status",
-            )
-        ],
-        output=_posting,
-        description="Post an invoice, retrying through a long outage.",
-    )
+
+invoice_posting = _posting_workflow(
+    "invoice_posting",
+    RetryPolicy(
+        max_attempts=4, initial_interval_ms=200, backoff_coefficient=2.0, max_interval_ms=2000
+    ),
+    "Post an invoice to the ledger exactly once.",
+)
+invoice_posting_patient = _posting_workflow(
+    "invoice_posting_patient",
+    RetryPolicy(
+        max_attempts=30, initial_interval_ms=100, backoff_coefficient=2.0, max_interval_ms=400
+    ),
+    "Post an invoice, retrying through a long outage.",
 )
 
 

@@ -130,6 +130,18 @@ def consume_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> li
     return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]
 
 
+def poll_records(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Like ``consume_batch``, records only: consumer errors are logged, never processed."""
+    records = []
+    for msg in consume_batch(consumer, max_messages, timeout_s):
+        err = msg.error()
+        if err is None:
+            records.append(msg)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer error: %s", err)
+    return records
+
+
 def next_offsets(records: Iterable[Message]) -> list[TopicPartition]:
     """The offsets to commit after ``records``: one past the last record per partition."""
     nxt: dict[tuple[str, int], int] = {}

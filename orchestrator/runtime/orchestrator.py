@@ -43,8 +43,8 @@ from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.budget import RetryBudget
 from orchestrator.runtime.kafka import (
-    consume_batch,
     consumer_config,
+    poll_records,
     read_partitions,
     transactional_producer,
 )
@@ -68,6 +68,22 @@ def _header(msg: Message, name: str) -> str | None:
         if key == name:
             return value.decode() if value is not None else None
     return None
+
+
+def _follow_up(ev: Envelope[Any], tag: str, now: int, payload: Any) -> Envelope[Any]:
+    """A record caused by event ``ev`` (its task, its dead letter): same run, chained ids."""
+    return Envelope(
+        message_id=f"{ev.message_id}/{tag}",
+        workflow_id=ev.workflow_id,
+        run_id=ev.run_id,
+        seq=0,
+        type=type(payload).__name__,
+        recorded_at=now,
+        payload=payload,
+        causation_id=ev.message_id,
+        correlation_id=ev.correlation_id,
+        traceparent=ev.traceparent,
+    )
 
 
 def now_ms() -> int:
@@ -171,10 +187,10 @@ class Orchestrator:
         assert self.consumer is not None
         wait_ms = self.timers.next_due_in_ms(now_ms())
         timeout = 0.1 if wait_ms is None else min(0.1, wait_ms / 1000)
-        msgs = consume_batch(self.consumer, self.batch_size, timeout)
+        msgs = poll_records(self.consumer, self.batch_size, timeout)
         now = now_ms()
         due = self.timers.pop_due(now) if self.partitions else []
-        msgs = [m for m in msgs if m.partition() in self.partitions or m.error()]
+        msgs = [m for m in msgs if m.partition() in self.partitions]
         if msgs or due:
             self._transact(msgs, due, now)
         if time.monotonic() - self._last_checkpoint >= self.checkpoint_interval_s or any(
@@ -190,10 +206,6 @@ class Orchestrator:
         self.producer.begin_transaction()
         try:
             for msg in msgs:
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error: %s", msg.error())
-                    continue
                 p = msg.partition()
                 first.setdefault(p, msg.offset())
                 nxt[p] = msg.offset() + 1
@@ -361,14 +373,11 @@ class Orchestrator:
 
     def _emit_task(self, ev: Envelope[Any], key: bytes, headers: list | None, now: int) -> None:
         s: ActivityScheduled = ev.payload
-        task: Envelope[Any] = Envelope(
-            message_id=f"{ev.message_id}/task",
-            workflow_id=ev.workflow_id,
-            run_id=ev.run_id,
-            seq=0,
-            type="ActivityTask",
-            recorded_at=now,
-            payload=ActivityTask(
+        task = _follow_up(
+            ev,
+            "task",
+            now,
+            ActivityTask(
                 s.activity_id,
                 s.activity_type,
                 s.step,
@@ -379,9 +388,6 @@ class Orchestrator:
                 s.heartbeat_ms,
                 s.report_start,
             ),
-            causation_id=ev.message_id,
-            correlation_id=ev.correlation_id,
-            traceparent=ev.traceparent,
         )
         self.producer.produce(self.t_tasks, value=self.codec.encode(task), key=key, headers=headers)
         self.stats.tasks += 1
@@ -393,16 +399,11 @@ class Orchestrator:
             f"activity '{d.activity_id}' dead-lettered after {d.attempts} attempts: "
             f"{d.error_type}: {d.message}"
         )
-        letter: Envelope[Any] = Envelope(
-            message_id=f"dlq/{ev.message_id}",
-            workflow_id=ev.workflow_id,
-            run_id=ev.run_id,
-            seq=0,
-            type="DeadLetter",
-            recorded_at=now,
-            payload=DeadLetter(self.t_events, -1, -1, reason, key, self.codec.encode(ev)),
-            causation_id=ev.message_id,
-            correlation_id=ev.correlation_id,
+        letter = _follow_up(
+            ev,
+            "dlq",
+            now,
+            DeadLetter(self.t_events, -1, -1, reason, key, self.codec.encode(ev)),
         )
         self.producer.produce(self.t_dlq, value=self.codec.encode(letter), key=key)
         self.stats.dead_letters += 1

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import DecodeError, default_codec
@@ -24,9 +24,9 @@ from orchestrator.domain.decider import HistoryError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.kafka import (
-    consume_batch,
     consumer_config,
     next_offsets,
+    poll_records,
     read_partitions,
 )
 from orchestrator.runtime.projection import Projection
@@ -60,11 +60,7 @@ class Projector:
         consumer.subscribe([self.topic], on_assign=self._reset, on_revoke=self._reset)
         try:
             while not self._stop.is_set():
-                msgs = consume_batch(consumer, 1000, 0.1)
-                records = [m for m in msgs if not m.error()]
-                for m in msgs:
-                    if m.error() and m.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error: %s", m.error())
+                records = poll_records(consumer, 1000, 0.1)
                 if not records:
                     continue
                 self.apply(records)

@@ -127,3 +127,19 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(settings, args, message)
     assert "Traceback" not in result.stderr
     written = read_topic(settings.kafka_servers, settings.topic("commands"), settings.partitions)
     assert written == []
+
+
+def test_projections_rebuild_restores_the_read_model_from_the_event_store(
+    settings, services, client
+):
+    services.start("orchestrator")
+    services.start("worker")
+    client.start_many("parallel_checks", [(f"rb-{i}", {"n": i}) for i in range(20)])
+    wait_until(lambda: client.projection.counts()["completed"] == 20, 120, "20 completions")
+    before = {f"rb-{i}": client.show(f"rb-{i}") for i in range(20)}
+    assert client.projection.clear() > 0
+    assert client.projection.get("rb-0") is None
+    rebuilt = keel(settings, "projections", "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "rebuilt the read model from 220 events" in rebuilt.stdout
+    assert {wf: client.show(wf) for wf in before} == before
