@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
@@ -32,7 +31,6 @@ from orchestrator.definitions import format_validation_error
 from orchestrator.domain.messages import (
     ActivityTask,
     CompleteActivity,
-    DeadLetter,
     Envelope,
     FailActivity,
     HeartbeatActivity,
@@ -40,7 +38,10 @@ from orchestrator.domain.messages import (
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import (
     consumer_config,
+    dead_letter,
+    header,
     next_offsets,
+    now_ms,
     poll_records,
     producer_config,
 )
@@ -52,10 +53,6 @@ IN_DOUBT = (
     "attempt {attempt} was dispatched before and never reported (worker crash?); "
     "its outcome is unknown"
 )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Worker:
@@ -123,7 +120,7 @@ class Worker:
             self._dead_letter(msg, f"{task.type} is not an activity task")
             return
         t: ActivityTask = task.payload
-        incoming = tracing.headers_traceparent(msg.headers()) or task.traceparent
+        incoming = header(msg, "traceparent") or task.traceparent
         if tracing.enabled():
             with self._tracer.start_as_current_span(
                 f"keel.activity {t.activity_type}",
@@ -259,19 +256,7 @@ class Worker:
         log.warning(
             "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
         )
-        key = msg.key()
-        env: Envelope[Any] = Envelope(
-            message_id=f"dlq/{msg.topic()}/{msg.partition()}/{msg.offset()}",
-            workflow_id=(key or b"").decode("utf-8", "replace"),
-            run_id="",
-            seq=0,
-            type="DeadLetter",
-            recorded_at=now_ms(),
-            payload=DeadLetter(
-                msg.topic(), msg.partition(), msg.offset(), reason, key, msg.value()
-            ),
-        )
-        self._produce(self.t_dlq, key or b"", env)
+        self._produce(self.t_dlq, msg.key() or b"", dead_letter(msg, reason))
 
 
 class SupersededAttempt(Exception):

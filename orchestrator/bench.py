@@ -35,7 +35,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import TERMINAL_EVENTS
 from orchestrator.examples import app as example_app
 from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.kafka import consume_batch, consumer_config
+from orchestrator.runtime.kafka import consume_batch, consumer_config, now_ms
 from orchestrator.settings import Settings
 
 WORKFLOW = "three_step"
@@ -151,7 +151,7 @@ def one_run(
         for i in range(light):
             wf = f"light-{i}"
             client.start_many(WORKFLOW, [(wf, {"n": i})])
-            sent_at[wf] = time.time_ns() // 1_000_000
+            sent_at[wf] = now_ms()
             time.sleep(1 / light_rate)
         done.wait_for(set(sent_at), 120)
         latencies = [done.ended_at[wf] - sent_at[wf] for wf in sent_at]

@@ -28,7 +28,7 @@ from orchestrator.domain.messages import (
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.errors import KeelError
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import producer_config
+from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.projection import Projection
 from orchestrator.settings import Settings
 
@@ -42,10 +42,6 @@ class StartResult:
     workflow_id: str
     run_id: str
     existed: bool
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def parse_json(text: str, what: str) -> Any:

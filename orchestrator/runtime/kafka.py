@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from orchestrator.domain.messages import DeadLetter, Envelope
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.kafka")
@@ -24,6 +25,37 @@ client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
 
 PARTITIONER = "murmur2_random"
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds: the ``recorded_at`` every Keel process stamps."""
+    return time.time_ns() // 1_000_000
+
+
+def header(msg: Message, name: str) -> str | None:
+    """The value of a record's header ``name``, if it has one."""
+    for key, value in msg.headers() or ():
+        if key == name and value is not None:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def dead_letter(msg: Message, reason: str, env: Envelope[Any] | None = None) -> Envelope[Any]:
+    """The keel.dlq record for a record that could not be processed, with its origin.
+
+    ``env`` is the record decoded, when it could be; else the key names the workflow.
+    """
+    key = msg.key()
+    return Envelope(
+        message_id=f"dlq/{msg.topic()}/{msg.partition()}/{msg.offset()}",
+        workflow_id=env.workflow_id if env else (key or b"").decode("utf-8", "replace"),
+        run_id=env.run_id if env else "",
+        seq=0,
+        type="DeadLetter",
+        recorded_at=now_ms(),
+        payload=DeadLetter(msg.topic(), msg.partition(), msg.offset(), reason, key, msg.value()),
+        causation_id=env.message_id if env else None,
+    )
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:

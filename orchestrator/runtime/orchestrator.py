@@ -44,6 +44,9 @@ from orchestrator.runtime import tracing
 from orchestrator.runtime.budget import RetryBudget
 from orchestrator.runtime.kafka import (
     consumer_config,
+    dead_letter,
+    header,
+    now_ms,
     poll_records,
     read_partitions,
     transactional_producer,
@@ -63,13 +66,6 @@ SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 TXN_TIMEOUT_S = 30.0
 
 
-def _header(msg: Message, name: str) -> str | None:
-    for key, value in msg.headers() or ():
-        if key == name:
-            return value.decode() if value is not None else None
-    return None
-
-
 def _follow_up(ev: Envelope[Any], tag: str, now: int, payload: Any) -> Envelope[Any]:
     """A record caused by event ``ev`` (its task, its dead letter): same run, chained ids."""
     return Envelope(
@@ -84,10 +80,6 @@ def _follow_up(ev: Envelope[Any], tag: str, now: int, payload: Any) -> Envelope[
         correlation_id=ev.correlation_id,
         traceparent=ev.traceparent,
     )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -419,20 +411,8 @@ class Orchestrator:
         log.warning(
             "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
         )
-        key = msg.key()
-        letter: Envelope[Any] = Envelope(
-            message_id=f"dlq/{msg.topic()}/{msg.partition()}/{msg.offset()}",
-            workflow_id=env.workflow_id if env else (key or b"").decode("utf-8", "replace"),
-            run_id=env.run_id if env else "",
-            seq=0,
-            type="DeadLetter",
-            recorded_at=now_ms(),
-            payload=DeadLetter(
-                msg.topic(), msg.partition(), msg.offset(), reason, key, msg.value()
-            ),
-            causation_id=env.message_id if env else None,
-        )
-        self.producer.produce(self.t_dlq, value=self.codec.encode(letter), key=key)
+        letter = dead_letter(msg, reason, env)
+        self.producer.produce(self.t_dlq, value=self.codec.encode(letter), key=msg.key())
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> None:
@@ -541,7 +521,7 @@ class Orchestrator:
             p = msg.partition()
             result[p].events_end = msg.offset() + 1
             wf = (msg.key() or b"").decode("utf-8", "replace")
-            tails[p].setdefault(wf, []).append((_header(msg, TYPE_HEADER), msg.value()))
+            tails[p].setdefault(wf, []).append((header(msg, TYPE_HEADER), msg.value()))
             count += 1
         for p, by_wf in tails.items():
             ps = result[p]

@@ -110,10 +110,3 @@ def current_traceparent() -> str | None:
     carrier: dict[str, Any] = {}
     _propagator.inject(carrier)
     return carrier.get("traceparent")
-
-
-def headers_traceparent(headers: list[tuple[str, bytes]] | None) -> str | None:
-    for key, value in headers or ():
-        if key == "traceparent" and value:
-            return value.decode("ascii", "replace")
-    return None

@@ -143,3 +143,24 @@ def test_projections_rebuild_restores_the_read_model_from_the_event_store(
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "rebuilt the read model from 220 events" in rebuilt.stdout
     assert {wf: client.show(wf) for wf in before} == before
+
+
+def test_a_poison_command_goes_to_the_dlq_with_its_origin_and_processing_goes_on(
+    settings, services, client
+):
+    from confluent_kafka import Producer
+
+    services.start("orchestrator")
+    services.start("worker")
+    producer = Producer({"bootstrap.servers": settings.kafka_servers})
+    producer.produce(settings.topic("commands"), key=b"poisoned", value=b"\x00not avro at all")
+    producer.flush(10)
+    wf = client.start("parallel_checks", {"n": 2}, "after-poison").workflow_id
+    assert client.wait(wf, 60)["output"] == {"result": 3 + 4 + 4}
+    listed = keel(settings, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [letter] = json.loads(listed.stdout)
+    assert letter["kind"] == "record"
+    assert letter["workflow_id"] == "poisoned"
+    assert letter["reason"] == "undecodable record: bad marker: expected c301, got 006e"
+    assert letter["source"].startswith(f"{settings.topic('commands')}[")
