@@ -82,3 +82,46 @@ def test_a_timer_scheduled_before_a_sigkill_fires_once_after_restart(settings, s
     assert len(scheduled) == 1 and len(fired) == 1
     assert fired[0].payload.timer_id == scheduled[0].payload.timer_id
     assert fired[0].recorded_at >= scheduled[0].payload.fire_at
+
+
+def test_recovery_from_snapshot_checkpoints_after_a_sigkill(settings, services, client):
+    from orchestrator.runtime.orchestrator import CHECKPOINT_KEY
+    from tests.support import decode_all, read_topic
+
+    args = ("--checkpoint-interval", "0.5")
+    orch = services.start("orchestrator", *args, KEEL_INSTANCE_ID="snappy")
+    services.start("worker")
+    wait_until(lambda: _assigned(orch), 60, "assignment")
+    n = 50
+    client.start_many("parallel_checks", [(f"snap-{i}", {"n": i}) for i in range(n)])
+    review = client.start("document_review", {"document": "a"}, "snap-review").workflow_id
+    wait_until(lambda: client.projection.counts()["completed"] == n, 120, "completions")
+    wait_until(lambda: client.projection.status(review) == "waiting", 60, "the review wait")
+
+    def checkpointed() -> list:
+        records = read_topic(
+            settings.kafka_servers, settings.topic("snapshots"), settings.partitions
+        )
+        return [e for e in decode_all(records) if e.workflow_id == review]
+
+    wait_until(checkpointed, 30, "a snapshot of the waiting review")
+    services.kill(orch)
+    restarted = services.start("orchestrator", *args, KEEL_INSTANCE_ID="snappy")
+    wait_until(lambda: _assigned(restarted), 60, "re-assignment")
+    for n_signals, doc in enumerate(("b", "c"), start=1):
+        wait_until(lambda: client.projection.status(review) == "waiting", 60, "waiting")
+        client.signal(review, "documents_added", {"document": doc})
+        wait_until(
+            lambda k=n_signals: (
+                k == sum(h["type"] == "SignalReceived" for h in client.projection.history(review))
+            ),
+            60,
+            "the signal",
+        )
+    assert client.wait(review, 60)["output"] == {"decision": "approved", "documents": 3}
+    snapshots = decode_all(
+        read_topic(settings.kafka_servers, settings.topic("snapshots"), settings.partitions)
+    )
+    assert any(e.workflow_id == CHECKPOINT_KEY for e in snapshots)
+    for wf, events in histories(settings).items():
+        assert_sound_history(wf, events)

@@ -177,6 +177,10 @@ def test_each_activity_timeout_fires_from_recorded_timers(
     services.start("orchestrator")
     if with_worker:
         services.start("worker")
+        # Warm up: the worker has joined its group and polls before the timed task goes
+        # out, so schedule-to-start cannot fire merely because the worker was booting.
+        warm = client.start("three_step", {"n": 1}, f"warm-{timeout}").workflow_id
+        assert client.wait(warm, 60)["status"] == "completed"
     wf = client.start("slow_step", sleep_input, f"slow-{timeout}").workflow_id
     done = client.wait(wf, 60)
     assert done["status"] == "failed"
