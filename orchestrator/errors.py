@@ -1,5 +1,33 @@
-"""The one error type the CLI turns into a single clear line and a non-zero exit."""
+"""Keel's errors, re-exported for applications: one root, :class:`KeelError`.
 
+They live in the pure domain (``orchestrator.domain.errors``) so every layer can raise
+them where a problem is found.
+"""
 
-class KeelError(Exception):
-    """An expected failure whose message is meant for the operator, not a traceback."""
+from orchestrator.domain.errors import (
+    CommandRejected,
+    ConfigError,
+    DefinitionError,
+    HistoryError,
+    InvalidIdError,
+    InvalidInputError,
+    KeelError,
+    LimitExceededError,
+    NotFoundError,
+    UnavailableError,
+    UnknownWorkflowError,
+)
+
+__all__ = [
+    "CommandRejected",
+    "ConfigError",
+    "DefinitionError",
+    "HistoryError",
+    "InvalidIdError",
+    "InvalidInputError",
+    "KeelError",
+    "LimitExceededError",
+    "NotFoundError",
+    "UnavailableError",
+    "UnknownWorkflowError",
+]

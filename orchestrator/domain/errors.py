@@ -1,0 +1,67 @@
+"""The one error root of Keel and its few meaningful kinds.
+
+Every expected failure is a :class:`KeelError`: the CLI prints its message as one line
+and exits 1, services log it without a traceback. Each kind is raised where the problem
+is found, so no layer translates one error into another by hand. Pure: the domain,
+the runtime and the CLI all import it from here (``orchestrator.errors`` re-exports it).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommandRejected",
+    "ConfigError",
+    "DefinitionError",
+    "HistoryError",
+    "InvalidIdError",
+    "InvalidInputError",
+    "KeelError",
+    "LimitExceededError",
+    "NotFoundError",
+    "UnavailableError",
+    "UnknownWorkflowError",
+]
+
+
+class KeelError(Exception):
+    """An expected failure whose message is meant for the operator, not a traceback."""
+
+
+class DefinitionError(KeelError, ValueError):
+    """A workflow definition or application is malformed (raised when it is built)."""
+
+
+class InvalidInputError(KeelError, ValueError):
+    """Input refused before anything was written: bad JSON, schema, id or size."""
+
+
+class InvalidIdError(InvalidInputError):
+    """A workflow id breaks the id rule (``orchestrator.domain.ids``)."""
+
+
+class LimitExceededError(InvalidInputError):
+    """A value is larger, deeper or longer than a documented limit (docs/limits.md)."""
+
+
+class UnknownWorkflowError(InvalidInputError):
+    """No definition is registered under the requested name or version."""
+
+
+class NotFoundError(KeelError, LookupError):
+    """The thing asked for (a workflow, a dead letter, a task) does not exist."""
+
+
+class CommandRejected(KeelError):
+    """A command that must not change the workflow; the message is a one-line reason."""
+
+
+class HistoryError(KeelError, ValueError):
+    """An event that cannot follow the state it is folded into (corrupt or foreign history)."""
+
+
+class ConfigError(KeelError, ValueError):
+    """A configuration value was refused; the message names the variable."""
+
+
+class UnavailableError(KeelError):
+    """Kafka or Redis did not answer in time; retrying later may succeed."""

@@ -1,0 +1,112 @@
+"""Size limits as policy (docs/limits.md): what Keel accepts, checked before anything is written.
+
+Every record Keel writes must stay well under the broker's 1 MiB default record size, so
+each free-form JSON value (an input, a signal payload, a result, heartbeat details) is
+bounded, and so are its nesting depth, its integers and every duration. The client
+checks these first (a clear error, nothing written); the decider checks them again,
+because it is the authority and commands can come from any producer. Large documents
+belong in object storage: pass a reference (a URL and a digest), not the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.domain.errors import LimitExceededError
+
+__all__ = [
+    "MAX_DURATION_MS",
+    "MAX_HISTORY_BYTES",
+    "MAX_HISTORY_EVENTS",
+    "MAX_INT_DIGITS",
+    "MAX_JSON_DEPTH",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_REASON_CHARS",
+    "check_duration_ms",
+    "check_json_text",
+    "check_payload_size",
+    "loads_bounded",
+]
+
+#: One JSON value: a workflow input, a signal payload, an activity result or input.
+MAX_PAYLOAD_BYTES = 256 * 1024
+#: Nesting of arrays and objects in one JSON value.
+MAX_JSON_DEPTH = 64
+#: Digits of one JSON integer (beyond 2**53 JSON numbers are not portable anyway).
+MAX_INT_DIGITS = 64
+#: Events in one run's history; past it the run needs attention (continue-as-new instead).
+MAX_HISTORY_EVENTS = 50_000
+#: Encoded payload bytes of one run's history.
+MAX_HISTORY_BYTES = 64 * 1024 * 1024
+#: The longest durable timer or timeout: 10 years.
+MAX_DURATION_MS = 10 * 366 * 24 * 3600 * 1000
+#: Reasons and messages recorded in events are cut to this many characters.
+MAX_REASON_CHARS = 2000
+
+
+def check_payload_size(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise LimitExceededError(
+            f"{what} is {size:,} bytes; the limit is {limit:,} bytes "
+            "(store large documents elsewhere and pass a reference)"
+        )
+
+
+def _check_depth(text: str, what: str) -> None:
+    """Nesting depth by a linear scan (``json.loads`` would recurse first)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise LimitExceededError(
+                    f"{what} nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+                )
+        elif ch in "]}":
+            depth -= 1
+
+
+def _parse_int(what: str) -> Any:
+    def parse(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise LimitExceededError(
+                f"{what} holds an integer of {len(digits.lstrip('-'))} digits; "
+                f"the limit is {MAX_INT_DIGITS}"
+            )
+        return int(digits)
+
+    return parse
+
+
+def loads_bounded(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """Parse JSON ``text`` within every limit; ``LimitExceededError`` or ``ValueError`` else."""
+    check_payload_size(text, what, limit)
+    _check_depth(text, what)
+    return json.loads(text, parse_int=_parse_int(what))
+
+
+def check_json_text(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
+    """Raise unless ``text`` is JSON within the limits (the value itself is discarded)."""
+    loads_bounded(text, what, limit)
+
+
+def check_duration_ms(ms: int | float, what: str) -> int:
+    if ms != ms or ms < 0:
+        raise LimitExceededError(f"{what} must be >= 0 seconds")
+    if ms > MAX_DURATION_MS:
+        raise LimitExceededError(
+            f"{what} is longer than the limit of {MAX_DURATION_MS // (24 * 3600 * 1000):,} days"
+        )
+    return int(ms)

@@ -1,0 +1,69 @@
+"""Where Keel keeps what in Redis: one namespace per keyspace, so none can touch another.
+
+``keel:<topic prefix>:<space>:...`` with one short space name each. Topic prefixes hold
+no ``:`` (settings refuse it), and each key's variable part comes last, so a workflow id
+can never reach into another key or another space, whatever characters it holds:
+
+========  ===============================================  ==========================
+space     keys                                              rebuilt by / lifetime
+========  ===============================================  ==========================
+``rm``    ``rm:wf:<id>`` hash, ``rm:hist:<id>`` list,       ``keel projections
+          ``rm:workflows`` zset, ``rm:status:<s>`` sets      rebuild`` (and cleared by it)
+``fx``    ``fx:<idempotency key>`` effect records           never cleared; TTL
+``dd``    ``dd:<source>:<event id>`` webhook/callback       never cleared; TTL
+          dedupe markers
+``dlq``   ``dlq:redriven:<letter id>`` redrive claims       never cleared
+========  ===============================================  ==========================
+
+Only the read model (``rm``) is ever cleared in bulk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keyspace"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyspace:
+    topic_prefix: str
+
+    @property
+    def root(self) -> str:
+        return f"keel:{self.topic_prefix}"
+
+    # -- read model (rebuildable) ------------------------------------------------------
+    @property
+    def read_model(self) -> str:
+        """The prefix of every read-model key: the only one ``clear`` may scan."""
+        return f"{self.root}:rm:"
+
+    def workflow(self, workflow_id: str) -> str:
+        return f"{self.root}:rm:wf:{workflow_id}"
+
+    def history(self, workflow_id: str) -> str:
+        return f"{self.root}:rm:hist:{workflow_id}"
+
+    @property
+    def workflows(self) -> str:
+        return f"{self.root}:rm:workflows"
+
+    def status(self, status: str) -> str:
+        return f"{self.root}:rm:status:{status}"
+
+    # -- effect store (never cleared) ---------------------------------------------------
+    @property
+    def effects(self) -> str:
+        return f"{self.root}:fx:"
+
+    def effect(self, idempotency_key: str) -> str:
+        return f"{self.root}:fx:{idempotency_key}"
+
+    # -- dedupe of webhooks and callbacks (never cleared) -------------------------------
+    def dedupe(self, source: str, event_id: str) -> str:
+        return f"{self.root}:dd:{source}:{event_id}"
+
+    # -- dead-letter redrives ------------------------------------------------------------
+    def redriven(self, letter_id: str) -> str:
+        return f"{self.root}:dlq:redriven:{letter_id}"
