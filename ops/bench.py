@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,14 @@ class _Completions:
                 missing = len(ids - self.ended_at.keys())
                 raise TimeoutError(f"{missing} workflows did not end within {timeout_s:g}s")
             for msg in consume_batch(self.consumer, 2000, 0.05):
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(str(msg.error()))
+                err, value = msg.error(), msg.value()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(str(err))
                     continue
-                env = self.codec.decode(msg.value())
+                if value is None:
+                    continue
+                env = self.codec.decode(value)
                 self.events += 1
                 if isinstance(env.payload, TERMINAL_EVENTS):
                     self.ended_at[env.workflow_id] = env.recorded_at
@@ -122,7 +126,7 @@ def _spawn(role: str, settings: Settings, log_dir: Path, *args: str) -> subproce
     )
 
 
-def _percentile(values: list[float], q: float) -> float:
+def _percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
