@@ -23,8 +23,8 @@ def demo(
 ) -> None:
     """Run a batch of workflows, SIGKILL the orchestrator halfway, check every invariant.
 
-    Needs Kafka and Redis (``keel infra up`` and ``keel topics create``, or the KEEL_*
-    settings). Exits 1 if any invariant failed.
+    Needs Kafka and Redis: `keel infra up` first, or KEEL_BOOTSTRAP_SERVERS and
+    KEEL_REDIS_URL. Exits 1 if any invariant failed.
     """
     from ops.demo import run_demo
 
