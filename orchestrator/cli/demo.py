@@ -13,7 +13,7 @@ from rich.console import Console
 
 from orchestrator.settings import load_settings
 
-DEFAULT_SIZE = 300  # about 20 s on 2 cores
+DEFAULT_SIZE = 300  # about 15 s on 2 cores
 
 
 def demo(
