@@ -33,6 +33,7 @@ from rich.table import Table
 from ops.demo_checks import Expectation, Findings, Kind, check
 from ops.fakes.ledger import LedgerClient
 from orchestrator.codec import default_codec
+from orchestrator.domain.errors import UnavailableError
 from orchestrator.domain.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
 from orchestrator.settings import Settings
 
@@ -109,7 +110,7 @@ class EventTail:
                 if err.code() == KafkaError._PARTITION_EOF and partition is not None:
                     self.at_eof.add(partition)
                     continue
-                raise RuntimeError(f"reading keel.events failed: {err}")
+                raise UnavailableError(f"reading keel.events failed: {err}")
             self.at_eof.discard(partition or 0)
             if value is None:
                 continue
@@ -164,7 +165,9 @@ class Processes:
         ready, _, _ = select.select([self.ledger.stdout], [], [], 30)
         line = self.ledger.stdout.readline().strip() if ready else ""
         if not line.startswith("ledger listening on "):
-            raise RuntimeError(f"the fake ledger did not start (see {self.log_dir}/ledger.log)")
+            raise UnavailableError(
+                f"the fake ledger did not start within 30 s (see {self.log_dir}/ledger.log)"
+            )
         self.ledger_url = line.removeprefix("ledger listening on ")
         return self.ledger_url
 
