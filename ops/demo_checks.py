@@ -21,12 +21,14 @@ from orchestrator.domain.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,
+    ActivityTimedOut,
     WorkflowCancelled,
     WorkflowCompleted,
     WorkflowFailed,
 )
 
 UNKNOWN = "unknown"  # the failure class of an activity whose outcome is not known
+NOT_STARTED = "schedule_to_start"  # the one timeout after which nothing was attempted
 
 
 class Kind(StrEnum):
@@ -51,6 +53,7 @@ class Findings:
 
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     retries: int = 0
+    timeouts: int = 0
     unknown_outcomes: int = 0
     reconciled_by_query: int = 0
     postings: int = 0
@@ -101,14 +104,24 @@ def _shape_problems(wf: str, events: Sequence[Any]) -> list[str]:
     return problems
 
 
+def _outcome_unknown(p: Any) -> bool:
+    """An attempt whose write may or may not have happened: lost answer or a timeout."""
+    if isinstance(p, ActivityFailed):
+        return p.failure_class == UNKNOWN
+    return isinstance(p, ActivityTimedOut) and p.timeout != NOT_STARTED
+
+
 def _activity_counts(wf: str, events: Sequence[Any], findings: Findings) -> None:
     """Retries, unknown outcomes and the status queries that settled them.
 
-    A status query is an activity scheduled for the same step after the step's write
-    failed with an unknown outcome; it settles the write when it answers ``found``.
+    An attempt's outcome is unknown when it failed as ``unknown`` or timed out after it
+    started (whichever the orchestrator saw first; the other may follow). A status query
+    is an activity scheduled for the same step after that; it settles the write when it
+    answers ``found`` true or false.
     """
     step_of: dict[str, str] = {}  # activity id -> step
     unknown: dict[str, str] = {}  # step -> the activity id whose outcome is unknown
+    seen: set[tuple[str, int]] = set()  # (activity id, attempt) already counted unknown
     queries: dict[str, str] = {}  # query activity id -> the activity id it asks about
     for env in events:
         p = env.payload
@@ -118,7 +131,11 @@ def _activity_counts(wf: str, events: Sequence[Any], findings: Findings) -> None
                 queries[p.activity_id] = unknown[p.step]
             elif p.attempt > 1:
                 findings.retries += 1
-        elif isinstance(p, ActivityFailed) and p.failure_class == UNKNOWN:
+        elif _outcome_unknown(p):
+            findings.timeouts += isinstance(p, ActivityTimedOut)
+            if (p.activity_id, p.attempt) in seen:
+                continue  # the late report of an attempt that already timed out
+            seen.add((p.activity_id, p.attempt))
             findings.unknown_outcomes += 1
             unknown[step_of.get(p.activity_id, p.activity_id)] = p.activity_id
         elif isinstance(p, ActivityCompleted) and p.activity_id in queries:

@@ -19,6 +19,7 @@ from orchestrator.domain.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,
+    ActivityTimedOut,
     Envelope,
     StateEntered,
     WorkflowCompleted,
@@ -96,6 +97,31 @@ def test_a_sound_batch_passes_and_counts_the_reconciled_unknown_outcome():
     assert (found.unknown_outcomes, found.reconciled_by_query, found.retries) == (1, 1, 0)
     assert (found.postings, found.duplicate_effects) == (1, 0)
     assert found.reconciled_runs == ["invoice-0000"]
+
+
+def test_a_timeout_before_the_lost_answer_counts_once_and_is_reconciled():
+    """Seen after an orchestrator restart: the start-to-close timer fires before the
+    worker's report of the lost answer arrives; the query follows the timeout."""
+    write = ActivityScheduled("run#1/post", "post_to_ledger", "post", "{}", 1, 1, KEY)
+    query = ActivityScheduled(
+        "run#1/post/query/1", "ledger_posting_status", "post", "{}", 1, 1, "q"
+    )
+    found = {"found": True, "result": {"posting_id": "p-000001", "key": KEY}}
+    events = history(
+        "invoice-0000",
+        started("invoice_posting"),
+        write,
+        ActivityTimedOut("run#1/post", 1, "start_to_close"),
+        query,
+        ActivityFailed("run#1/post", 1, "unknown", "OutcomeUnknownError", "connection lost"),
+        ActivityCompleted("run#1/post/query/1", 1, json.dumps(found)),
+        ActivityCompleted("run#1/post", 1, json.dumps({"posting_id": "p-000001", "key": KEY})),
+        WorkflowCompleted(json.dumps({"posting_id": "p-000001"})),
+    )
+    found_ = check({"checks-0000": checks_run(), "invoice-0000": events}, EXPECTED, book())
+    assert found_.violations == []
+    assert (found_.unknown_outcomes, found_.reconciled_by_query, found_.timeouts) == (1, 1, 1)
+    assert found_.reconciled_runs == ["invoice-0000"]
 
 
 def test_a_duplicate_effect_in_the_ledger_fails_the_demo():
