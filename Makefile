@@ -7,6 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+DEMO_SIZE ?= 300
 
 .PHONY: setup system-deps test unit demo down lint fmt bench clean
 
@@ -35,10 +36,11 @@ test: setup
 unit: $(BIN)/keel
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
+# Local Kafka + Redis, Keel's topics, then a checked batch of workflows through a crash.
 demo: setup
 	$(BIN)/keel infra up
 	$(BIN)/keel topics create
-	$(BIN)/keel infra status
+	$(BIN)/keel demo --size $(DEMO_SIZE)
 
 down:
 	$(BIN)/keel infra down

@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import dlq, infra, services, workflow
+from orchestrator.cli import demo, dlq, infra, services, workflow
 from orchestrator.errors import KeelError
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.command("worker")(services.worker)
 app.command("projector")(services.projector)
 app.command("dev")(services.dev)
 app.command("bench")(services.bench)
+app.command("demo")(demo.demo)
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -140,8 +140,8 @@ def bench(
     """Measure the durable core on the real broker; the last line is one JSON object."""
     import json
 
+    from ops.bench import run_bench
     from ops.local import LocalStack
-    from orchestrator.bench import run_bench
 
     settings = load_settings()
     if not settings.bootstrap_servers:

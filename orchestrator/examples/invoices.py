@@ -1,7 +1,7 @@
 """Example workflows that write to an external system: postings to a finance ledger.
 
 ``post_to_ledger`` is a real side effect (an HTTP POST to the ledger service in
-``connectors/ledger.py``, at ``KEEL_LEDGER_URL``) carrying the activity's idempotency
+``ops/fakes/ledger.py``, at ``KEEL_LEDGER_URL``) carrying the activity's idempotency
 key; ``ledger_posting_status`` is its status query. HTTP outcomes map onto Keel's
 failure classes: 429/5xx/refused connection are transient (nothing was written), other
 4xx are permanent, and a timeout or a connection lost after the request was sent is

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from connectors.ledger import LedgerClient, create_app
+from ops.fakes.ledger import LedgerClient, create_app
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -298,7 +298,7 @@ def test_runner_subprocess_with_sync_client() -> None:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "connectors.ledger", "--port", str(port)],
+        [sys.executable, "-m", "ops.fakes.ledger", "--port", str(port)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -327,6 +327,33 @@ def test_runner_subprocess_with_sync_client() -> None:
         assert book["calls"] == {"wf-1/pay/1": 2, "wf-2/pay/1": 1}
         client.reset()
         assert client.ledger()["total_effects"] == 0
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_old_module_path_still_runs_the_ledger() -> None:
+    """``python -m connectors.ledger`` (used by older scripts and fixtures) still serves."""
+    import connectors.ledger as shim
+    import ops.fakes.ledger as fake
+
+    assert shim.create_app is fake.create_app
+    assert shim.LedgerClient is fake.LedgerClient
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "connectors.ledger", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = _wait_for_line(proc, 20)
+        assert line.startswith("ledger listening on http://127.0.0.1:"), line
+        base = line.removeprefix("ledger listening on ")
+        assert LedgerClient(base).ledger()["total_effects"] == 0
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
