@@ -1,24 +1,53 @@
-"""Keel's pure domain: messages, workflow state, idempotency keys and the decider.
+"""Keel's pure domain: the whole model of a workflow run, with no I/O.
 
-Nothing here does I/O; the Kafka runtime depends on this package, never the reverse.
+Layers, each importing only those before it (and the standard library and pydantic):
+``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``messages`` -> ``state``, ``keys`` ->
+``context``, ``fingerprint`` -> ``definitions`` -> ``activities`` (the activity lifecycle)
+-> ``evolve`` (state from events) -> ``decide`` (events from commands) -> ``decider``
+(the facade the runtime uses). The Kafka runtime depends on this package, never the
+reverse.
 """
 
+from orchestrator.domain.context import Context
 from orchestrator.domain.decider import (
     FAILURE_CLASSES,
     QUERY_RETRY,
     RESOLUTIONS,
+    SUMMARY_EVENTS,
     TIMEOUT_ERROR_TYPES,
-    CommandRejected,
     Decider,
-    HistoryError,
     activity_timeout,
     query_outcome,
     retry_delay_ms,
 )
+from orchestrator.domain.definitions import (
+    ON_EXHAUSTED,
+    TIMEOUT_KINDS,
+    RetryPolicy,
+    SignalWait,
+    State,
+    Step,
+    TimerWait,
+    Transition,
+    WorkflowDefinition,
+    canonical_json,
+    duration_ms,
+    format_validation_error,
+    resolve_definition,
+)
+from orchestrator.domain.errors import (
+    CommandRejected,
+    DefinitionError,
+    HistoryError,
+    InvalidInputError,
+    UnknownWorkflowError,
+)
 from orchestrator.domain.keys import idempotency_key, parse_idempotency_key
+from orchestrator.domain.messages import TERMINAL_EVENT_NAMES, TERMINAL_EVENTS
 from orchestrator.domain.state import (
     ACTIVITY_STATUSES,
     NEEDS_ATTENTION,
+    SEEN_COMMANDS_WINDOW,
     STATUSES,
     TERMINAL_STATUSES,
     ActivityState,
@@ -26,26 +55,67 @@ from orchestrator.domain.state import (
     WaitState,
     WorkflowState,
 )
+from orchestrator.domain.vocabulary import (
+    ActivityStatus,
+    FailureClass,
+    OnExhausted,
+    PurposeKind,
+    Resolution,
+    TimeoutKind,
+    TimerPurpose,
+    WaitKind,
+    WorkflowStatus,
+)
 
 __all__ = [
     "ACTIVITY_STATUSES",
     "FAILURE_CLASSES",
     "NEEDS_ATTENTION",
+    "ON_EXHAUSTED",
     "QUERY_RETRY",
     "RESOLUTIONS",
+    "SEEN_COMMANDS_WINDOW",
     "STATUSES",
+    "SUMMARY_EVENTS",
+    "TERMINAL_EVENTS",
+    "TERMINAL_EVENT_NAMES",
     "TERMINAL_STATUSES",
     "TIMEOUT_ERROR_TYPES",
+    "TIMEOUT_KINDS",
     "ActivityState",
+    "ActivityStatus",
     "CommandRejected",
+    "Context",
     "Decider",
+    "DefinitionError",
+    "FailureClass",
     "HistoryError",
+    "InvalidInputError",
+    "OnExhausted",
+    "PurposeKind",
+    "Resolution",
+    "RetryPolicy",
+    "SignalWait",
+    "State",
+    "Step",
+    "TimeoutKind",
+    "TimerPurpose",
     "TimerState",
+    "TimerWait",
+    "Transition",
+    "UnknownWorkflowError",
+    "WaitKind",
     "WaitState",
+    "WorkflowDefinition",
     "WorkflowState",
+    "WorkflowStatus",
     "activity_timeout",
+    "canonical_json",
+    "duration_ms",
+    "format_validation_error",
     "idempotency_key",
     "parse_idempotency_key",
     "query_outcome",
+    "resolve_definition",
     "retry_delay_ms",
 ]

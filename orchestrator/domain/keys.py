@@ -1,6 +1,6 @@
 """Idempotency keys for activity tasks.
 
-``K = workflowId ∥ activityType ∥ logicalAttempt`` (DESIGN §7). Each text part is
+``K = workflowId ∥ activityType ∥ logicalAttempt`` (docs/activities.md). Each text part is
 percent-escaped with *no* safe characters, so the ``/`` separator can never occur
 inside a part and the key parses back to exactly one triple: two different triples
 can never share a key, which is what lets a handler's effect store trust it.

@@ -6,6 +6,9 @@ Values that are free-form workflow data (inputs, outputs, results, signal
 payloads) travel as JSON text in ``*_json`` fields: the domain parses them when
 it needs them, and the wire format never depends on a user's pydantic models.
 
+An event class that ends a run says so with ``TERMINAL = True``; ``TERMINAL_EVENTS``
+and ``TERMINAL_EVENT_NAMES`` are derived from that flag, so there is one registry.
+
 This module is pure: no Kafka, Redis or network imports.
 """
 
@@ -263,18 +266,21 @@ class WorkflowNeedsAttention:
 @dataclass(frozen=True, slots=True)
 class WorkflowCompleted:
     KIND: ClassVar[str] = "event"
+    TERMINAL: ClassVar[bool] = True
     output_json: str
 
 
 @dataclass(frozen=True, slots=True)
 class WorkflowFailed:
     KIND: ClassVar[str] = "event"
+    TERMINAL: ClassVar[bool] = True
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class WorkflowCancelled:
     KIND: ClassVar[str] = "event"
+    TERMINAL: ClassVar[bool] = True
     reason: str
 
 
@@ -327,7 +333,15 @@ class DeadLetter:
 
 
 Command = (
-    StartWorkflow | CompleteActivity | FailActivity | SignalWorkflow | FireTimer | CancelWorkflow
+    StartWorkflow
+    | CompleteActivity
+    | FailActivity
+    | SignalWorkflow
+    | FireTimer
+    | CancelWorkflow
+    | HeartbeatActivity
+    | ResolveActivity
+    | RedriveActivity
 )
 Event = (
     WorkflowStarted
@@ -386,7 +400,12 @@ PAYLOAD_TYPES: dict[str, type] = {
     )
 }
 
-TERMINAL_EVENTS: tuple[type, ...] = (WorkflowCompleted, WorkflowFailed, WorkflowCancelled)
+#: The events that end a run, derived from their ``TERMINAL`` flag (the one registry).
+TERMINAL_EVENTS: tuple[type, ...] = tuple(
+    cls for cls in PAYLOAD_TYPES.values() if getattr(cls, "TERMINAL", False)
+)
+#: Their wire names (the ``type`` of their envelopes and the record header).
+TERMINAL_EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 
 P = TypeVar("P")
 

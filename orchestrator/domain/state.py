@@ -1,10 +1,19 @@
 """The folded state of one workflow run: what ``evolve`` builds and snapshots store.
 
-Contract (why evolve can be cheap and still safe): a :class:`WorkflowState` and every
-container it holds are never mutated once another state may share them. ``evolve``
-makes a shallow :meth:`WorkflowState.clone` and *replaces* the few containers an event
-touches (copy-on-write), so the state passed in stays valid; the decider relies on
-this to simulate its own events without copying the whole state.
+Ownership contract (why folding is linear and still safe): a :class:`WorkflowState`
+shares its containers with the states it was cloned from, and a container is mutated
+only by a state that *owns* it. :meth:`WorkflowState.clone` owns nothing; the first
+``mut_*`` call on a container copies it and marks it owned, later calls mutate it in
+place. So ``evolve(state, event)`` (a fresh clone per event) never changes ``state``,
+while one decision or one ``fold`` clones once and copies each container at most once,
+however many events it applies. :meth:`WorkflowState.seal` gives up ownership when the
+scratch state is handed out.
+
+``seen_commands`` is a bounded FIFO window of the last :data:`SEEN_COMMANDS_WINDOW`
+command ids that wrote events (signals, cancels, resolutions, redrives). Redelivery is
+always recent: the orchestrator commits a command's offset in the same transaction as
+its events, so a recorded command comes back only when a client retries a send it could
+not confirm (seconds later), long before a thousand further commands reach the run.
 """
 
 from __future__ import annotations
@@ -13,55 +22,58 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.domain.vocabulary import ActivityStatus, WaitKind, WorkflowStatus
+
 __all__ = [
     "ACTIVITY_STATUSES",
     "ATTENTION",
     "IN_FLIGHT",
+    "SEEN_COMMANDS_WINDOW",
     "STATUSES",
     "TERMINAL_STATUSES",
     "ActivityState",
     "TimerState",
     "WaitState",
     "WorkflowState",
+    "remember_command",
 ]
 
-RUNNING, WAITING, NEEDS_ATTENTION, COMPLETED, FAILED, CANCELLED = (
-    "running",
-    "waiting",
-    "needs_attention",
-    "completed",
-    "failed",
-    "cancelled",
-)
-#: ``needs_attention``: not finished, but an activity waits for an operator (it is
-#: dead-lettered, or its outcome stayed unknown); a redrive or a resolution moves on.
-STATUSES = (RUNNING, WAITING, NEEDS_ATTENTION, COMPLETED, FAILED, CANCELLED)
-TERMINAL_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED})
+RUNNING = WorkflowStatus.RUNNING
+WAITING = WorkflowStatus.WAITING
+NEEDS_ATTENTION = WorkflowStatus.NEEDS_ATTENTION
+COMPLETED = WorkflowStatus.COMPLETED
+FAILED = WorkflowStatus.FAILED
+CANCELLED = WorkflowStatus.CANCELLED
+STATUSES = tuple(WorkflowStatus)
+TERMINAL_STATUSES = frozenset(s for s in WorkflowStatus if s.is_terminal)
 
-#: ``scheduled``: dispatched, awaiting a report; ``backoff``: failed, retry timer armed;
-#: ``querying``: outcome unknown, its status query runs; ``attention``: outcome unknown
-#: and the query could not tell, an operator must resolve it; ``dead_lettered``: out of
-#: retries, an operator may redrive it; ``resolving``: settled within the decision that
-#: is folding it (never seen between decisions); ``completed`` / ``failed``: final;
-#: ``cancelled``: abandoned (state left or run ended).
-ACTIVITY_STATUSES = (
-    "scheduled",
-    "backoff",
-    "querying",
-    "attention",
-    "dead_lettered",
-    "resolving",
-    "completed",
-    "failed",
-    "cancelled",
-)
+ACTIVITY_STATUSES = tuple(ActivityStatus)
 IN_FLIGHT = frozenset(
-    {"scheduled", "backoff", "querying", "attention", "dead_lettered", "resolving"}
+    {
+        ActivityStatus.SCHEDULED,
+        ActivityStatus.BACKOFF,
+        ActivityStatus.QUERYING,
+        ActivityStatus.ATTENTION,
+        ActivityStatus.DEAD_LETTERED,
+        ActivityStatus.RESOLVING,
+    }
 )
 #: Activity statuses that put the run in ``needs_attention``.
-ATTENTION = frozenset({"attention", "dead_lettered"})
+ATTENTION = frozenset({ActivityStatus.ATTENTION, ActivityStatus.DEAD_LETTERED})
+
+#: How many recorded command ids a run remembers for deduplication (see the module doc).
+SEEN_COMMANDS_WINDOW = 1000
 
 _FORMAT = 1
+
+
+def remember_command(seen: tuple[str, ...], command_id: str) -> tuple[str, ...]:
+    """``seen`` with ``command_id`` appended, keeping the newest ``SEEN_COMMANDS_WINDOW``."""
+    if command_id in seen:
+        return seen
+    if len(seen) >= SEEN_COMMANDS_WINDOW:
+        return (*seen[len(seen) - SEEN_COMMANDS_WINDOW + 1 :], command_id)
+    return (*seen, command_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +89,7 @@ class ActivityState:
     logical_attempt: int
     attempt: int
     idempotency_key: str
-    status: str = "scheduled"
+    status: ActivityStatus = ActivityStatus.SCHEDULED
     result_json: str | None = None
     failure_class: str | None = None
     error_type: str | None = None
@@ -89,19 +101,23 @@ class ActivityState:
     first_dispatch_at: int = 0
     #: Attempts used before the current retry budget began (a redrive starts a new one).
     budget_base: int = 0
-    #: Message ids of the heartbeats of the current attempt (the first: it started).
-    heartbeats: frozenset[str] = frozenset()
+    #: Heartbeats recorded for the current attempt (the first: it started); heartbeats
+    #: are coalesced, so this counts events, not the worker's reports.
+    heartbeat_count: int = 0
+    #: Command id of the last heartbeat recorded (its redelivery writes nothing).
+    last_heartbeat: str | None = None
     #: Attempts that timed out and whose late report, if any, is not recorded yet.
     timed_out: tuple[int, ...] = ()
 
     @property
     def started(self) -> bool:
-        return bool(self.heartbeats)
+        return self.heartbeat_count > 0
 
 
 @dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
+    #: The wire form of a :class:`~orchestrator.domain.vocabulary.TimerPurpose`.
     purpose: str
 
 
@@ -113,7 +129,7 @@ class WaitState:
     fired, its signal arrived (``payload_json``) or its timeout fired (``timed_out``).
     """
 
-    kind: str  # "timer" | "signal"
+    kind: WaitKind
     signal_name: str | None = None
     timer_id: str | None = None
     satisfied: bool = False
@@ -132,15 +148,15 @@ class WorkflowState:
     digest: str
     input_json: str
     seq: int = 0
-    status: str = RUNNING
+    status: WorkflowStatus = RUNNING
     current_state: str | None = None
     visit: int = 0
     visits: dict[str, int] = field(default_factory=dict)
     #: Steps of the current visit not completed yet.
-    steps_remaining: frozenset[str] = frozenset()
+    steps_remaining: set[str] = field(default_factory=set)
     wait: WaitState | None = None
     activities: dict[str, ActivityState] = field(default_factory=dict)
-    in_flight: frozenset[str] = frozenset()
+    in_flight: set[str] = field(default_factory=set)
     #: Latest result per step name (JSON text).
     step_results: dict[str, str] = field(default_factory=dict)
     #: Highest logical attempt used per activity type (for idempotency keys).
@@ -150,15 +166,26 @@ class WorkflowState:
     inbox: tuple[tuple[str, str], ...] = ()
     #: Every signal payload received, by name, in arrival order.
     signals: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Message ids of signal/cancel commands already recorded (redelivery -> no events).
-    seen_commands: frozenset[str] = frozenset()
+    #: Ids of the latest commands that wrote events (redelivery -> no events), oldest
+    #: first, at most ``SEEN_COMMANDS_WINDOW`` (see the module doc).
+    seen_commands: tuple[str, ...] = ()
     output_json: str | None = None
     failure_reason: str | None = None
     cancel_reason: str | None = None
+    #: Why the run itself needs an operator (a limit it reached), None when it does not.
+    attention_reason: str | None = None
     started_at: int = 0
     updated_at: int = 0
     #: Per-run cache (e.g. the parsed input model); shared by clones, never serialised.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Timer id by purpose (derived from ``timers``: an armed timer's purpose is unique).
+    timer_index: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: Names of the containers this object may mutate (see the module contract).
+    _owned: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.timers and not self.timer_index:
+            self.timer_index = {t.purpose: tid for tid, t in self.timers.items()}
 
     # -- queries --------------------------------------------------------------------
 
@@ -203,16 +230,86 @@ class WorkflowState:
             updated_at=self.updated_at,
         )
 
+    # -- ownership --------------------------------------------------------------------
+
     def clone(self) -> WorkflowState:
-        """A shallow copy (containers shared; see the module contract)."""
+        """A shallow copy that owns none of its containers (see the module contract)."""
         new = object.__new__(WorkflowState)
         new.__dict__.update(self.__dict__)
+        new._owned = set()
         return new
+
+    def seal(self) -> WorkflowState:
+        """Give up ownership: from now on this state is shared and never mutated."""
+        self._owned = set()
+        return self
+
+    def take(self, **containers: Any) -> None:
+        """Set fresh containers this state owns from now on (nothing else holds them)."""
+        self.__dict__.update(containers)
+        self._owned.update(containers)
+
+    def _own(self, name: str) -> Any:
+        value = self.__dict__[name]
+        if name not in self._owned:
+            value = value.copy()
+            self.__dict__[name] = value
+            self._owned.add(name)
+        return value
+
+    def mut_activities(self) -> dict[str, ActivityState]:
+        return self._own("activities")  # type: ignore[no-any-return]
+
+    def mut_in_flight(self) -> set[str]:
+        return self._own("in_flight")  # type: ignore[no-any-return]
+
+    def mut_steps_remaining(self) -> set[str]:
+        return self._own("steps_remaining")  # type: ignore[no-any-return]
+
+    def arm_timer(self, timer_id: str, timer: TimerState) -> None:
+        """Arm a timer; one armed earlier with the same purpose is replaced."""
+        timers: dict[str, TimerState] = self._own("timers")
+        index: dict[str, str] = self._own("timer_index")
+        old = index.get(timer.purpose)
+        if old is not None:
+            timers.pop(old, None)
+        timers[timer_id] = timer
+        index[timer.purpose] = timer_id
+
+    def drop_timer(self, timer_id: str) -> None:
+        if timer_id not in self.timers:
+            return
+        timers: dict[str, TimerState] = self._own("timers")
+        index: dict[str, str] = self._own("timer_index")
+        purpose = timers.pop(timer_id).purpose
+        if index.get(purpose) == timer_id:
+            del index[purpose]
+
+    def drop_timer_for(self, purpose: str) -> None:
+        timer_id = self.timer_index.get(purpose)
+        if timer_id is not None:
+            self.drop_timer(timer_id)
+
+    def clear_timers(self) -> None:
+        if self.timers:
+            self.take(timers={}, timer_index={})
+
+    def mut_visits(self) -> dict[str, int]:
+        return self._own("visits")  # type: ignore[no-any-return]
+
+    def mut_step_results(self) -> dict[str, str]:
+        return self._own("step_results")  # type: ignore[no-any-return]
+
+    def mut_logical_attempts(self) -> dict[str, int]:
+        return self._own("logical_attempts")  # type: ignore[no-any-return]
+
+    def mut_signals(self) -> dict[str, tuple[str, ...]]:
+        return self._own("signals")  # type: ignore[no-any-return]
 
     # -- snapshots ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "format": _FORMAT,
             "workflow_id": self.workflow_id,
             "run_id": self.run_id,
@@ -234,13 +331,16 @@ class WorkflowState:
             "timers": {k: [t.fire_at, t.purpose] for k, t in self.timers.items()},
             "inbox": [list(x) for x in self.inbox],
             "signals": {k: list(v) for k, v in self.signals.items()},
-            "seen_commands": sorted(self.seen_commands),
+            "seen_commands": list(self.seen_commands),
             "output_json": self.output_json,
             "failure_reason": self.failure_reason,
             "cancel_reason": self.cancel_reason,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
         }
+        if self.attention_reason is not None:
+            d["attention_reason"] = self.attention_reason
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -250,6 +350,7 @@ class WorkflowState:
         if d.get("format") != _FORMAT:
             raise ValueError(f"unsupported workflow state format {d.get('format')!r}")
         wait = d["wait"]
+        seen = tuple(d["seen_commands"])[-SEEN_COMMANDS_WINDOW:]
         return cls(
             workflow_id=d["workflow_id"],
             run_id=d["run_id"],
@@ -258,23 +359,24 @@ class WorkflowState:
             digest=d["digest"],
             input_json=d["input_json"],
             seq=d["seq"],
-            status=d["status"],
+            status=WorkflowStatus(d["status"]),
             current_state=d["current_state"],
             visit=d["visit"],
             visits=dict(d["visits"]),
-            steps_remaining=frozenset(d["steps_remaining"]),
-            wait=None if wait is None else WaitState(**wait),
+            steps_remaining=set(d["steps_remaining"]),
+            wait=None if wait is None else _wait_from(wait),
             activities={a["activity_id"]: _activity_from(a) for a in d["activities"]},
-            in_flight=frozenset(d["in_flight"]),
+            in_flight=set(d["in_flight"]),
             step_results=dict(d["step_results"]),
             logical_attempts=dict(d["logical_attempts"]),
             timers={k: TimerState(v[0], v[1]) for k, v in d["timers"].items()},
             inbox=tuple((x[0], x[1]) for x in d["inbox"]),
             signals={k: tuple(v) for k, v in d["signals"].items()},
-            seen_commands=frozenset(d["seen_commands"]),
+            seen_commands=seen,
             output_json=d["output_json"],
             failure_reason=d["failure_reason"],
             cancel_reason=d["cancel_reason"],
+            attention_reason=d.get("attention_reason"),
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )
@@ -290,13 +392,22 @@ def _slots_dict(obj: Any) -> dict[str, Any]:
 
 def _activity_dict(act: ActivityState) -> dict[str, Any]:
     d = _slots_dict(act)
-    d["heartbeats"] = sorted(act.heartbeats)
     d["timed_out"] = list(act.timed_out)
     return d
 
 
 def _activity_from(d: dict[str, Any]) -> ActivityState:
     d = dict(d)
-    d["heartbeats"] = frozenset(d.get("heartbeats", ()))
+    # snapshots before coalescing kept every heartbeat's command id
+    legacy = d.pop("heartbeats", None)
+    if "heartbeat_count" not in d:
+        d["heartbeat_count"] = len(legacy or ())
+    d["status"] = ActivityStatus(d.get("status", ActivityStatus.SCHEDULED))
     d["timed_out"] = tuple(d.get("timed_out", ()))
     return ActivityState(**d)
+
+
+def _wait_from(d: dict[str, Any]) -> WaitState:
+    d = dict(d)
+    d["kind"] = WaitKind(d["kind"])
+    return WaitState(**d)

@@ -789,22 +789,29 @@ def test_snapshot_round_trips_every_new_field() -> None:
     assert "redrive-ship" in s.seen_commands
     # a running attempt with heartbeats and an armed timeout timer
     h.send(HeartbeatActivity(QUERY, 1, "{}"), mid="hb-q")
-    assert h.s.activities[QUERY].heartbeats == frozenset({"hb-q"})
+    query = h.s.activities[QUERY]
+    assert (query.heartbeat_count, query.last_heartbeat, query.started) == (1, "hb-q", True)
     restored = WorkflowState.from_json(h.s.to_json())
     assert restored == h.s and restored.to_json() == h.s.to_json()
     h2 = Harness()
     h2.start("timed")
     h2.send(HeartbeatActivity(PAY, 1, "{}"), mid="hb-1")
     restored = WorkflowState.from_json(h2.s.to_json())
-    assert restored == h2.s and restored.activities[PAY].heartbeats == frozenset({"hb-1"})
+    assert restored == h2.s
+    assert (restored.activities[PAY].heartbeat_count, restored.activities[PAY].last_heartbeat) == (
+        1,
+        "hb-1",
+    )
     cmd = h2.env(FireTimer(f"{PAY}/timeout/heartbeat/1/1"), None, None)
     assert DECIDER.decide(restored, cmd) == DECIDER.decide(h2.s, cmd)
     # snapshots written before these fields existed still load
     old = json.loads(h2.s.to_json())
     for act in old["activities"]:
-        for name in ("parent", "first_dispatch_at", "budget_base", "heartbeats", "timed_out"):
+        for name in ("parent", "first_dispatch_at", "budget_base", "timed_out"):
             del act[name]
+        # before coalescing, a snapshot kept every heartbeat's command id
+        act["heartbeats"] = ["hb-0", "hb-1"] if act.pop("heartbeat_count") else []
+        del act["last_heartbeat"]
     legacy = WorkflowState.from_dict(old)
-    assert (
-        legacy.activities[PAY].heartbeats == frozenset() and legacy.activities[PAY].parent is None
-    )
+    assert (legacy.activities[PAY].heartbeat_count, legacy.activities[PAY].parent) == (2, None)
+    assert legacy.activities[PAY].started

@@ -1,0 +1,531 @@
+"""The activity lifecycle: dispatch, reports, timeouts, retries, status queries, operators.
+
+A transient failure is retried (same idempotency key, ``attempt + 1``) after a jittered
+backoff timer while the step's RetryPolicy allows it (``max_attempts``,
+``max_elapsed``), then dead-lettered (``on_exhausted="dead_letter"``: the run needs
+attention until a ``RedriveActivity``) or failed (``"fail"``: the state's
+``on_failure`` path, else ``WorkflowFailed``). A permanent failure, or an error type in
+``non_retryable``, takes the failure path at once. An unknown outcome of a step with a
+``status_query`` runs that query first and never dispatches the write again before it
+answers: found -> the step completes with the found result; not found -> retry the same
+logical attempt; no answer -> ``WorkflowNeedsAttention`` until a ``ResolveActivity``.
+Timeouts (schedule-to-start, start-to-close, heartbeat) are durable timers; a late
+report of an attempt that timed out is recorded once and changes nothing.
+
+Heartbeats are coalesced: the first of an attempt is recorded (it started); later ones
+only when the step has a heartbeat timeout, and at most one per third of it (by the
+command's ``recorded_at``), which keeps the deadline at most a third behind the worker.
+See docs/activities.md.
+
+The functions here act on a :class:`Decision` (the scratch simulation of one command,
+implemented in :mod:`orchestrator.domain.decide`), so this module depends on nothing
+above it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Protocol
+
+from orchestrator.domain.definitions import DEFAULT_RETRY, RetryPolicy, Step, WorkflowDefinition
+from orchestrator.domain.errors import CommandRejected, HistoryError, LimitExceededError
+from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.keys import idempotency_key
+from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.messages import (
+    ActivityCompleted,
+    ActivityDeadLettered,
+    ActivityFailed,
+    ActivityHeartbeat,
+    ActivityRedriven,
+    ActivityResolved,
+    ActivityScheduled,
+    ActivityTimedOut,
+    CompleteActivity,
+    Envelope,
+    FailActivity,
+    HeartbeatActivity,
+    RedriveActivity,
+    ResolveActivity,
+    WorkflowNeedsAttention,
+)
+from orchestrator.domain.state import ATTENTION, ActivityState, WorkflowState
+from orchestrator.domain.vocabulary import (
+    ActivityStatus,
+    FailureClass,
+    OnExhausted,
+    Resolution,
+    TimeoutKind,
+    TimerPurpose,
+)
+
+__all__ = [
+    "FAILURE_CLASSES",
+    "QUERY_RETRY",
+    "QUERY_SEP",
+    "RESOLUTIONS",
+    "TIMEOUT_ERROR_TYPES",
+    "Decision",
+    "RunNeedsAttention",
+    "UserCodeFailed",
+    "activity_timeout",
+    "command_json",
+    "query_outcome",
+    "retry_delay_ms",
+]
+
+FAILURE_CLASSES: tuple[FailureClass, ...] = tuple(FailureClass)
+#: What an operator may say about an activity whose outcome stayed unknown.
+RESOLUTIONS: tuple[Resolution, ...] = tuple(Resolution)
+#: Retries of a status query's own transient failures.
+QUERY_RETRY = DEFAULT_RETRY
+#: ``error_type`` recorded for each kind of timeout (``non_retryable`` may name them).
+TIMEOUT_ERROR_TYPES: dict[str, str] = {
+    TimeoutKind.SCHEDULE_TO_START: "ScheduleToStartTimeout",
+    TimeoutKind.START_TO_CLOSE: "StartToCloseTimeout",
+    TimeoutKind.HEARTBEAT: "HeartbeatTimeout",
+}
+#: A status query's activity id is ``<activity id>/query/<attempt>``.
+QUERY_SEP = "/query/"
+
+_A = ActivityStatus
+
+
+class UserCodeFailed(Exception):
+    """A definition function raised or returned something unusable: deterministic, so
+    the run fails with the reason."""
+
+
+class RunNeedsAttention(Exception):
+    """The run itself hit a limit (a computed payload too large, a history too long): it
+    stops in ``needs_attention`` with the reason, and writes nothing the broker refuses."""
+
+
+class Decision(Protocol):
+    """What the lifecycle needs from the decision it runs in."""
+
+    defn: WorkflowDefinition
+    cmd: Envelope[Any]
+
+    @property
+    def s(self) -> WorkflowState: ...
+
+    def emit(self, payload: Any) -> None: ...
+
+    def advance(self) -> None: ...
+
+    def fail_step(self, act: ActivityState, reason: str) -> None: ...
+
+    def arm_timer(self, purpose: TimerPurpose, timer_id: str, fire_at: int) -> None: ...
+
+
+# -- pure policy --------------------------------------------------------------------------
+
+
+def retry_delay_ms(policy: RetryPolicy, workflow_id: str, activity_id: str, attempt: int) -> int:
+    """Full-jitter backoff after failed ``attempt``: uniform in [0, cap], from a hash.
+
+    The hash covers the workflow id too, so runs of one definition do not retry in lockstep.
+    """
+    cap = policy.backoff_cap_ms(attempt)
+    digest = hashlib.sha256(f"{workflow_id}\x00{activity_id}\x00{attempt}".encode()).digest()
+    return (int.from_bytes(digest[:8], "big") * (cap + 1)) >> 64
+
+
+def activity_timeout(purpose: str) -> tuple[str, str] | None:
+    """``(kind, activity_id)`` of an activity timeout timer's purpose, else None."""
+    parsed = TimerPurpose.parse(purpose)
+    if parsed.timeout is None:
+        return None
+    return parsed.timeout, parsed.subject
+
+
+def query_outcome(result_json: str) -> tuple[bool | None, Any, str]:
+    """A status query's answer: ``(True, result, "")``, ``(False, None, "")`` or
+    ``(None, None, why)`` when it is not ``{"found": true|false, ...}``."""
+    try:
+        data = json.loads(result_json)
+    except ValueError as exc:
+        return None, None, f"not JSON: {exc}"
+    if not isinstance(data, dict) or not isinstance(data.get("found"), bool):
+        return None, None, 'expected {"found": true, "result": ...} or {"found": false}'
+    if data["found"]:
+        return True, data.get("result"), ""
+    return False, None, ""
+
+
+def command_json(text: str, what: str, invalid: str) -> Any:
+    """``text`` parsed within the limits (docs/limits.md), else the command is refused."""
+    try:
+        return loads_bounded(text, what)
+    except LimitExceededError as exc:
+        raise CommandRejected(str(exc)) from None
+    except ValueError as exc:
+        raise CommandRejected(f"{invalid}: {exc}") from None
+
+
+def check_computed(text: str, what: str) -> str:
+    """A payload the decider computed (an activity input, an output) must fit a record."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise RunNeedsAttention(
+            f"{what} is {size:,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} bytes "
+            "(store large documents elsewhere and pass a reference)"
+        )
+    return text
+
+
+def label(act: ActivityState) -> str:
+    return f"step '{act.step}' ({act.activity_type})"
+
+
+def step_of(d: Decision, act: ActivityState) -> Step | None:
+    """The step whose timeouts and policy govern ``act`` (None for a status query)."""
+    if act.parent is not None:
+        return None
+    return d.defn.steps_by_name.get(act.step)
+
+
+# -- worker reports -------------------------------------------------------------------------
+
+
+def _report(d: Decision, activity_id: str, attempt: int) -> tuple[ActivityState | None, bool]:
+    """The activity a worker reports on and whether the report is late.
+
+    ``(act, False)``: the report of the current attempt; ``(act, True)``: a late report
+    of an attempt that timed out (recorded once, decides nothing); ``(None, False)``: a
+    duplicate or stale report, which writes nothing.
+    """
+    s = d.s
+    if s.is_terminal:
+        return None, False
+    act = s.activities.get(activity_id)
+    if act is None:
+        return None, False
+    if act.status == _A.SCHEDULED and act.attempt == attempt:
+        return act, False
+    if attempt in act.timed_out:
+        return act, True
+    return None, False
+
+
+def on_complete(d: Decision, p: CompleteActivity) -> None:
+    act, late = _report(d, p.activity_id, p.attempt)
+    if act is None:
+        return
+    what = f"result of activity '{p.activity_id}'"
+    command_json(p.result_json, what, f"{what} is not valid JSON")
+    d.emit(ActivityCompleted(p.activity_id, p.attempt, p.result_json))
+    if late:
+        return
+    if act.parent is not None:
+        _query_answered(d, act, p.result_json)
+    else:
+        d.advance()
+
+
+def on_fail(d: Decision, p: FailActivity) -> None:
+    act, late = _report(d, p.activity_id, p.attempt)
+    if act is None:
+        return
+    if p.failure_class not in FAILURE_CLASSES:
+        raise CommandRejected(
+            f"failure_class of activity '{p.activity_id}' must be one of "
+            f"{', '.join(FAILURE_CLASSES)}; got '{p.failure_class[:100]}'"
+        )
+    d.emit(ActivityFailed(p.activity_id, p.attempt, p.failure_class, p.error_type, p.message))
+    if late:
+        return
+    if act.parent is not None:
+        _query_failed(d, d.s.activities[act.activity_id])
+    else:
+        after_failure(d, d.s.activities[act.activity_id])
+
+
+def on_heartbeat(d: Decision, p: HeartbeatActivity) -> None:
+    s = d.s
+    if s.is_terminal:
+        return
+    act = s.activities.get(p.activity_id)
+    if act is None or act.status != _A.SCHEDULED or act.attempt != p.attempt:
+        return  # stale: the attempt ended, timed out or was never sent
+    if act.last_heartbeat == d.cmd.message_id:
+        return  # redelivered
+    step = step_of(d, act)
+    hb = step.timeout_ms(TimeoutKind.HEARTBEAT) if step is not None else None
+    now = d.cmd.recorded_at
+    if act.started:  # coalesce (a redelivery is never later than what it repeats)
+        if hb is None:
+            return
+        deadline = s.timer_index.get(
+            str(TimerPurpose.activity_timeout(TimeoutKind.HEARTBEAT, act.activity_id))
+        )
+        if deadline is not None and now < s.timers[deadline].fire_at - hb + max(1, hb // 3):
+            return
+    if p.details_json:
+        what = f"heartbeat details of activity '{p.activity_id}'"
+        command_json(p.details_json, what, f"{what} are not valid JSON")
+    d.emit(ActivityHeartbeat(p.activity_id, p.attempt, p.details_json))
+    if step is None:
+        return
+    s2c = step.timeout_ms(TimeoutKind.START_TO_CLOSE)
+    if not act.started and s2c is not None and step.report_start:
+        arm_timeout(d, act.activity_id, TimeoutKind.START_TO_CLOSE, f"{p.attempt}", now + s2c)
+    if hb is not None:
+        count = act.heartbeat_count + 1
+        arm_timeout(d, act.activity_id, TimeoutKind.HEARTBEAT, f"{p.attempt}/{count}", now + hb)
+
+
+# -- the operator's way out -------------------------------------------------------------------
+
+
+def on_resolve(d: Decision, p: ResolveActivity) -> None:
+    s = d.s
+    if d.cmd.message_id in s.seen_commands:
+        return
+    what = f"resolution of activity '{p.activity_id}'"
+    if s.is_terminal:
+        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; {what} refused")
+    if p.resolution not in RESOLUTIONS:
+        raise CommandRejected(
+            f"resolution of activity '{p.activity_id}' must be one of "
+            f"{', '.join(RESOLUTIONS)}; got '{p.resolution[:100]}'"
+        )
+    act = _operator_target(d, p.activity_id, _A.ATTENTION, what)
+    if p.resolution == Resolution.FOUND:
+        result = f"result of activity '{p.activity_id}'"
+        command_json(p.result_json, result, f"{result} is not valid JSON")
+    d.emit(ActivityResolved(p.activity_id, p.resolution, p.reason))
+    if p.resolution == Resolution.FOUND:
+        d.emit(ActivityCompleted(act.activity_id, act.attempt, p.result_json))
+        d.advance()
+    elif p.resolution == Resolution.NOT_FOUND:
+        dispatch_again(d, d.s.activities[act.activity_id])
+    else:
+        d.fail_step(
+            act,
+            f"{label(act)} failed: its outcome stayed unknown and an operator resolved it "
+            f"as failed: {p.reason}",
+        )
+
+
+def on_redrive(d: Decision, p: RedriveActivity) -> None:
+    s = d.s
+    if d.cmd.message_id in s.seen_commands:
+        return
+    what = f"redrive of activity '{p.activity_id}'"
+    if s.is_terminal:
+        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; {what} refused")
+    act = _operator_target(d, p.activity_id, _A.DEAD_LETTERED, what)
+    d.emit(ActivityRedriven(act.activity_id))
+    dispatch_again(d, d.s.activities[act.activity_id])
+
+
+def _operator_target(d: Decision, activity_id: str, status: str, what: str) -> ActivityState:
+    s = d.s
+    act = s.activities.get(activity_id)
+    if act is None:
+        raise CommandRejected(
+            f"workflow '{s.workflow_id}' has no activity '{activity_id}'; {what} refused"
+        )
+    if act.status != status:
+        need = "awaiting resolution" if status == _A.ATTENTION else "dead-lettered"
+        hint = ""
+        if act.status in ATTENTION:
+            hint = " (use redrive)" if act.status == _A.DEAD_LETTERED else " (use resolve)"
+        raise CommandRejected(
+            f"activity '{activity_id}' of workflow '{s.workflow_id}' is not {need}, it is "
+            f"{act.status}{hint}; {what} refused"
+        )
+    return act
+
+
+# -- attempts, timeouts and failures ----------------------------------------------------------
+
+
+def schedule_step(d: Decision, step: Step, activity_id: str, input_json: str) -> None:
+    """The first attempt of a step's activity (a new logical attempt, a new key)."""
+    check_computed(input_json, f"state '{d.s.current_state}': input of step '{step.name}'")
+    logical = d.s.logical_attempts.get(step.activity, 0) + 1
+    key = idempotency_key(d.s.workflow_id, step.activity, logical)
+    dispatch(d, step, step.name, activity_id, step.activity, input_json, logical, 1, key)
+
+
+def dispatch(
+    d: Decision,
+    step: Step | None,
+    step_name: str,
+    activity_id: str,
+    activity_type: str,
+    input_json: str,
+    logical_attempt: int,
+    attempt: int,
+    key: str,
+) -> None:
+    """Send one attempt and arm the timeouts that run from its dispatch."""
+    d.emit(
+        ActivityScheduled(
+            activity_id=activity_id,
+            activity_type=activity_type,
+            step=step_name,
+            input_json=input_json,
+            logical_attempt=logical_attempt,
+            attempt=attempt,
+            idempotency_key=key,
+            heartbeat_ms=step.heartbeat_ms if step is not None else 0,
+            report_start=step.report_start if step is not None else False,
+        )
+    )
+    if step is None:
+        return
+    now = d.cmd.recorded_at
+    s2s = step.timeout_ms(TimeoutKind.SCHEDULE_TO_START)
+    if s2s is not None:
+        arm_timeout(d, activity_id, TimeoutKind.SCHEDULE_TO_START, f"{attempt}", now + s2s)
+    s2c = step.timeout_ms(TimeoutKind.START_TO_CLOSE)
+    if s2c is not None and not step.report_start:
+        arm_timeout(d, activity_id, TimeoutKind.START_TO_CLOSE, f"{attempt}", now + s2c)
+
+
+def dispatch_again(d: Decision, act: ActivityState) -> None:
+    """The next physical attempt of the same logical attempt (same idempotency key)."""
+    dispatch(
+        d,
+        step_of(d, act),
+        act.step,
+        act.activity_id,
+        act.activity_type,
+        act.input_json,
+        act.logical_attempt,
+        act.attempt + 1,
+        act.idempotency_key,
+    )
+
+
+def arm_timeout(d: Decision, activity_id: str, kind: TimeoutKind, suffix: str, at: int) -> None:
+    purpose = TimerPurpose.activity_timeout(kind, activity_id)
+    d.arm_timer(purpose, purpose.timer_id("", suffix), at)
+
+
+def on_activity_timer(d: Decision, purpose: TimerPurpose) -> None:
+    """A retry or timeout timer of an activity fired (its ``TimerFired`` is recorded)."""
+    act = d.s.activities[purpose.subject]
+    if purpose.timeout is None:  # a retry's backoff is over
+        dispatch_again(d, act)
+        return
+    d.emit(ActivityTimedOut(act.activity_id, act.attempt, purpose.timeout))
+    after_failure(d, d.s.activities[act.activity_id])
+
+
+def after_failure(d: Decision, act: ActivityState) -> None:
+    """``act`` just failed or timed out (its failure fields say how): what next."""
+    cls = act.failure_class or FailureClass.TRANSIENT
+    error_type, message = act.error_type or "", act.error_message or ""
+    step = step_of(d, act)
+    policy = step.retry_policy if step is not None else DEFAULT_RETRY
+    if cls == FailureClass.UNKNOWN and step is not None and step.status_query is not None:
+        _start_query(d, act, step.status_query)
+    elif cls == FailureClass.PERMANENT:
+        d.fail_step(act, f"{label(act)} failed permanently: {error_type}: {message}")
+    elif error_type in policy.non_retryable:
+        d.fail_step(
+            act, f"{label(act)} failed permanently: {error_type} (non-retryable): {message}"
+        )
+    else:
+        _retry_or_exhaust(d, act, policy, step)
+
+
+def _retry_or_exhaust(
+    d: Decision, act: ActivityState, policy: RetryPolicy, step: Step | None
+) -> None:
+    """Retry transient trouble within the policy's bounds; past them, the step's
+    ``on_exhausted`` decides (dead letter or the failure path)."""
+    error_type, message = act.error_type or "", act.error_message or ""
+    n = act.attempt
+    times = "attempt" if n == 1 else "attempts"
+    why = f"after {n} {times}"
+    if n - act.budget_base < policy.max_attempts:
+        fire_at = d.cmd.recorded_at + retry_delay_ms(policy, d.s.workflow_id, act.activity_id, n)
+        limit = policy.max_elapsed_ms
+        if limit is None or fire_at <= act.first_dispatch_at + limit:
+            purpose = TimerPurpose.retry(act.activity_id)
+            d.arm_timer(purpose, purpose.timer_id("", f"{n}"), fire_at)
+            return
+        why = f"after {n} {times} (max_elapsed of {limit} ms used up)"
+    if step is not None and step.on_exhausted == OnExhausted.DEAD_LETTER:
+        d.emit(ActivityDeadLettered(act.activity_id, n, error_type, message))
+        return
+    d.fail_step(act, f"{label(act)} failed {why}: {error_type}: {message}")
+
+
+def _start_query(d: Decision, act: ActivityState, query_type: str) -> None:
+    """The outcome of ``act`` is unknown: ask before anything is written again."""
+    qid = f"{act.activity_id}{QUERY_SEP}{act.attempt}"
+    if qid in d.s.activities:  # cannot happen: each attempt is queried once
+        raise HistoryError(f"workflow '{d.s.workflow_id}': '{qid}' was queried before")
+    logical = d.s.logical_attempts.get(query_type, 0) + 1
+    query_input = canonical_json(
+        {"idempotency_key": act.idempotency_key, "input": json.loads(act.input_json)}
+    )
+    check_computed(query_input, f"input of status query '{query_type}'")
+    dispatch(
+        d,
+        None,
+        act.step,
+        qid,
+        query_type,
+        query_input,
+        logical,
+        1,
+        idempotency_key(d.s.workflow_id, query_type, logical),
+    )
+
+
+def _query_answered(d: Decision, query: ActivityState, result_json: str) -> None:
+    parent = d.s.activities[query.parent or ""]
+    found, result, why = query_outcome(result_json)
+    if found:
+        d.emit(ActivityCompleted(parent.activity_id, parent.attempt, canonical_json(result)))
+        d.advance()
+    elif found is None:
+        d.emit(
+            WorkflowNeedsAttention(
+                parent.activity_id,
+                f"status query '{query.activity_type}' of activity '{parent.activity_id}' "
+                f"answered neither found nor not found ({why}); the outcome of attempt "
+                f"{parent.attempt} is unknown",
+            )
+        )
+    else:  # the effect did not happen: the same logical attempt may go again
+        step = step_of(d, parent)
+        policy = step.retry_policy if step is not None else DEFAULT_RETRY
+        error_type = parent.error_type or ""
+        if error_type in policy.non_retryable:
+            d.fail_step(
+                parent,
+                f"{label(parent)} failed permanently: {error_type} (non-retryable): "
+                f"{parent.error_message or ''}",
+            )
+        else:
+            _retry_or_exhaust(d, parent, policy, step)
+
+
+def _query_failed(d: Decision, query: ActivityState) -> None:
+    parent = query.parent or ""
+    cls, error_type = query.failure_class, query.error_type or ""
+    n = query.attempt
+    if cls != FailureClass.PERMANENT and n < QUERY_RETRY.max_attempts:
+        delay = retry_delay_ms(QUERY_RETRY, d.s.workflow_id, query.activity_id, n)
+        purpose = TimerPurpose.retry(query.activity_id)
+        d.arm_timer(purpose, purpose.timer_id("", f"{n}"), d.cmd.recorded_at + delay)
+        return
+    how = "failed permanently" if cls == FailureClass.PERMANENT else f"failed after {n} attempts"
+    d.emit(
+        WorkflowNeedsAttention(
+            parent,
+            f"status query '{query.activity_type}' of activity '{parent}' {how}: "
+            f"{error_type}: {query.error_message or ''}; the outcome of attempt "
+            f"{d.s.activities[parent].attempt} is unknown",
+        )
+    )

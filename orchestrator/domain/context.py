@@ -1,0 +1,103 @@
+"""What a definition's functions may read about a run: recorded data only.
+
+Guards, step inputs, durations and outputs receive a :class:`Context`. It reads the
+folded :class:`~orchestrator.domain.state.WorkflowState` (never the clock or the
+outside world), so replaying a history makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.vocabulary import ActivityStatus
+
+__all__ = ["Context"]
+
+
+class _HasInputModel(Protocol):
+    """The part of a workflow definition a context needs (its input model)."""
+
+    @property
+    def input_model(self) -> type[BaseModel]: ...
+
+
+class Context:
+    """What a definition's functions may read: recorded data only, never the outside world.
+
+    ``input`` is the validated input model instance, ``input_dict`` the raw input;
+    ``results`` maps step name to its latest result; ``signals`` maps signal name to
+    every payload received so far (arrival order); ``visits`` counts entries per state;
+    ``failures`` maps step name to its latest final failure (``failure_class``,
+    ``error_type``, ``message``).
+    """
+
+    __slots__ = ("_defn", "_results", "_signals", "_state")
+
+    def __init__(self, definition: _HasInputModel, state: WorkflowState) -> None:
+        self._defn = definition
+        self._state = state
+        self._results: dict[str, Any] | None = None
+        self._signals: dict[str, list[Any]] | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        return self._state.workflow_id
+
+    @property
+    def state(self) -> str | None:
+        return self._state.current_state
+
+    @property
+    def input(self) -> BaseModel:
+        memo = self._state.memo
+        model = memo.get("input")
+        if model is None:
+            model = self._defn.input_model.model_validate_json(self._state.input_json)
+            memo["input"] = model
+        return model  # type: ignore[no-any-return]
+
+    @property
+    def input_dict(self) -> dict[str, Any]:
+        memo = self._state.memo
+        data = memo.get("input_dict")
+        if data is None:
+            data = json.loads(self._state.input_json)
+            memo["input_dict"] = data
+        return data  # type: ignore[no-any-return]
+
+    @property
+    def results(self) -> Mapping[str, Any]:
+        if self._results is None:
+            self._results = {k: json.loads(v) for k, v in self._state.step_results.items()}
+        return self._results
+
+    @property
+    def signals(self) -> Mapping[str, list[Any]]:
+        if self._signals is None:
+            self._signals = {k: [json.loads(p) for p in v] for k, v in self._state.signals.items()}
+        return self._signals
+
+    @property
+    def visits(self) -> Mapping[str, int]:
+        return self._state.visits
+
+    @property
+    def failures(self) -> Mapping[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for act in self._state.activities.values():
+            if (
+                act.status == ActivityStatus.FAILED
+                and act.error_type is not None
+                and act.parent is None
+            ):
+                out[act.step] = {
+                    "failure_class": act.failure_class or "",
+                    "error_type": act.error_type,
+                    "message": act.error_message or "",
+                }
+        return out

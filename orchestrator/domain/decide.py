@@ -1,0 +1,488 @@
+"""Events from commands: ``decide(state, command)``, pure and deterministic.
+
+The only clock is ``command.recorded_at`` (epoch ms); randomness (retry jitter) is a
+hash of recorded data, so replaying a history makes the same decisions. A decision
+works by *simulation*: it emits an event, folds it into a scratch copy of the state it
+owns (one copy per decision, see :mod:`orchestrator.domain.state`) and keeps going from
+there, so one command can complete an activity, leave a state, enter the next one and
+schedule its steps, and the events it returns are exactly what ``evolve`` needs to
+rebuild the same state.
+
+Each command type has one handler (:data:`HANDLERS`). A command that must not change the
+run raises ``CommandRejected``; a definition function that raises (anything, from a
+``KeyError`` to a ``RecursionError``) or returns something unusable fails the run with
+the reason; a computed payload over the size limit, or a history past
+``MAX_HISTORY_EVENTS``, stops the run in ``needs_attention`` (docs/limits.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.domain import activities
+from orchestrator.domain.activities import (
+    RunNeedsAttention,
+    UserCodeFailed,
+    check_computed,
+    command_json,
+)
+from orchestrator.domain.context import Context
+from orchestrator.domain.definitions import (
+    SignalWait,
+    State,
+    TimerWait,
+    WorkflowDefinition,
+    canonical_json,
+    duration_ms,
+    format_validation_error,
+    resolve_definition,
+)
+from orchestrator.domain.errors import (
+    CommandRejected,
+    HistoryError,
+    InvalidInputError,
+    LimitExceededError,
+)
+from orchestrator.domain.evolve import DefinitionLookup, apply, started
+from orchestrator.domain.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
+from orchestrator.domain.messages import (
+    CancelWorkflow,
+    CompleteActivity,
+    Envelope,
+    FailActivity,
+    FireTimer,
+    HeartbeatActivity,
+    RedriveActivity,
+    ResolveActivity,
+    SignalReceived,
+    SignalWorkflow,
+    StartWorkflow,
+    StateEntered,
+    TimerFired,
+    TimerScheduled,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowNeedsAttention,
+    WorkflowStarted,
+)
+from orchestrator.domain.state import ActivityState, WorkflowState
+from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose
+
+__all__ = ["HANDLERS", "MAX_TRANSITIONS_PER_DECISION", "decide", "describe_command"]
+
+#: Guards against a loop of states that neither run a step nor wait.
+MAX_TRANSITIONS_PER_DECISION = 1000
+#: The latest ``recorded_at`` a command may carry (the year 9999): with durations
+#: bounded too, no computed time can overflow a recorded long.
+MAX_RECORDED_AT = 253_402_300_799_999
+
+Handler = Callable[["Decision", Any], None]
+
+
+def describe_command(payload: Any) -> str:
+    """How a refusal names the command (``signal 'x'``, ``cancel``, ...)."""
+    name = _DESCRIPTIONS.get(type(payload))
+    return name(payload) if name is not None else type(payload).__name__
+
+
+_DESCRIPTIONS: dict[type, Callable[[Any], str]] = {
+    SignalWorkflow: lambda p: f"signal '{p.signal_name}'",
+    CancelWorkflow: lambda p: "cancel",
+    CompleteActivity: lambda p: f"completion of activity '{p.activity_id}'",
+    FailActivity: lambda p: f"failure of activity '{p.activity_id}'",
+    FireTimer: lambda p: f"timer '{p.timer_id}'",
+    HeartbeatActivity: lambda p: f"heartbeat of activity '{p.activity_id}'",
+    ResolveActivity: lambda p: f"resolution of activity '{p.activity_id}'",
+    RedriveActivity: lambda p: f"redrive of activity '{p.activity_id}'",
+}
+
+
+def decide(
+    definitions: Mapping[tuple[str, int], WorkflowDefinition],
+    lookup: DefinitionLookup,
+    state: WorkflowState | None,
+    cmd: Envelope[Any],
+    now_ms: int,
+) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
+    """The events ``cmd`` causes, as envelopes recorded at ``now_ms``, and the state
+    they fold into (``state`` itself, unchanged, when there are none)."""
+    p = cmd.payload
+    wid = cmd.workflow_id
+    if not 0 <= cmd.recorded_at <= MAX_RECORDED_AT:
+        raise CommandRejected(f"command recorded_at {cmd.recorded_at} is not a valid time")
+    if isinstance(p, StartWorkflow):
+        if state is not None:
+            return state, []
+        defn = _start_definition(definitions, p)
+        d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id)
+        d.emit(WorkflowStarted(defn.name, defn.version, defn.digest, p.input_json))
+        d.enter(defn.initial)
+        d.advance()
+        return d.finish()
+    what = describe_command(p)
+    handler = HANDLERS.get(type(p))
+    if handler is None:
+        raise CommandRejected(f"{type(p).__name__} is not a workflow command")
+    if state is None:
+        raise CommandRejected(f"workflow '{wid}' does not exist; {what} refused")
+    if state.workflow_id != wid:
+        raise CommandRejected(
+            f"command for workflow '{wid}' given the state of '{state.workflow_id}'"
+        )
+    try:
+        defn = lookup(state)
+    except HistoryError as exc:
+        raise CommandRejected(f"{exc}; {what} refused") from None
+    if state.attention_reason is not None and not isinstance(p, CancelWorkflow):
+        if cmd.message_id in state.seen_commands:
+            return state, []
+        raise CommandRejected(
+            f"workflow '{wid}' needs attention ({state.attention_reason}); {what} refused "
+            "(cancel it)"
+        )
+    d = Decision(lookup, defn, state, cmd, now_ms, state.run_id)
+    handler(d, p)
+    return d.finish()
+
+
+def _start_definition(
+    definitions: Mapping[tuple[str, int], WorkflowDefinition], p: StartWorkflow
+) -> WorkflowDefinition:
+    try:
+        defn = resolve_definition(definitions, p.name, p.version)
+    except InvalidInputError as exc:
+        raise CommandRejected(str(exc)) from None
+    try:
+        loads_bounded(p.input_json, f"input of {defn.label}")
+    except LimitExceededError as exc:
+        raise CommandRejected(str(exc)) from None
+    except ValueError:
+        pass  # not JSON: parse_input says so, in its words
+    try:
+        defn.parse_input(p.input_json)
+    except InvalidInputError as exc:
+        raise CommandRejected(str(exc)) from None
+    except Exception as exc:  # a validator of the input model raised: deterministic
+        reason = f"input validation of {defn.label} raised {type(exc).__name__}: {exc}"
+        raise CommandRejected(reason[:MAX_REASON_CHARS]) from None
+    return defn
+
+
+def _clip(payload: Any) -> Any:
+    """Reasons and messages recorded are cut to ``MAX_REASON_CHARS`` (docs/limits.md)."""
+    names = _CLIPPED.get(type(payload))
+    if names is None:
+        names = _CLIPPED[type(payload)] = tuple(
+            f.name for f in fields(payload) if f.name in ("reason", "message", "error_type")
+        )
+    long = {
+        name: getattr(payload, name)[: MAX_REASON_CHARS - 1] + "…"
+        for name in names
+        if len(getattr(payload, name)) > MAX_REASON_CHARS
+    }
+    return replace(payload, **long) if long else payload
+
+
+_CLIPPED: dict[type, tuple[str, ...]] = {}
+
+
+class Decision:
+    """The events of one command, folded into a scratch state as they are emitted."""
+
+    __slots__ = ("_correlation", "cmd", "defn", "envs", "lookup", "now_ms", "run_id", "state")
+
+    def __init__(
+        self,
+        lookup: DefinitionLookup,
+        defn: WorkflowDefinition,
+        state: WorkflowState | None,
+        cmd: Envelope[Any],
+        now_ms: int,
+        run_id: str,
+    ) -> None:
+        self.lookup = lookup
+        self.defn = defn
+        self.state = state
+        self.cmd = cmd
+        self.now_ms = now_ms
+        self.run_id = run_id
+        self.envs: list[Envelope[Any]] = []
+        self._correlation = cmd.correlation_id or cmd.workflow_id
+
+    @property
+    def s(self) -> WorkflowState:
+        assert self.state is not None
+        return self.state
+
+    def emit(self, payload: Any) -> None:
+        seq = (self.state.seq if self.state is not None else 0) + 1
+        if seq > MAX_HISTORY_EVENTS and not isinstance(
+            payload, WorkflowNeedsAttention | WorkflowCancelled
+        ):
+            raise RunNeedsAttention(
+                f"the history reached {MAX_HISTORY_EVENTS:,} events, the limit per run "
+                "(a long-lived run should continue as new)"
+            )
+        payload = _clip(payload)
+        env: Envelope[Any] = Envelope(
+            message_id=f"{self.run_id}/{seq}",
+            workflow_id=self.cmd.workflow_id,
+            run_id=self.run_id,
+            seq=seq,
+            type=type(payload).__name__,
+            recorded_at=self.now_ms,
+            payload=payload,
+            causation_id=self.cmd.message_id,
+            correlation_id=self._correlation,
+            traceparent=self.cmd.traceparent,
+        )
+        if self.state is None:
+            self.state = started(env)
+        else:
+            if not self.envs:  # the one copy of this decision
+                self.state = self.state.clone()
+            apply(self.lookup, self.state, env)
+        self.envs.append(env)
+
+    def finish(self) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
+        if self.state is not None:
+            self.state.seal()
+        return self.state, self.envs
+
+    def arm_timer(self, purpose: TimerPurpose, timer_id: str, fire_at: int) -> None:
+        self.emit(TimerScheduled(timer_id, fire_at, str(purpose)))
+
+    # -- the state machine ---------------------------------------------------------------
+
+    def enter(self, name: str) -> None:
+        self.emit(StateEntered(name, self.s.visits.get(name, 0) + 1))
+
+    def call(self, fn: Callable[[Context], Any], what: str) -> Any:
+        """Run a definition function; whatever it raises is deterministic, so the run
+        fails with it."""
+        try:
+            return fn(Context(self.defn, self.s))
+        except (UserCodeFailed, RunNeedsAttention):
+            raise
+        except Exception as exc:
+            raise UserCodeFailed(
+                f"state '{self.s.current_state}': {what} raised {type(exc).__name__}: {exc}"
+            ) from None
+
+    def use(self, value: Any, convert: Callable[[Any], Any], problem: str) -> Any:
+        """``convert(value)`` of a value a definition function returned, or the run fails
+        with ``problem: <why>`` (a ``RecursionError`` or ``OverflowError`` included)."""
+        try:
+            return convert(value)
+        except (UserCodeFailed, RunNeedsAttention):
+            raise
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, TypeError | ValueError) else repr(exc)
+            raise UserCodeFailed(f"state '{self.s.current_state}': {problem}: {why}") from None
+
+    def advance(self) -> None:
+        """Run the current state forward until it needs an outside report or ends."""
+        try:
+            self._advance()
+        except UserCodeFailed as exc:
+            self.emit(WorkflowFailed(str(exc)))
+        except RunNeedsAttention as exc:
+            self.emit(WorkflowNeedsAttention("", str(exc)))
+
+    def _advance(self) -> None:
+        for _ in range(MAX_TRANSITIONS_PER_DECISION):
+            s = self.s
+            if s.is_terminal or s.attention_reason is not None:
+                return
+            st = self.defn.states[s.current_state or ""]
+            if s.steps_remaining:
+                self._schedule_ready(st)
+                return
+            w = s.wait
+            if w is not None and not w.satisfied:
+                if w.timer_id is None:
+                    self._arm_wait_timer(st)
+                return
+            if w is not None and w.timed_out:
+                assert isinstance(st.wait, SignalWait)
+                target = st.wait.on_timeout
+                if target is None:
+                    self.emit(
+                        WorkflowFailed(
+                            f"state '{st.name}': timed out waiting for signal '{st.wait.name}'"
+                        )
+                    )
+                    return
+            else:
+                target = self._choose(st)
+                if target is None:
+                    self._finish(st)
+                    return
+            self.enter(target)
+        self.emit(
+            WorkflowFailed(
+                f"more than {MAX_TRANSITIONS_PER_DECISION} state transitions in one decision "
+                f"(last state '{self.s.current_state}'): a loop without a step or a wait"
+            )
+        )
+
+    def _schedule_ready(self, st: State) -> None:
+        s = self.s
+        prefix = f"{st.name}#{s.visit}/"
+        default_input: str | None = None
+        for step in self.defn.step_order[st.name]:
+            aid = prefix + step.name
+            if aid in s.activities:
+                continue
+            deps = (s.activities.get(prefix + d) for d in step.after)
+            if not all(a is not None and a.status == ActivityStatus.COMPLETED for a in deps):
+                continue
+            if step.input is None:
+                if default_input is None:
+                    default_input = canonical_json(Context(self.defn, s).input_dict)
+                input_json = default_input
+            else:
+                value = self.call(step.input, f"input of step '{step.name}'")
+                input_json = self.use(
+                    value, canonical_json, f"input of step '{step.name}' is not JSON"
+                )
+            activities.schedule_step(self, step, aid, input_json)
+
+    def fail_step(self, act: ActivityState, reason: str) -> None:
+        """The repair path: the state's ``on_failure`` transition, else the run fails."""
+        st = self.defn.states[act.state]
+        if st.on_failure is not None:
+            self.enter(st.on_failure)
+            self.advance()
+        else:
+            self.emit(WorkflowFailed(reason))
+
+    def _arm_wait_timer(self, st: State) -> None:
+        base = f"{st.name}#{self.s.visit}"
+        now = self.cmd.recorded_at
+        if isinstance(st.wait, TimerWait):
+            delay = self._duration(st.wait.duration, "timer duration")
+            purpose = TimerPurpose.wait()
+            self.arm_timer(purpose, purpose.timer_id(base), now + delay)
+        elif isinstance(st.wait, SignalWait) and st.wait.timeout is not None:
+            delay = self._duration(st.wait.timeout, f"timeout of signal '{st.wait.name}'")
+            purpose = TimerPurpose.signal_timeout(st.wait.name)
+            self.arm_timer(purpose, purpose.timer_id(base), now + delay)
+
+    def _duration(self, value: Any, what: str) -> int:
+        if callable(value):
+            value = self.call(value, what)
+        return self.use(value, duration_ms, what)  # type: ignore[no-any-return]
+
+    def _choose(self, st: State) -> str | None:
+        for tr in st.transitions:
+            what = f"transition to '{tr.to}'"
+            if tr.when is None or self.use(self.call(tr.when, what), bool, what):
+                return tr.to
+        return None
+
+    def _finish(self, st: State) -> None:
+        if st.complete is not None:
+            value = self.call(st.complete, "output")
+            model = self.defn.output_model
+            if model is not None:
+                try:
+                    value = model.model_validate(value)
+                except ValidationError as exc:
+                    raise UserCodeFailed(
+                        f"state '{st.name}': output does not match {model.__name__}: "
+                        f"{format_validation_error(exc)}"
+                    ) from None
+                except Exception as exc:
+                    raise UserCodeFailed(
+                        f"state '{st.name}': output validation raised {type(exc).__name__}: {exc}"
+                    ) from None
+            output_json = self.use(value, canonical_json, "output is not JSON")
+            check_computed(output_json, f"state '{st.name}': output")
+            self.emit(WorkflowCompleted(output_json))
+        elif st.fail is not None:
+            if isinstance(st.fail, str):
+                reason = st.fail
+            else:
+                reason = self.use(self.call(st.fail, "failure reason"), str, "failure reason")
+            self.emit(WorkflowFailed(reason))
+        else:
+            self.emit(WorkflowFailed(f"state '{st.name}': no transition matched"))
+
+
+# -- command handlers ---------------------------------------------------------------------
+
+
+def _on_timer(d: Decision, p: FireTimer) -> None:
+    s = d.s
+    if s.is_terminal:
+        return
+    timer = s.timers.get(p.timer_id)
+    if timer is None:
+        return
+    d.emit(TimerFired(p.timer_id))
+    purpose = TimerPurpose.parse(timer.purpose)
+    if purpose.kind in (PurposeKind.RETRY, PurposeKind.ACTIVITY_TIMEOUT):
+        activities.on_activity_timer(d, purpose)
+    else:
+        d.advance()
+
+
+def _on_signal(d: Decision, p: SignalWorkflow) -> None:
+    s = d.s
+    wid = s.workflow_id
+    if d.cmd.message_id in s.seen_commands:
+        return
+    if s.is_terminal:
+        raise CommandRejected(f"workflow '{wid}' is {s.status}; signal '{p.signal_name}' refused")
+    if p.signal_name not in d.defn.signal_names:
+        known = ", ".join(sorted(d.defn.signal_names)) or "(none)"
+        raise CommandRejected(
+            f"workflow '{wid}' ({d.defn.name} v{d.defn.version}) does not wait for "
+            f"signal '{p.signal_name}'; known signals: {known}"
+        )
+    what = f"payload of signal '{p.signal_name}'"
+    command_json(p.payload_json, what, f"{what} is not valid JSON")
+    d.emit(SignalReceived(p.signal_name, p.payload_json))
+    d.advance()
+
+
+def _on_cancel(d: Decision, p: CancelWorkflow) -> None:
+    s = d.s
+    if d.cmd.message_id in s.seen_commands:
+        return
+    if s.is_terminal:
+        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; cancel refused")
+    d.emit(WorkflowCancelled(p.reason))
+
+
+def _guarded(handler: Handler) -> Handler:
+    """A handler whose decision may run into a limit: the run then needs attention."""
+
+    def run(d: Decision, p: Any) -> None:
+        try:
+            handler(d, p)
+        except RunNeedsAttention as exc:
+            d.emit(WorkflowNeedsAttention("", str(exc)))
+        except UserCodeFailed as exc:
+            d.emit(WorkflowFailed(str(exc)))
+
+    return run
+
+
+#: One handler per command type (``StartWorkflow`` is handled by :func:`decide`).
+HANDLERS: dict[type, Handler] = {
+    CompleteActivity: _guarded(activities.on_complete),
+    FailActivity: _guarded(activities.on_fail),
+    HeartbeatActivity: _guarded(activities.on_heartbeat),
+    ResolveActivity: _guarded(activities.on_resolve),
+    RedriveActivity: _guarded(activities.on_redrive),
+    FireTimer: _guarded(_on_timer),
+    SignalWorkflow: _guarded(_on_signal),
+    CancelWorkflow: _on_cancel,
+}

@@ -1,0 +1,615 @@
+"""Declaring versioned workflows as data plus pure functions (docs/workflows.md).
+
+A :class:`WorkflowDefinition` is a state machine. Each :class:`State` runs, in order:
+
+1. a DAG of :class:`Step` s (``after=[...]`` gives parallel fan-out and joins),
+2. then an optional wait (:class:`TimerWait` or :class:`SignalWait`),
+3. then the first :class:`Transition` whose ``when`` holds (loops allowed), or else its
+   terminal outcome (``complete=`` an output function, or ``fail=`` a reason).
+
+Every callable receives a :class:`~orchestrator.domain.context.Context` and must be
+pure: the decider calls them while deciding, and replay calls them again and must get
+the same answer. A definition is validated when it is built, and carries a ``digest``
+that changes whenever its structure or the code of any of its functions changes, so a
+recorded run can tell it was started by a different definition.
+
+Durations are seconds (``int``/``float``) or :class:`datetime.timedelta`, at most
+``MAX_DURATION_MS`` (docs/limits.md): constants are checked when the definition is
+built, computed ones when the decider computes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.domain.context import Context
+from orchestrator.domain.errors import DefinitionError, InvalidInputError, UnknownWorkflowError
+from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.limits import MAX_DURATION_MS
+from orchestrator.domain.vocabulary import OnExhausted, TimeoutKind
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "ON_EXHAUSTED",
+    "TIMEOUT_KINDS",
+    "Context",
+    "DefinitionError",
+    "Duration",
+    "InvalidInputError",
+    "RetryPolicy",
+    "SignalWait",
+    "State",
+    "Step",
+    "TimerWait",
+    "Transition",
+    "UnknownWorkflowError",
+    "WorkflowDefinition",
+    "callable_fingerprint",
+    "canonical_json",
+    "duration_ms",
+    "format_validation_error",
+    "index_definitions",
+    "resolve_definition",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+Duration = int | float | timedelta
+
+
+_MAX_DAYS = MAX_DURATION_MS // (24 * 3600 * 1000)
+
+
+def duration_ms(value: Duration) -> int:
+    """Milliseconds of a duration given in seconds or as a ``timedelta``.
+
+    ``TypeError`` for anything else, ``ValueError`` when negative, not a number or
+    longer than ``MAX_DURATION_MS`` (so no timer can overflow a recorded time).
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a duration must be seconds or a timedelta, got {value!r}"[:200])
+    else:
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"a duration must be >= 0 seconds, got {value!r}"[:200])
+    if seconds * 1000 > MAX_DURATION_MS:
+        raise ValueError(
+            f"a duration must be at most {_MAX_DAYS:,} days, got {seconds:.6g} seconds"
+        )
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries of transient failures: exponential backoff capped, with full jitter.
+
+    ``max_elapsed`` (seconds or a ``timedelta``; None: unbounded) bounds the time from
+    the first dispatch of a logical attempt: no retry is scheduled whose timer would fire
+    later than that. ``non_retryable`` names ``error_type`` s that are never retried, even
+    when a worker reports them transient (they are treated as permanent).
+    """
+
+    max_attempts: int = 3
+    initial_interval_ms: int = 1000
+    backoff_coefficient: float = 2.0
+    max_interval_ms: int = 60000
+    max_elapsed: Duration | None = None
+    non_retryable: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise DefinitionError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_interval_ms < 0 or self.max_interval_ms < 0:
+            raise DefinitionError("RetryPolicy intervals must be >= 0 ms")
+        if max(self.initial_interval_ms, self.max_interval_ms) > MAX_DURATION_MS:
+            raise DefinitionError(
+                f"RetryPolicy intervals must be at most {MAX_DURATION_MS:,} ms ({_MAX_DAYS:,} days)"
+            )
+        if self.backoff_coefficient < 1.0:
+            raise DefinitionError(
+                f"RetryPolicy.backoff_coefficient must be >= 1.0, got {self.backoff_coefficient}"
+            )
+        if self.max_elapsed is not None:
+            try:
+                duration_ms(self.max_elapsed)
+            except (TypeError, ValueError) as exc:
+                raise DefinitionError(f"RetryPolicy.max_elapsed: {exc}") from None
+        names = self.non_retryable
+        if isinstance(names, str):
+            names = (names,)
+        names = frozenset(names)
+        if not all(isinstance(n, str) and n for n in names):
+            raise DefinitionError("RetryPolicy.non_retryable must hold error_type names")
+        object.__setattr__(self, "non_retryable", names)
+
+    @property
+    def max_elapsed_ms(self) -> int | None:
+        return None if self.max_elapsed is None else duration_ms(self.max_elapsed)
+
+    def backoff_cap_ms(self, attempt: int) -> int:
+        """Upper bound of the delay after failed attempt ``attempt`` (1-based).
+
+        Never above ``max_interval_ms`` (itself bounded), however many attempts a
+        redrive adds: a power that overflows a float is simply past the cap.
+        """
+        try:
+            raw = self.initial_interval_ms * self.backoff_coefficient ** max(0, attempt - 1)
+        except OverflowError:
+            raw = math.inf
+        return int(min(float(self.max_interval_ms), raw))
+
+    def describe(self) -> list[Any]:
+        """The digest's view (the two newer fields only when set, so old digests hold)."""
+        out: list[Any] = [
+            self.max_attempts,
+            self.initial_interval_ms,
+            self.backoff_coefficient,
+            self.max_interval_ms,
+        ]
+        if self.max_elapsed is not None or self.non_retryable:
+            out.append(
+                {"max_elapsed_ms": self.max_elapsed_ms, "non_retryable": sorted(self.non_retryable)}
+            )
+        return out
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+#: The activity timeouts a step may declare (docs/activities.md), in the order they can fire.
+TIMEOUT_KINDS: tuple[TimeoutKind, ...] = tuple(TimeoutKind)
+#: What a step does once a transient failure has no retries left.
+ON_EXHAUSTED: tuple[OnExhausted, ...] = tuple(OnExhausted)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One activity in a state's DAG.
+
+    ``input`` maps the context to the activity input (default: the workflow input);
+    ``after`` names steps of the same state that must complete first; ``retry`` bounds
+    the retries of transient failures.
+
+    Timeouts (seconds or ``timedelta``; None: none) are enforced by durable timers:
+    ``schedule_to_start`` from dispatch to the worker's first heartbeat,
+    ``start_to_close`` from the start (the first heartbeat when the worker reports it,
+    else the dispatch) to the report, ``heartbeat`` between heartbeats.
+
+    ``status_query`` names an activity type that tells whether an attempt whose outcome
+    is unknown took effect (input ``{"idempotency_key": K, "input": <input>}``, result
+    ``{"found": true, "result": <result>}`` or ``{"found": false}``); with it, a
+    start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
+    ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
+    (the state's ``on_failure`` path, or the run fails) once retries are used up.
+    """
+
+    name: str
+    activity: str
+    after: Sequence[str] = ()
+    input: Callable[[Context], Any] | None = None
+    retry: RetryPolicy | None = None
+    schedule_to_start: Duration | None = None
+    start_to_close: Duration | None = None
+    heartbeat: Duration | None = None
+    status_query: str | None = None
+    on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
+
+    def __post_init__(self) -> None:
+        after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
+        object.__setattr__(self, "after", after)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.retry or DEFAULT_RETRY
+
+    def timeout_ms(self, kind: str) -> int | None:
+        """The ``kind`` timeout (one of :data:`TIMEOUT_KINDS`) in ms, None when not set."""
+        value = getattr(self, kind)
+        return None if value is None else duration_ms(value)
+
+    @property
+    def report_start(self) -> bool:
+        """The worker reports an attempt's start (a first heartbeat) for these timeouts."""
+        return self.schedule_to_start is not None or self.heartbeat is not None
+
+    @property
+    def heartbeat_ms(self) -> int:
+        return self.timeout_ms(TimeoutKind.HEARTBEAT) or 0
+
+    def describe(self) -> dict[str, Any]:
+        """The digest's view (newer fields only when set, so old digests hold)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "activity": self.activity,
+            "after": list(self.after),
+            "input": callable_fingerprint(self.input),
+            "retry": None if self.retry is None else self.retry.describe(),
+        }
+        timeouts = {k: self.timeout_ms(k) for k in TIMEOUT_KINDS if getattr(self, k) is not None}
+        if timeouts:
+            out["timeouts"] = timeouts
+        if self.status_query is not None:
+            out["status_query"] = self.status_query
+        if self.on_exhausted != OnExhausted.DEAD_LETTER:
+            out["on_exhausted"] = self.on_exhausted
+        return out
+
+
+@dataclass(frozen=True)
+class TimerWait:
+    """Wait a fixed duration (or one computed from the context) on a durable timer."""
+
+    duration: Duration | Callable[[Context], Duration]
+
+
+@dataclass(frozen=True)
+class SignalWait:
+    """Wait for signal ``name``; after ``timeout`` go to ``on_timeout`` (or fail the run).
+
+    A signal that arrived earlier waits in the inbox and satisfies the wait at once.
+    """
+
+    name: str
+    timeout: Duration | Callable[[Context], Duration] | None = None
+    on_timeout: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Go to state ``to`` when ``when(ctx)`` holds (always, if ``when`` is None)."""
+
+    to: str
+    when: Callable[[Context], bool] | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """A workflow state: steps, then a wait, then transitions or a terminal outcome.
+
+    ``on_failure`` names the state to enter when a step fails for good (permanent
+    failure or retries exhausted); without it the workflow fails.
+    """
+
+    name: str
+    steps: Sequence[Step] = ()
+    wait: TimerWait | SignalWait | None = None
+    transitions: Sequence[Transition] = ()
+    complete: Callable[[Context], Any] | None = None
+    fail: str | Callable[[Context], str] | None = None
+    on_failure: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "transitions", tuple(self.transitions))
+
+    @property
+    def is_terminal_capable(self) -> bool:
+        return self.complete is not None or self.fail is not None
+
+
+def _duration_desc(value: Any) -> Any:
+    if value is None:
+        return None
+    if callable(value):
+        return callable_fingerprint(value)
+    return duration_ms(value)
+
+
+def _model_desc(model: type[BaseModel] | None) -> Any:
+    if model is None:
+        return None
+    return {
+        "name": f"{model.__module__}.{model.__qualname__}",
+        "schema": model.model_json_schema(),
+    }
+
+
+class WorkflowDefinition:
+    """A versioned workflow: states (the first is initial unless ``initial`` says otherwise)."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        input_model: type[BaseModel],
+        states: Sequence[State],
+        *,
+        initial: str | None = None,
+        output_model: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.input_model = input_model
+        self.output_model = output_model
+        self.description = description
+        self.states: dict[str, State] = {}
+        self._validate_header(states)
+        for st in states:
+            if st.name in self.states:
+                raise DefinitionError(f"{self.label}: duplicate state '{st.name}'")
+            self.states[st.name] = st
+        self.initial = initial if initial is not None else states[0].name
+        self._validate_states()
+        #: Steps of each state in a deterministic scheduling order (a topological order
+        #: that keeps the declaration order where dependencies allow).
+        self.step_order: dict[str, tuple[Step, ...]] = {
+            st.name: self._topological(st) for st in self.states.values()
+        }
+        self.steps_by_name: dict[str, Step] = {
+            step.name: step for st in self.states.values() for step in st.steps
+        }
+        self.signal_names: frozenset[str] = frozenset(
+            st.wait.name for st in self.states.values() if isinstance(st.wait, SignalWait)
+        )
+        self.digest = hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
+
+    @classmethod
+    def dag(
+        cls,
+        name: str,
+        version: int,
+        input_model: type[BaseModel],
+        steps: Sequence[Step],
+        *,
+        output: Callable[[Context], Any],
+        output_model: type[BaseModel] | None = None,
+        description: str = "",
+    ) -> WorkflowDefinition:
+        """A pure DAG workflow: one state running ``steps`` then completing with ``output``."""
+        return cls(
+            name,
+            version,
+            input_model,
+            [State("run", steps=steps, complete=output)],
+            output_model=output_model,
+            description=description,
+        )
+
+    @property
+    def label(self) -> str:
+        return f"workflow '{self.name}' v{self.version}"
+
+    @property
+    def activity_types(self) -> frozenset[str]:
+        """Every activity type the definition dispatches (steps and their status queries)."""
+        steps = self.steps_by_name.values()
+        queries = (s.status_query for s in steps if s.status_query is not None)
+        return frozenset((*(s.activity for s in steps), *queries))
+
+    # -- validation -----------------------------------------------------------------
+
+    def _validate_header(self, states: Sequence[State]) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise DefinitionError(f"invalid workflow name {self.name!r} (letters, digits, _.-)")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise DefinitionError(f"workflow '{self.name}': version must be an int >= 1")
+        for model, what in ((self.input_model, "input_model"), (self.output_model, "output_model")):
+            if model is None and what == "output_model":
+                continue
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise DefinitionError(f"{self.label}: {what} must be a pydantic BaseModel class")
+        if not states:
+            raise DefinitionError(f"{self.label}: needs at least one state")
+
+    def _check_target(self, state: str, target: str | None, what: str) -> None:
+        if target is not None and target not in self.states:
+            raise DefinitionError(
+                f"{self.label}: state '{state}': {what} targets unknown state '{target}'"
+            )
+
+    def _validate_states(self) -> None:
+        if self.initial not in self.states:
+            raise DefinitionError(f"{self.label}: initial state '{self.initial}' is not defined")
+        seen_steps: dict[str, str] = {}
+        for st in self.states.values():
+            where = f"{self.label}: state '{st.name}'"
+            if not _NAME_RE.match(st.name):
+                raise DefinitionError(f"{self.label}: invalid state name {st.name!r}")
+            names = set()
+            for step in st.steps:
+                if not _NAME_RE.match(step.name):
+                    raise DefinitionError(f"{where}: invalid step name {step.name!r}")
+                if step.name in seen_steps:
+                    raise DefinitionError(
+                        f"{where}: step '{step.name}' already defined in state "
+                        f"'{seen_steps[step.name]}' (step names are unique per workflow)"
+                    )
+                if not step.activity or not isinstance(step.activity, str):
+                    raise DefinitionError(f"{where}: step '{step.name}' has no activity type")
+                self._validate_step_failures(where, step)
+                seen_steps[step.name] = st.name
+                names.add(step.name)
+            for step in st.steps:
+                for dep in step.after:
+                    if dep not in names:
+                        raise DefinitionError(
+                            f"{where}: step '{step.name}' depends on unknown step '{dep}'"
+                        )
+            if st.complete is not None and st.fail is not None:
+                raise DefinitionError(f"{where}: has both complete= and fail=")
+            if not st.transitions and not st.is_terminal_capable:
+                raise DefinitionError(f"{where}: has no transition and no terminal outcome")
+            for tr in st.transitions:
+                self._check_target(st.name, tr.to, "transition")
+            self._check_target(st.name, st.on_failure, "on_failure")
+            if st.on_failure is not None and not st.steps:
+                raise DefinitionError(f"{where}: on_failure without steps")
+            if isinstance(st.wait, SignalWait):
+                if not _NAME_RE.match(st.wait.name):
+                    raise DefinitionError(f"{where}: invalid signal name {st.wait.name!r}")
+                if st.wait.on_timeout is not None and st.wait.timeout is None:
+                    raise DefinitionError(f"{where}: on_timeout without a timeout")
+                self._check_target(st.name, st.wait.on_timeout, "on_timeout")
+            elif st.wait is not None and not isinstance(st.wait, TimerWait):
+                raise DefinitionError(f"{where}: wait must be a TimerWait or a SignalWait")
+            for value in (getattr(st.wait, "duration", None), getattr(st.wait, "timeout", None)):
+                if value is not None and not callable(value):
+                    try:
+                        duration_ms(value)
+                    except (TypeError, ValueError) as exc:
+                        raise DefinitionError(f"{where}: {exc}") from None
+
+    @staticmethod
+    def _validate_step_failures(where: str, step: Step) -> None:
+        what = f"{where}: step '{step.name}'"
+        for kind in TIMEOUT_KINDS:
+            value = getattr(step, kind)
+            if value is None:
+                continue
+            try:
+                ms = duration_ms(value)
+            except (TypeError, ValueError) as exc:
+                raise DefinitionError(f"{what}: {kind}: {exc}") from None
+            if ms <= 0:
+                raise DefinitionError(f"{what}: {kind} must be > 0 seconds, got {value!r}")
+        if step.status_query is not None and (
+            not isinstance(step.status_query, str) or not step.status_query
+        ):
+            raise DefinitionError(f"{what}: status_query must name an activity type")
+        if step.on_exhausted not in ON_EXHAUSTED:
+            raise DefinitionError(
+                f"{what}: on_exhausted must be one of {', '.join(ON_EXHAUSTED)}; "
+                f"got {step.on_exhausted!r}"
+            )
+        if step.retry is not None and not isinstance(step.retry, RetryPolicy):
+            raise DefinitionError(f"{what}: retry must be a RetryPolicy")
+
+    def _topological(self, st: State) -> tuple[Step, ...]:
+        done: list[Step] = []
+        placed: set[str] = set()
+        pending = list(st.steps)
+        while pending:
+            ready = [s for s in pending if all(d in placed for d in s.after)]
+            if not ready:
+                raise DefinitionError(
+                    f"{self.label}: state '{st.name}': cycle in steps: {self._cycle(pending)}"
+                )
+            for s in ready:
+                done.append(s)
+                placed.add(s.name)
+            pending = [s for s in pending if s.name not in placed]
+        return tuple(done)
+
+    @staticmethod
+    def _cycle(pending: list[Step]) -> str:
+        by_name = {s.name: s for s in pending}
+        path: list[str] = []
+        node = pending[0].name
+        while node not in path:
+            path.append(node)
+            node = next(d for d in by_name[node].after if d in by_name)
+        cycle = [*path[path.index(node) :], node]
+        return " -> ".join(cycle)
+
+    # -- use ------------------------------------------------------------------------
+
+    def parse_input(self, raw: str | bytes | Mapping[str, Any] | BaseModel) -> BaseModel:
+        """Validate ``raw`` (JSON text, a mapping or a model) against the input model."""
+        try:
+            if isinstance(raw, str | bytes):
+                return self.input_model.model_validate_json(raw)
+            if isinstance(raw, BaseModel):
+                raw = raw.model_dump(mode="json")
+            return self.input_model.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidInputError(
+                f"invalid input for {self.label}: {format_validation_error(exc)}"
+            ) from None
+
+    def describe(self) -> dict[str, Any]:
+        """The canonical description the digest is computed from."""
+        states = []
+        for st in self.states.values():
+            wait: Any = None
+            if isinstance(st.wait, TimerWait):
+                wait = {"timer": _duration_desc(st.wait.duration)}
+            elif isinstance(st.wait, SignalWait):
+                wait = {
+                    "signal": st.wait.name,
+                    "timeout": _duration_desc(st.wait.timeout),
+                    "on_timeout": st.wait.on_timeout,
+                }
+            states.append(
+                {
+                    "name": st.name,
+                    "steps": [s.describe() for s in st.steps],
+                    "wait": wait,
+                    "transitions": [
+                        {"to": t.to, "when": callable_fingerprint(t.when)} for t in st.transitions
+                    ],
+                    "complete": callable_fingerprint(st.complete),
+                    "fail": st.fail if isinstance(st.fail, str) else callable_fingerprint(st.fail),
+                    "on_failure": st.on_failure,
+                }
+            )
+        return {
+            "name": self.name,
+            "version": self.version,
+            "initial": self.initial,
+            "input_model": _model_desc(self.input_model),
+            "output_model": _model_desc(self.output_model),
+            "states": states,
+        }
+
+    def __repr__(self) -> str:
+        return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line naming each offending field: ``field 'a.b': Field required``.
+
+    Sorted, so the message does not depend on the order a pydantic release reports in.
+    """
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        where = f"field '{loc}'" if loc else "input"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(sorted(parts))
+
+
+def resolve_definition(
+    definitions: Mapping[tuple[str, int], WorkflowDefinition], name: str, version: int | None
+) -> WorkflowDefinition:
+    """The definition ``name`` at ``version`` (latest when None), or a clear error."""
+    versions = sorted(v for (n, v) in definitions if n == name)
+    if not versions:
+        known = ", ".join(sorted({n for (n, _) in definitions})) or "(none)"
+        raise UnknownWorkflowError(f"unknown workflow '{name}'; known workflows: {known}")
+    if version is None:
+        return definitions[(name, versions[-1])]
+    found = definitions.get((name, version))
+    if found is None:
+        listed = ", ".join(str(v) for v in versions)
+        raise UnknownWorkflowError(
+            f"unknown version {version} of workflow '{name}'; known versions: {listed}"
+        )
+    return found
+
+
+def index_definitions(
+    definitions: Iterable[WorkflowDefinition],
+) -> dict[tuple[str, int], WorkflowDefinition]:
+    """Definitions keyed by (name, version); a duplicate key with another digest is an error."""
+    out: dict[tuple[str, int], WorkflowDefinition] = {}
+    for d in definitions:
+        key = (d.name, d.version)
+        if key in out and out[key].digest != d.digest:
+            raise DefinitionError(f"{d.label} is registered twice with different contents")
+        out[key] = d
+    return out

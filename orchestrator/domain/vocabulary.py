@@ -1,0 +1,200 @@
+"""The words of the domain: statuses, failure classes, timeout kinds and timer purposes.
+
+Each is a ``StrEnum`` whose values are the exact strings written to history and
+snapshots, so a member compares equal to its string (``WorkflowStatus.RUNNING ==
+"running"``) and code outside the domain that reads strings keeps working. Timer
+purposes and timer ids are built and parsed here only (:class:`TimerPurpose`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "ActivityStatus",
+    "FailureClass",
+    "OnExhausted",
+    "PurposeKind",
+    "Resolution",
+    "TimeoutKind",
+    "TimerPurpose",
+    "WaitKind",
+    "WorkflowStatus",
+]
+
+
+class WorkflowStatus(StrEnum):
+    """Where a run is. ``needs_attention``: not finished, but it waits for an operator
+    (an activity is dead-lettered or its outcome stayed unknown, or the run itself hit a
+    limit); a redrive or a resolution moves an activity on."""
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    NEEDS_ATTENTION = "needs_attention"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED})
+
+
+class ActivityStatus(StrEnum):
+    """One activity's lifecycle.
+
+    ``scheduled``: dispatched, awaiting a report; ``backoff``: failed, retry timer armed;
+    ``querying``: outcome unknown, its status query runs; ``attention``: outcome unknown
+    and the query could not tell, an operator must resolve it; ``dead_lettered``: out of
+    retries, an operator may redrive it; ``resolving``: settled within the decision that
+    is folding it (never seen between decisions); ``completed`` / ``failed``: final;
+    ``cancelled``: abandoned (state left or run ended).
+    """
+
+    SCHEDULED = "scheduled"
+    BACKOFF = "backoff"
+    QUERYING = "querying"
+    ATTENTION = "attention"
+    DEAD_LETTERED = "dead_lettered"
+    RESOLVING = "resolving"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class FailureClass(StrEnum):
+    """How a worker classifies a failed attempt; ``unknown``: a write may or may not
+    have happened (its outcome must be established before anything is written again)."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    UNKNOWN = "unknown"
+
+
+class TimeoutKind(StrEnum):
+    """The activity timeouts a step may declare, in the order they can fire."""
+
+    SCHEDULE_TO_START = "schedule_to_start"
+    START_TO_CLOSE = "start_to_close"
+    HEARTBEAT = "heartbeat"
+
+
+class Resolution(StrEnum):
+    """What an operator may say about an activity whose outcome stayed unknown."""
+
+    FOUND = "found"
+    NOT_FOUND = "not_found"
+    FAILED = "failed"
+
+
+class OnExhausted(StrEnum):
+    """What a step does once a transient failure has no retries left."""
+
+    DEAD_LETTER = "dead_letter"
+    FAIL = "fail"
+
+
+class WaitKind(StrEnum):
+    TIMER = "timer"
+    SIGNAL = "signal"
+
+
+class PurposeKind(StrEnum):
+    """Why a durable timer exists."""
+
+    #: A state's ``TimerWait``.
+    WAIT = "wait"
+    #: A state's ``SignalWait`` timeout.
+    SIGNAL_TIMEOUT = "signal_timeout"
+    #: An activity timeout (schedule-to-start, start-to-close, heartbeat).
+    ACTIVITY_TIMEOUT = "activity_timeout"
+    #: The backoff before an activity's next attempt.
+    RETRY = "retry"
+    #: A purpose this version does not know (recorded, never acted on).
+    OTHER = "other"
+
+
+_RETRY = "retry:"
+_TIMEOUT_KINDS = frozenset(k.value for k in TimeoutKind)
+_TIMEOUT = "timeout:"
+
+
+@dataclass(frozen=True, slots=True)
+class TimerPurpose:
+    """A timer's purpose, as recorded in ``TimerScheduled.purpose``.
+
+    Wire forms: ``wait``; ``timeout:<signal>``; ``timeout:<kind>:<activity id>``;
+    ``retry:<activity id>``. Signal names hold no ``:``, so a signal timeout and an
+    activity timeout never read as each other. ``subject`` is the activity id, the
+    signal name, or (for ``OTHER``) the whole unknown text.
+    """
+
+    kind: PurposeKind
+    subject: str = ""
+    timeout: TimeoutKind | None = None
+
+    @classmethod
+    def wait(cls) -> TimerPurpose:
+        return cls(PurposeKind.WAIT)
+
+    @classmethod
+    def signal_timeout(cls, signal: str) -> TimerPurpose:
+        return cls(PurposeKind.SIGNAL_TIMEOUT, signal)
+
+    @classmethod
+    def activity_timeout(cls, kind: TimeoutKind, activity_id: str) -> TimerPurpose:
+        return cls(PurposeKind.ACTIVITY_TIMEOUT, activity_id, kind)
+
+    @classmethod
+    def retry(cls, activity_id: str) -> TimerPurpose:
+        return cls(PurposeKind.RETRY, activity_id)
+
+    @classmethod
+    def parse(cls, text: str) -> TimerPurpose:
+        """The purpose ``text`` spells (``OTHER`` for anything else; never raises)."""
+        if text == "wait":
+            return cls.wait()
+        if text.startswith(_RETRY):
+            return cls.retry(text[len(_RETRY) :])
+        if text.startswith(_TIMEOUT):
+            rest = text[len(_TIMEOUT) :]
+            kind, sep, aid = rest.partition(":")
+            if sep and kind in _TIMEOUT_KINDS:
+                return cls.activity_timeout(TimeoutKind(kind), aid)
+            return cls.signal_timeout(rest)
+        return cls(PurposeKind.OTHER, text)
+
+    def __str__(self) -> str:
+        k = self.kind
+        if k is PurposeKind.WAIT:
+            return "wait"
+        if k is PurposeKind.RETRY:
+            return f"{_RETRY}{self.subject}"
+        if k is PurposeKind.ACTIVITY_TIMEOUT:
+            return f"{_TIMEOUT}{self.timeout}:{self.subject}"
+        if k is PurposeKind.SIGNAL_TIMEOUT:
+            return f"{_TIMEOUT}{self.subject}"
+        return self.subject
+
+    @property
+    def is_wait(self) -> bool:
+        """A timer of the state's wait (its duration or its signal timeout)."""
+        return self.kind in (PurposeKind.WAIT, PurposeKind.SIGNAL_TIMEOUT)
+
+    def timer_id(self, base: str, suffix: str = "") -> str:
+        """The timer id: ``base`` is the state visit (``state#visit``) for a wait's timer,
+        else ignored; ``suffix`` tells attempts (and heartbeats) apart."""
+        k = self.kind
+        if k is PurposeKind.WAIT:
+            return f"{base}/wait"
+        if k is PurposeKind.SIGNAL_TIMEOUT:
+            return f"{base}/timeout"
+        if k is PurposeKind.RETRY:
+            return f"{self.subject}/retry/{suffix}"
+        if k is PurposeKind.ACTIVITY_TIMEOUT:
+            return f"{self.subject}/timeout/{self.timeout}/{suffix}"
+        raise ValueError(f"no timer id for purpose {self}")

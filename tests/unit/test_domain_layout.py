@@ -1,0 +1,141 @@
+"""The pure domain's shape: what each module may import, and its vocabulary.
+
+The domain imports nothing but the standard library and pydantic, and no import runs
+upward (a lower layer never imports a higher one), so the model reads bottom-up.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+import orchestrator.definitions as legacy_definitions
+from orchestrator.domain import definitions as domain_definitions
+from orchestrator.domain import errors, messages
+from orchestrator.domain.vocabulary import (
+    ActivityStatus,
+    PurposeKind,
+    TimeoutKind,
+    TimerPurpose,
+    WorkflowStatus,
+)
+
+DOMAIN = Path(__file__).resolve().parents[2] / "orchestrator" / "domain"
+
+#: Layers, lowest first; a module may import domain modules of a lower layer only.
+LAYERS = {
+    "errors": 0,
+    "vocabulary": 0,
+    "keys": 0,
+    "fingerprint": 0,
+    "ids": 1,
+    "limits": 1,
+    "messages": 1,
+    "state": 2,
+    "context": 3,
+    "definitions": 4,
+    "activities": 5,
+    "evolve": 6,
+    "decide": 7,
+    "decider": 8,
+    "__init__": 9,
+}
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "orchestrator.domain":
+                out.update(f"orchestrator.domain.{alias.name}" for alias in node.names)
+            else:
+                out.add(node.module)
+    return out
+
+
+def test_every_domain_module_has_a_layer() -> None:
+    assert {p.stem for p in DOMAIN.glob("*.py")} == set(LAYERS)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_domain_imports_only_stdlib_pydantic_and_lower_layers(name: str) -> None:
+    for module in _imports(DOMAIN / f"{name}.py"):
+        top = module.split(".")[0]
+        if module.startswith("orchestrator.domain."):
+            dep = module.split(".")[2]
+            assert LAYERS[dep] < LAYERS[name], f"{name} imports {dep} (same or higher layer)"
+        else:
+            assert top in sys.stdlib_module_names or top == "pydantic", f"{name} imports {module}"
+
+
+def test_domain_modules_stay_small() -> None:
+    for path in DOMAIN.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 620, path.name
+
+
+def test_one_definition_of_each_error() -> None:
+    for name in ("DefinitionError", "InvalidInputError", "UnknownWorkflowError"):
+        assert getattr(legacy_definitions, name) is getattr(errors, name)
+        assert getattr(domain_definitions, name) is getattr(errors, name)
+    from orchestrator.domain import decider
+
+    assert decider.CommandRejected is errors.CommandRejected
+    assert decider.HistoryError is errors.HistoryError
+
+
+def test_terminal_event_registry_is_derived_from_the_classes() -> None:
+    assert set(messages.TERMINAL_EVENTS) == {
+        messages.WorkflowCompleted,
+        messages.WorkflowFailed,
+        messages.WorkflowCancelled,
+    }
+    assert {c.__name__ for c in messages.TERMINAL_EVENTS} == messages.TERMINAL_EVENT_NAMES
+    assert all(cls.KIND == "event" for cls in messages.TERMINAL_EVENTS)
+
+
+def test_the_command_union_names_every_command() -> None:
+    commands = {cls for cls in messages.PAYLOAD_TYPES.values() if cls.KIND == "command"}
+    assert len(commands) == 9
+    assert set(typing.get_args(messages.Command)) == commands
+
+
+def test_vocabulary_values_are_their_strings() -> None:
+    assert (
+        WorkflowStatus.RUNNING == "running" and f"{ActivityStatus.DEAD_LETTERED}" == "dead_lettered"
+    )
+    assert [s.is_terminal for s in WorkflowStatus] == [False, False, False, True, True, True]
+
+
+@pytest.mark.parametrize(
+    ("text", "purpose"),
+    [
+        ("wait", TimerPurpose.wait()),
+        ("timeout:go", TimerPurpose.signal_timeout("go")),
+        ("retry:run#1/pay", TimerPurpose.retry("run#1/pay")),
+        (
+            "timeout:heartbeat:run#1/pay/query/2",
+            TimerPurpose.activity_timeout(TimeoutKind.HEARTBEAT, "run#1/pay/query/2"),
+        ),
+        ("timeout:sometimes:x", TimerPurpose.signal_timeout("sometimes:x")),
+        ("later", TimerPurpose(PurposeKind.OTHER, "later")),
+    ],
+)
+def test_timer_purposes_format_and_parse_themselves(text: str, purpose: TimerPurpose) -> None:
+    assert TimerPurpose.parse(text) == purpose
+    assert str(purpose) == text
+
+
+def test_timer_ids() -> None:
+    t = TimerPurpose.activity_timeout(TimeoutKind.START_TO_CLOSE, "run#1/pay")
+    assert t.timer_id("", "3") == "run#1/pay/timeout/start_to_close/3"
+    assert TimerPurpose.retry("a").timer_id("", "2") == "a/retry/2"
+    assert TimerPurpose.wait().timer_id("sleep#1") == "sleep#1/wait"
+    assert TimerPurpose.signal_timeout("go").timer_id("hold#2") == "hold#2/timeout"
+    with pytest.raises(ValueError):
+        TimerPurpose(PurposeKind.OTHER, "x").timer_id("b")
