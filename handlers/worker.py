@@ -105,7 +105,9 @@ class Worker:
                     continue
                 finished = self._loop.run_until_complete(self._run_batch(records))
                 if not finished:
-                    log.info("stopping with Redis unreachable: the batch will be redelivered")
+                    log.info(
+                        "stopping while Redis is away: the rest of the batch will be redelivered"
+                    )
                     break
                 if self._settle_deliveries():
                     self._commit(consumer, records)
