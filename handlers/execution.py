@@ -138,7 +138,7 @@ def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str
         if handler.output_model is not None and not isinstance(raw, handler.output_model):
             result = handler.output_model.model_validate(raw)
         text = result.model_dump_json() if isinstance(result, BaseModel) else json.dumps(result)
-        check_json_text(text, what, MAX_PAYLOAD_BYTES)
+        check_json_text(text, "the result", MAX_PAYLOAD_BYTES)
     except (ValidationError, LimitExceededError, TypeError, ValueError, RecursionError) as exc:
         kept = "; its effect is recorded and will not be repeated" if side_effect else ""
         message = f"{what} refused after the handler returned{kept}: {describe(exc)}"

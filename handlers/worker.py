@@ -209,7 +209,7 @@ class Worker:
             self._dead_letter(msg, f"undecodable task: {describe(exc)}")
             return
         if not isinstance(task.payload, ActivityTask):
-            self._dead_letter(msg, f"{task.type} is not an activity task")
+            self._dead_letter(msg, f"{task.type} is not an activity task", task)
             return
         t: ActivityTask = task.payload
         incoming = header(msg, "traceparent") or task.traceparent
@@ -232,8 +232,10 @@ class Worker:
             payload = await self._outcome(msg, task)
             traceparent = incoming
         mid = f"{task.message_id}/report/{t.attempt}"
-        if not self._report(msg, task, payload, mid, traceparent):
-            self._dead_letter(msg, "the report of this task could not be produced (see the log)")
+        problem = self._report(msg, task, payload, mid, traceparent)
+        if problem is not None:
+            reason = f"the report of this task could not be produced: {problem}"
+            self._dead_letter(msg, reason, task)
 
     async def _outcome(self, msg: Message, task: Envelope[Any]) -> CompleteActivity | FailActivity:
         """Run the task's handler and turn what happened into the report to send."""
@@ -304,7 +306,8 @@ class Worker:
         payload: Any,
         message_id: str,
         traceparent: str | None,
-    ) -> bool:
+    ) -> str | None:
+        """Produce one report for ``msg``'s task; the problem when it cannot be produced."""
         report: Envelope[Any] = Envelope(
             message_id=message_id,
             workflow_id=task.workflow_id,
@@ -320,15 +323,12 @@ class Worker:
         headers = [("traceparent", traceparent.encode())] if traceparent else None
         key = task.workflow_id.encode()
         value = self.codec.encode(report)
-        if len(value) + len(key) > MAX_RECORD_BYTES:
-            log.error(
-                "the %s for %s is %d bytes, over the %d-byte record limit: not produced",
-                report.type,
-                task.workflow_id[:200],
-                len(value) + len(key),
-                MAX_RECORD_BYTES,
-            )
-            return False
+        size = len(value) + len(key)
+        if size > MAX_RECORD_BYTES:
+            limit = f"{MAX_RECORD_BYTES:,}-byte record limit"
+            problem = f"{report.type} of {size:,} bytes is over the {limit}"
+            log.error("%s: not produced", problem)
+            return problem
         return self._produce(self.t_commands, key, value, headers, msg)
 
     def _produce(
@@ -338,8 +338,8 @@ class Worker:
         value: bytes,
         headers: Any = None,
         source: Message | None = None,
-    ) -> bool:
-        """Hand one record to the producer; False (logged) when the client refuses it."""
+    ) -> str | None:
+        """Hand one record to the producer; the problem (logged) when the client refuses it."""
         assert self.producer is not None
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
@@ -355,33 +355,34 @@ class Worker:
                 self.producer.produce(
                     topic, value=value, key=key, headers=headers, on_delivery=delivered
                 )
-                return True
+                return None
             except BufferError:
                 self.producer.poll(0.05)
             except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
-                log.error(
-                    "record of %d bytes to %s refused by the client: %s", len(value), topic, exc
-                )
-                return False
+                problem = f"Kafka refused a record of {len(value):,} bytes to {topic}: {exc}"
+                log.error("%s", problem)
+                return problem
 
-    def _dead_letter(self, msg: Message, reason: str) -> None:
+    def _dead_letter(self, msg: Message, reason: str, env: Envelope[Any] | None = None) -> None:
         """Send ``msg`` to keel.dlq with ``reason``; what does not fit is dropped, noted."""
         self.dead_letters += 1
         log.warning(
             "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
         )
-        letter = bounded_dead_letter(msg, reason)
+        letter = bounded_dead_letter(msg, reason, env)
         d: DeadLetter = letter.payload
         self._produce(self.t_dlq, d.key, self.codec.encode(letter))
 
 
-def bounded_dead_letter(msg: Message, reason: str) -> Envelope[Any]:
+def bounded_dead_letter(
+    msg: Message, reason: str, env: Envelope[Any] | None = None
+) -> Envelope[Any]:
     """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
 
     The original record stays in its topic at the offset the letter names (until the
     topic's retention), so nothing is lost that an operator cannot find.
     """
-    letter = dead_letter(msg, reason[:MAX_REASON_CHARS])
+    letter = dead_letter(msg, reason[:MAX_REASON_CHARS], env)
     d: DeadLetter = letter.payload
     key = d.key if d.key is None or len(d.key) <= _MAX_KEY_BYTES else d.key[:_MAX_KEY_BYTES]
     value = d.value
@@ -393,6 +394,11 @@ def bounded_dead_letter(msg: Message, reason: str) -> Envelope[Any]:
         )
         reason = reason[: MAX_REASON_CHARS - len(note)] + note
         value = None
-    workflow_id = letter.workflow_id[:_MAX_KEY_BYTES]
     payload = dataclasses.replace(d, key=key, value=value, reason=reason[:MAX_REASON_CHARS])
-    return dataclasses.replace(letter, workflow_id=workflow_id, payload=payload)
+    return dataclasses.replace(
+        letter,
+        workflow_id=letter.workflow_id[:_MAX_KEY_BYTES],
+        run_id=letter.run_id[:_MAX_KEY_BYTES],
+        causation_id=letter.causation_id and letter.causation_id[:_MAX_KEY_BYTES],
+        payload=payload,
+    )
