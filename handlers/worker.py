@@ -369,9 +369,14 @@ class Worker:
         log.warning(
             "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
         )
-        letter = bounded_dead_letter(msg, reason, env)
-        d: DeadLetter = letter.payload
-        self._produce(self.t_dlq, d.key, self.codec.encode(letter))
+        try:
+            letter = bounded_dead_letter(msg, reason, env)
+            d: DeadLetter = letter.payload
+            problem = self._produce(self.t_dlq, d.key, self.codec.encode(letter))
+        except Exception as exc:  # the last resort must not raise either
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            log.error("the dead letter was not produced (%s); the task is skipped", problem)
 
 
 def bounded_dead_letter(
