@@ -10,31 +10,78 @@ it records the result (``committed``). So:
   mid-call) does not call out blindly either: its outcome is *unknown*, and the
   orchestrator runs the activity's status query before anything is repeated;
 * a retry the orchestrator decided on (a higher attempt) may claim the key again, and
-  from then on an older attempt still queued somewhere is *stale* and never runs.
+  from then on an older attempt still queued somewhere is *stale* and never runs;
+* a handler that returned a result Keel cannot use (wrong shape, over a limit) has
+  still run to completion, so its write happened: the key is recorded ``refused`` with
+  the raw result, and every later task of the key reports that same permanent failure
+  instead of calling out a second time.
 
-Losing Redis costs at most a status query, never a duplicate effect: the external
-system also deduplicates by the same key. Records outlive the retry horizon (TTL).
+Only a definite failure raised by the handler itself (transient or permanent, never
+unknown) releases the claim. Records live under ``Keyspace.effect`` (``fx``), which no
+rebuild clears, and outlive the retry horizon (TTL). While Redis is unreachable the
+worker pauses claims (:class:`RedisGate`) instead of failing the attempt, so an outage
+costs time, never a retry; and the external system also deduplicates by the same key.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from enum import StrEnum
+from typing import Any, TypeVar, cast
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from orchestrator.runtime.keyspace import Keyspace
+
+log = logging.getLogger("keel.worker.effects")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 DEFAULT_TTL_S = 14 * 24 * 3600
+#: The raw result kept with a refused effect, for the operator (characters).
+MAX_RAW_CHARS = 64 * 1024
+#: A Redis call that takes longer than this counts as Redis being unreachable.
+REDIS_SOCKET_TIMEOUT_S = 2.0
+#: The errors that mean "Redis is unreachable right now", not "this request is wrong".
+REDIS_DOWN: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
-# Atomically: committed -> return it; an attempt older than one already claimed is
-# stale (the orchestrator moved past it); pending by this very attempt -> in doubt;
-# otherwise claim for this attempt.
+
+class ClaimOutcome(StrEnum):
+    RUN = "run"
+    COMMITTED = "committed"
+    REFUSED = "refused"
+    IN_DOUBT = "in_doubt"
+    STALE = "stale"
+
+
+class EffectState(StrEnum):
+    PENDING = "pending"
+    COMMITTED = "committed"
+    REFUSED = "refused"
+    RELEASED = "released"
+
+
+# Atomically: committed or refused -> the effect happened, return what was recorded; an
+# attempt older than one already claimed is stale (the orchestrator moved past it);
+# pending by this very attempt -> in doubt, unless this very call claimed it before (the
+# reply was lost in an outage); otherwise claim for this attempt.
 _BEGIN = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state == 'committed' then
   return {'committed', redis.call('HGET', KEYS[1], 'result')}
+end
+if state == 'refused' then
+  return {'refused', redis.call('HGET', KEYS[1], 'refusal')}
 end
 local attempt = tonumber(ARGV[1])
 local top = tonumber(redis.call('HGET', KEYS[1], 'top') or '0')
@@ -42,11 +89,25 @@ if attempt < top then
   return {'stale', tostring(top)}
 end
 if state == 'pending' and top == attempt then
+  if redis.call('HGET', KEYS[1], 'owner') == ARGV[3] then
+    return {'run', ''}
+  end
   return {'in_doubt', tostring(top)}
 end
-redis.call('HSET', KEYS[1], 'state', 'pending', 'attempt', ARGV[1], 'top', ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'attempt', ARGV[1], 'top', ARGV[1],
+           'owner', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return {'run', ''}
+"""
+
+# Release only the claim this attempt holds: a later attempt's claim is never touched.
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'state') == 'pending'
+   and (ARGV[1] == '' or redis.call('HGET', KEYS[1], 'top') == ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'state', 'released')
+  return 1
+end
+return 0
 """
 
 
@@ -63,40 +124,146 @@ def has_side_effect(fn: Callable[..., Any]) -> bool:
 @dataclass(frozen=True)
 class Claim:
     """``run``: go ahead; ``committed``: ``result_json`` is the recorded result;
+    ``refused``: the handler ran but its result was refused (``error_type``, ``message``);
     ``in_doubt``: an earlier dispatch of this attempt started and never finished;
     ``stale``: a later attempt was already claimed, so this one must not run."""
 
     outcome: str
     result_json: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client that fails fast when Redis is away (the caller decides how to wait)."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 1),
+    )
 
 
 class EffectStore:
     def __init__(self, client: redis.Redis, prefix: str, ttl_s: int = DEFAULT_TTL_S) -> None:
         self.r = client
-        self.prefix = f"keel:{prefix}:effect:"
+        self.keys = Keyspace(prefix)
         self.ttl_s = ttl_s
         self._begin = client.register_script(_BEGIN)
+        self._release = client.register_script(_RELEASE)
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> EffectStore:
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+        return cls(redis_client(url), prefix)
 
-    def begin(self, key: str, attempt: int) -> Claim:
-        outcome, value = self._begin(keys=[self.prefix + key], args=[attempt, self.ttl_s])
-        return Claim(outcome, value if outcome == "committed" else None)
+    def key(self, idempotency_key: str) -> str:
+        """The Redis key of one effect record."""
+        return self.keys.effect(idempotency_key)
+
+    def begin(self, key: str, attempt: int, token: str | None = None) -> Claim:
+        """Claim ``key`` for ``attempt``; ``token`` makes a repeated call by one run safe."""
+        owner = token or uuid.uuid4().hex
+        outcome, value = self._begin(keys=[self.key(key)], args=[attempt, self.ttl_s, owner])
+        if outcome == ClaimOutcome.COMMITTED:
+            return Claim(outcome, result_json=value)
+        if outcome == ClaimOutcome.REFUSED:
+            refusal = json.loads(value or "{}")
+            return Claim(
+                outcome, error_type=refusal.get("error_type"), message=refusal.get("message")
+            )
+        return Claim(outcome)
 
     def commit(self, key: str, result_json: str) -> None:
         pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self.prefix + key, mapping={"state": "committed", "result": result_json})
-        pipe.expire(self.prefix + key, self.ttl_s)
+        pipe.hset(self.key(key), mapping={"state": EffectState.COMMITTED, "result": result_json})
+        pipe.expire(self.key(key), self.ttl_s)
         pipe.execute()
 
-    def release(self, key: str) -> None:
+    def refuse(self, key: str, error_type: str, message: str, raw: str) -> None:
+        """The handler returned but its result was refused: keep the claim, for good."""
+        refusal = json.dumps({"error_type": error_type, "message": message})
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(
+            self.key(key),
+            mapping={"state": EffectState.REFUSED, "refusal": refusal, "raw": raw[:MAX_RAW_CHARS]},
+        )
+        pipe.expire(self.key(key), self.ttl_s)
+        pipe.execute()
+
+    def release(self, key: str, attempt: int | None = None) -> bool:
         """The call failed without an effect (a definite failure): a retry may run.
 
-        The highest attempt claimed is kept, so an older attempt stays fenced off.
+        Only a ``pending`` claim is released, and with ``attempt`` only that attempt's;
+        the highest attempt claimed is kept, so an older attempt stays fenced off.
         """
-        self.r.hset(self.prefix + key, "state", "released")
+        done = self._release(keys=[self.key(key)], args=["" if attempt is None else attempt])
+        return bool(done)
 
     def get(self, key: str) -> dict[str, str]:
-        return self.r.hgetall(self.prefix + key)
+        return cast("dict[str, str]", self.r.hgetall(self.key(key)))
+
+
+class Stopping(Exception):
+    """The worker is stopping while Redis is away: abandon the task (it is redelivered)."""
+
+
+class RedisGate:
+    """Runs effect-store calls, waiting out a Redis outage instead of failing the attempt.
+
+    Backoff is exponential from ``initial_s`` to ``max_s``; the outage and the recovery
+    are logged once each, however many tasks wait; ``stop`` ends the wait.
+    """
+
+    def __init__(
+        self, stop: threading.Event, *, initial_s: float = 0.05, max_s: float = 2.0
+    ) -> None:
+        self.stop = stop
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.down_since: float | None = None
+        self.outages = 0
+
+    @property
+    def is_down(self) -> bool:
+        return self.down_since is not None
+
+    async def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        delay = self.initial_s
+        while True:
+            try:
+                result = await asyncio.to_thread(fn, *args)
+            except REDIS_DOWN as exc:
+                self._went_down(what, exc)
+                if self.stop.is_set():
+                    raise Stopping(f"stopping while Redis is unreachable ({what})") from None
+                await self._sleep(delay)
+                delay = min(delay * 2, self.max_s)
+                continue
+            self._came_back()
+            return result
+
+    async def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stop.is_set() and (left := end - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, 0.1))
+
+    def _went_down(self, what: str, exc: BaseException) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            self.outages += 1
+            log.warning(
+                "Redis unreachable (%s: %s): effect claims paused, retrying with backoff "
+                "up to %gs; no attempt is failed for it",
+                what,
+                type(exc).__name__,
+                self.max_s,
+            )
+
+    def _came_back(self) -> None:
+        if self.down_since is not None:
+            log.warning(
+                "Redis reachable again after %.1fs: effect claims resumed",
+                time.monotonic() - self.down_since,
+            )
+            self.down_since = None

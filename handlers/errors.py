@@ -7,37 +7,81 @@
 * ``OutcomeUnknownError`` — a write whose effect may or may not have happened: the
   orchestrator must find out (status query) before anything is repeated.
 
-Anything else a handler raises counts as transient, except pydantic's
-``ValidationError`` (bad input or output shape), which is permanent.
+Anything else a handler raises is classified by :func:`classify` (docs/activities.md
+lists the rule): a bad shape (pydantic ``ValidationError``), input past a documented
+limit, or a programming error (``TypeError``, ``AttributeError``, ``NameError``: a bug
+runs the same way on every retry) is permanent; every other exception is transient.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import ValidationError
 
 from orchestrator.app import UnknownActivityError
+from orchestrator.domain.errors import InvalidInputError
+
+
+class FailureClass(StrEnum):
+    """What a failed attempt means for the next one (the ``failure_class`` reported)."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    UNKNOWN = "unknown"
+
+
+#: Exceptions that mean a bug in the handler: a retry runs the same code the same way.
+PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (TypeError, AttributeError, NameError)
+
+#: Exceptions that mean the input or output has the wrong shape or size.
+BAD_SHAPE_ERRORS: tuple[type[BaseException], ...] = (
+    ValidationError,
+    InvalidInputError,
+    UnknownActivityError,
+)
 
 
 class ActivityError(Exception):
-    failure_class = "transient"
+    failure_class: str = FailureClass.TRANSIENT
 
 
 class TransientError(ActivityError):
-    failure_class = "transient"
+    failure_class = FailureClass.TRANSIENT
 
 
 class PermanentError(ActivityError):
-    failure_class = "permanent"
+    failure_class = FailureClass.PERMANENT
 
 
 class OutcomeUnknownError(ActivityError):
-    failure_class = "unknown"
+    failure_class = FailureClass.UNKNOWN
 
 
-def classify(exc: BaseException) -> str:
-    """The failure class of an exception raised by a handler."""
+class ResultRefusedError(PermanentError):
+    """The handler returned, but its result could not be used (bad shape, over a limit).
+
+    The handler ran to completion, so any write it made has happened: a side effect's
+    claim is kept (recorded as refused) and never released for a second call.
+    ``error_type`` names the original problem (e.g. ``ValidationError``).
+    """
+
+    def __init__(self, message: str, error_type: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+def classify(exc: BaseException) -> FailureClass:
+    """The failure class of an exception raised by (or around) a handler."""
     if isinstance(exc, ActivityError):
-        return exc.failure_class
-    if isinstance(exc, ValidationError | TypeError | UnknownActivityError):
-        return "permanent"
-    return "transient"
+        return FailureClass(exc.failure_class)
+    if isinstance(exc, BAD_SHAPE_ERRORS + PROGRAMMING_ERRORS):
+        return FailureClass.PERMANENT
+    return FailureClass.TRANSIENT
+
+
+def error_type(exc: BaseException) -> str:
+    """The ``error_type`` reported for ``exc`` (what a policy's ``non_retryable`` names)."""
+    if isinstance(exc, ResultRefusedError):
+        return exc.error_type
+    return type(exc).__name__

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
@@ -20,28 +21,38 @@ console = Console(highlight=False)
 
 
 @dlq_app.command("list")
-def list_(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Every dead letter, oldest first."""
+def list_(
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Also show letters already redriven.")
+    ] = False,
+) -> None:
+    """Open dead letters, oldest first (``--all``: redriven ones too)."""
     from orchestrator.runtime.dlq import list_letters
 
     letters = list_letters(load_settings())
+    shown = [x for x in letters if all_ or x.state == "open"]
     if json_:
-        typer.echo(json.dumps([x.to_json() for x in letters]))
+        typer.echo(json.dumps([x.to_json() for x in shown]))
         return
-    table = Table("id", "kind", "workflow", "time (UTC)", "reason")
-    for x in letters:
+    table = Table("id", "kind", "state", "workflow", "time (UTC)", "reason")
+    for x in shown:
         when = datetime.fromtimestamp(x.recorded_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(x.id, x.kind, x.workflow_id, when, x.reason)
+        table.add_row(
+            escape(x.id), x.kind, x.state, escape(x.workflow_id[:200]), when, escape(x.reason)
+        )
     console.print(table)
+    hidden = len(letters) - len(shown)
+    if hidden:
+        console.print(f"{hidden} redriven letter(s) not shown; `keel dlq list --all` shows them")
 
 
 @dlq_app.command("redrive")
 def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
-    """Send a dead letter out again: a new attempt of an activity, or the record itself."""
+    """Send a dead letter out again, once: a new attempt of an activity, or the record."""
     from orchestrator.runtime.dlq import redrive as do_redrive
 
-    settings = load_settings()
-    console.print(do_redrive(settings, KeelClient(settings, app_from(app)), letter_id))
+    console.print(escape(do_redrive(load_settings(), None, letter_id)))
 
 
 def resolve(

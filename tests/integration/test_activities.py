@@ -124,6 +124,18 @@ def test_exhausted_attempts_dead_letter_with_context_and_redrive_completes(
     assert [p.attempt for p in posts] == [1, 2, 3, 4, 5]
     assert ledger.ledger()["total_effects"] == 1
 
+    listed = keel(settings, "dlq", "list", "--json")
+    assert [x for x in json.loads(listed.stdout) if x["workflow_id"] == wf] == []
+    listed = keel(settings, "dlq", "list", "--json", "--all")
+    assert [x["state"] for x in json.loads(listed.stdout) if x["id"] == letter["id"]] == [
+        "redriven"
+    ]
+    again = keel(settings, "dlq", "redrive", letter["id"])
+    assert again.returncode == 1
+    assert "was already redriven at " in again.stderr
+    assert [e.payload.attempt for e in histories(settings)[wf]
+            if isinstance(e.payload, ActivityScheduled)] == [1, 2, 3, 4, 5]  # fmt: skip
+
 
 def test_a_downstream_outage_is_paced_by_the_retry_budget(
     settings, tmp_path, client, ledger_url, ledger

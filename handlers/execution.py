@@ -1,0 +1,164 @@
+"""Running one activity task: input, effect claim, handler call, result — and what failed.
+
+The order matters for side effects (docs/activities.md):
+
+1. the input is parsed and validated *before* the claim: a bad input wrote nothing;
+2. the claim is taken (waiting out a Redis outage, never failing the attempt for it);
+3. the handler runs: an exception it raises is classified, and only a definite failure
+   (transient or permanent) releases the claim, since an unknown one may have written;
+4. once the handler has returned, its write has happened whatever comes next: a result
+   that fails its output model or a limit is recorded ``refused`` with the raw value and
+   reported as a permanent failure; the claim is never released.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from handlers.effects import ClaimOutcome, EffectStore, RedisGate, Stopping, has_side_effect
+from handlers.errors import (
+    FailureClass,
+    OutcomeUnknownError,
+    PermanentError,
+    ResultRefusedError,
+    classify,
+)
+from orchestrator.app import ActivityHandler, KeelApp
+from orchestrator.definitions import format_validation_error
+from orchestrator.domain.errors import LimitExceededError
+from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
+
+log = logging.getLogger("keel.worker")
+
+#: Characters of a failure message reported (the event keeps one line).
+MAX_MESSAGE_CHARS = 500
+
+IN_DOUBT = (
+    "attempt {attempt} was dispatched before and never reported (worker crash?); "
+    "its outcome is unknown"
+)
+
+
+class SupersededAttempt(Exception):
+    """An old attempt whose activity has moved on: it must not run (its report is ignored)."""
+
+
+class BadTaskInput(PermanentError):
+    """The task's input cannot be given to the handler: invalid JSON or over a limit."""
+
+
+async def execute(
+    app: KeelApp,
+    effects: EffectStore,
+    gate: RedisGate,
+    activity_type: str,
+    input_json: str,
+    idempotency_key: str,
+    attempt: int,
+) -> str:
+    """Run the handler for one task and return its result as JSON (see module doc).
+
+    Raises what the handler raised, ``ResultRefusedError`` for an unusable result,
+    ``SupersededAttempt``/``OutcomeUnknownError`` from the claim and ``Stopping`` when
+    the worker stops while Redis is away.
+    """
+    handler = app.handler(activity_type)
+    arg = parse_input(handler, input_json)
+    if not has_side_effect(handler.fn):
+        return result_json(handler, await call(handler, arg), side_effect=False)
+    token = uuid.uuid4().hex
+    claim = await gate.call("claim", effects.begin, idempotency_key, attempt, token)
+    if claim.outcome == ClaimOutcome.COMMITTED:
+        assert claim.result_json is not None
+        return claim.result_json
+    if claim.outcome == ClaimOutcome.REFUSED:
+        raise ResultRefusedError(claim.message or "result refused", claim.error_type or "Error")
+    if claim.outcome == ClaimOutcome.STALE:
+        raise SupersededAttempt(f"attempt {attempt} was superseded by a later attempt")
+    if claim.outcome == ClaimOutcome.IN_DOUBT:
+        raise OutcomeUnknownError(IN_DOUBT.format(attempt=attempt))
+    try:
+        raw = await call(handler, arg)
+    except Exception as exc:
+        if classify(exc) != FailureClass.UNKNOWN:  # the handler says: nothing was written
+            await _settle(gate, "release", effects.release, idempotency_key, attempt)
+        raise
+    try:
+        result = result_json(handler, raw, side_effect=True)
+    except ResultRefusedError as exc:
+        await _settle(
+            gate, "refuse", effects.refuse, idempotency_key, exc.error_type, str(exc), _raw(raw)
+        )
+        raise
+    await _settle(gate, "commit", effects.commit, idempotency_key, result)
+    return result
+
+
+async def _settle(gate: RedisGate, what: str, fn: Any, key: str, *args: Any) -> None:
+    """Record how a claimed call ended; when stopping with Redis away, leave it pending.
+
+    A claim left ``pending`` is safe: a redelivery of the same attempt is in doubt and
+    goes through the status query, never a blind second call.
+    """
+    try:
+        await gate.call(what, fn, key, *args)
+    except Stopping:
+        log.warning("effect %s of %s not recorded (stopping, Redis unreachable)", what, key)
+
+
+def parse_input(handler: ActivityHandler, input_json: str) -> Any:
+    """The handler's argument from the task's input; ``BadTaskInput`` or ``ValidationError``."""
+    what = f"input of activity '{handler.activity_type}'"
+    try:
+        raw = loads_bounded(input_json, what)
+    except LimitExceededError as exc:
+        raise BadTaskInput(str(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise BadTaskInput(f"{what} is not valid JSON: {exc}") from None
+    return handler.input_model.model_validate(raw) if handler.input_model else raw
+
+
+async def call(handler: ActivityHandler, arg: Any) -> Any:
+    result = handler.fn(arg)
+    if handler.is_async:
+        result = await result
+    return result
+
+
+def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str:
+    """The handler's return value as JSON within the limits, or ``ResultRefusedError``."""
+    what = f"result of activity '{handler.activity_type}'"
+    try:
+        result = raw
+        if handler.output_model is not None and not isinstance(raw, handler.output_model):
+            result = handler.output_model.model_validate(raw)
+        text = result.model_dump_json() if isinstance(result, BaseModel) else json.dumps(result)
+        check_json_text(text, "the result", MAX_PAYLOAD_BYTES)
+    except (ValidationError, LimitExceededError, TypeError, ValueError, RecursionError) as exc:
+        kept = "; its effect is recorded and will not be repeated" if side_effect else ""
+        message = f"{what} refused after the handler returned{kept}: {describe(exc)}"
+        raise ResultRefusedError(message[:MAX_MESSAGE_CHARS], type(exc).__name__) from None
+    return text
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the failure record; a schema error names every offending field."""
+    if isinstance(exc, ValidationError):
+        return f"invalid {exc.title}: {format_validation_error(exc)}"[:MAX_MESSAGE_CHARS]
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:MAX_MESSAGE_CHARS]
+
+
+def _raw(value: Any) -> str:
+    """The raw result as text for the effect record (JSON where possible)."""
+    try:
+        if isinstance(value, BaseModel):
+            return value.model_dump_json()
+        return json.dumps(value, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[:200_000]

@@ -1,0 +1,80 @@
+"""RedisGate: waits out an outage with bounded backoff, logs each change once, honours stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+import redis
+
+from handlers.effects import RedisGate, Stopping
+
+
+class Flaky:
+    """Fails with ``error`` the first ``failures`` calls, then answers ``"ok"``."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+
+    def __call__(self, *args: object) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "ok"
+
+
+def test_an_outage_is_waited_out_and_logged_once_each_way(caplog):
+    gate = RedisGate(threading.Event(), initial_s=0.001, max_s=0.004)
+    flaky = Flaky(6, redis.ConnectionError("Connection refused"))
+
+    async def two_tasks() -> list[str]:
+        return list(await asyncio.gather(gate.call("claim", flaky), gate.call("commit", flaky)))
+
+    with caplog.at_level(logging.WARNING, logger="keel.worker.effects"):
+        assert asyncio.run(two_tasks()) == ["ok", "ok"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Redis unreachable (claim: ConnectionError): effect claims paused")
+    assert lines[1].startswith("Redis reachable again after ")
+    assert lines[1].endswith("s: effect claims resumed")
+    assert gate.outages == 1
+    assert not gate.is_down
+
+
+def test_timeouts_count_as_an_outage_but_other_errors_are_raised():
+    gate = RedisGate(threading.Event(), initial_s=0.001, max_s=0.002)
+    assert asyncio.run(gate.call("claim", Flaky(2, redis.TimeoutError("timed out")))) == "ok"
+    with pytest.raises(redis.ResponseError):
+        asyncio.run(gate.call("claim", Flaky(1, redis.ResponseError("WRONGTYPE"))))
+
+
+def test_backoff_grows_and_is_bounded(monkeypatch):
+    slept: list[float] = []
+
+    async def record(self, seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(RedisGate, "_sleep", record)
+    gate = RedisGate(threading.Event(), initial_s=0.05, max_s=2.0)
+    asyncio.run(gate.call("claim", Flaky(9, redis.ConnectionError("refused"))))
+    assert slept == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]
+
+
+def test_a_stop_ends_the_wait():
+    stop = threading.Event()
+    gate = RedisGate(stop, initial_s=0.01, max_s=0.05)
+    never = Flaky(10**9, redis.ConnectionError("refused"))
+
+    async def stop_soon() -> None:
+        await asyncio.sleep(0.05)
+        stop.set()
+
+    async def run() -> None:
+        await asyncio.gather(gate.call("claim", never), stop_soon())
+
+    with pytest.raises(Stopping, match=r"stopping while Redis is unreachable \(claim\)"):
+        asyncio.run(run())
