@@ -243,8 +243,9 @@ class Connector:
 
 
 def _too_large(size: int | None) -> web.Response:
-    shown = f" is {size:,} bytes;" if size is not None else " is larger than the limit;"
-    return _error(413, f"body{shown} the limit is {MAX_BODY_BYTES:,} bytes")
+    if size is None:
+        return _error(413, f"body is larger than the limit of {MAX_BODY_BYTES:,} bytes")
+    return _error(413, f"body is {size:,} bytes; the limit is {MAX_BODY_BYTES:,} bytes")
 
 
 @web.middleware
