@@ -43,6 +43,7 @@ class AckingProducer:
     def __init__(self, settings: Settings, ack_timeout_s: float) -> None:
         self.settings = settings
         self.ack_timeout_s = ack_timeout_s
+        self._fatal = False
         self._producer = self._new_producer()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="connector-producer", daemon=True)
@@ -68,8 +69,6 @@ class AckingProducer:
             self._fatal = True
         else:
             log.debug("Kafka producer: %s", err.str())
-
-    _fatal = False
 
     def _poll(self) -> None:
         while not self._stop.is_set():

@@ -36,7 +36,12 @@ from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, 
 from connectors.webhooks import MAX_BODY_BYTES, WebhookSource, message_id, parse_body
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import ConfigError, InvalidInputError, UnavailableError
+from orchestrator.domain.errors import (
+    ConfigError,
+    InvalidInputError,
+    KeelError,
+    UnavailableError,
+)
 from orchestrator.domain.messages import Envelope
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import now_ms
@@ -163,6 +168,9 @@ class Connector:
         except InvalidInputError as exc:
             log.info("webhook %s refused: %s", name, exc)
             return _error(400, str(exc))
+        except KeelError as exc:  # the source's declaration is wrong, not the delivery
+            log.error("webhook %s: %s", name, exc)
+            return _error(500, str(exc))
         try:
             return await self._deliver(source, event_id, command.workflow_id, command.payload)
         except UnavailableError as exc:

@@ -197,3 +197,15 @@ def test_the_example_app_serves_the_bundled_workflows_and_a_documents_source():
         "documents_added",
         '{"document":"receipt"}',
     )
+
+
+def test_a_route_returning_something_else_is_an_application_bug_not_a_bad_delivery():
+    from orchestrator.domain.errors import KeelError
+
+    src = WebhookSource("ledger", "S", event_id=lambda b: b["id"], route=lambda b: "oops")
+    with pytest.raises(KeelError) as err:
+        src.command_of({"id": "e"}, None)  # type: ignore[arg-type]
+    assert not isinstance(err.value, RouteError)
+    assert str(err.value) == (
+        "webhook source 'ledger': route returned str, not Signal or Start (a bug in the application)"
+    )
