@@ -117,6 +117,36 @@ class KeelApp:
         self._decider = None
         return definition
 
+    # -- webhook sources (served by `keel connector`; connectors/webhooks.py) ---------
+    @property
+    def webhooks(self) -> dict[str, Any]:
+        """Declared webhook sources by name (``connectors.webhooks.WebhookSource``)."""
+        return self.__dict__.setdefault("_webhooks", {})  # type: ignore[no-any-return]
+
+    def webhook(
+        self,
+        source: str,
+        *,
+        secret_env: str,
+        event_id: Callable[[dict[str, Any]], Any],
+        route: Callable[[dict[str, Any]], Any],
+        **options: Any,
+    ) -> Any:
+        """Declare webhook ``source``: its secrets' variable, event id and routing.
+
+        ``route(body)`` returns ``connectors.webhooks.Signal`` or ``Start``; ``options``
+        are ``tolerance_s`` and ``dedupe_ttl_s`` (docs/connector.md).
+        """
+        from connectors.webhooks import WebhookSource
+
+        if source in self.webhooks:
+            raise AppError(f"webhook source '{source}' is already declared")
+        declared = WebhookSource(source, secret_env, event_id, route, **options)
+        self.webhooks[source] = declared
+        return declared
+
+    # -- end of webhook sources --------------------------------------------------------
+
     # -- queries --------------------------------------------------------------------
 
     def get(self, name: str, version: int | None = None) -> WorkflowDefinition:

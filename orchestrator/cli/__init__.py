@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import demo, dlq, infra, services, workflow
+from orchestrator.cli import connector, demo, dlq, infra, services, workflow
 from orchestrator.errors import KeelError
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ workflow.workflow_app.command("resolve")(dlq.resolve)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)
+app.command("connector")(connector.connector)
 app.command("dev")(services.dev)
 app.command("bench")(services.bench)
 app.command("demo")(demo.demo)

@@ -1,0 +1,303 @@
+"""``keel connector``: the aiohttp service that turns signed webhooks into Keel commands.
+
+``POST /webhooks/{source}`` runs these steps, in this order (docs/connector.md):
+
+1. the source is declared (else 404); the body fits the size limit (else 413);
+2. the ``Keel-Signature`` matches under an active secret, in the time window (else 401);
+3. the body is a JSON object the source can read and route (else 400, with the reason);
+4. the event id is claimed in Redis: delivered before → 200 ``{"duplicate": true}``;
+   another request is delivering it right now → wait for it, then 409 if still pending;
+5. the command is produced with a message id derived from (source, event id), and the
+   answer waits for Kafka's acknowledgement (else the claim is released and 503);
+6. the event is marked delivered in Redis, and only then 202.
+
+A crash before 5 completes leaves no record and a claim that expires, so the sender's
+retry goes through; a crash between 5 and 6 leaves a record whose repeat the orchestrator
+ignores by message id. So nothing is lost and nothing applies twice. ``GET /healthz``
+reports whether Kafka and Redis answer (200 or 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from connectors.delivery import AckingProducer, ClaimState, Dedupe
+from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
+from connectors.webhooks import MAX_BODY_BYTES, WebhookSource, message_id, parse_body
+from orchestrator.app import KeelApp
+from orchestrator.codec import default_codec
+from orchestrator.domain.errors import (
+    ConfigError,
+    InvalidInputError,
+    KeelError,
+    UnavailableError,
+)
+from orchestrator.domain.messages import Envelope
+from orchestrator.runtime import tracing
+from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.settings import Settings
+
+__all__ = [
+    "PAUSE_AFTER_ACK_ENV",
+    "Connector",
+    "Outcome",
+    "create_app",
+    "load_sources",
+    "serve",
+]
+
+log = logging.getLogger("keel.connector")
+
+#: Test hook: seconds to sleep after Kafka's ack and before answering (crash tests only).
+PAUSE_AFTER_ACK_ENV = "KEEL_CONNECTOR_TEST_PAUSE_AFTER_ACK_S"
+
+
+class Outcome(StrEnum):
+    """The ``status`` of a 2xx answer."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class LoadedSource:
+    source: WebhookSource
+    secrets: list[bytes]
+
+
+def load_sources(app: KeelApp, environ: Mapping[str, str]) -> dict[str, LoadedSource]:
+    """Every declared source with its active secrets; ConfigError names a missing variable."""
+    loaded = {}
+    for name, source in app.webhooks.items():
+        secrets = parse_secrets(environ.get(source.secret_env))
+        if not secrets:
+            raise ConfigError(
+                f"webhook source '{name}' needs its secrets in {source.secret_env} "
+                "(comma-separated), which is unset or empty"
+            )
+        loaded[name] = LoadedSource(source, secrets)
+    return loaded
+
+
+def _error(status: int, reason: str, **headers: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status, headers=headers or None)
+
+
+class Connector:
+    """The state of one connector process: its sources, producer and Redis."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        app: KeelApp,
+        *,
+        ack_timeout_s: float = 10.0,
+        pause_after_ack_s: float = 0.0,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.app = app
+        self.sources = load_sources(app, os.environ if environ is None else environ)
+        self.ack_timeout_s = ack_timeout_s
+        self.pause_after_ack_s = pause_after_ack_s
+        self.codec = default_codec()
+        self.keyspace = Keyspace(settings.topic_prefix)
+        self.producer: AckingProducer | None = None
+        self.redis: Redis | None = None
+        self.dedupe: Dedupe | None = None
+        self._tracer = tracing.tracer()
+
+    async def open(self) -> None:
+        self.producer = AckingProducer(self.settings, self.ack_timeout_s)
+        self.redis = Redis.from_url(self.settings.redis, socket_connect_timeout=2, socket_timeout=5)
+        # a claim outlives the longest wait for Kafka, so only a crashed holder loses it
+        self.dedupe = Dedupe(
+            self.redis, self.keyspace, lock_s=self.ack_timeout_s + 5, wait_s=self.ack_timeout_s
+        )
+
+    async def close(self) -> None:
+        if self.producer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.producer.close)
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    # ------------------------------------------------------------------ handlers
+    async def healthz(self, request: web.Request) -> web.Response:
+        assert self.producer is not None and self.dedupe is not None
+        kafka, redis = await asyncio.gather(self.producer.reachable(), self.dedupe.reachable())
+        body = {
+            "kafka": {"ok": kafka is None, **({"error": kafka} if kafka else {})},
+            "redis": {"ok": redis is None, **({"error": redis} if redis else {})},
+            "sources": sorted(self.sources),
+        }
+        return web.json_response(body, status=200 if kafka is None and redis is None else 503)
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        name = request.match_info["source"]
+        loaded = self.sources.get(name)
+        if loaded is None:
+            return _error(404, f"unknown webhook source '{name[:64]}'")
+        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+            return _too_large(request.content_length)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(None)
+        try:
+            verify(request.headers.get(SIGNATURE_HEADER), body, loaded.secrets,
+                   loaded.source.tolerance_s)  # fmt: skip
+        except SignatureError as exc:
+            log.info("webhook %s refused: %s", name, exc)
+            return _error(401, str(exc))
+        source = loaded.source
+        try:
+            parsed = parse_body(body)
+            event_id = source.event_id_of(parsed)
+            command = source.command_of(parsed, self.app)
+        except InvalidInputError as exc:
+            log.info("webhook %s refused: %s", name, exc)
+            return _error(400, str(exc))
+        except KeelError as exc:  # the source's declaration is wrong, not the delivery
+            log.error("webhook %s: %s", name, exc)
+            return _error(500, str(exc))
+        try:
+            return await self._deliver(source, event_id, command.workflow_id, command.payload)
+        except UnavailableError as exc:
+            log.warning("webhook %s event %s: 503: %s", name, event_id, exc)
+            return _error(503, str(exc), **{"Retry-After": "1"})
+
+    async def _deliver(
+        self, source: WebhookSource, event_id: str, workflow_id: str, payload: Any
+    ) -> web.Response:
+        assert self.producer is not None and self.dedupe is not None
+        mid = message_id(source.name, event_id)
+        answer = {
+            "source": source.name,
+            "event_id": event_id,
+            "workflow_id": workflow_id,
+            "message_id": mid,
+        }
+        claim = await self.dedupe.claim(source.name, event_id)
+        if claim.state is ClaimState.DONE:
+            log.info("webhook %s event %s: duplicate", source.name, event_id)
+            return web.json_response(
+                {"status": Outcome.DUPLICATE, "duplicate": True, **answer}, status=200
+            )
+        if claim.state is ClaimState.IN_FLIGHT:
+            return _error(
+                409,
+                f"event '{event_id}' of source '{source.name}' is being delivered by another "
+                "request; retry later",
+                **{"Retry-After": "1"},
+            )
+        try:
+            await self._produce(source.name, event_id, mid, workflow_id, payload)
+        except BaseException:
+            await self.dedupe.release(source.name, event_id, claim.token)
+            raise
+        if self.pause_after_ack_s:
+            log.warning("test hook: pausing %.1f s after Kafka's ack", self.pause_after_ack_s)
+            await asyncio.sleep(self.pause_after_ack_s)
+        try:
+            await self.dedupe.done(source.name, event_id, source.dedupe_ttl_s, workflow_id, mid)
+        except UnavailableError as exc:
+            # the record is durable; a repeat is stopped by its message id instead
+            log.warning("webhook %s event %s: not marked delivered: %s", source.name, event_id, exc)
+        log.info("webhook %s event %s: accepted for %s", source.name, event_id, workflow_id)
+        return web.json_response(
+            {"status": Outcome.ACCEPTED, "duplicate": False, **answer}, status=202
+        )
+
+    async def _produce(
+        self, source: str, event_id: str, mid: str, workflow_id: str, payload: Any
+    ) -> None:
+        assert self.producer is not None
+        with self._tracer.start_as_current_span(f"keel.connector webhook {source}"):
+            traceparent = tracing.current_traceparent()
+            env: Envelope[Any] = Envelope(
+                message_id=mid,
+                workflow_id=workflow_id,
+                run_id="",
+                seq=0,
+                type=type(payload).__name__,
+                recorded_at=now_ms(),
+                payload=payload,
+                correlation_id=workflow_id,
+                traceparent=traceparent,
+            )
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("keel-webhook-source", source.encode()),
+                ("keel-webhook-event-id", event_id.encode("utf-8", "replace")),
+            ]
+            if traceparent:
+                headers.append(("traceparent", traceparent.encode()))
+            await self.producer.send(
+                self.settings.topic("commands"),
+                workflow_id.encode(),
+                self.codec.encode(env),
+                headers,
+            )
+
+
+def _too_large(size: int | None) -> web.Response:
+    if size is None:
+        return _error(413, f"body is larger than the limit of {MAX_BODY_BYTES:,} bytes")
+    return _error(413, f"body is {size:,} bytes; the limit is {MAX_BODY_BYTES:,} bytes")
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (no such route, wrong method) as one-line JSON too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+
+
+def create_app(connector: Connector) -> web.Application:
+    web_app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
+    web_app.router.add_get("/healthz", connector.healthz)
+    web_app.router.add_post("/webhooks/{source}", connector.webhook)
+
+    async def lifecycle(_app: web.Application) -> Any:
+        await connector.open()
+        yield
+        await connector.close()
+
+    web_app.cleanup_ctx.append(lifecycle)
+    return web_app
+
+
+async def serve(connector: Connector, host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT; prints ``connector listening on http://HOST:PORT``."""
+    runner = web.AppRunner(create_app(connector), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound_host, bound_port = runner.addresses[0][:2]
+    sources = ", ".join(sorted(connector.sources)) or "none declared"
+    print(f"connector listening on http://{bound_host}:{bound_port} (sources: {sources})",
+          flush=True)  # fmt: skip
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

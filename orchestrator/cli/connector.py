@@ -1,0 +1,54 @@
+"""``keel connector``: the webhook service (connectors/service.py, docs/connector.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.errors import ConfigError, KeelError
+from orchestrator.runtime.logs import configure_logging
+from orchestrator.runtime.tracing import configure_tracing
+from orchestrator.settings import load_settings
+
+
+def _pause_after_ack() -> float:
+    from connectors.service import PAUSE_AFTER_ACK_ENV
+
+    raw = os.environ.get(PAUSE_AFTER_ACK_ENV, "")
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        raise ConfigError(f"{PAUSE_AFTER_ACK_ENV}={raw}: not a number of seconds") from None
+    if not 0 <= value <= 600:
+        raise ConfigError(f"{PAUSE_AFTER_ACK_ENV}={raw}: must be 0 to 600 seconds")
+    return value
+
+
+def connector(
+    app: AppOption = DEFAULT_APP,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; loopback unless you put a proxy in front.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8700,
+    ack_timeout: Annotated[
+        float,
+        typer.Option(min=1.0, max=120.0, help="Seconds to wait for Kafka's ack before a 503."),
+    ] = 10.0,
+) -> None:
+    """Run the connector: signed webhooks in, commands to Kafka (GET /healthz, POST /webhooks/S)."""
+    from connectors.service import Connector, serve
+
+    configure_logging()
+    configure_tracing("keel-connector")
+    settings = load_settings()
+    service = Connector(
+        settings, app_from(app), ack_timeout_s=ack_timeout, pause_after_ack_s=_pause_after_ack()
+    )
+    try:
+        asyncio.run(serve(service, host, port))
+    except OSError as exc:
+        raise KeelError(f"the connector cannot listen on {host}:{port}: {exc.strerror}") from None
