@@ -1,5 +1,10 @@
-"""Services that will connect Keel to the outside world (webhook ingress, outbound adapters).
+"""Services that connect Keel to the outside world.
 
-None exists yet. ``connectors.ledger`` only re-exports the fake finance ledger, which lives
-with the other test and demo stand-ins in ``ops/fakes/``.
+* ``keel connector`` (``service.py``): signed webhooks in (``signing.py`` verifies the
+  HMAC header, ``webhooks.py`` maps a payload to a command, ``delivery.py`` produces it
+  with a Redis dedupe claim and answers 202 only after Kafka's ack). See docs/connector.md.
+* ``examples.py``: the bundled example application plus a demo webhook source.
+
+``connectors.ledger`` only re-exports the fake finance ledger, which lives with the other
+test and demo stand-ins in ``ops/fakes/``.
 """
