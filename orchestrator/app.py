@@ -24,7 +24,9 @@ from orchestrator.definitions import (
     WorkflowDefinition,
     resolve_definition,
 )
+from orchestrator.domain import errors as kinds
 from orchestrator.domain.decider import Decider
+from orchestrator.domain.limits import loads_bounded
 
 __all__ = [
     "ActivityHandler",
@@ -41,7 +43,7 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class AppError(ValueError):
+class AppError(kinds.DefinitionError):
     """An application is inconsistent (e.g. a step's activity type has no handler)."""
 
 
@@ -49,7 +51,7 @@ class UnknownActivityError(AppError):
     """No handler is registered or declared for an activity type."""
 
 
-class AppLoadError(ValueError):
+class AppLoadError(kinds.ConfigError):
     """``--app MODULE:ATTR`` does not name a KeelApp."""
 
 
@@ -168,16 +170,32 @@ class KeelApp:
     def validate_start(
         self, name: str, version: int | None, input_obj: str | bytes | dict[str, Any] | BaseModel
     ) -> WorkflowDefinition:
-        """Check a start before it is sent: the definition exists and the input fits."""
-        definition = self.get(name, version)
-        if isinstance(input_obj, str | bytes):
-            try:
-                json.loads(input_obj)
-            except ValueError as exc:
-                raise InvalidInputError(
-                    f"input for {definition.label} is not valid JSON: {exc}"
-                ) from None
-        definition.parse_input(input_obj)
+        """Check a start before it is sent: the definition exists and the input fits.
+
+        Raises a :class:`~orchestrator.domain.errors.InvalidInputError` kind (unknown
+        workflow, bad JSON, a limit of docs/limits.md, the input schema).
+        """
+        try:
+            definition = self.get(name, version)
+            if isinstance(input_obj, str | bytes):
+                text = input_obj.decode("utf-8") if isinstance(input_obj, bytes) else input_obj
+                try:
+                    loads_bounded(text, f"input for {definition.label}")
+                except kinds.KeelError:
+                    raise
+                except ValueError as exc:
+                    raise InvalidInputError(
+                        f"input for {definition.label} is not valid JSON: {exc}"
+                    ) from None
+            else:
+                loads_bounded(
+                    _json_text(input_obj, definition.label), f"input for {definition.label}"
+                )
+            definition.parse_input(input_obj)
+        except ValueError as exc:
+            if isinstance(exc, kinds.KeelError):
+                raise
+            raise _as_keel_error(exc) from None
         return definition
 
     def check(self) -> None:
@@ -210,6 +228,33 @@ class KeelApp:
             f"<KeelApp {self.name}: {len(self.definitions)} workflows, "
             f"{len(self.handlers)} activities>"
         )
+
+
+def _json_text(value: Any, label: str) -> str:
+    """``value`` as JSON text, so the limits of docs/limits.md can be checked on it."""
+    try:
+        if isinstance(value, BaseModel):
+            return value.model_dump_json()
+        return json.dumps(value)
+    except RecursionError:
+        raise kinds.LimitExceededError(f"input for {label} nests too deep") from None
+    except TypeError as exc:
+        raise kinds.InvalidInputError(f"input for {label} is not JSON: {exc}") from None
+
+
+_BRIDGED: dict[type, type] = {}
+
+
+def _as_keel_error(exc: ValueError) -> Exception:
+    """``exc`` as an ``InvalidInputError`` that is still an instance of its own class.
+
+    A bridge for while ``orchestrator.definitions`` raises plain ``ValueError`` kinds;
+    once it raises the domain kinds (``orchestrator.domain.errors``) this is never called.
+    """
+    cls = type(exc)
+    if cls not in _BRIDGED:
+        _BRIDGED[cls] = type(cls.__name__, (cls, kinds.InvalidInputError), {})
+    return _BRIDGED[cls](*exc.args)
 
 
 def load_app(spec: str) -> KeelApp:

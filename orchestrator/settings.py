@@ -6,19 +6,33 @@ the variable that carries it, instead of surfacing later as a broker error.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.errors import KeelError
+from orchestrator.domain.errors import ConfigError
 
 TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq")
 
+#: The old name of :class:`~orchestrator.domain.errors.ConfigError`.
+SettingsError = ConfigError
 
-class SettingsError(KeelError, ValueError):
-    """A configuration value was refused; the message names the variable."""
+# ``user:password@`` in a URL or a bootstrap server, and ``password=`` in a query string.
+_USERINFO = re.compile(r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@,;]*):[^\s/,]*@")
+_QUERY_SECRET = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pass|secret|token)=)[^&\s]*")
+
+
+def redact(text: str) -> str:
+    """``text`` with every password in a URL or host list replaced by ``***``.
+
+    Applied to every message Keel prints or logs (settings errors, CLI errors, the JSON
+    logs), so ``KEEL_REDIS_URL=redis://:s3cret@host`` never reaches a terminal or a file.
+    """
+    text = _USERINFO.sub(lambda m: f"{m.group('user')}:***@", text)
+    return _QUERY_SECRET.sub(lambda m: f"{m.group('key')}***", text)
 
 
 class Settings(BaseSettings):
@@ -113,4 +127,4 @@ def load_settings(**overrides: object) -> Settings:
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f"={value}"
             problems.append(f"KEEL_{field.upper()}{shown}: {err['msg']}")
-        raise SettingsError("invalid setting " + "; ".join(problems)) from None
+        raise ConfigError(redact("invalid setting " + "; ".join(problems))) from None

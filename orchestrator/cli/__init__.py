@@ -1,7 +1,11 @@
-"""The ``keel`` command line (DESIGN §11): one typer application, one sub-app per area.
+"""The ``keel`` command line: one typer application, one sub-app per area.
 
-Expected failures (``KeelError``) end as one line on stderr and exit status 1;
-anything else is a bug and keeps its traceback.
+Exit status (docs/configuration.md, "Exit status"): 0 success; 1 an expected failure
+(a :class:`~orchestrator.domain.errors.KeelError`, printed as one line on stderr, with
+every URL password redacted); 2 a usage error (typer's usage text); 3 the thing asked
+about is not well (``workflow start --wait`` ended otherwise than completed,
+``infra status`` unhealthy); 130 interrupted. Anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli import connector, demo, dlq, infra, services, workflow
-from orchestrator.errors import KeelError
+from orchestrator.domain.errors import KeelError
+from orchestrator.settings import redact
 
 app = typer.Typer(
     name="keel",
@@ -37,27 +42,35 @@ app.command("demo")(demo.demo)
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+#: Exit statuses of ``keel``.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line an expected failure prints: no newline, no password."""
+    return "error: " + " ".join(redact(str(exc)).split())
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         code = app(args=argv, prog_name="keel", standalone_mode=False)
     except KeelError as exc:
-        err_console.print(f"error: {exc}", markup=False)
-        sys.exit(1)
+        err_console.print(error_line(exc), markup=False)
+        sys.exit(EXIT_ERROR)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted", markup=False)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors carry their own message
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
+    except typer.TyperException as exc:  # usage errors: typer prints the usage and why
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            err_console.print(f"error: {exc.format_message()}", markup=False)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ from rich.table import Table
 
 from ops.local import LocalStack, StackStatus
 from ops.topics import create_topics
-from orchestrator.settings import load_settings
+from orchestrator.settings import load_settings, redact
 
 infra_app = typer.Typer(help="Local Kafka (KRaft) and Redis for a laptop, tests and benchmarks.")
 topics_app = typer.Typer(help="Topic provisioning.")
-console = Console(highlight=False)
+console = Console(highlight=False, emoji=False)
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
@@ -32,8 +32,8 @@ def _print_status(status: StackStatus, as_json: bool, headline: str | None = Non
         mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
         table.add_row(p.role, str(p.node_id or "-"), str(p.pid), str(p.port), mark)
     console.print(table)
-    console.print(f"KEEL_BOOTSTRAP_SERVERS={status.bootstrap_servers}")
-    console.print(f"KEEL_REDIS_URL={status.redis_url}")
+    console.print(f"KEEL_BOOTSTRAP_SERVERS={redact(status.bootstrap_servers)}", markup=False)
+    console.print(f"KEEL_REDIS_URL={redact(status.redis_url)}", markup=False)
 
 
 @infra_app.command("up")

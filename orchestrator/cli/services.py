@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from orchestrator.app import KeelApp, load_app
-from orchestrator.errors import KeelError
 from orchestrator.runtime.logs import configure_logging
+from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.runtime.tracing import configure_tracing
 from orchestrator.settings import load_settings
 
@@ -23,15 +26,13 @@ DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
     str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
 ]
-console = Console(highlight=False)
+console = Console(highlight=False, emoji=False)
 projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
 
 
 def app_from(spec: str) -> KeelApp:
-    try:
-        return load_app(spec)
-    except ValueError as exc:
-        raise KeelError(str(exc)) from None
+    """The application named by ``--app`` (``AppLoadError``, a ``ConfigError``, else)."""
+    return load_app(spec)
 
 
 def _stop_on_signals(*stoppables) -> None:
@@ -61,9 +62,8 @@ def orchestrator(
     orch = Orchestrator(settings, application, checkpoint_interval_s=checkpoint_interval)
     stoppables: list = [orch]
     if projector:
-        proj = Projector(settings, application)
-        threading.Thread(target=proj.run, name="projector", daemon=True).start()
-        stoppables.append(proj)
+        # Its health is in ``supervisor.health_of_all()`` for the process's status.
+        stoppables.append(Supervisor("projector", Projector(settings, application)).start())
     _stop_on_signals(*stoppables)
     orch.run()
 
@@ -84,20 +84,58 @@ def projector(app: AppOption = DEFAULT_APP) -> None:
     from orchestrator.runtime.projector import Projector
 
     configure_logging()
-    p = Projector(load_settings(), app_from(app))
-    _stop_on_signals(p)
-    p.run()
+    supervised = Supervisor("projector", Projector(load_settings(), app_from(app))).start()
+    _stop_on_signals(supervised)
+    while supervised.state != "stopped":
+        supervised.join(0.5)
 
 
 @projections_app.command("rebuild")
 def rebuild(app: AppOption = DEFAULT_APP) -> None:
-    """Drop the Redis read model and replay every event of keel.events into it."""
+    """Drop the Redis read model and replay every event of keel.events into it.
+
+    Safe while services run: live projectors pause until it ends, then reload.
+    """
     from orchestrator.runtime.projector import Projector
 
     p = Projector(load_settings(), app_from(app))
     total, took = p.rebuild()
     rate = total / took if took > 0 else 0.0
     console.print(f"rebuilt the read model from {total} events in {took:.2f}s ({rate:,.0f}/s)")
+
+
+@projections_app.command("status")
+def projections_status(
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Each live projector's health (published every few seconds), and any rebuild running."""
+    from orchestrator.runtime.projection import Projection
+
+    settings = load_settings()
+    projection = Projection.from_url(settings.redis, settings.topic_prefix)
+    status = projection.health()
+    if json_:
+        typer.echo(json.dumps(status))
+        return
+    if status["rebuild_running"]:
+        console.print("a rebuild of the read model is running")
+    if not status["projectors"]:
+        console.print("no projector reported in the last 30s")
+    table = Table("instance", "alive", "applied", "skipped", "last applied (UTC)", "last error")
+    for p in status["projectors"]:
+        when = p.get("last_applied_at")
+        shown = (
+            datetime.fromtimestamp(when / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if when else "-"
+        )
+        table.add_row(
+            escape(str(p.get("instance"))),
+            "yes" if p.get("alive") else "no",
+            str(p.get("applied", 0)),
+            str(p.get("skipped", 0)),
+            shown,
+            escape(str(p.get("last_error") or "-")),
+        )
+    console.print(table)
 
 
 def dev(app: AppOption = DEFAULT_APP) -> None:
@@ -138,8 +176,6 @@ def bench(
     light_rate: Annotated[float, typer.Option(help="Starts per second at light load.")] = 20.0,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
-    import json
-
     from ops.bench import run_bench
     from ops.local import LocalStack
 

@@ -1,4 +1,8 @@
-"""``keel workflow start | show | list | signal | cancel``."""
+"""``keel workflow start | show | list | signal | cancel``.
+
+Every string that came from a user or the read model (ids, names, states, reasons,
+history details) is escaped before it reaches rich markup, so ``[/bold]`` is just text.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,21 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.errors import KeelError
-from orchestrator.runtime.client import KeelClient, parse_json
+from orchestrator.runtime.client import KeelClient, read_json_arg
 from orchestrator.runtime.tracing import configure_tracing
 from orchestrator.settings import load_settings
 
 workflow_app = typer.Typer(help="Start, inspect, signal and cancel workflows.")
-console = Console(highlight=False)
+console = Console(highlight=False, emoji=False)
+
+#: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).
+EXIT_NOT_COMPLETED = 3
+
+JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from stdin."
 
 
 def _client(app: str) -> KeelClient:
@@ -25,10 +34,14 @@ def _client(app: str) -> KeelClient:
     return KeelClient(load_settings(), app_from(app))
 
 
+def _text(value: object) -> str:
+    return escape(str(value))
+
+
 @workflow_app.command("start")
 def start(
     name: Annotated[str, typer.Argument(help="Workflow definition name.")],
-    input_: Annotated[str, typer.Option("--input", help="Input as JSON.")] = "{}",
+    input_: Annotated[str, typer.Option("--input", help=f"Input: {JSON_ARG_HELP}")] = "{}",
     id_: Annotated[
         str | None, typer.Option("--id", help="Workflow ID (default: generated).")
     ] = None,
@@ -36,13 +49,20 @@ def start(
         int | None, typer.Option(help="Definition version (default: latest).")
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the workflow to end.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 60.0,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for the run to be confirmed, and for --wait."),
+    ] = 60.0,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     app: AppOption = DEFAULT_APP,
 ) -> None:
-    """Start a workflow; an existing ID returns the existing run and writes nothing."""
+    """Start a workflow; an existing ID reports the existing run and writes nothing.
+
+    The run reported is the true one: the command waits until the read model shows it.
+    """
+    input_obj = read_json_arg(input_, "--input")
     client = _client(app)
-    result = client.start(name, parse_json(input_, "--input"), id_, version)
+    result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
     out: dict[str, Any] = {
         "workflow_id": result.workflow_id,
         "run_id": result.run_id,
@@ -50,16 +70,16 @@ def start(
     }
     if not json_:
         verb = "exists" if result.existed else "started"
-        console.print(f"{verb}: {result.workflow_id} (run {result.run_id})")
+        console.print(f"{verb}: {result.workflow_id} (run {result.run_id})", markup=False)
     if wait:
         done = client.wait(result.workflow_id, timeout, stop_on_attention=True)
         out.update(status=done["status"], output=done["output"])
         if not json_:
-            console.print(f"{done['status']}: {json.dumps(done['output'])}")
+            console.print(f"{done['status']}: {json.dumps(done['output'])}", markup=False)
         if done["status"] != "completed":
             if json_:
                 typer.echo(json.dumps(out))
-            raise typer.Exit(2)
+            raise typer.Exit(EXIT_NOT_COMPLETED)
     if json_:
         typer.echo(json.dumps(out))
 
@@ -76,17 +96,19 @@ def show(
         typer.echo(json.dumps(view))
         return
     console.print(
-        f"[bold]{view['workflow_id']}[/bold]  {view['name']} v{view['version']}  "
-        f"status=[bold]{view['status']}[/bold]  state={view['state']}"
+        f"[bold]{_text(view['workflow_id'])}[/bold]  {_text(view['name'])} v{view['version']}  "
+        f"status=[bold]{_text(view['status'])}[/bold]  state={_text(view['state'])}"
     )
     if view["output"] is not None:
-        console.print(f"output: {json.dumps(view['output'])}")
+        console.print(f"output: {json.dumps(view['output'])}", markup=False)
     if view["failure_reason"]:
-        console.print(f"reason: {view['failure_reason']}")
+        console.print(f"reason: {view['failure_reason']}", markup=False)
+    if view.get("projection_error"):
+        console.print(f"read model: {view['projection_error']}", markup=False)
     table = Table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
-        table.add_row(str(h["seq"]), when, h["type"], _summary(h["data"]))
+        table.add_row(str(h["seq"]), when, _text(h["type"]), _text(_summary(h["data"])))
     console.print(table)
 
 
@@ -102,16 +124,15 @@ def list_(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Workflows known to the read model."""
-    try:
-        rows = _client(app).projection.list(status)
-    except ValueError as exc:
-        raise KeelError(str(exc)) from None
+    rows = _client(app).projection.list(status)
     if json_:
         typer.echo(json.dumps(rows))
         return
     table = Table("workflow", "name", "version", "status")
     for r in rows:
-        table.add_row(r["workflow_id"], r["name"], str(r["version"]), r["status"])
+        table.add_row(
+            _text(r["workflow_id"]), _text(r["name"]), str(r["version"]), _text(r["status"])
+        )
     console.print(table)
 
 
@@ -119,13 +140,13 @@ def list_(
 def signal_(
     workflow_id: str,
     name: str,
-    payload: Annotated[str, typer.Option("--payload", help="Signal payload as JSON.")] = "{}",
+    payload: Annotated[str, typer.Option("--payload", help=f"Payload: {JSON_ARG_HELP}")] = "{}",
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
-    client = _client(app)
-    mid = client.signal(workflow_id, name, parse_json(payload, "--payload"))
-    console.print(f"signal '{name}' sent to {workflow_id} ({mid})")
+    payload_obj = read_json_arg(payload, "--payload")
+    mid = _client(app).signal(workflow_id, name, payload_obj)
+    console.print(f"signal '{name}' sent to {workflow_id} ({mid})", markup=False)
 
 
 @workflow_app.command("cancel")
@@ -136,4 +157,4 @@ def cancel(
 ) -> None:
     """Cancel a running workflow."""
     mid = _client(app).cancel(workflow_id, reason)
-    console.print(f"cancel sent to {workflow_id} ({mid})")
+    console.print(f"cancel sent to {workflow_id} ({mid})", markup=False)

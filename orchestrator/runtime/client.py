@@ -9,6 +9,7 @@ checks exist so the operator gets a clear answer at once.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,6 +19,15 @@ from confluent_kafka import Producer
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
+from orchestrator.domain.errors import (
+    CommandRejected,
+    InvalidInputError,
+    KeelError,
+    NotFoundError,
+    UnavailableError,
+)
+from orchestrator.domain.ids import check_workflow_id
+from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.domain.messages import (
     CancelWorkflow,
     Envelope,
@@ -26,31 +36,61 @@ from orchestrator.domain.messages import (
     StartWorkflow,
 )
 from orchestrator.domain.state import TERMINAL_STATUSES
-from orchestrator.errors import KeelError
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.projection import Projection
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, redact
 
+#: The old name of the client's errors: every refusal is now a ``KeelError`` kind.
+ClientError = KeelError
 
-class ClientError(KeelError):
-    """A request refused before anything was written."""
+#: ``--input @FILE`` and ``--input -`` read at most this much more than the limit.
+_READ_SLACK = 16
 
 
 @dataclass
 class StartResult:
+    """The run a start ended in: ``existed`` when the id already had a run (it is kept)."""
+
     workflow_id: str
     run_id: str
     existed: bool
+    confirmed: bool = True
+
+
+def read_json_arg(value: str, what: str) -> Any:
+    """An option's JSON: inline text, ``@path`` (a file) or ``-`` (stdin), within the limits.
+
+    Every limit of docs/limits.md is checked before the value is used
+    (:func:`~orchestrator.domain.limits.loads_bounded`), so a deep or huge value is one line.
+    """
+    text = value
+    if value == "-":
+        text = sys.stdin.read(MAX_PAYLOAD_BYTES + _READ_SLACK)
+        what = f"{what} (stdin)"
+    elif value.startswith("@"):
+        path = value[1:]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read(MAX_PAYLOAD_BYTES + _READ_SLACK)
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInputError(f"cannot read {what} file '{path}': {reason}") from None
+        what = f"{what} file '{path}'"
+    return parse_json(text, what)
 
 
 def parse_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_bounded(text, what)
     except json.JSONDecodeError as exc:
-        raise ClientError(
+        raise InvalidInputError(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except ValueError as exc:
+        if isinstance(exc, KeelError):
+            raise
+        raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
 
 
 class KeelClient:
@@ -88,7 +128,9 @@ class KeelClient:
                 correlation_id=workflow_id,
                 traceparent=traceparent,
             )
-            headers = [("traceparent", traceparent.encode())] if traceparent else None
+            headers: list[tuple[str, str | bytes | None]] | None = (
+                [("traceparent", traceparent.encode())] if traceparent else None
+            )
             while True:
                 try:
                     self.producer.produce(
@@ -112,13 +154,13 @@ class KeelClient:
     def _flush(self) -> None:
         """Return only once Kafka acknowledged every command sent so far."""
         if self.producer.flush(self.settings.admin_timeout_s) != 0:
-            raise ClientError(
-                f"Kafka at {self.settings.kafka_servers} did not acknowledge the command "
-                f"within {self.settings.admin_timeout_s:g}s"
+            raise UnavailableError(
+                f"Kafka at {redact(self.settings.kafka_servers)} did not acknowledge the "
+                f"command within {self.settings.admin_timeout_s:g}s"
             )
         if self._errors:
             first, self._errors = self._errors[0], []
-            raise ClientError(f"Kafka refused the command: {first}")
+            raise UnavailableError(redact(f"Kafka refused the command: {first}"))
 
     # ------------------------------------------------------------------ commands
     def start(
@@ -127,31 +169,55 @@ class KeelClient:
         input_obj: Any,
         workflow_id: str | None = None,
         version: int | None = None,
+        confirm_timeout_s: float | None = 60.0,
     ) -> StartResult:
-        try:
-            definition = self.app.validate_start(name, version, input_obj)
-        except ValueError as exc:
-            raise ClientError(str(exc)) from None
-        wf = workflow_id or f"{name}-{uuid.uuid4().hex[:12]}"
+        """Start ``name``; an id that already has a run keeps it and nothing new is written.
+
+        The orchestrator makes the StartWorkflow command's message id the run id of a new
+        run, so after sending, the client waits (up to ``confirm_timeout_s``) until the read
+        model shows the workflow: the run id it holds is the true run, and it is new
+        exactly when it is this command's id. ``confirm_timeout_s=None`` returns at once
+        with ``confirmed=False`` (the run id is then only this command's id).
+        """
+        wf = check_workflow_id(workflow_id) if workflow_id is not None else None
+        definition = self.app.validate_start(name, version, input_obj)
+        wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
         existing = self.projection.get(wf)
         if existing is not None:
             return StartResult(wf, existing["run_id"], existed=True)
         input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
         mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
-        return StartResult(wf, mid, existed=False)
+        if confirm_timeout_s is None:
+            return StartResult(wf, mid, existed=False, confirmed=False)
+        found = self._await_row(wf, confirm_timeout_s)
+        if found is None:
+            raise UnavailableError(
+                f"start of '{wf}' was sent (command {mid}) but the read model did not show "
+                f"the workflow within {confirm_timeout_s:g}s; is an orchestrator running? "
+                f"`keel workflow show {wf}` tells when it does"
+            )
+        return StartResult(wf, found["run_id"], existed=found["run_id"] != mid)
+
+    def _await_row(self, workflow_id: str, timeout_s: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            found = self.projection.get(workflow_id)
+            if found is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
         """Start many workflows ``(workflow_id, input)`` with one flush (tests, benchmarks).
 
-        Each input is validated first, so a bad one writes nothing at all; existing IDs
-        are left to the orchestrator, which writes nothing for them.
+        Each id and input is validated first, so a bad one writes nothing at all; existing
+        IDs are left to the orchestrator, which writes nothing for them.
         """
-        try:
-            definition = self.app.latest(name)
-            for _, input_obj in runs:
-                self.app.validate_start(name, definition.version, input_obj)
-        except ValueError as exc:
-            raise ClientError(str(exc)) from None
+        definition = self.app.latest(name)
+        for wf, input_obj in runs:
+            check_workflow_id(wf)
+            self.app.validate_start(name, definition.version, input_obj)
         ids = []
         for wf, input_obj in runs:
             payload = StartWorkflow(definition.name, definition.version, json.dumps(input_obj))
@@ -159,15 +225,23 @@ class KeelClient:
         self._flush()
         return ids
 
-    def _require_running(self, workflow_id: str, what: str) -> None:
+    def _require_running(self, workflow_id: str, what: str) -> dict[str, Any]:
+        check_workflow_id(workflow_id)
         found = self.projection.get(workflow_id)
         if found is None:
-            raise ClientError(f"workflow '{workflow_id}' does not exist; {what} refused")
+            raise NotFoundError(f"workflow '{workflow_id}' does not exist; {what} refused")
         if found["status"] in TERMINAL_STATUSES:
-            raise ClientError(f"workflow '{workflow_id}' is {found['status']}; {what} refused")
+            raise CommandRejected(f"workflow '{workflow_id}' is {found['status']}; {what} refused")
+        return found
 
     def signal(self, workflow_id: str, name: str, payload: Any) -> str:
-        self._require_running(workflow_id, f"signal '{name}'")
+        found = self._require_running(workflow_id, f"signal '{name}'")
+        definition = self.app.get(found["name"], found["version"])
+        if name not in definition.signal_names:
+            known = ", ".join(f"'{n}'" for n in sorted(definition.signal_names)) or "none"
+            raise InvalidInputError(
+                f"{definition.label} has no signal '{name}' (known: {known}); signal refused"
+            )
         return self._send(workflow_id, SignalWorkflow(name, json.dumps(payload)))
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
@@ -178,11 +252,12 @@ class KeelClient:
         self, workflow_id: str, activity_id: str, resolution: str, result: Any, reason: str
     ) -> str:
         """Settle an activity whose outcome stayed unknown (``needs_attention``)."""
+        check_workflow_id(workflow_id)
         found = self.projection.get(workflow_id)
         if found is None:
-            raise ClientError(f"workflow '{workflow_id}' does not exist; resolve refused")
+            raise NotFoundError(f"workflow '{workflow_id}' does not exist; resolve refused")
         if found["status"] != "needs_attention":
-            raise ClientError(
+            raise CommandRejected(
                 f"workflow '{workflow_id}' is {found['status']}, not needs_attention; "
                 "resolve refused"
             )
@@ -193,7 +268,7 @@ class KeelClient:
     def show(self, workflow_id: str) -> dict[str, Any]:
         found = self.projection.get(workflow_id)
         if found is None:
-            raise ClientError(f"workflow '{workflow_id}' does not exist")
+            raise NotFoundError(f"workflow '{workflow_id}' does not exist")
         return {
             "workflow_id": workflow_id,
             "name": found["name"],
@@ -203,6 +278,7 @@ class KeelClient:
             "output": found["output"],
             "failure_reason": found["failure_reason"],
             "run_id": found["run_id"],
+            "projection_error": found["projection_error"],
             "history": self.projection.history(workflow_id),
         }
 
@@ -225,7 +301,7 @@ class KeelClient:
                 return found
             if time.monotonic() > deadline:
                 status = found["status"] if found else "not started yet"
-                raise ClientError(
+                raise KeelError(
                     f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
                     f"(status: {status})"
                 )

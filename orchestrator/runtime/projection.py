@@ -4,52 +4,120 @@ It is a projection, not a source of truth: everything in it is rebuilt from
 ``keel.events`` (``keel projections rebuild``). Writes are idempotent by event
 sequence number, so replaying a batch after a crash changes nothing.
 
-Keys (``P`` = ``keel:<topic prefix>``): ``P:wf:<id>`` hash, ``P:wf:<id>:history``
-list of JSON entries, ``P:workflows`` sorted set by start time, ``P:status:<s>`` sets.
+Every key lives in the read-model space of :class:`~orchestrator.runtime.keyspace.Keyspace`
+(``keel:<prefix>:rm:...``), so :meth:`Projection.clear` can never touch the effect
+store, the dedupe markers or the dead-letter books. Two more keys coordinate a rebuild
+with live projectors (docs/architecture.md, "Rebuilding the read model"):
+``rm:rebuild:lock`` (held while a rebuild runs; live projectors pause) and
+``rm:rebuild:epoch`` (changed by each rebuild; a projector whose cache belongs to another
+epoch drops it and reloads from Redis).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
+from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import STATUSES, WorkflowState
+from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.settings import redact
+
+T = TypeVar("T")
+
+#: workflow id -> (new state, newly folded events or their history lines, previous status)
+Updates = Mapping[str, tuple[WorkflowState, Sequence[Envelope[Any] | str], str | None]]
+
+#: A rebuild holds its lock this long past its last sign of life.
+REBUILD_LOCK_TTL_S = 60
+
+
+class RebuildRunning(KeelError):
+    """A rebuild holds the read model; live projectors wait for it to finish."""
+
+
+class EpochChanged(Exception):
+    """The read model was rebuilt since this writer's cache was filled."""
+
+    def __init__(self, epoch: str | None) -> None:
+        super().__init__(epoch)
+        self.epoch = epoch
 
 
 def history_entry(env: Envelope[Any]) -> dict[str, Any]:
-    """One history line; ``*_json`` fields are shown parsed, under their plain name."""
+    """One history line; ``*_json`` fields are shown parsed, under their plain name.
+
+    Parsing is bounded (``loads_bounded``): a value past the JSON limits stays text,
+    so a hostile payload can never stop the projector.
+    """
+    from orchestrator.domain.limits import loads_bounded
+
     data: dict[str, Any] = {}
     for f in fields(env.payload):
         value = getattr(env.payload, f.name)
         if f.name.endswith("_json") and isinstance(value, str):
             try:
-                data[f.name[: -len("_json")]] = json.loads(value)
+                data[f.name[: -len("_json")]] = loads_bounded(value, f.name)
                 continue
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         data[f.name] = value
     return {"seq": env.seq, "type": env.type, "recorded_at": env.recorded_at, "data": data}
 
 
+def redis_client(url: str) -> redis.Redis:
+    """A Redis client with bounded waits, so an unreachable server is an error, not a hang."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=5,
+        socket_timeout=15,
+        health_check_interval=30,
+    )
+
+
+def _text(value: object) -> str | None:
+    """A Redis reply (decoded to ``str`` by the client) or None."""
+    return None if value is None else str(value)
+
+
+@contextmanager
+def reachable(url: str) -> Iterator[None]:
+    """Turn "Redis did not answer" into one operator line (:class:`UnavailableError`)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise UnavailableError(f"Redis at {redact(url)} did not answer: {exc}") from None
+
+
 class Projection:
-    def __init__(self, client: redis.Redis, topic_prefix: str) -> None:
+    def __init__(self, client: redis.Redis, topic_prefix: str, url: str = "redis") -> None:
         self.r = client
-        self.p = f"keel:{topic_prefix}"
+        self.ks = Keyspace(topic_prefix)
+        self.url = url
+        self.lock_key = f"{self.ks.read_model}rebuild:lock"
+        self.epoch_key = f"{self.ks.read_model}rebuild:epoch"
 
     @classmethod
     def from_url(cls, url: str, topic_prefix: str) -> Projection:
-        return cls(redis.Redis.from_url(url, decode_responses=True), topic_prefix)
+        return cls(redis_client(url), topic_prefix, url)
 
     def k_wf(self, wf: str) -> str:
-        return f"{self.p}:wf:{wf}"
+        return self.ks.workflow(wf)
 
     def k_history(self, wf: str) -> str:
-        return f"{self.p}:wf:{wf}:history"
+        return self.ks.history(wf)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        with reachable(self.url):
+            return fn()
 
     # ------------------------------------------------------------------ writes
     def load_states(self, workflow_ids: Iterable[str]) -> dict[str, WorkflowState]:
@@ -63,15 +131,11 @@ class Projection:
                 found[wf] = WorkflowState.from_json(js)
         return found
 
-    def write(
+    def _queue_updates(
         self,
-        updates: dict[str, tuple[WorkflowState, list[Envelope[Any]], str | None]],
+        pipe: Any,
+        updates: Updates,
     ) -> None:
-        """Store new states and append their new history entries, in one round trip.
-
-        ``updates`` maps workflow id to (new state, newly folded events, previous status).
-        """
-        pipe = self.r.pipeline(transaction=True)
         for wf, (state, events, old_status) in updates.items():
             pipe.hset(
                 self.k_wf(wf),
@@ -91,31 +155,127 @@ class Projection:
                 },
             )
             if events:
-                pipe.rpush(self.k_history(wf), *(json.dumps(history_entry(e)) for e in events))
+                lines = (e if isinstance(e, str) else json.dumps(history_entry(e)) for e in events)
+                pipe.rpush(self.k_history(wf), *lines)
             if old_status != state.status:
                 if old_status:
-                    pipe.srem(f"{self.p}:status:{old_status}", wf)
-                pipe.sadd(f"{self.p}:status:{state.status}", wf)
+                    pipe.srem(self.ks.status(old_status), wf)
+                pipe.sadd(self.ks.status(state.status), wf)
             if old_status is None:
-                pipe.zadd(f"{self.p}:workflows", {wf: state.started_at})
+                pipe.zadd(self.ks.workflows, {wf: state.started_at})
+
+    def write(
+        self,
+        updates: Updates,
+    ) -> None:
+        """Store new states and append their new history entries, in one transaction.
+
+        ``updates`` maps workflow id to (new state, newly folded events, previous status).
+        Unguarded: for a rebuild (which holds the lock) and for tests.
+        """
+        pipe = self.r.pipeline(transaction=True)
+        self._queue_updates(pipe, updates)
         pipe.execute()
 
+    def write_guarded(
+        self,
+        updates: Updates,
+        epoch: str | None,
+    ) -> None:
+        """:meth:`write` for a live projector whose cache belongs to rebuild ``epoch``.
+
+        The write happens only while no rebuild holds the lock (else
+        :class:`RebuildRunning`) and the epoch is unchanged (else :class:`EpochChanged`);
+        both are checked atomically with the write (``WATCH``).
+        """
+        with self.r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(self.lock_key, self.epoch_key)
+                    lock, current = pipe.mget(self.lock_key, self.epoch_key)
+                    if lock:
+                        raise RebuildRunning("a rebuild of the read model is running")
+                    if current != epoch:
+                        raise EpochChanged(_text(current))
+                    pipe.multi()
+                    self._queue_updates(pipe, updates)
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
+    def epoch(self) -> str | None:
+        return _text(self._call(lambda: self.r.get(self.epoch_key)))
+
+    def rebuild_running(self) -> bool:
+        return bool(self._call(lambda: self.r.exists(self.lock_key)))
+
+    # ------------------------------------------------------------------ rebuild
+    def begin_rebuild(self) -> str:
+        """Take the rebuild lock and start a new epoch; returns the lock's token.
+
+        Live projectors stop writing from here until :meth:`end_rebuild`; one started
+        later sees the new epoch and drops what it cached.
+        """
+        token = uuid.uuid4().hex
+        with reachable(self.url):
+            if not self.r.set(self.lock_key, token, nx=True, ex=REBUILD_LOCK_TTL_S):
+                raise RebuildRunning(
+                    "another rebuild of this read model is running; wait for it to finish "
+                    f"(its lock expires {REBUILD_LOCK_TTL_S}s after it stops)"
+                )
+            self.r.set(self.epoch_key, token)
+        return token
+
+    def refresh_rebuild(self, token: str) -> None:
+        """Keep the lock while the rebuild makes progress."""
+        with reachable(self.url):
+            if self.r.get(self.lock_key) != token:
+                raise RebuildRunning("the rebuild lock was lost (expired or taken over)")
+            self.r.expire(self.lock_key, REBUILD_LOCK_TTL_S)
+
+    def end_rebuild(self, token: str) -> None:
+        """Publish a fresh epoch and release the lock: live projectors reload and go on."""
+        with reachable(self.url):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.set(self.epoch_key, uuid.uuid4().hex)
+            pipe.delete(self.lock_key)
+            pipe.execute()
+
     def clear(self) -> int:
-        """Delete the whole read model of this prefix; returns the number of keys removed."""
+        """Delete the read model of this prefix (``keel:<prefix>:rm:*`` only).
+
+        The rebuild lock and epoch stay; returns the number of keys removed.
+        """
+        keep = {self.lock_key, self.epoch_key}
         removed = 0
-        batch = []
-        for key in self.r.scan_iter(match=f"{self.p}:*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
+        batch: list[str] = []
+        with reachable(self.url):
+            for key in self.r.scan_iter(match=f"{self.ks.read_model}*", count=1000):
+                if key in keep:
+                    continue
+                batch.append(key)
+                if len(batch) >= 1000:
+                    removed += self.r.unlink(*batch)
+                    batch.clear()
+            if batch:
                 removed += self.r.unlink(*batch)
-                batch.clear()
-        if batch:
-            removed += self.r.unlink(*batch)
         return removed
+
+    def health(self) -> dict[str, Any]:
+        """What live projectors last published about themselves, and any rebuild running."""
+
+        def read() -> dict[str, Any]:
+            keys = sorted(self.r.scan_iter(match=f"{self.ks.read_model}health:projector:*"))
+            values = self.r.mget(keys) if keys else []
+            projectors = [json.loads(v) for v in values if v]
+            return {"rebuild_running": bool(self.r.exists(self.lock_key)), "projectors": projectors}
+
+        return self._call(read)
 
     # ------------------------------------------------------------------ reads
     def get(self, wf: str) -> dict[str, Any] | None:
-        h = self.r.hgetall(self.k_wf(wf))
+        h = self._call(lambda: self.r.hgetall(self.k_wf(wf)))
         if not h:
             return None
         return {
@@ -130,34 +290,49 @@ class Projection:
             "seq": int(h["seq"]),
             "started_at": int(h["started_at"]),
             "updated_at": int(h["updated_at"]),
+            "projection_error": h.get("projection_error") or None,
         }
 
     def status(self, wf: str) -> str | None:
-        return self.r.hget(self.k_wf(wf), "status")
+        return _text(self._call(lambda: self.r.hget(self.k_wf(wf), "status")))
 
     def history(self, wf: str) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in self.r.lrange(self.k_history(wf), 0, -1)]
+        raw = self._call(lambda: self.r.lrange(self.k_history(wf), 0, -1))
+        return [json.loads(x) for x in raw]
+
+    def mark_error(self, wf: str, reason: str) -> None:
+        """Note on the workflow's row that the projector skipped one of its events."""
+        self.r.hset(self.k_wf(wf), "projection_error", reason)
 
     def list(self, status: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        if status is not None:
-            if status not in STATUSES:
-                raise ValueError(f"unknown status {status!r}; expected one of {STATUSES}")
-            ids = sorted(self.r.smembers(f"{self.p}:status:{status}"))[:limit]
-        else:
-            ids = self.r.zrange(f"{self.p}:workflows", 0, limit - 1)
-        pipe = self.r.pipeline(transaction=False)
-        for wf in ids:
-            pipe.hmget(self.k_wf(wf), "name", "version", "status")
-        rows = []
-        for wf, (name, version, st) in zip(ids, pipe.execute(), strict=True):
-            if name is not None:
-                rows.append(
-                    {"workflow_id": wf, "name": name, "version": int(version), "status": st}
-                )
-        return rows
+        if status is not None and status not in STATUSES:
+            raise InvalidInputError(
+                f"unknown status '{status}'; expected one of {', '.join(STATUSES)}"
+            )
+
+        def read() -> list[dict[str, Any]]:
+            if status is not None:
+                ids = sorted(str(x) for x in self.r.smembers(self.ks.status(status)))[:limit]
+            else:
+                ids = [str(x) for x in self.r.zrange(self.ks.workflows, 0, limit - 1)]
+            pipe = self.r.pipeline(transaction=False)
+            for wf in ids:
+                pipe.hmget(self.k_wf(wf), "name", "version", "status")
+            rows = []
+            for wf, (name, version, st) in zip(ids, pipe.execute(), strict=True):
+                if name is not None:
+                    rows.append(
+                        {"workflow_id": wf, "name": name, "version": int(version), "status": st}
+                    )
+            return rows
+
+        return self._call(read)
 
     def counts(self) -> dict[str, int]:
-        pipe = self.r.pipeline(transaction=False)
-        for s in STATUSES:
-            pipe.scard(f"{self.p}:status:{s}")
-        return dict(zip(STATUSES, pipe.execute(), strict=True))
+        def read() -> dict[str, int]:
+            pipe = self.r.pipeline(transaction=False)
+            for s in STATUSES:
+                pipe.scard(self.ks.status(s))
+            return dict(zip(STATUSES, pipe.execute(), strict=True))
+
+        return self._call(read)

@@ -1,40 +1,62 @@
 """The projector: folds ``keel.events`` into the Redis read model.
 
-It runs inside ``keel orchestrator`` (a thread) by default and alone as
-``keel projector``. Offsets are committed after Redis has the batch (at least
-once); the read model skips events at or below the sequence number it holds,
-so a replayed batch changes nothing.
+It runs inside ``keel orchestrator`` (a supervised thread) by default and alone as
+``keel projector``. Offsets are committed after Redis has the batch (at least once);
+the read model skips events at or below the sequence number it holds, so a replayed
+batch changes nothing. An event that cannot be decoded or folded is logged and skipped
+for its workflow (whose row then says so), never fatal. A Redis outage makes ``run``
+raise; the supervisor restarts it with backoff and it resumes from the committed offsets.
+
+While ``keel projections rebuild`` runs, live projectors hold their batch and wait; after
+it they drop their cache (the rebuild changed the epoch) and go on from Redis.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import redis
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from orchestrator.app import KeelApp
-from orchestrator.codec import DecodeError, default_codec
-from orchestrator.domain.decider import HistoryError
+from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.kafka import (
     consumer_config,
     next_offsets,
+    now_ms,
     poll_records,
     read_partitions,
 )
-from orchestrator.runtime.projection import Projection
+from orchestrator.runtime.projection import (
+    EpochChanged,
+    Projection,
+    RebuildRunning,
+    history_entry,
+    redis_client,
+)
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.projector")
 
 CACHE_SIZE = 50_000
+#: How often a running projector publishes its health to Redis, and how long it lasts.
+HEALTH_EVERY_S = 5.0
+HEALTH_TTL_S = 30
+
+Update = tuple[WorkflowState, list[str], str | None]
+
+
+class _Stopping(Exception):
+    """Stop was requested while a batch waited; the batch is not committed."""
 
 
 class Projector:
@@ -43,28 +65,75 @@ class Projector:
         self.decider = app.decider()
         self.codec = default_codec()
         self.projection = Projection(
-            redis.Redis.from_url(settings.redis, decode_responses=True), settings.topic_prefix
+            redis_client(settings.redis), settings.topic_prefix, settings.redis
         )
         self.topic = settings.topic("events")
+        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._epoch: str | None = None
         self._stop = threading.Event()
         self.applied = 0
+        self.skipped = 0
+        self.last_applied_at: int | None = None
+        self.last_offsets: dict[str, int] = {}
+        self.last_skip: str | None = None
+        self.waiting_for_rebuild = False
+        self._health_at = 0.0
+        #: Set by a :class:`~orchestrator.runtime.supervisor.Supervisor` running this loop.
+        self.supervisor: Any = None
 
     def stop(self) -> None:
         self._stop.set()
 
+    def health(self) -> dict[str, Any]:
+        """Progress for the status of the process (merged into the supervisor's health)."""
+        return {
+            "instance": self.instance,
+            "applied": self.applied,
+            "skipped": self.skipped,
+            "last_skip": self.last_skip,
+            "last_applied_at": self.last_applied_at,
+            "last_offsets": dict(self.last_offsets),
+            "waiting_for_rebuild": self.waiting_for_rebuild,
+        }
+
+    @property
+    def health_key(self) -> str:
+        return f"{self.projection.ks.read_model}health:projector:{self.instance}"
+
+    def publish_health(self) -> None:
+        """Best effort: the health as JSON in Redis for ``keel projections status``."""
+        own = self.supervisor.health() if self.supervisor else {**self.health(), "alive": True}
+        info = {**own, "updated_at": now_ms()}
+        try:
+            self.projection.r.set(self.health_key, json.dumps(info), ex=HEALTH_TTL_S)
+        except Exception as exc:  # Redis down: the log and the status JSON still say so
+            log.debug("cannot publish projector health: %s", exc)
+
+    # ------------------------------------------------------------------ the loop
     def run(self) -> None:
+        self._cache.clear()
         consumer = Consumer(
             consumer_config(self.settings, f"{self.settings.topic_prefix}.projector")
         )
         consumer.subscribe([self.topic], on_assign=self._reset, on_revoke=self._reset)
         try:
             while not self._stop.is_set():
+                if time.monotonic() - self._health_at > HEALTH_EVERY_S:
+                    self._health_at = time.monotonic()
+                    self.publish_health()
                 records = poll_records(consumer, 1000, 0.1)
                 if not records:
                     continue
-                self.apply(records)
-                consumer.commit(offsets=next_offsets(records), asynchronous=False)
+                try:
+                    self.apply(records)
+                except _Stopping:
+                    break
+                offsets = next_offsets(records)
+                consumer.commit(offsets=offsets, asynchronous=False)
+                self.last_applied_at = now_ms()
+                for tp in offsets:
+                    self.last_offsets[f"{tp.topic}[{tp.partition}]"] = tp.offset - 1
         finally:
             consumer.close()
 
@@ -72,15 +141,20 @@ class Projector:
         # Another projector may have written while we did not own these partitions.
         self._cache.clear()
 
-    def apply(self, records: Iterable[Message]) -> int:
-        """Fold a batch of event records into the read model; returns events applied."""
+    # ------------------------------------------------------------------ folding
+    def _decode(self, records: Iterable[Message]) -> dict[str, list[Envelope[Any]]]:
         by_wf: dict[str, list[Envelope[Any]]] = {}
         for msg in records:
             try:
-                env = self.codec.decode(msg.value())
-            except DecodeError as exc:
+                value = msg.value()
+                if value is None:
+                    raise ValueError("the record has no value")
+                env = self.codec.decode(value)
+            except Exception as exc:
+                self.skipped += 1
+                self.last_skip = f"undecodable event at {msg.topic()}[{msg.partition()}]"
                 log.error(
-                    "undecodable event at %s[%d]@%d: %s",
+                    "undecodable event at %s[%d]@%d skipped: %s",
                     msg.topic(),
                     msg.partition(),
                     msg.offset(),
@@ -88,57 +162,118 @@ class Projector:
                 )
                 continue
             by_wf.setdefault(env.workflow_id, []).append(env)
+        return by_wf
+
+    def _fold(
+        self, by_wf: dict[str, list[Envelope[Any]]]
+    ) -> tuple[dict[str, Update], dict[str, str]]:
+        """New states and history lines per workflow; a workflow that fails is skipped."""
         missing = [wf for wf in by_wf if wf not in self._cache]
         if missing:
             self._cache.update(self.projection.load_states(missing))
-        updates = {}
-        applied = 0
+        updates: dict[str, Update] = {}
+        problems: dict[str, str] = {}
         for wf, events in by_wf.items():
             old = self._cache.get(wf)
             state = old
-            fresh = []
+            lines: list[str] = []
             for env in events:
                 if state is not None and env.seq <= state.seq:
                     continue
                 try:
                     state = self.decider.evolve(state, env)
-                except HistoryError as exc:
-                    log.error("cannot project %s seq %d: %s", wf, env.seq, exc)
+                    lines.append(json.dumps(history_entry(env), default=str))
+                except Exception as exc:
+                    problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]
+                    self.skipped += 1
+                    self.last_skip = f"{wf}: {problems[wf]}"
+                    log.error("cannot project %s: %s", wf, problems[wf])
                     break
-                fresh.append(env)
-            if state is None or not fresh:
+            if state is None or not lines:
                 continue
-            applied += len(fresh)
-            updates[wf] = (state, fresh, old.status if old else None)
+            updates[wf] = (state, lines, old.status if old else None)
+        return updates, problems
+
+    def apply(self, records: Iterable[Message], guarded: bool = True) -> int:
+        """Fold a batch of event records into the read model; returns events applied.
+
+        ``guarded``: wait out a running rebuild and follow its epoch (live projectors);
+        a rebuild applies unguarded, under its own lock.
+        """
+        by_wf = self._decode(records)
+        while True:
+            updates, problems = self._fold(by_wf)
+            if not updates:
+                break
+            try:
+                if guarded:
+                    self.projection.write_guarded(updates, self._epoch)
+                else:
+                    self.projection.write(updates)
+                break
+            except EpochChanged as changed:
+                log.info("the read model was rebuilt; reloading the projector's cache")
+                self._cache.clear()
+                self._epoch = changed.epoch
+            except RebuildRunning:
+                self._wait_for_rebuild()
+        for wf, (state, _, _) in updates.items():
             self._cache[wf] = state
             self._cache.move_to_end(wf)
-        if updates:
-            self.projection.write(updates)
+        for wf, reason in problems.items():
+            if wf in updates or wf in self._cache:
+                self.projection.mark_error(wf, reason)
         while len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
+        applied = sum(len(lines) for _, lines, _ in updates.values())
         self.applied += applied
         return applied
 
-    def rebuild(self, progress: Any = None) -> tuple[int, float]:
-        """Drop the read model and replay every event into it; returns (events, seconds)."""
-        began = time.monotonic()
-        self.projection.clear()
-        self._cache.clear()
-        from ops.topics import admin_client
+    def _wait_for_rebuild(self) -> None:
+        log.info("a rebuild of the read model is running; the projector waits")
+        self.waiting_for_rebuild = True
+        try:
+            while self.projection.rebuild_running():
+                if self._stop.wait(0.5):
+                    raise _Stopping
+        finally:
+            self.waiting_for_rebuild = False
 
-        meta = admin_client(self.settings).list_topics(self.topic, timeout=30)
-        partitions = list(meta.topics[self.topic].partitions)
-        batch: list[Message] = []
-        total = 0
-        for msg in read_partitions(self.settings, self.topic, dict.fromkeys(partitions, 0)):
-            batch.append(msg)
-            if len(batch) >= 2000:
+    # ------------------------------------------------------------------ rebuild
+    def rebuild(self, progress: Callable[[int], Any] | None = None) -> tuple[int, float]:
+        """Drop the read model and replay every event into it; returns (events, seconds).
+
+        Safe under traffic: it holds the rebuild lock, so live projectors pause (holding
+        their uncommitted batch) and, once it ends, reload their state from Redis.
+        """
+        began = time.monotonic()
+        token = self.projection.begin_rebuild()
+        try:
+            self.projection.clear()
+            self._cache.clear()
+            from ops.topics import admin_client
+
+            meta = admin_client(self.settings).list_topics(self.topic, timeout=30)
+            partitions = list(meta.topics[self.topic].partitions)
+            batch: list[Message] = []
+            total = 0
+            for msg in read_partitions(self.settings, self.topic, dict.fromkeys(partitions, 0)):
+                batch.append(msg)
+                if len(batch) >= 2000:
+                    total += len(batch)
+                    self.apply(batch, guarded=False)
+                    self.projection.refresh_rebuild(token)
+                    batch.clear()
+                    if progress:
+                        progress(total)
+            if batch:
                 total += len(batch)
-                self.apply(batch)
-                batch.clear()
-                if progress:
-                    progress(total)
-        if batch:
-            total += len(batch)
-            self.apply(batch)
+                self.apply(batch, guarded=False)
+        except BaseException:
+            try:
+                self.projection.end_rebuild(token)
+            except Exception:
+                log.warning("could not release the rebuild lock; it expires on its own")
+            raise
+        self.projection.end_rebuild(token)
         return total, time.monotonic() - began

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.settings import Settings, SettingsError, load_settings
+from orchestrator.domain.errors import ConfigError
+from orchestrator.settings import Settings, SettingsError, load_settings, redact
 
 
 def test_defaults_point_at_the_local_stack(monkeypatch):
@@ -57,3 +58,53 @@ def test_bad_values_name_the_variable(monkeypatch, var, value, expected):
 def test_unknown_topic_kind_is_an_error():
     with pytest.raises(KeyError):
         Settings().topic("nope")
+
+
+def test_a_password_in_a_bad_url_is_never_echoed(monkeypatch):
+    monkeypatch.setenv("KEEL_REDIS_URL", "http://keel:hunter2@redis.internal:6379/0")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == (
+        "invalid setting KEEL_REDIS_URL=http://keel:***@redis.internal:6379/0: "
+        "Value error, must start with redis://, rediss:// or unix://"
+    )
+
+
+def test_settings_errors_are_config_errors():
+    assert SettingsError is ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://default:p@ss@h/1", "rediss://default:***@h/1"),
+        ("redis://h/0?password=s3cret&db=1", "redis://h/0?password=***&db=1"),
+        (
+            "SASL_SSL://alice:pw1@b1:9092,bob:pw2@b2:9092",
+            "SASL_SSL://alice:***@b1:9092,bob:***@b2:9092",
+        ),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("10.0.0.1:9092,10.0.0.2:9092", "10.0.0.1:9092,10.0.0.2:9092"),
+    ],
+)
+def test_redact_hides_passwords_and_keeps_the_rest(text, shown):
+    assert redact(text) == shown
+
+
+def test_logs_redact_passwords_and_refuse_a_bad_level(monkeypatch):
+    import json
+    import logging
+
+    from orchestrator.runtime.logs import JsonFormatter, configure_logging
+
+    record = logging.LogRecord(
+        "keel.test", logging.ERROR, __file__, 1, "cannot reach %s", ("redis://:pw@h/0",), None
+    )
+    assert json.loads(JsonFormatter().format(record))["msg"] == "cannot reach redis://:***@h/0"
+    monkeypatch.setenv("KEEL_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError) as info:
+        configure_logging()
+    assert str(info.value) == (
+        "invalid setting KEEL_LOG_LEVEL=loud: expected one of debug, info, warning, error, critical"
+    )
