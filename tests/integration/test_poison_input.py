@@ -78,9 +78,7 @@ def test_every_poison_input_is_dead_lettered_and_the_engine_keeps_moving(
     digits = StartWorkflow("three_step", None, '{"n": ' + "9" * 4000 + "}")
     raw.produce(topic, key=b"p-int", value=_command("p-int", digits), partition=home("p-int"))
     # 9. an invalid workflow id (reserved leading underscore)
-    raw.produce(
-        topic, key=b"_p-id", value=_command("_p-id", start), partition=home("_p-id")
-    )
+    raw.produce(topic, key=b"_p-id", value=_command("_p-id", start), partition=home("_p-id"))
     assert raw.flush(30) == 0
 
     wf = client.start("three_step", {"n": 2}, "after-the-poison").workflow_id
