@@ -10,6 +10,7 @@ about a second even while librdkafka ignores a timeout.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -33,8 +34,8 @@ from orchestrator.runtime.broker_errors import (
     retry_call,
 )
 from orchestrator.runtime.kafka import (
+    consume_batch,
     consumer_config,
-    poll_records,
     read_partitions,
     to_record,
     transactional_producer,
@@ -62,31 +63,61 @@ class KafkaCommandIntake:
         instance_id: str | None,
         stopping: Callable[[], bool],
     ) -> None:
-        static = {"group.instance.id": instance_id} if instance_id else {}
+        self.settings = settings
         self.topic = topic
+        self.group_id = group_id
+        self.instance_id = instance_id
         self.stopping = stopping
         self.coordinator_errors = 0
+        self.consumer_resets = 0
         self.last_error = ""
-        self.consumer = Consumer(
-            consumer_config(
-                settings,
-                group_id,
-                **{"partition.assignment.strategy": "range", **static},
-                error_cb=self._on_error,
-            )
-        )
+        self._fatal = False
+        self._callbacks: tuple[Callable[[list[int]], None], Callable[[list[int]], None]] | None
+        self._callbacks = None
+        self._consumer: Consumer | None = None
         self._partitions: int | None = None
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            static = {"group.instance.id": self.instance_id} if self.instance_id else {}
+            self._consumer = Consumer(
+                consumer_config(
+                    self.settings,
+                    self.group_id,
+                    **{"partition.assignment.strategy": "range", **static},
+                    error_cb=self._on_error,
+                )
+            )
+        return self._consumer
 
     def _on_error(self, err: KafkaError) -> None:
         self.coordinator_errors += 1
         self.last_error = str(err)
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self._fatal = True  # e.g. a static member fenced after a coordinator stall
         log.warning("consumer error: %s", err)
+
+    def _recreate(self) -> None:
+        """A fatal consumer is unusable: leave it (bounded) and join the group anew."""
+        old, self._consumer = self._consumer, None
+        self._fatal = False
+        self.consumer_resets += 1
+        log.warning("the consumer hit a fatal error (%s); joining the group again", self.last_error)
+        if old is not None:
+            closer = threading.Thread(target=_close_quietly, args=(old,), daemon=True)
+            closer.start()
+            closer.join(10)
+        if self._callbacks is not None:
+            self.subscribe(*self._callbacks)
 
     def subscribe(
         self,
         on_assign: Callable[[list[int]], None],
         on_revoke: Callable[[list[int]], None],
     ) -> None:
+        self._callbacks = (on_assign, on_revoke)
+
         def assigned(consumer: Consumer, tps: list[TopicPartition]) -> None:
             owned = sorted(tp.partition for tp in tps)
             if owned:
@@ -118,7 +149,18 @@ class KafkaCommandIntake:
                 log.warning("waiting for stable offsets: %s", exc)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        return [to_record(m) for m in poll_records(self.consumer, max_records, timeout_s)]
+        if self._fatal:
+            if self._callbacks is not None:
+                self._callbacks[1](list(range(self._partitions or 0)))
+            self._recreate()
+        records = []
+        for msg in consume_batch(self.consumer, max_records, timeout_s):
+            err = msg.error()
+            if err is None:
+                records.append(to_record(msg))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self._on_error(err)
+        return records
 
     def rewind(self, partition: int, offset: int) -> None:
         self.consumer.seek(TopicPartition(self.topic, partition, offset))
@@ -290,6 +332,13 @@ class KafkaEventLog:
             except Exception as exc:
                 log.warning("closing the producer: %s", exc)
         self.caller.close()
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as exc:
+        log.warning("closing a failed consumer: %s", exc)
 
 
 def _delivery(callback: DeliveryCallback) -> Callable[[KafkaError | None, Message], None]:

@@ -231,8 +231,8 @@ class Orchestrator:
             self.checkpoint()
 
     def checkpoint(self) -> None:
-        self.recovery.checkpoint()
-        self.ctx.stats.last_commit_at = time.time()
+        if self.recovery.checkpoint():
+            self.ctx.stats.last_commit_at = time.time()
 
     def recover(self, owned: list[int]) -> dict[int, PartitionState]:
         """Rebuild partitions from the newest checkpoint and the events after it."""
@@ -376,6 +376,7 @@ class Orchestrator:
             "stalled_calls": self._abandoned_calls(),
             "broker_errors": log_errors + s.aborts,
             "consumer_errors": intake_errors,
+            "consumer_resets": int(getattr(ctx.intake, "consumer_resets", 0)),
             "last_broker_error": s.last_broker_error or str(getattr(ctx.intake, "last_error", "")),
             "retry_budget_per_s": ctx.budget.rate,
         }

@@ -209,8 +209,10 @@ class Recovery:
             ps.events_since_checkpoint >= max_events for ps in self.ctx.partitions.values()
         )
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Snapshot each workflow changed since the last checkpoint, plus a partition marker.
+
+        True when a checkpoint was committed.
 
         Raises what ``EventLog.commit`` raises but ``TxnAbortable`` (the checkpoint is
         aborted and tried again at the next interval).
@@ -221,7 +223,7 @@ class Recovery:
         self.last_checkpoint = time.monotonic()
         touched = {p: ps for p, ps in ctx.partitions.items() if ps.dirty or ps.dirty_quarantine}
         if not touched:
-            return
+            return False
         now = now_ms()
         ctx.log.flush()  # every delivery report in: events_end is exact
         ctx.log.begin()
@@ -238,9 +240,10 @@ class Recovery:
         except TxnAbortable as exc:
             log.warning("checkpoint aborted, will retry: %s", exc)
             ctx.log.abort()
-            return
+            return False
         for ps in touched.values():
             ps.checkpointed()
+        return True
 
     def _write_state(
         self, p: int, wf: str, run_id: str, seq: int, js: str, ps: PartitionState, now: int
