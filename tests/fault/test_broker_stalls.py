@@ -10,6 +10,7 @@ producer recreated, and SIGTERM stops the process within seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,10 +44,8 @@ def own_broker(tmp_path_factory):
 def _signal_broker(stack: LocalStack, sig: signal.Signals) -> None:
     for record in stack._records():
         if record.role != "redis" and record.node_id is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(record.pid, sig)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.fixture
