@@ -246,9 +246,10 @@ class KafkaEventLog:
         try:
             return fn()
         except KafkaException as exc:
-            if classify(exc) is BrokerErrorKind.FATAL:
-                raise ProducerReset(f"{what}: {exc}") from exc
-            raise TxnAbortable(f"{what}: {exc}") from exc
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.fatal():
+                raise ProducerReset(f"{what}: {err}") from exc
+            raise TxnAbortable(f"{what}: {err}") from exc
 
     def begin(self) -> None:
         p = self.producer

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
 from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
 from orchestrator.runtime.partitioning import partition_for
@@ -175,7 +175,7 @@ class MemoryEventLog:
         if not self._open:
             raise ProducerReset("produce outside a transaction")
         if len(value) + len(key or b"") > BROKER_MAX_RECORD:
-            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            raise TxnAbortable(f"produce: {KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}")
         self.broker.fault("append")
         self._staged.append((topic, value, key, partition, tuple(headers), on_delivered))
 
