@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from orchestrator.domain.messages import DeadLetter, Envelope
+from orchestrator.domain.messages import Envelope
+from orchestrator.runtime.broker_errors import Stopping
+from orchestrator.runtime.envelopes import dead_letter_envelope
+from orchestrator.runtime.ports import Record
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.kafka")
@@ -32,28 +35,57 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
+    raw: Any = msg.headers() or ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    out = []
+    for key, value in pairs:
+        if value is not None:
+            out.append((key, value if isinstance(value, bytes) else str(value).encode()))
+    return tuple(out)
+
+
 def header(msg: Message, name: str) -> str | None:
     """The value of a record's header ``name``, if it has one."""
-    for key, value in msg.headers() or ():
-        if key == name and value is not None:
+    for key, value in _headers(msg):
+        if key == name:
             return value.decode("utf-8", "replace")
     return None
 
 
-def dead_letter(msg: Message, reason: str, env: Envelope[Any] | None = None) -> Envelope[Any]:
+def to_record(msg: Message) -> Record:
+    """A consumed message (no error) as a plain :class:`Record`."""
+    return Record(
+        msg.topic() or "",
+        msg.partition() or 0,
+        msg.offset() or 0,
+        msg.key(),
+        msg.value(),
+        _headers(msg),
+    )
+
+
+def dead_letter(
+    msg: Message | Record, reason: str, env: Envelope[Any] | None = None
+) -> Envelope[Any]:
     """The keel.dlq record for a record that could not be processed, with its origin.
 
     ``env`` is the record decoded, when it could be; else the key names the workflow.
+    The letter always fits in one record: what it wraps is truncated to fit.
     """
-    key = msg.key()
-    return Envelope(
-        message_id=f"dlq/{msg.topic()}/{msg.partition()}/{msg.offset()}",
+    rec = msg if isinstance(msg, Record) else to_record(msg)
+    key = rec.key
+    return dead_letter_envelope(
+        message_id=f"dlq/{rec.topic}/{rec.partition}/{rec.offset}",
         workflow_id=env.workflow_id if env else (key or b"").decode("utf-8", "replace"),
         run_id=env.run_id if env else "",
-        seq=0,
-        type="DeadLetter",
-        recorded_at=now_ms(),
-        payload=DeadLetter(msg.topic(), msg.partition(), msg.offset(), reason, key, msg.value()),
+        source_topic=rec.topic,
+        source_partition=rec.partition,
+        source_offset=rec.offset,
+        reason=reason,
+        key=key,
+        value=rec.value,
+        now=now_ms(),
         causation_id=env.message_id if env else None,
     )
 
@@ -71,7 +103,9 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
-def transactional_producer(settings: Settings, transactional_id: str) -> Producer:
+def transactional_producer(
+    settings: Settings, transactional_id: str, *, init: bool = True
+) -> Producer:
     producer = Producer(
         producer_config(
             settings,
@@ -88,7 +122,8 @@ def transactional_producer(settings: Settings, transactional_id: str) -> Produce
             },
         )
     )
-    producer.init_transactions(60)
+    if init:
+        producer.init_transactions(60)
     return producer
 
 
@@ -116,11 +151,13 @@ def read_partitions(
     *,
     batch: int = 1000,
     timeout_s: float = 120.0,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterable[Message]:
     """Every committed record of the given partitions from their start offsets to the end.
 
     "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
-    Used to rebuild state, so it raises rather than silently stopping short.
+    Used to rebuild state, so it raises rather than silently stopping short; ``stop``
+    (when given and true) ends the read with ``broker_errors.Stopping``.
     """
     if not starts:
         return
@@ -136,6 +173,8 @@ def read_partitions(
         pending = set(starts)
         deadline = time.monotonic() + timeout_s
         while pending:
+            if stop is not None and stop():
+                raise Stopping(f"stopped while reading {topic}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} {sorted(pending)} took over {timeout_s}s")
             for msg in consume_batch(consumer, batch, 0.2):
@@ -178,5 +217,5 @@ def next_offsets(records: Iterable[Message]) -> list[TopicPartition]:
     """The offsets to commit after ``records``: one past the last record per partition."""
     nxt: dict[tuple[str, int], int] = {}
     for m in records:
-        nxt[(m.topic(), m.partition())] = m.offset() + 1
+        nxt[(m.topic() or "", m.partition() or 0)] = (m.offset() or 0) + 1
     return [TopicPartition(t, p, o) for (t, p), o in nxt.items()]

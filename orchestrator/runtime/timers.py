@@ -41,7 +41,7 @@ class TimerHeap:
 
     def pop_due(self, now_ms: int, limit: int = 1000) -> list[tuple[int, str, str]]:
         """(partition, workflow_id, timer_id) of timers due at ``now_ms``, earliest first."""
-        due = []
+        due: list[tuple[int, str, str]] = []
         while self._heap and self._heap[0].fire_at <= now_ms and len(due) < limit:
             e = heapq.heappop(self._heap)
             self._armed.discard((e.workflow_id, e.timer_id))

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
@@ -45,6 +46,8 @@ class JsonLinesExporter(SpanExporter):
         for s in spans:
             ctx = s.get_span_context()
             parent = s.parent
+            if ctx is None:
+                continue
             lines.append(
                 json.dumps(
                     {
@@ -68,7 +71,7 @@ def configure_tracing(service_name: str) -> None:
     if _configured:
         return
     _configured = True
-    processors = []
+    processors: list[SpanProcessor] = []
     path = os.environ.get("KEEL_TRACE_FILE")
     if path:
         processors.append(SimpleSpanProcessor(JsonLinesExporter(path)))
@@ -110,3 +113,34 @@ def current_traceparent() -> str | None:
     carrier: dict[str, Any] = {}
     _propagator.inject(carrier)
     return carrier.get("traceparent")
+
+
+@contextmanager
+def span(
+    name: str,
+    traceparent: str | None,
+    kind: trace.SpanKind,
+    attributes: dict[str, Any],
+) -> Iterator[trace.Span | None]:
+    """The one span wrapper of Keel's processes: a span when exporting, else ``None``.
+
+    Without an exporter there are no spans, but callers still pass the incoming
+    ``traceparent`` on (see :func:`traceparent_in`).
+    """
+    if not _enabled:
+        yield None
+        return
+    with tracer().start_as_current_span(
+        name, context=extract(traceparent), kind=kind, attributes=attributes
+    ) as s:
+        yield s
+
+
+def traceparent_in(current: trace.Span | None, incoming: str | None) -> str | None:
+    """The trace context records caused inside ``current`` carry on."""
+    return incoming if current is None else current_traceparent()
+
+
+def mark_error(current: trace.Span | None, message: str | None) -> None:
+    if current is not None and message:
+        current.set_status(trace.Status(trace.StatusCode.ERROR, message))

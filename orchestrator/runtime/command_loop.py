@@ -1,0 +1,377 @@
+"""One batch of commands and due timers, decided and committed in ONE transaction.
+
+Per batch (EOS v2): read commands, ``decide``, append the events to ``keel.events``
+(same partition as the command), emit activity tasks, dead-letter what cannot be
+processed, and commit the intake offsets with the transaction. Only after the commit
+succeeds does the new state become this process's memory; an aborted batch is rewound
+and retried, so memory never runs ahead of the log.
+
+Poison isolation: each record is admitted, decided and encoded on its own. Whatever
+goes wrong with one record (undecodable, null, misrouted, an invalid id, a rejected
+command, an event too large to write, or any exception the decider raises) becomes a
+dead letter with the reason, and the batch goes on. Nothing a record causes is appended
+before all of it is encoded and checked, so a failing record leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from orchestrator.codec import DecodeError
+from orchestrator.domain import CommandRejected
+from orchestrator.domain.errors import KeelError, LimitExceededError
+from orchestrator.domain.ids import check_workflow_id
+from orchestrator.domain.limits import check_json_text
+from orchestrator.domain.messages import (
+    ActivityDeadLettered,
+    ActivityScheduled,
+    ActivityTask,
+    DeadLetter,
+    Envelope,
+    FireTimer,
+    SignalWorkflow,
+    StartWorkflow,
+)
+from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime import tracing
+from orchestrator.runtime.broker_errors import TxnAbortable
+from orchestrator.runtime.context import RuntimeContext
+from orchestrator.runtime.envelopes import (
+    check_record_size,
+    dead_letter_envelope,
+    follow_up,
+    runtime_envelope,
+)
+from orchestrator.runtime.kafka import dead_letter
+from orchestrator.runtime.partitioning import partition_for
+from orchestrator.runtime.ports import DeliveryCallback, Record
+from orchestrator.runtime.recovery import TYPE_HEADER
+
+__all__ = ["CommandLoop", "Out"]
+
+log = logging.getLogger("keel.orchestrator")
+
+Overlay = dict[str, tuple[int, WorkflowState]]
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    """One record to append, fully encoded and checked."""
+
+    topic: str
+    value: bytes
+    key: bytes | None
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    on_delivered: DeliveryCallback | None = None
+
+
+def reason_of(exc: BaseException) -> str:
+    """One line for a dead letter: a Keel error's message, else the exception's type too."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, KeelError | DecodeError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _over_limits(payload: Any) -> str | None:
+    """A start's input or a signal's payload past a documented limit (docs/limits.md).
+
+    Checked before deciding, by linear scans that never recurse: a 100k-deep or a
+    4,000-digit value is refused here with the limit's message. Malformed JSON is left
+    to the decider, which refuses it with its own reason.
+    """
+    if isinstance(payload, StartWorkflow):
+        text, what = payload.input_json, "the workflow input"
+    elif isinstance(payload, SignalWorkflow):
+        text, what = payload.payload_json, f"signal '{payload.signal_name}' payload"
+    else:
+        return None
+    try:
+        check_json_text(text, what)
+    except LimitExceededError as exc:
+        return str(exc)
+    except ValueError:
+        return None
+    return None
+
+
+class CommandLoop:
+    def __init__(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+
+    # ------------------------------------------------------------------ one batch
+    def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
+        """Decide and commit one batch; False when it was aborted and rewound.
+
+        ``ProducerReset`` and ``Stopping`` propagate: the caller resets or stops.
+        """
+        ctx = self.ctx
+        overlay: Overlay = {}
+        first: dict[int, int] = {}
+        nxt: dict[int, int] = {}
+        ctx.log.begin()
+        try:
+            for rec in records:
+                first.setdefault(rec.partition, rec.offset)
+                nxt[rec.partition] = rec.offset + 1
+                self._emit(self._process_record(rec, overlay, now))
+            for p, wf, timer_id in due:
+                self._emit(self._fire_timer(p, wf, timer_id, overlay, now))
+            ctx.log.commit(nxt)
+        except TxnAbortable as exc:
+            self._abort(exc, first, due)
+            return False
+        ctx.stats.transactions += 1
+        ctx.stats.commands += len(records)
+        for wf, (p, state) in overlay.items():
+            ps = ctx.partitions.get(p)
+            if ps is None:
+                continue
+            ps.put(wf, state)
+            for timer_id, fire_at in state.pending_timers():
+                ctx.timers.arm(p, wf, timer_id, fire_at)
+        return True
+
+    def _emit(self, outs: list[Out]) -> None:
+        for o in outs:
+            self.ctx.log.append(
+                o.topic,
+                o.value,
+                o.key,
+                partition=o.partition,
+                headers=o.headers,
+                on_delivered=o.on_delivered,
+            )
+
+    def _abort(
+        self, exc: TxnAbortable, first: dict[int, int], due: list[tuple[int, str, str]]
+    ) -> None:
+        """Abort the batch and rewind its input; memory was never touched."""
+        ctx = self.ctx
+        log.warning("transaction aborted, batch will be retried: %s", exc)
+        ctx.stats.aborts += 1
+        ctx.stats.last_broker_error = str(exc)
+        ctx.log.abort()
+        for p, offset in first.items():
+            if p in ctx.partitions:
+                ctx.intake.rewind(p, offset)
+        for p, wf, timer_id in due:
+            ps = ctx.partitions.get(p)
+            state = ps.get(wf) if ps is not None else None
+            if state is not None and timer_id in state.timers:
+                ctx.timers.arm(p, wf, timer_id, state.timers[timer_id].fire_at)
+
+    # ------------------------------------------------------------------ one record
+    def _process_record(self, rec: Record, overlay: Overlay, now: int) -> list[Out]:
+        env: Envelope[Any] | None = None
+        try:
+            env, reason = self._admit(rec)
+            if reason is None:
+                assert env is not None
+                return self._apply(rec.partition, env, overlay, now, rec)
+        except Exception as exc:  # poison isolation: one record never stops the batch
+            log.warning(
+                "command at %s[%d]@%d failed: %s",
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                reason_of(exc),
+                exc_info=not isinstance(exc, KeelError | DecodeError),
+            )
+            reason = reason_of(exc)
+        return self._letter(rec, env, reason)
+
+    def _admit(self, rec: Record) -> tuple[Envelope[Any] | None, str | None]:
+        """The decoded command, or the reason it must be dead-lettered."""
+        if rec.value is None:
+            return None, "record has no value (null)"
+        try:
+            env = self.ctx.codec.decode(rec.value)
+        except DecodeError as exc:
+            return None, f"undecodable record: {exc}"
+        if getattr(env.payload, "KIND", None) != "command":
+            return env, f"{env.type} is not a command"
+        wf = check_workflow_id(env.workflow_id)
+        key = wf.encode()
+        if rec.key is None:
+            return env, "record has no key; a command's key must be its workflow id"
+        if rec.key != key:
+            shown = rec.key[:80].decode("utf-8", "replace")
+            return env, f"record key '{shown}' differs from the envelope's workflow id '{wf}'"
+        home = partition_for(key, self.ctx.intake.partition_count())
+        if home != rec.partition:
+            return env, (
+                f"record arrived on partition {rec.partition}, but workflow '{wf}' "
+                f"belongs on partition {home}"
+            )
+        ps = self.ctx.partitions.get(rec.partition)
+        if ps is not None and wf in ps.quarantined:
+            return env, f"workflow '{wf}' is quarantined: {ps.quarantined[wf]}"
+        return env, _over_limits(env.payload)
+
+    def _letter(self, rec: Record, env: Envelope[Any] | None, reason: str | None) -> list[Out]:
+        """The dead letter of ``rec``; one that fits, even when the record is huge or odd."""
+        reason = reason or "unknown"
+        ctx = self.ctx
+        ctx.stats.dead_letters += 1
+        log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
+        try:
+            value = ctx.codec.encode(dead_letter(rec, reason, env))
+        except Exception:  # e.g. text the codec refuses: keep the letter, escape the text
+            safe = reason.encode("ascii", "backslashreplace").decode("ascii")
+            value = ctx.codec.encode(dead_letter(rec, safe, None))
+        key = rec.key[:1024] if rec.key is not None else None
+        return [Out(ctx.topics.dlq, check_record_size(value, "a dead letter"), key)]
+
+    def _fire_timer(self, p: int, wf: str, timer_id: str, overlay: Overlay, now: int) -> list[Out]:
+        ctx = self.ctx
+        ps = ctx.partitions.get(p)
+        if ps is None:
+            return []
+        state = overlay[wf][1] if wf in overlay else ps.get(wf)
+        if state is None or timer_id not in state.timers:
+            return []  # fired already, or its wait ended
+        purpose = str(state.timers[timer_id].purpose)
+        if purpose.startswith("retry:"):
+            act = state.activities.get(purpose[len("retry:") :])
+            if act is not None:
+                wait_s = ctx.budget.take(act.activity_type, now / 1000)
+                if wait_s > 0:  # over budget: fire when a token is due
+                    ctx.timers.arm(p, wf, timer_id, now + math.ceil(wait_s * 1000))
+                    return []
+        env = runtime_envelope(
+            f"{state.run_id}/timer/{timer_id}", wf, state.run_id, FireTimer(timer_id), now
+        )
+        try:
+            return self._apply(p, env, overlay, now, None)
+        except Exception as exc:  # a timer of a broken run: letter it, keep going
+            reason = reason_of(exc)
+            log.error("timer %s of workflow %s failed: %s", timer_id, wf, reason, exc_info=True)
+            ctx.stats.dead_letters += 1
+            letter = dead_letter_envelope(
+                message_id=f"dlq/{env.message_id}",
+                workflow_id=wf,
+                run_id=state.run_id,
+                source_topic=ctx.topics.commands,
+                source_partition=p,
+                source_offset=-1,
+                reason=f"timer '{timer_id}' failed: {reason}",
+                key=wf.encode(),
+                value=ctx.codec.encode(env),
+                now=now,
+            )
+            return [Out(ctx.topics.dlq, ctx.codec.encode(letter), wf.encode())]
+
+    def _apply(
+        self, p: int, cmd: Envelope[Any], overlay: Overlay, now: int, rec: Record | None
+    ) -> list[Out]:
+        attributes = {"keel.workflow_id": cmd.workflow_id, "keel.command": cmd.type}
+        with tracing.span(
+            f"keel.command {cmd.type}", cmd.traceparent, SpanKind.CONSUMER, attributes
+        ) as span:
+            traceparent = tracing.traceparent_in(span, cmd.traceparent)
+            outs, rejected = self._decide(p, cmd, overlay, now, rec, traceparent)
+            tracing.mark_error(span, rejected)
+        return outs
+
+    def _decide(
+        self,
+        p: int,
+        cmd: Envelope[Any],
+        overlay: Overlay,
+        now: int,
+        rec: Record | None,
+        traceparent: str | None,
+    ) -> tuple[list[Out], str | None]:
+        """Decide one command into encoded, size-checked records; and the rejection, if any."""
+        ctx = self.ctx
+        wf = cmd.workflow_id
+        ps = ctx.partitions[p]
+        state = overlay[wf][1] if wf in overlay else ps.get(wf)
+        try:
+            new_state, events = ctx.decider.handle(state, cmd, now)
+        except CommandRejected as exc:
+            log.info("command rejected: %s", exc)
+            letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []
+            return letters, str(exc)
+        if not events or new_state is None:
+            return [], None
+        headers: tuple[tuple[str, bytes], ...] = (
+            (("traceparent", traceparent.encode()),) if traceparent else ()
+        )
+        key = wf.encode()
+        outs: list[Out] = []
+        for ev in events:
+            value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
+            outs.append(
+                Out(
+                    ctx.topics.events,
+                    value,
+                    key,
+                    p,
+                    ((TYPE_HEADER, ev.type.encode()), *headers),
+                    self._on_event_delivered,
+                )
+            )
+            if isinstance(ev.payload, ActivityScheduled):
+                outs.append(self._task(ev, key, headers, now))
+            elif isinstance(ev.payload, ActivityDeadLettered):
+                outs.append(self._activity_letter(ev, key, now))
+        ctx.stats.events += len(events)
+        ps.events_since_checkpoint += len(events)
+        overlay[wf] = (p, new_state)
+        return outs, None
+
+    def _task(
+        self, ev: Envelope[Any], key: bytes, headers: tuple[tuple[str, bytes], ...], now: int
+    ) -> Out:
+        s: ActivityScheduled = ev.payload
+        task = follow_up(
+            ev,
+            "task",
+            now,
+            ActivityTask(
+                s.activity_id,
+                s.activity_type,
+                s.step,
+                s.input_json,
+                s.logical_attempt,
+                s.attempt,
+                s.idempotency_key,
+                s.heartbeat_ms,
+                s.report_start,
+            ),
+        )
+        self.ctx.stats.tasks += 1
+        value = check_record_size(self.ctx.codec.encode(task), f"task {s.activity_id}")
+        return Out(self.ctx.topics.tasks, value, key, None, headers)
+
+    def _activity_letter(self, ev: Envelope[Any], key: bytes, now: int) -> Out:
+        """An activity past its bounds: a keel.dlq record an operator can list and redrive."""
+        d: ActivityDeadLettered = ev.payload
+        reason = (
+            f"activity '{d.activity_id}' dead-lettered after {d.attempts} attempts: "
+            f"{d.error_type}: {d.message}"
+        )
+        letter = follow_up(
+            ev,
+            "dlq",
+            now,
+            DeadLetter(self.ctx.topics.events, -1, -1, reason, key, self.ctx.codec.encode(ev)),
+        )
+        self.ctx.stats.dead_letters += 1
+        value = check_record_size(
+            self.ctx.codec.encode(letter), f"the dead letter of {d.activity_id}"
+        )
+        return Out(self.ctx.topics.dlq, value, key)
+
+    def _on_event_delivered(self, p: int, offset: int) -> None:
+        ps = self.ctx.partitions.get(p)
+        if ps is not None and offset >= ps.events_end:
+            ps.events_end = offset + 1

@@ -1,0 +1,49 @@
+"""What the orchestrator's concerns share: ports, topics, owned partitions, counters.
+
+``command_loop``, ``recovery`` and ``orchestrator`` each hold one :class:`RuntimeContext`
+instead of reaching into each other, so each file reads on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.codec import Codec
+from orchestrator.runtime.budget import RetryBudget
+from orchestrator.runtime.owned import OrchestratorStats, PartitionState
+from orchestrator.runtime.ports import CommandIntake, EventLog, TimerIndex
+
+__all__ = ["RuntimeContext", "Topics"]
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    commands: str
+    events: str
+    tasks: str
+    snapshots: str
+    dlq: str
+
+    @classmethod
+    def for_prefix(cls, topic: Callable[[str], str]) -> Topics:
+        return cls(*(topic(k) for k in ("commands", "events", "tasks", "snapshots", "dlq")))
+
+
+@dataclass
+class RuntimeContext:
+    decider: Any
+    codec: Codec
+    topics: Topics
+    log: EventLog
+    intake: CommandIntake
+    timers: TimerIndex
+    budget: RetryBudget
+    stopping: Callable[[], bool]
+    finished_capacity: int = 1000
+    stats: OrchestratorStats = field(default_factory=OrchestratorStats)
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+    def new_partition(self) -> PartitionState:
+        return PartitionState(self.finished_capacity)

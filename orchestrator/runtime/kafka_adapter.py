@@ -1,0 +1,350 @@
+"""The Kafka adapter of the runtime ports: a consumer-group intake and a transactional log.
+
+Every blocking client call goes through one :class:`BoundedCaller` (a watchdog: a call
+past its bound is abandoned, and the caller recreates the producer) and one retry
+helper (``broker_errors.retry_call``) that sorts errors into retriable, abortable and
+fatal. The stop flag is honoured inside every wait, so SIGTERM ends the process within
+about a second even while librdkafka ignores a timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from orchestrator.runtime.broker_errors import (
+    BoundedCaller,
+    BrokerErrorKind,
+    ProducerReset,
+    TxnAbortable,
+    classify,
+    retry_call,
+)
+from orchestrator.runtime.kafka import (
+    consume_batch,
+    consumer_config,
+    read_partitions,
+    to_record,
+    transactional_producer,
+)
+from orchestrator.runtime.ports import DeliveryCallback, Record
+from orchestrator.settings import Settings
+
+__all__ = ["KafkaCommandIntake", "KafkaEventLog"]
+
+log = logging.getLogger("keel.kafka")
+
+#: Extra seconds a call may take past the timeout it was given before it is abandoned.
+CALL_GRACE_S = 15.0
+
+
+class KafkaCommandIntake:
+    """The commands topic through one consumer-group member (range assignment)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        group_id: str,
+        *,
+        instance_id: str | None,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.group_id = group_id
+        self.instance_id = instance_id
+        self.stopping = stopping
+        self.coordinator_errors = 0
+        self.consumer_resets = 0
+        self.last_error = ""
+        self._fatal = False
+        self._callbacks: tuple[Callable[[list[int]], None], Callable[[list[int]], None]] | None
+        self._callbacks = None
+        self._consumer: Consumer | None = None
+        self._partitions: int | None = None
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            static = {"group.instance.id": self.instance_id} if self.instance_id else {}
+            self._consumer = Consumer(
+                consumer_config(
+                    self.settings,
+                    self.group_id,
+                    **{"partition.assignment.strategy": "range", **static},
+                    error_cb=self._on_error,
+                )
+            )
+        return self._consumer
+
+    def _on_error(self, err: KafkaError) -> None:
+        self.coordinator_errors += 1
+        self.last_error = str(err)
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self._fatal = True  # e.g. a static member fenced after a coordinator stall
+        log.warning("consumer error: %s", err)
+
+    def _recreate(self) -> None:
+        """A fatal consumer is unusable: leave it (bounded) and join the group anew."""
+        old, self._consumer = self._consumer, None
+        self._fatal = False
+        self.consumer_resets += 1
+        log.warning("the consumer hit a fatal error (%s); joining the group again", self.last_error)
+        if old is not None:
+            closer = threading.Thread(target=_close_quietly, args=(old,), daemon=True)
+            closer.start()
+            closer.join(10)
+        if self._callbacks is not None:
+            self.subscribe(*self._callbacks)
+
+    def subscribe(
+        self,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None:
+        self._callbacks = (on_assign, on_revoke)
+
+        def assigned(consumer: Consumer, tps: list[TopicPartition]) -> None:
+            owned = sorted(tp.partition for tp in tps)
+            if owned:
+                self._wait_for_stable_offsets(tps)
+            on_assign(owned)
+
+        def revoked(consumer: Consumer, tps: list[TopicPartition]) -> None:
+            on_revoke(sorted(tp.partition for tp in tps))
+
+        self.consumer.subscribe(
+            [self.topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked
+        )
+
+    def _wait_for_stable_offsets(self, tps: list[TopicPartition]) -> None:
+        """With read_committed this offset fetch requires *stable* offsets (KIP-447).
+
+        It waits until a previous owner's open transaction has committed or aborted, so
+        the events read next include everything that owner committed. Asked in short
+        slices so a stop request is seen.
+        """
+        deadline = time.monotonic() + 120
+        while not self.stopping():
+            try:
+                self.consumer.committed(tps, timeout=5)
+                return
+            except KafkaException as exc:
+                if classify(exc) is not BrokerErrorKind.RETRIABLE or time.monotonic() > deadline:
+                    raise
+                log.warning("waiting for stable offsets: %s", exc)
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        if self._fatal:
+            if self._callbacks is not None:
+                self._callbacks[1](list(range(self._partitions or 0)))
+            self._recreate()
+        records = []
+        for msg in consume_batch(self.consumer, max_records, timeout_s):
+            err = msg.error()
+            if err is None:
+                records.append(to_record(msg))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self._on_error(err)
+        return records
+
+    def rewind(self, partition: int, offset: int) -> None:
+        self.consumer.seek(TopicPartition(self.topic, partition, offset))
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        if not partitions:
+            return
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        for tp in self.consumer.committed(tps, timeout=30):
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            self.consumer.seek(TopicPartition(self.topic, tp.partition, offset))
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    def partition_count(self) -> int:
+        if self._partitions is None:
+            meta = self.consumer.list_topics(self.topic, timeout=30)
+            self._partitions = len(meta.topics[self.topic].partitions)
+        return self._partitions
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaEventLog:
+    """Keel's topics through one transactional producer, recreated when it is unusable."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        transactional_id: str,
+        intake: KafkaCommandIntake | None,
+        *,
+        stopping: Callable[[], bool],
+        txn_timeout_s: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self.transactional_id = transactional_id
+        self.intake = intake
+        self.stopping = stopping
+        self.txn_timeout_s = txn_timeout_s
+        self.caller = BoundedCaller("keel-kafka-call", stopping)
+        self.broker_errors = 0
+        self._producer: Producer | None = None
+        self._abandoned: list[Producer] = []  # kept alive: destroying one may block
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = self._new_producer()
+        return self._producer
+
+    def _new_producer(self) -> Producer:
+        p = transactional_producer(self.settings, self.transactional_id, init=False)
+        retry_call(
+            "init_transactions",
+            lambda rem: self.caller.call(
+                "init_transactions", lambda: p.init_transactions(rem), rem + CALL_GRACE_S
+            ),
+            deadline_s=120.0,
+            stopping=self.stopping,
+            on_retry=self._count,
+            in_doubt=True,
+        )
+        return p
+
+    def _count(self, exc: BaseException) -> None:
+        self.broker_errors += 1
+
+    def _call(self, what: str, fn: Callable[[float], Any], *, in_doubt: bool = False) -> Any:
+        return retry_call(
+            what,
+            lambda rem: self.caller.call(what, lambda: fn(rem), rem + CALL_GRACE_S),
+            deadline_s=self.txn_timeout_s,
+            stopping=self.stopping,
+            on_retry=self._count,
+            in_doubt=in_doubt,
+        )
+
+    @staticmethod
+    def _local(what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.fatal():
+                raise ProducerReset(f"{what}: {err}") from exc
+            raise TxnAbortable(f"{what}: {err}") from exc
+
+    def begin(self) -> None:
+        p = self.producer
+        self._local("begin_transaction", p.begin_transaction)
+
+    def append(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_delivered: DeliveryCallback | None = None,
+    ) -> None:
+        """Produce one record in the open transaction; a full queue is drained, not fatal."""
+        p = self.producer
+        kwargs: dict[str, Any] = {"value": value, "key": key}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = list(headers)
+        if on_delivered is not None:
+            kwargs["on_delivery"] = _delivery(on_delivered)
+        while True:
+            try:
+                self._local("produce", lambda: p.produce(topic, **kwargs))
+                return
+            except BufferError:
+                if self.stopping():
+                    raise TxnAbortable("stopped while the producer queue was full") from None
+                p.poll(0.05)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        p = self.producer
+        if offsets:
+            assert self.intake is not None, "a log without an intake commits no offsets"
+            tps = [TopicPartition(self.intake.topic, k, o) for k, o in offsets.items()]
+            meta = self.intake.group_metadata()
+            self._call(
+                "send_offsets_to_transaction",
+                lambda rem: p.send_offsets_to_transaction(tps, meta, rem),
+            )
+        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
+        p.poll(0)  # serve delivery reports (they keep events_end exact)
+
+    def abort(self) -> None:
+        p = self.producer
+        try:
+            self._call("abort_transaction", p.abort_transaction, in_doubt=True)
+        except TxnAbortable as exc:  # an abort that cannot abort: the producer is unusable
+            raise ProducerReset(str(exc)) from exc
+
+    def flush(self) -> None:
+        p = self.producer
+        self.caller.call(
+            "flush", lambda: p.flush(self.txn_timeout_s), self.txn_timeout_s + CALL_GRACE_S
+        )
+
+    def recreate(self) -> None:
+        """A new producer under the same transactional id: it fences the old epoch."""
+        if self._producer is not None:
+            self._abandoned.append(self._producer)
+            self._producer = None
+        self._producer = self._new_producer()
+
+    def read(
+        self, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None = None
+    ) -> Iterator[Record]:
+        for msg in read_partitions(self.settings, topic, dict(starts), stop=stop):
+            yield to_record(msg)
+
+    @property
+    def abandoned_calls(self) -> int:
+        return self.caller.abandoned
+
+    def close(self) -> None:
+        if self._producer is not None and not self.caller.abandoned:
+            try:
+                self.caller.call("flush", lambda: self._producer.flush(10), 15, stoppable=False)  # type: ignore[union-attr]
+            except Exception as exc:
+                log.warning("closing the producer: %s", exc)
+        self.caller.close()
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as exc:
+        log.warning("closing a failed consumer: %s", exc)
+
+
+def _delivery(callback: DeliveryCallback) -> Callable[[KafkaError | None, Message], None]:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            callback(msg.partition() or 0, msg.offset() or 0)
+
+    return on_delivery

@@ -1,0 +1,224 @@
+"""An in-memory adapter of the runtime ports, for fast unit tests of the orchestrator loop.
+
+Not a product path: every process uses ``kafka_adapter``. It keeps what the loop relies
+on and the contract suite checks on both adapters: transactions whose records and
+intake offsets become visible together or not at all, committed offsets a rewind goes
+back to, delivery reports with real offsets, a recreate that fences the old writer,
+records refused past the broker's size limit. Faults can be injected per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError
+
+from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
+from orchestrator.runtime.partitioning import partition_for
+from orchestrator.runtime.ports import DeliveryCallback, Record
+
+__all__ = ["MemoryBroker", "MemoryCommandIntake", "MemoryEventLog"]
+
+#: librdkafka's default ``message.max.bytes``: a larger record is refused by produce().
+BROKER_MAX_RECORD = 1_000_000
+
+
+@dataclass
+class MemoryBroker:
+    partitions: int = 4
+    topics: dict[str, list[list[Record]]] = field(default_factory=dict)
+    #: (group, topic, partition) -> next offset to read.
+    committed: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
+    #: call name -> exceptions to raise on its next calls, in order.
+    faults: dict[str, list[BaseException]] = field(default_factory=dict)
+
+    def log(self, topic: str) -> list[list[Record]]:
+        if topic not in self.topics:
+            self.topics[topic] = [[] for _ in range(self.partitions)]
+        return self.topics[topic]
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> Record:
+        """Append one record outside any transaction (as a client or a raw producer does)."""
+        if partition is None:
+            partition = partition_for(key, self.partitions) if key is not None else 0
+        part = self.log(topic)[partition]
+        rec = Record(topic, partition, len(part), key, value, tuple(headers))
+        part.append(rec)
+        return rec
+
+    def records(self, topic: str) -> list[Record]:
+        return [r for part in self.log(topic) for r in part]
+
+    def inject(self, call: str, exc: BaseException, times: int = 1) -> None:
+        self.faults.setdefault(call, []).extend([exc] * times)
+
+    def fault(self, call: str) -> None:
+        pending = self.faults.get(call)
+        if pending:
+            raise pending.pop(0)
+
+
+class MemoryCommandIntake:
+    """One group member that owns every partition of the topic (or those it is given)."""
+
+    def __init__(self, broker: MemoryBroker, topic: str, group_id: str) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.group_id = group_id
+        self.positions: dict[int, int] = {}
+        self._on_assign: Callable[[list[int]], None] | None = None
+        self._on_revoke: Callable[[list[int]], None] | None = None
+        self._pending: list[int] | None = None
+
+    def subscribe(
+        self,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None:
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._pending = list(range(self.broker.partitions))
+
+    def assign(self, partitions: list[int]) -> None:
+        """Rebalance to ``partitions`` at the next poll (a test's way to move ownership)."""
+        self._pending = sorted(partitions)
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        if self._pending is not None:
+            gone = sorted(set(self.positions) - set(self._pending))
+            if gone and self._on_revoke:
+                self._on_revoke(gone)
+            new = [p for p in self._pending if p not in self.positions]
+            self.positions = {p: self.positions.get(p, 0) for p in self._pending}
+            self.rewind_to_committed(new)
+            self._pending = None
+            if new and self._on_assign:
+                self._on_assign(new)
+        out: list[Record] = []
+        log = self.broker.log(self.topic)
+        for p, pos in self.positions.items():
+            take = log[p][pos : pos + max_records - len(out)]
+            out.extend(take)
+            self.positions[p] = pos + len(take)
+            if len(out) >= max_records:
+                break
+        return out
+
+    def rewind(self, partition: int, offset: int) -> None:
+        self.positions[partition] = offset
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            self.positions[p] = self.broker.committed.get((self.group_id, self.topic, p), 0)
+
+    def partition_count(self) -> int:
+        return self.broker.partitions
+
+    def close(self) -> None:
+        self.positions = {}
+
+
+class MemoryEventLog:
+    """A transactional writer: staged records become visible at commit, with the offsets."""
+
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        transactional_id: str,
+        intake: MemoryCommandIntake | None = None,
+    ) -> None:
+        self.broker = broker
+        self.transactional_id = transactional_id
+        self.intake = intake
+        self.epoch = self._init()
+        self._staged: list[
+            tuple[str, bytes, bytes | None, int | None, tuple, DeliveryCallback | None]
+        ] = []
+        self._open = False
+
+    def _init(self) -> int:
+        epoch = self.broker.epochs.get(self.transactional_id, 0) + 1
+        self.broker.epochs[self.transactional_id] = epoch
+        return epoch
+
+    def _check_epoch(self, what: str) -> None:
+        if self.broker.epochs.get(self.transactional_id) != self.epoch:
+            raise ProducerReset(f"{what}: producer fenced by a newer epoch")
+
+    def begin(self) -> None:
+        self.broker.fault("begin")
+        self._check_epoch("begin_transaction")
+        if self._open:
+            raise ProducerReset("begin_transaction: a transaction is already open")
+        self._open = True
+        self._staged = []
+
+    def append(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_delivered: DeliveryCallback | None = None,
+    ) -> None:
+        if not self._open:
+            raise ProducerReset("produce outside a transaction")
+        if len(value) + len(key or b"") > BROKER_MAX_RECORD:
+            raise TxnAbortable(f"produce: {KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}")
+        self.broker.fault("append")
+        self._staged.append((topic, value, key, partition, tuple(headers), on_delivered))
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        if not self._open:
+            raise ProducerReset("commit_transaction without a transaction")
+        self.broker.fault("commit")
+        self._check_epoch("commit_transaction")
+        for topic, value, key, partition, headers, cb in self._staged:
+            rec = self.broker.produce(topic, value, key, partition=partition, headers=headers)
+            if cb is not None:
+                cb(rec.partition, rec.offset)
+        if offsets:
+            assert self.intake is not None
+            for p, o in offsets.items():
+                self.broker.committed[(self.intake.group_id, self.intake.topic, p)] = o
+        self._staged = []
+        self._open = False
+
+    def abort(self) -> None:
+        self.broker.fault("abort")
+        self._staged = []
+        self._open = False
+
+    def flush(self) -> None:
+        return None
+
+    def recreate(self) -> None:
+        self.broker.fault("recreate")
+        self.epoch = self._init()
+        self._staged = []
+        self._open = False
+
+    def read(
+        self, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None = None
+    ) -> Iterator[Record]:
+        log = self.broker.log(topic)
+        for p, start in sorted(starts.items()):
+            yield from list(log[p][start:])
+
+    def close(self) -> None:
+        self._open = False
+
+
+def abortable(message: str = "injected abortable error") -> TxnAbortable:
+    return TxnAbortable(message)

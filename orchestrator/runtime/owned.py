@@ -1,0 +1,206 @@
+"""What one orchestrator process holds for the partitions it owns, with bounded memory.
+
+Live runs are kept whole (the decider needs them). A finished run only refuses or
+ignores later commands, so it is kept small: its full summary while it waits for the
+next checkpoint and in a bounded LRU of recent ones (redelivered reports and duplicate
+starts arrive soon after), and past that only its identity, enough for the decider to
+refuse a second start or a late command. The event store stays the truth.
+
+A run whose history cannot be rebuilt is **quarantined**: known, broken, and refusing
+every command with the reason, so a repeated start never opens a second run at seq 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from orchestrator.domain.state import WorkflowState
+
+__all__ = [
+    "QUARANTINE_FIELD",
+    "FinishedRuns",
+    "OrchestratorStats",
+    "PartitionState",
+    "quarantine_json",
+    "quarantine_reason",
+]
+
+#: A snapshot whose state JSON holds this field records a quarantined run.
+QUARANTINE_FIELD = "keel_quarantine"
+
+
+def quarantine_json(reason: str) -> str:
+    return json.dumps({QUARANTINE_FIELD: reason}, separators=(",", ":"))
+
+
+def quarantine_reason(state_json: str) -> str | None:
+    """The reason recorded by :func:`quarantine_json`, if ``state_json`` is one."""
+    if QUARANTINE_FIELD not in state_json[:64]:
+        return None
+    try:
+        value = json.loads(state_json).get(QUARANTINE_FIELD)
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """An evicted finished run: what the decider reads of a finished state."""
+
+    run_id: str
+    name: str
+    version: int
+    digest: str
+    seq: int
+    status: str
+    started_at: int
+    updated_at: int
+
+
+class FinishedRuns:
+    """Finished runs of one partition: recent summaries in an LRU, older ones as identities."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._recent: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._old: dict[str, _Identity] = {}
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._old)
+
+    def __contains__(self, wf: object) -> bool:
+        return wf in self._recent or wf in self._old
+
+    @property
+    def summaries_held(self) -> int:
+        return len(self._recent)
+
+    def add(self, wf: str, summary: WorkflowState) -> None:
+        self._old.pop(wf, None)
+        self._recent[wf] = summary
+        self._recent.move_to_end(wf)
+        while len(self._recent) > self.capacity:
+            old_wf, s = self._recent.popitem(last=False)
+            self._old[sys.intern(old_wf)] = _Identity(
+                s.run_id,
+                sys.intern(s.name),
+                s.version,
+                sys.intern(s.digest),
+                s.seq,
+                sys.intern(s.status),
+                s.started_at,
+                s.updated_at,
+            )
+
+    def get(self, wf: str) -> WorkflowState | None:
+        s = self._recent.get(wf)
+        if s is not None:
+            self._recent.move_to_end(wf)
+            return s
+        i = self._old.get(wf)
+        if i is None:
+            return None
+        return WorkflowState(
+            workflow_id=wf,
+            run_id=i.run_id,
+            name=i.name,
+            version=i.version,
+            digest=i.digest,
+            input_json="",
+            seq=i.seq,
+            status=i.status,
+            started_at=i.started_at,
+            updated_at=i.updated_at,
+        )
+
+
+@dataclass
+class PartitionState:
+    """One owned partition: live runs, finished runs, quarantined runs, checkpoint progress."""
+
+    finished_capacity: int = 1000
+    live: dict[str, WorkflowState] = field(default_factory=dict)
+    finished: FinishedRuns = field(init=False)
+    #: Quarantined runs: workflow id -> why it cannot be rebuilt.
+    quarantined: dict[str, str] = field(default_factory=dict)
+    #: What the next checkpoint writes: workflow id -> state (a finished run: its summary).
+    dirty: dict[str, WorkflowState] = field(default_factory=dict)
+    #: Quarantines not yet in a checkpoint.
+    dirty_quarantine: set[str] = field(default_factory=set)
+    #: keel.events offset just past the last event known to be in the log.
+    events_end: int = 0
+    events_since_checkpoint: int = 0
+
+    def __post_init__(self) -> None:
+        self.finished = FinishedRuns(self.finished_capacity)
+
+    def get(self, wf: str) -> WorkflowState | None:
+        return self.live.get(wf) or self.dirty.get(wf) or self.finished.get(wf)
+
+    def put(self, wf: str, state: WorkflowState, *, dirty: bool = True) -> None:
+        """Hold ``state`` as the run's current state (a finished run: its summary)."""
+        if state.is_terminal:
+            self.live.pop(wf, None)
+            summary = state.summary()
+            if dirty:
+                self.dirty[wf] = summary
+            else:
+                self.finished.add(wf, summary)
+        else:
+            self.live[wf] = state
+            if dirty:
+                self.dirty[wf] = state
+
+    def checkpointed(self) -> None:
+        """The dirty states are in a checkpoint: finished ones move to the bounded store."""
+        for wf, state in self.dirty.items():
+            if state.is_terminal:
+                self.finished.add(wf, state)
+        self.dirty.clear()
+        self.dirty_quarantine.clear()
+        self.events_since_checkpoint = 0
+
+    def quarantine(self, wf: str, reason: str, *, dirty: bool = True) -> None:
+        self.live.pop(wf, None)
+        self.dirty.pop(wf, None)
+        self.quarantined[wf] = reason
+        if dirty:
+            self.dirty_quarantine.add(wf)
+
+    def live_states(self) -> Iterator[tuple[str, WorkflowState]]:
+        yield from self.live.items()
+
+    def count(self) -> int:
+        finished_dirty = sum(1 for s in self.dirty.values() if s.is_terminal)
+        return len(self.live) + finished_dirty + len(self.finished) + len(self.quarantined)
+
+    @property
+    def workflows(self) -> dict[str, WorkflowState]:
+        """Every run held in full (live, awaiting checkpoint, recent finished); for tests."""
+        out = dict(self.finished._recent)
+        out.update(self.dirty)
+        out.update(self.live)
+        return out
+
+
+@dataclass
+class OrchestratorStats:
+    commands: int = 0
+    events: int = 0
+    tasks: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    aborts: int = 0
+    producer_resets: int = 0
+    recovered_events: int = 0
+    recovery_s: float = 0.0
+    quarantined: int = 0
+    #: Broker errors met by transactional calls (retried or not).
+    broker_errors: int = 0
+    last_commit_at: float = 0.0
+    last_broker_error: str = ""

@@ -1,0 +1,144 @@
+"""The runtime's seam: what the orchestrator loop needs from the outside, as small ports.
+
+The loop (``command_loop``, ``recovery``) talks only to these Protocols. Two adapters
+implement them: Kafka (``kafka_adapter``: the real path, every process in production,
+integration and fault tests) and memory (``memory``: fast unit tests of the loop only).
+``tests/runtime_contract.py`` runs one contract suite against both, so the in-memory
+adapter cannot drift from what Kafka does.
+
+A :class:`Record` is what an adapter hands over: plain values checked once at the
+edge, so nothing past it handles a client's optional fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "CommandIntake",
+    "DeliveryCallback",
+    "EventLog",
+    "ReadModel",
+    "Record",
+    "TimerIndex",
+]
+
+#: Called with (partition, offset) once an appended record is in the log.
+DeliveryCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read from a topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("utf-8", "replace")
+        return None
+
+
+class CommandIntake(Protocol):
+    """The commands topic as one member of the orchestrators' consumer group sees it."""
+
+    def subscribe(
+        self,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None: ...
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Records of owned partitions, in offset order per partition (may be empty)."""
+        ...
+
+    def rewind(self, partition: int, offset: int) -> None:
+        """Read ``partition`` again from ``offset`` (after an aborted batch)."""
+        ...
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        """Read each partition again from its committed offset (after a producer reset)."""
+        ...
+
+    def partition_count(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class EventLog(Protocol):
+    """Keel's topics as written by the single writer of some partitions.
+
+    Writes happen in transactions: ``begin``, ``append``..., then ``commit`` (which also
+    commits the intake's offsets) or ``abort``. ``commit`` raises
+    ``broker_errors.TxnAbortable`` (abort and rewind), ``ProducerReset`` (call
+    ``recreate`` and rebuild what you own) or ``Stopping``.
+    """
+
+    def begin(self) -> None: ...
+
+    def append(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_delivered: DeliveryCallback | None = None,
+    ) -> None: ...
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit the open transaction with the intake's next offsets per partition."""
+        ...
+
+    def abort(self) -> None: ...
+
+    def flush(self) -> None:
+        """Wait until every appended record's delivery is reported."""
+        ...
+
+    def recreate(self) -> None:
+        """A new writer; it fences the old one, whose open transaction is aborted."""
+        ...
+
+    def read(
+        self, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None = None
+    ) -> Iterator[Record]:
+        """Every committed record of the partitions from their start offsets to the end."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TimerIndex(Protocol):
+    """The index of armed timers of the owned workflows (``timers.TimerHeap``)."""
+
+    def arm(self, partition: int, workflow_id: str, timer_id: str, fire_at: int) -> None: ...
+
+    def next_due_in_ms(self, now_ms: int) -> int | None: ...
+
+    def pop_due(self, now_ms: int, limit: int = 1000) -> list[tuple[int, str, str]]: ...
+
+    def drop_partitions(self, partitions: set[int]) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class ReadModel(Protocol):
+    """What the client and the CLI read (``projection.Projection`` over Redis)."""
+
+    def get(self, wf: str) -> dict[str, Any] | None: ...
+
+    def status(self, wf: str) -> str | None: ...
+
+    def history(self, wf: str) -> list[dict[str, Any]]: ...
+
+    def counts(self) -> dict[str, int]: ...

@@ -1,0 +1,265 @@
+"""Rebuilding owned partitions from checkpoints and the log, and writing checkpoints.
+
+On assignment a partition is rebuilt from its newest checkpoint in ``keel.snapshots``
+plus the tail of ``keel.events``. A checkpoint writes the state of every workflow
+changed since the previous one and a marker holding the events offset they cover, so
+recovery time stays bounded as history grows. A state too large for one record is
+written in chunks (keys ``_chunk/<id>/<i>``, which no workflow id can take) under a head
+record naming their count.
+
+A run whose history cannot be rebuilt (an event the current definition cannot fold,
+an undecodable record, a broken snapshot) is quarantined, never dropped: dropping it
+would let a repeated start open a second run at seq 1 in the same stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from orchestrator.codec import DecodeError
+
+try:  # the package's name once the domain exports it; the decider module's until then
+    from orchestrator.domain import SUMMARY_EVENTS  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the domain layout
+    from orchestrator.domain.decider import SUMMARY_EVENTS
+from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
+from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime.context import RuntimeContext
+from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
+from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
+
+__all__ = [
+    "CHECKPOINT_KEY",
+    "CHUNK_CHARS",
+    "CHUNK_PREFIX",
+    "SUMMARY_TYPES",
+    "TERMINAL_TYPES",
+    "TYPE_HEADER",
+    "Recovery",
+]
+
+log = logging.getLogger("keel.orchestrator")
+
+#: Key of the per-partition checkpoint marker in keel.snapshots.
+CHECKPOINT_KEY = "__keel_checkpoint__"
+#: Keys of the chunks of a large snapshot start with this (no workflow id can).
+CHUNK_PREFIX = "_chunk/"
+#: A snapshot's state JSON longer than this is written in chunks of this many characters.
+CHUNK_CHARS = 400_000
+_CHUNKS_FIELD = "keel_chunks"
+#: Kafka header naming each event's type, so a rebuild can pick what to decode.
+TYPE_HEADER = "keel.type"
+TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
+#: The events ``Decider.summarize`` needs to rebuild a finished run.
+SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Recovery:
+    """Rebuilds partitions (with quarantine) and writes checkpoints, through the ports."""
+
+    def __init__(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+        self.last_checkpoint = time.monotonic()
+
+    # ------------------------------------------------------------------ rebuilding
+    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it."""
+        ctx = self.ctx
+        result = {p: ctx.new_partition() for p in owned}
+        starts: dict[int, int] = dict.fromkeys(owned, 0)
+        heads: dict[int, dict[str, tuple[int, int, int]]] = {p: {} for p in owned}
+        chunks: dict[int, dict[str, tuple[int, int, str]]] = {p: {} for p in owned}
+        snapshots = ctx.log.read(ctx.topics.snapshots, dict.fromkeys(owned, 0), ctx.stopping)
+        for rec in snapshots:
+            p = rec.partition
+            if rec.value is None:
+                continue  # a tombstone
+            try:
+                env = ctx.codec.decode(rec.value)
+                snap = env.payload
+                if not isinstance(snap, WorkflowSnapshot):
+                    raise DecodeError(f"{env.type} is not a snapshot")
+            except (DecodeError, ValueError) as exc:
+                log.error("unreadable snapshot at %s[%d]@%d: %s", rec.topic, p, rec.offset, exc)
+                continue
+            wf = env.workflow_id
+            if wf == CHECKPOINT_KEY:
+                starts[p] = snap.events_offset
+            elif wf.startswith(CHUNK_PREFIX):
+                chunks[p][wf] = (env.seq, snap.events_offset, snap.state_json)
+            else:
+                self._load_snapshot(result[p], heads[p], wf, env.seq, snap)
+        for p in owned:
+            self._assemble_chunks(result[p], heads[p], chunks[p])
+            result[p].events_end = starts[p]
+        tails: dict[int, dict[str, list[tuple[str | None, bytes | None]]]] = {p: {} for p in owned}
+        count = 0
+        for rec in ctx.log.read(ctx.topics.events, starts, ctx.stopping):
+            p = rec.partition
+            result[p].events_end = rec.offset + 1
+            wf = (rec.key or b"").decode("utf-8", "replace")
+            tails[p].setdefault(wf, []).append((rec.header(TYPE_HEADER), rec.value))
+            count += 1
+        for p, by_wf in tails.items():
+            ps = result[p]
+            for wf, records in by_wf.items():
+                if wf in ps.quarantined:
+                    continue
+                try:
+                    base = ps.get(wf)
+                    state = self._rebuild(base, records)
+                    if state is not base:
+                        ps.put(wf, state)
+                except Exception as exc:  # any history this code cannot fold
+                    self._quarantine(ps, p, wf, f"cannot rebuild: {_one_line(exc)}")
+        ctx.stats.recovered_events += count
+        return result
+
+    def _quarantine(self, ps: PartitionState, p: int, wf: str, reason: str) -> None:
+        log.error("quarantined workflow %s on partition %d: %s", wf, p, reason)
+        self.ctx.stats.quarantined += 1
+        ps.quarantine(wf, reason)
+
+    def _load_snapshot(
+        self,
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        wf: str,
+        seq: int,
+        snap: WorkflowSnapshot,
+    ) -> None:
+        js = snap.state_json
+        reason = quarantine_reason(js)
+        if reason is not None:
+            ps.quarantine(wf, reason, dirty=False)
+            return
+        ps.quarantined.pop(wf, None)
+        heads.pop(wf, None)
+        if js.startswith('{"' + _CHUNKS_FIELD):
+            heads[wf] = (seq, snap.events_offset, int(json.loads(js)[_CHUNKS_FIELD]))
+            return
+        try:
+            ps.put(wf, WorkflowState.from_json(js), dirty=False)
+        except Exception as exc:
+            ps.live.pop(wf, None)
+            self._quarantine(ps, -1, wf, f"unreadable snapshot: {_one_line(exc)}")
+
+    def _assemble_chunks(
+        self,
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        chunks: dict[str, tuple[int, int, str]],
+    ) -> None:
+        for wf, (seq, events_offset, n) in heads.items():
+            parts = []
+            for i in range(n):
+                found = chunks.get(f"{CHUNK_PREFIX}{wf}/{i}")
+                if found is None or found[:2] != (seq, events_offset):
+                    self._quarantine(ps, -1, wf, f"snapshot chunk {i} of {n} is missing")
+                    break
+                parts.append(found[2])
+            else:
+                try:
+                    ps.put(wf, WorkflowState.from_json("".join(parts)), dirty=False)
+                except Exception as exc:
+                    self._quarantine(ps, -1, wf, f"unreadable snapshot: {_one_line(exc)}")
+
+    def _rebuild(
+        self, base: WorkflowState | None, records: list[tuple[str | None, bytes | None]]
+    ) -> WorkflowState:
+        """One workflow from its snapshot (if any) and its events after the checkpoint.
+
+        A run that ended is summarized from the few events that matter, without folding
+        its whole history; a live run is folded event by event.
+        """
+        if base is not None and base.is_terminal:
+            return base  # a finished run's snapshot: nothing can follow it
+        decode = self.ctx.codec.decode
+        decider = self.ctx.decider
+
+        def event(value: bytes | None) -> Any:
+            if value is None:
+                raise DecodeError("an event record has no value")
+            return decode(value)
+
+        types = [t for t, _ in records]
+        starts_here = base is not None or types[0] == "WorkflowStarted"
+        if types[-1] in TERMINAL_TYPES and None not in types and starts_here:
+            needed = [event(v) for t, v in records if t in SUMMARY_TYPES]
+            return decider.summarize(base, needed)  # type: ignore[no-any-return]
+        state = base
+        for _, value in records:
+            state = decider.evolve(state, event(value))
+        if state is None:
+            raise DecodeError("no events")
+        return state.summary() if state.is_terminal else state
+
+    # ------------------------------------------------------------------ checkpoints
+    def due(self, interval_s: float, max_events: int) -> bool:
+        return time.monotonic() - self.last_checkpoint >= interval_s or any(
+            ps.events_since_checkpoint >= max_events for ps in self.ctx.partitions.values()
+        )
+
+    def checkpoint(self) -> bool:
+        """Snapshot each workflow changed since the last checkpoint, plus a partition marker.
+
+        True when a checkpoint was committed.
+
+        Raises what ``EventLog.commit`` raises but ``TxnAbortable`` (the checkpoint is
+        aborted and tried again at the next interval).
+        """
+        from orchestrator.runtime.broker_errors import TxnAbortable
+
+        ctx = self.ctx
+        self.last_checkpoint = time.monotonic()
+        touched = {p: ps for p, ps in ctx.partitions.items() if ps.dirty or ps.dirty_quarantine}
+        if not touched:
+            return False
+        now = now_ms()
+        ctx.log.flush()  # every delivery report in: events_end is exact
+        ctx.log.begin()
+        try:
+            for p, ps in touched.items():
+                for wf, state in ps.dirty.items():
+                    self._write_state(p, wf, state.run_id, state.seq, state.to_json(), ps, now)
+                for wf in ps.dirty_quarantine:
+                    reason = ps.quarantined.get(wf)
+                    if reason is not None:
+                        self._write_state(p, wf, "", 0, quarantine_json(reason), ps, now)
+                self._produce(p, CHECKPOINT_KEY, "", 0, "", ps.events_end, now)
+            ctx.log.commit({})
+        except TxnAbortable as exc:
+            log.warning("checkpoint aborted, will retry: %s", exc)
+            ctx.log.abort()
+            return False
+        for ps in touched.values():
+            ps.checkpointed()
+        return True
+
+    def _write_state(
+        self, p: int, wf: str, run_id: str, seq: int, js: str, ps: PartitionState, now: int
+    ) -> None:
+        if len(js) <= CHUNK_CHARS:
+            self._produce(p, wf, run_id, seq, js, ps.events_end, now)
+            return
+        pieces = [js[i : i + CHUNK_CHARS] for i in range(0, len(js), CHUNK_CHARS)]
+        for i, piece in enumerate(pieces):
+            self._produce(p, f"{CHUNK_PREFIX}{wf}/{i}", run_id, seq, piece, ps.events_end, now)
+        head = json.dumps({_CHUNKS_FIELD: len(pieces)})
+        self._produce(p, wf, run_id, seq, head, ps.events_end, now)
+
+    def _produce(
+        self, p: int, key: str, run_id: str, seq: int, js: str, events_end: int, now: int
+    ) -> None:
+        env = snapshot_envelope(key, run_id, seq, js, events_end, now)
+        value = check_record_size(self.ctx.codec.encode(env), f"the snapshot of {key}")
+        self.ctx.log.append(self.ctx.topics.snapshots, value, key.encode(), partition=p)

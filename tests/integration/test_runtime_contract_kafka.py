@@ -1,0 +1,63 @@
+"""The runtime ports' contract, on the Kafka adapter and the real broker."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+
+from orchestrator.runtime.kafka_adapter import KafkaCommandIntake, KafkaEventLog
+from tests.runtime_contract import Harness, RuntimeContract
+from tests.support import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+class KafkaHarness(Harness):
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.partitions = settings.partitions
+        self.commands = settings.topic("commands")
+        self.events = settings.topic("events")
+        self._closers: list = []
+
+    def intake(self) -> KafkaCommandIntake:
+        intake = KafkaCommandIntake(
+            self.settings,
+            self.commands,
+            f"{self.settings.topic_prefix}.contract",
+            instance_id=None,
+            stopping=lambda: False,
+        )
+        owned: list[int] = []
+        intake.subscribe(owned.extend, lambda gone: None)
+        for _ in range(300):
+            if owned:
+                break
+            intake.poll(1, 0.1)
+        assert sorted(owned) == list(range(self.partitions)), "the intake got no assignment"
+        intake.rewind_to_committed(owned)  # whatever the waiting polls read is read again
+        return intake
+
+    def log(self, intake, transactional_id: str) -> KafkaEventLog:
+        log = KafkaEventLog(
+            self.settings,
+            f"{self.settings.topic_prefix}.{transactional_id}",
+            intake,
+            stopping=lambda: False,
+        )
+        log.producer  # noqa: B018 - init_transactions now: a new epoch fences older ones
+        return log
+
+    def produce(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
+        p = Producer({"bootstrap.servers": self.settings.kafka_servers})
+        p.produce(topic, key=key, value=value, partition=partition)
+        assert p.flush(30) == 0
+
+    def read(self, topic: str):
+        return read_topic(self.settings.kafka_servers, topic, self.partitions)
+
+
+class TestKafkaAdapter(RuntimeContract):
+    @pytest.fixture
+    def harness(self, settings) -> KafkaHarness:
+        return KafkaHarness(settings)

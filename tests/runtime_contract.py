@@ -1,0 +1,132 @@
+"""The contract every adapter of the runtime ports keeps, run against each adapter.
+
+Like pyeventsourcing's recorder test cases: one abstract suite, subclassed once per
+adapter (``tests/unit/test_runtime_contract_memory.py`` for the in-memory adapter,
+``tests/integration/test_runtime_contract_kafka.py`` for Kafka), so the in-memory
+adapter the fast unit tests rely on cannot drift from what the broker does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
+from orchestrator.runtime.ports import CommandIntake, EventLog, Record
+
+
+class Harness:
+    """What one adapter provides to the suite (subclasses implement it)."""
+
+    partitions: int
+    commands: str
+    events: str
+
+    def intake(self) -> CommandIntake:
+        """An intake subscribed to the commands topic that owns every partition."""
+        raise NotImplementedError
+
+    def log(self, intake: CommandIntake | None, transactional_id: str) -> EventLog:
+        raise NotImplementedError
+
+    def produce(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
+        """A plain, non-transactional write (a client)."""
+        raise NotImplementedError
+
+    def read(self, topic: str) -> list[Record]:
+        raise NotImplementedError
+
+    def poll_until(self, intake: CommandIntake, count: int) -> list[Record]:
+        got: list[Record] = []
+        for _ in range(200):
+            got.extend(intake.poll(100, 0.1))
+            if len(got) >= count:
+                break
+        return got
+
+
+class RuntimeContract:
+    """Subclasses provide a ``harness`` fixture returning a :class:`Harness`."""
+
+    def test_committed_records_are_read_back_in_order_with_their_offsets(self, harness: Any):
+        log = harness.log(None, "contract-a")
+        delivered: list[tuple[int, int]] = []
+        log.begin()
+        for i in range(3):
+            log.append(
+                harness.events,
+                f"e{i}".encode(),
+                b"wf",
+                partition=1,
+                headers=[("keel.type", b"X")],
+                on_delivered=lambda p, o: delivered.append((p, o)),
+            )
+        log.commit({})
+        log.flush()
+        records = list(log.read(harness.events, {1: 0}))
+        assert [r.value for r in records] == [b"e0", b"e1", b"e2"]
+        assert [r.partition for r in records] == [1, 1, 1]
+        assert [r.offset for r in records] == sorted(r.offset for r in records)
+        assert records[0].header("keel.type") == "X"
+        assert sorted(delivered) == [(1, r.offset) for r in records]
+        tail = list(log.read(harness.events, {1: records[1].offset}))
+        assert [r.value for r in tail] == [b"e1", b"e2"]
+        log.close()
+
+    def test_aborted_records_are_never_read(self, harness: Any):
+        log = harness.log(None, "contract-b")
+        log.begin()
+        log.append(harness.events, b"aborted", b"wf", partition=0)
+        log.flush()
+        log.abort()
+        log.begin()
+        log.append(harness.events, b"committed", b"wf", partition=0)
+        log.commit({})
+        assert [r.value for r in log.read(harness.events, {0: 0})] == [b"committed"]
+        log.close()
+
+    def test_intake_offsets_commit_with_the_transaction_and_rewind_to_them(self, harness: Any):
+        for i in range(4):
+            harness.produce(harness.commands, b"k", f"c{i}".encode(), 2)
+        intake = harness.intake()
+        log = harness.log(intake, "contract-c")
+        got = [r for r in harness.poll_until(intake, 4) if r.partition == 2]
+        assert [r.value for r in got] == [b"c0", b"c1", b"c2", b"c3"]
+        log.begin()
+        log.append(harness.events, b"decided", b"k", partition=2)
+        log.commit({2: got[1].offset + 1})  # the first two are done
+        intake.rewind_to_committed([2])
+        again = [r for r in harness.poll_until(intake, 2) if r.partition == 2]
+        assert [r.value for r in again] == [b"c2", b"c3"]
+        intake.rewind(2, got[0].offset)
+        assert [r.value for r in harness.poll_until(intake, 4) if r.partition == 2] == [
+            b"c0",
+            b"c1",
+            b"c2",
+            b"c3",
+        ]
+        assert intake.partition_count() == harness.partitions
+        log.close()
+        intake.close()
+
+    def test_a_new_writer_fences_the_old_one(self, harness: Any):
+        old = harness.log(None, "contract-d")
+        old.begin()
+        old.append(harness.events, b"zombie", b"wf", partition=3)
+        new = harness.log(None, "contract-d")  # same transactional id: a new epoch
+        with pytest.raises(ProducerReset):
+            old.commit({})
+        new.begin()
+        new.append(harness.events, b"alive", b"wf", partition=3)
+        new.commit({})
+        assert [r.value for r in new.read(harness.events, {3: 0})] == [b"alive"]
+        new.close()
+
+    def test_a_record_over_the_broker_limit_is_refused_at_append(self, harness: Any):
+        log = harness.log(None, "contract-e")
+        log.begin()
+        with pytest.raises(TxnAbortable):
+            log.append(harness.events, b"x" * 1_100_000, b"wf", partition=0)
+        log.abort()
+        log.close()
