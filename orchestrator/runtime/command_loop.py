@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -294,8 +294,12 @@ class CommandLoop:
         wf = cmd.workflow_id
         ps = ctx.partitions[p]
         state = overlay[wf][1] if wf in overlay else ps.get(wf)
+        # The decision's clock is when this orchestrator takes the command, not when a
+        # client wrote it: a command that waited in Kafka (an orchestrator down, a lag)
+        # must not find its timeouts already expired, nor a skewed client move them.
+        taken = cmd if cmd.recorded_at == now else replace(cmd, recorded_at=now)
         try:
-            new_state, events = ctx.decider.handle(state, cmd, now)
+            new_state, events = ctx.decider.handle(state, taken, now)
         except CommandRejected as exc:
             log.info("command rejected: %s", exc)
             letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.vocabulary import WorkflowStatus
 
 __all__ = [
     "QUARANTINE_FIELD",
@@ -92,7 +93,7 @@ class FinishedRuns:
                 s.version,
                 sys.intern(s.digest),
                 s.seq,
-                sys.intern(s.status),
+                WorkflowStatus(s.status),  # a shared enum member
                 s.started_at,
                 s.updated_at,
             )

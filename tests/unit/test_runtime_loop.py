@@ -12,14 +12,17 @@ import sys
 import pytest
 
 from orchestrator.domain.messages import (
+    Envelope,
     SignalWorkflow,
     StartWorkflow,
     StateEntered,
+    TimerScheduled,
     WorkflowCompleted,
     WorkflowStarted,
 )
 from orchestrator.runtime.broker_errors import CallStalled, ProducerReset, TxnAbortable
 from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, runtime_envelope
+from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
 from tests.unit.runtime_support import MemoryRig, codec
@@ -292,3 +295,26 @@ def test_finished_runs_are_evicted_to_identities_memory_stays_bounded(tmp_path):
     ps = next(iter(rig.orch.partitions.values()))
     sizes = [sys.getsizeof(v) for v in ps.finished._old.values()]
     assert sizes and max(sizes) < 200
+
+
+def test_deadlines_run_from_when_the_orchestrator_takes_the_command(tmp_path):
+    """A start that waited ten minutes in Kafka still gets its full timer, from decision time."""
+    rig = MemoryRig(tmp_path)
+    written = now_ms() - 600_000
+    env = Envelope(
+        message_id="late-start",
+        workflow_id="wf-late",
+        run_id="",
+        seq=0,
+        type="StartWorkflow",
+        recorded_at=written,
+        payload=StartWorkflow("timer_demo", None, json.dumps({"seconds": 60})),
+    )
+    rig.broker.produce(rig.topics.commands, value=codec.encode(env), key=b"wf-late")
+    rig.orch.step()
+    events = rig.events("wf-late")
+    timers = [e for e in events if isinstance(e.payload, TimerScheduled)]
+    assert len(timers) == 1
+    decided = timers[0].recorded_at
+    assert decided >= written + 600_000
+    assert timers[0].payload.fire_at == decided + 60_000
