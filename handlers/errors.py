@@ -15,21 +15,11 @@ runs the same way on every retry) is permanent; every other exception is transie
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import ValidationError
 
 from orchestrator.app import UnknownActivityError
 from orchestrator.domain.errors import InvalidInputError
-
-
-class FailureClass(StrEnum):
-    """What a failed attempt means for the next one (the ``failure_class`` reported)."""
-
-    TRANSIENT = "transient"
-    PERMANENT = "permanent"
-    UNKNOWN = "unknown"
-
+from orchestrator.domain.vocabulary import FailureClass
 
 #: Exceptions that mean a bug in the handler: a retry runs the same code the same way.
 PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (TypeError, AttributeError, NameError)

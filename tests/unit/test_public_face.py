@@ -1,0 +1,56 @@
+"""The public face: what an application imports from ``orchestrator``, and nothing heavy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orchestrator
+
+
+def test_every_public_name_resolves() -> None:
+    for name in orchestrator.__all__:
+        assert getattr(orchestrator, name) is not None, name
+
+
+def test_an_application_can_be_written_against_the_public_face_alone() -> None:
+    from pydantic import BaseModel
+
+    from orchestrator import KeelApp, State, Step, WorkflowDefinition, side_effect
+
+    class In(BaseModel):
+        n: int
+
+    app = KeelApp("face")
+
+    @app.activity("double")
+    @side_effect
+    def double(x: dict) -> dict:
+        return {"n": x["n"] * 2}
+
+    app.workflow(
+        WorkflowDefinition(
+            "face", 1, In, [State("run", steps=[Step("d", "double")], complete=lambda c: 1)]
+        )
+    )
+    app.check()
+    assert app.get("face").version == 1
+
+
+def test_importing_the_package_loads_no_kafka_or_redis_client() -> None:
+    code = "import sys, orchestrator; print(sorted(m for m in ('confluent_kafka', 'redis', 'aiohttp') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_unknown_names_are_attribute_errors() -> None:
+    try:
+        orchestrator.NoSuchThing  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+def test_all_lists_exactly_the_lazy_exports() -> None:
+    assert sorted(orchestrator.__all__) == sorted(orchestrator._EXPORTS)
