@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import demo, dlq, infra, services, workflow
+from orchestrator.cli import demo, dlq, infra, services, versioning, workflow
 from orchestrator.errors import KeelError
 
 app = typer.Typer(
@@ -27,6 +27,8 @@ app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
 workflow.workflow_app.command("resolve")(dlq.resolve)
+workflow.workflow_app.command("export")(versioning.export)
+app.command("replay-check")(versioning.replay_check)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)
