@@ -70,9 +70,11 @@ def _ledger() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    out = proc.stdout
+    assert out is not None
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        line = proc.stdout.readline().strip() if ready and proc.stdout else ""
+        ready, _, _ = select.select([out], [], [], 30)
+        line = out.readline().strip() if ready else ""
         if not line.startswith("ledger listening on "):
             raise RuntimeError(f"the ledger did not start: {line!r}")
         yield line.removeprefix("ledger listening on ")
