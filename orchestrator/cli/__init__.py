@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import connector, demo, dlq, infra, services, workflow
+from orchestrator.cli import connector, demo, dlq, infra, services, versioning, workflow
 from orchestrator.domain.errors import KeelError
 from orchestrator.settings import redact
 
@@ -32,6 +32,8 @@ app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
 workflow.workflow_app.command("resolve")(dlq.resolve)
+workflow.workflow_app.command("export")(versioning.export)
+app.command("replay-check")(versioning.replay_check)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)

@@ -4,7 +4,8 @@ Layers, each importing only those before it (and the standard library and pydant
 ``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``messages`` -> ``state``, ``keys`` ->
 ``context``, ``fingerprint`` -> ``definitions`` -> ``activities`` (the activity lifecycle)
 -> ``evolve`` (state from events) -> ``decide`` (events from commands) -> ``decider``
-(the facade the runtime uses). The Kafka runtime depends on this package, never the
+(the facade the runtime uses) -> ``replay`` (re-decide recorded histories). The Kafka
+runtime depends on this package, never the
 reverse.
 """
 

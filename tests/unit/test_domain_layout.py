@@ -42,6 +42,7 @@ LAYERS = {
     "evolve": 6,
     "decide": 7,
     "decider": 8,
+    "replay": 9,
     "__init__": 9,
 }
 

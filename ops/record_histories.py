@@ -1,0 +1,262 @@
+"""Record the replay corpus (``tests/histories``) by running the real stack.
+
+An orchestrator, a worker and the fake ledger run as processes against the Kafka and
+Redis named by ``KEEL_BOOTSTRAP_SERVERS`` / ``KEEL_REDIS_URL``, under a fresh topic
+prefix; every example workflow is driven through its paths (happy, retries, timeouts,
+signals, failures, cancel, dead letter and redrive, unknown outcome settled by the status
+query or by an operator), and each scenario's histories are exported (events and the
+commands that caused them) to ``<out>/<scenario>.jsonl``.
+
+    python -m ops.record_histories --out tests/histories [--only NAME ...]
+
+Regenerate the corpus only on purpose: it is what ``keel replay-check`` holds new code
+to (docs/versioning.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ops.fakes.ledger import LedgerClient
+from ops.topics import create_topics
+from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
+from orchestrator.examples import app
+from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.history_io import read_topic_history, write_history
+from orchestrator.settings import Settings, load_settings
+
+WAIT_S = 60.0
+
+
+@contextmanager
+def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@contextmanager
+def _ledger() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops.fakes.ledger", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    out = proc.stdout
+    assert out is not None
+    try:
+        ready, _, _ = select.select([out], [], [], 30)
+        line = out.readline().strip() if ready else ""
+        if not line.startswith("ledger listening on "):
+            raise RuntimeError(f"the ledger did not start: {line!r}")
+        yield line.removeprefix("ledger listening on ")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class Recorder:
+    """Drives the scenarios through a client and the ledger's fault switches."""
+
+    def __init__(self, client: KeelClient, ledger: LedgerClient) -> None:
+        self.client, self.ledger = client, ledger
+
+    def start(self, wf: str, name: str, input_obj: Any) -> str:
+        self.client.start(name, input_obj, wf)
+        return wf
+
+    def wait(self, wf: str, status: str, *, past_attention: bool = False) -> dict[str, Any]:
+        """Wait for ``wf`` to end (or need attention, unless ``past_attention``)."""
+        found = self.client.wait(wf, WAIT_S, stop_on_attention=not past_attention)
+        if found["status"] != status:
+            raise RuntimeError(f"{wf} is {found['status']}, expected {status}")
+        return found
+
+    def wait_status(self, wf: str, status: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while (self.client.projection.get(wf) or {}).get("status") != status:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{wf} did not reach {status}")
+            time.sleep(0.1)
+
+    # -- scenarios: each returns the workflow ids it ran -------------------------------
+
+    def document_review(self) -> list[str]:
+        ok = self.start("review-approved", "document_review", {"document": "passport"})
+        self.wait_status(ok, "waiting")
+        self.client.signal(ok, "documents_added", {"document": "payslip"})
+        time.sleep(1.0)  # the second review asks again
+        self.wait_status(ok, "waiting")
+        self.client.signal(ok, "documents_added", {"document": "contract"})
+        self.wait(ok, "completed")
+        early = self.start("review-signal-early", "document_review", {"document": "id"})
+        for doc in ("a", "b"):  # sent right behind the start: they wait in the inbox
+            self.client.send(
+                early, SignalWorkflow("documents_added", json.dumps({"document": doc}))
+            )
+        self.wait(early, "completed")
+        rejected = self.start("review-rejected", "document_review", {"document": "fraud"})
+        self.wait(rejected, "completed")
+        cancelled = self.start("review-cancelled", "document_review", {"document": "x"})
+        self.wait_status(cancelled, "waiting")
+        self.client.cancel(cancelled, "the customer withdrew")
+        self.wait(cancelled, "cancelled")
+        return [ok, early, rejected, cancelled]
+
+    def dags(self) -> list[str]:
+        a = self.start("parallel-checks", "parallel_checks", {"n": 7})
+        b = self.start("three-step", "three_step", {"n": 3})
+        c = self.start("timer-demo", "timer_demo", {"seconds": 1.5})
+        for wf in (a, b, c):
+            self.wait(wf, "completed")
+        return [a, b, c]
+
+    def timeouts(self) -> list[str]:
+        ok = self.start("slow-step-heartbeats", "slow_step", {"seconds": 1.0, "heartbeat": True})
+        self.wait(ok, "completed")
+        silent = self.start("slow-step-no-heartbeat", "slow_step", {"seconds": 1.5})
+        self.wait(silent, "failed")  # the 0.6 s heartbeat timeout
+        late = self.start("slow-step-too-long", "slow_step", {"seconds": 3, "heartbeat": True})
+        self.wait(late, "failed")  # the 2 s start-to-close timeout
+        return [ok, silent, late]
+
+    def invoices(self) -> list[str]:
+        led = self.ledger
+        ok = self.start("invoice-ok", "invoice_posting", _invoice("A-1", 10))
+        self.wait(ok, "completed")
+        led.set_faults(status_500=2)
+        retried = self.start("invoice-retried", "invoice_posting", _invoice("A-2", 20))
+        self.wait(retried, "completed")
+        led.set_faults(status_429=0, status_500=0, drop_after_commit=1)
+        dropped = self.start("invoice-unknown-found", "invoice_posting", _invoice("A-3", 30))
+        self.wait(dropped, "completed")  # the status query found the posting
+        led.reset()
+        refused = self.start("invoice-refused", "invoice_posting", _invoice("A-4", 5, ""))
+        self.wait(refused, "failed")
+        led.set_faults(status_500=6)  # more refusals than invoice_posting would take
+        patient = self.start("invoice-patient", "invoice_posting_patient", _invoice("A-5", 60))
+        self.wait(patient, "completed")
+        return [ok, retried, dropped, refused, patient]
+
+    def dead_letter(self) -> list[str]:
+        self.ledger.set_faults(down=True)
+        wf = self.start("invoice-dead-lettered", "invoice_posting", _invoice("B-1", 40))
+        self.wait(wf, "needs_attention")
+        self.ledger.set_faults(down=False)
+        self.client.send(wf, RedriveActivity("run#1/post"))
+        self.wait(wf, "completed", past_attention=True)
+        return [wf]
+
+    def attention(self) -> list[str]:
+        led = self.ledger
+        led.reset()
+        led.set_faults(delay_s=3.0, delay_count=1)
+        wf = self.start("invoice-unknown-resolved", "invoice_posting", _invoice("C-1", 50))
+        deadline = time.monotonic() + WAIT_S
+        while not led.ledger()["total_effects"]:  # committed; the answer comes too late
+            if time.monotonic() > deadline:
+                raise RuntimeError("the posting never reached the ledger")
+            time.sleep(0.05)
+        led.set_faults(down=True)  # the status query cannot tell
+        self.wait(wf, "needs_attention")
+        led.set_faults(down=False)
+        posting = led.ledger()["postings"][0]
+        result = {"posting_id": posting["posting_id"], "key": posting["key"]}
+        self.client.resolve(wf, "run#1/post", "found", result, "checked the ledger by hand")
+        self.wait(wf, "completed", past_attention=True)
+        return [wf]
+
+
+def _invoice(number: str, amount: float, account: str | None = None) -> dict[str, Any]:
+    """An invoice; an empty ``account`` is refused by the ledger (a permanent failure)."""
+    acct = f"acct-{number}" if account is None else account
+    return {"invoice_id": number, "account": acct, "amount": amount}
+
+
+SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
+    "document_review": Recorder.document_review,
+    "dags": Recorder.dags,
+    "timeouts": Recorder.timeouts,
+    "invoices": Recorder.invoices,
+    "dead_letter": Recorder.dead_letter,
+    "attention": Recorder.attention,
+}
+
+
+def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict[str, int]:
+    """Run the scenarios on the real stack; write one history file per scenario."""
+    out.mkdir(parents=True, exist_ok=True)
+    create_topics(settings)
+    logs = Path(tempfile.mkdtemp(prefix=f"keel-record-{settings.topic_prefix}-"))
+    with _ledger() as ledger_url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        env.update(
+            KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
+            KEEL_REDIS_URL=settings.redis,
+            KEEL_TOPIC_PREFIX=settings.topic_prefix,
+            KEEL_PARTITIONS=str(settings.partitions),
+            KEEL_LEDGER_URL=ledger_url,
+        )
+        with (
+            _process(["orchestrator", "orchestrator"], env, logs / "orchestrator.log"),
+            _process(["orchestrator", "worker"], env, logs / "worker.log"),
+        ):
+            client = KeelClient(settings, app)
+            rec = Recorder(client, LedgerClient(ledger_url))
+            rec.ledger.reset()
+            written = {}
+            try:
+                for name, scenario in SCENARIOS.items():
+                    if only and name not in only:
+                        continue
+                    ids = scenario(rec)
+                    envelopes = read_topic_history(settings, ids)
+                    with (out / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+                        written[name] = write_history(envelopes, fh)
+            finally:
+                client.close()
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("tests/histories"))
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
+    args = parser.parse_args(argv)
+    base = load_settings()
+    settings = base.model_copy(update={"topic_prefix": f"rec{uuid.uuid4().hex[:10]}"})
+    written = record(settings, args.out, args.only)
+    print(json.dumps({"topic_prefix": settings.topic_prefix, "lines": written}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""``keel replay-check`` and ``keel workflow export``: check new code against recorded runs.
+
+``replay-check`` exits 1 when any run's decisions differ from its recorded ones (the
+report names the first differing event), 0 when every run replays identically. Runs
+whose definition was edited in place (same version, other digest) are flagged; that
+alone does not fail the check, since a refactoring may keep every decision (and a new
+Python release changes digests), but it is what to look at when a run does diverge.
+See docs/versioning.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.domain.replay import RunReport, replay_history
+from orchestrator.errors import KeelError
+from orchestrator.runtime.history_io import (
+    read_history_dir,
+    read_topic_history,
+    write_history,
+)
+from orchestrator.settings import load_settings
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def replay_check(
+    app: AppOption = DEFAULT_APP,
+    from_topic: Annotated[
+        bool, typer.Option("--from-topic", help="Replay every run in keel.events.")
+    ] = False,
+    histories: Annotated[
+        Path | None,
+        typer.Option("--histories", help="Replay the exported *.jsonl histories under DIR."),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
+    if from_topic == (histories is not None):
+        raise KeelError("give exactly one of --from-topic and --histories DIR")
+    decider = app_from(app).decider()
+    if histories is not None:
+        envelopes: Any = list(read_history_dir(histories))
+        source = str(histories)
+    else:
+        envelopes = read_topic_history(load_settings())
+        source = "keel.events"
+    reports = replay_history(decider, envelopes)
+    diverged = [r for r in reports if not r.ok]
+    if json_:
+        typer.echo(
+            json.dumps(
+                {
+                    "source": source,
+                    "runs": len(reports),
+                    "diverged": len(diverged),
+                    "digest_changed": sum(r.digest_changed for r in reports),
+                    "reports": [r.to_dict() for r in reports],
+                }
+            )
+        )
+    else:
+        _print(reports, source)
+    if diverged:
+        raise typer.Exit(1)
+
+
+def _print(reports: list[RunReport], source: str) -> None:
+    by_def: dict[tuple[str, int], list[RunReport]] = {}
+    for r in reports:
+        by_def.setdefault((r.name, r.version), []).append(r)
+    table = Table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
+    for (name, version), rs in sorted(by_def.items()):
+        table.add_row(
+            escape(name or "?"),
+            str(version),
+            str(len(rs)),
+            str(sum(r.ok for r in rs)),
+            str(sum(not r.ok for r in rs)),
+            str(sum(r.digest_changed for r in rs)),
+        )
+    console.print(table)
+    for r in reports:
+        label = f"{escape(r.workflow_id)} ({escape(r.name)} v{r.version})"
+        if r.digest_changed:
+            console.print(
+                f"[yellow]edited in place:[/yellow] {label}: digest {r.recorded_digest[:12]} "
+                f"recorded, {r.current_digest[:12]} now (same version)"
+            )
+        if r.folded_only:
+            kinds = ", ".join(escape(t) for t in r.folded_types)
+            console.print(
+                f"[dim]folded only:[/dim] {label}: {r.folded_only} group(s) opened by {kinds} "
+                "(no command to decide again; checked by folding)"
+            )
+        d = r.divergence
+        if d is None:
+            continue
+        console.print(
+            f"[red]diverged:[/red] {label} at seq {d.seq}"
+            + (f" deciding {escape(d.command)}" if d.command else "")
+        )
+        if d.note:
+            console.print(f"  {escape(d.note)}")
+        console.print(f"  expected: {escape(_event(d.expected))}")
+        console.print(f"  got:      {escape(_event(d.got))}")
+    total = len(reports)
+    bad = sum(not r.ok for r in reports)
+    verdict = "[red]DIVERGED[/red]" if bad else "[green]identical[/green]"
+    console.print(f"{verdict}: {total - bad}/{total} runs from {escape(source)} replay identically")
+
+
+def _event(d: dict[str, Any] | None) -> str:
+    return "(no event)" if d is None else json.dumps(d, ensure_ascii=False, sort_keys=False)
+
+
+def export(
+    workflow_ids: Annotated[list[str], typer.Argument(help="Workflow IDs to export.")],
+    commands: Annotated[
+        bool, typer.Option(help="Include the commands still in keel.commands.")
+    ] = True,
+) -> None:
+    """Write workflows' histories as JSON lines (the format replay-check reads)."""
+    envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)
+    found = {e.workflow_id for e in envelopes}
+    missing = [w for w in workflow_ids if w not in found]
+    if missing:
+        raise KeelError(f"no history in keel.events for: {', '.join(missing)}")
+    write_history(envelopes, sys.stdout)
