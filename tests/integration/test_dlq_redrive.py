@@ -51,7 +51,9 @@ def test_a_record_is_redriven_once_and_then_listed_as_redriven(settings, service
 
     again = keel(settings, "dlq", "redrive", first["id"])
     assert again.returncode == 1
-    [line] = again.stderr.strip().splitlines()
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1, again.stderr
+    [line] = lines
     assert line.startswith(f"error: dead letter '{first['id']}' was already redriven at ")
     assert line.endswith(" UTC; a second redrive is refused")
     assert _garbage_in_tasks(settings) == 2, "the original and exactly one redrive"
