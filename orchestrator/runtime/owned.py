@@ -58,7 +58,7 @@ class _Identity:
     version: int
     digest: str
     seq: int
-    status: str
+    status: WorkflowStatus
     started_at: int
     updated_at: int
 
