@@ -33,17 +33,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import select
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Faults", "OpenAIFakeClient", "create_app", "main", "serve"]
+__all__ = ["Faults", "OpenAIFakeClient", "create_app", "main", "running", "serve"]
 
 
 @dataclass
@@ -303,6 +307,28 @@ class OpenAIFakeClient:
 
     def requests(self) -> list[dict[str, Any]]:
         return self._call("GET", "/requests")  # type: ignore[no-any-return]
+
+
+@contextmanager
+def running(timeout_s: float = 30.0) -> Iterator[OpenAIFakeClient]:
+    """The fake as a real process on a free loopback port, stopped (by its PID) after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops.fakes.openai_server", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        line = proc.stdout.readline().strip() if ready else ""
+        if not line.startswith("openai fake listening on "):
+            raise RuntimeError(f"the OpenAI fake did not start: {line!r}")
+        yield OpenAIFakeClient(line.removeprefix("openai fake listening on "))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 async def serve(host: str, port: int) -> None:
