@@ -368,9 +368,9 @@ async def run_call(call: LlmCall, payload: dict[str, Any]) -> dict[str, Any]:
     spent = totals(calls)
     raise InvalidModelOutput(
         f"LLM node '{call.name}': output invalid after {len(calls)} call(s) "
-        f"({len(calls) - 1} repair(s), {spent['tokens']['total']} tokens, "
-        f"request ids {[c['request_id'] for c in calls]}); raw output: {last_raw}; "
-        f"errors: {' '.join('; '.join(errors).split())}"
+        f"({len(calls) - 1} repair(s), {spent['tokens']['total']} tokens); "
+        f"raw output: {last_raw}; errors: {' '.join('; '.join(errors).split())}; "
+        f"request ids {[c['request_id'] for c in calls]}"
     )
 
 

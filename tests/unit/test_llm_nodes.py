@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from handlers.context import ActivityContext, reset_current, set_current
 from handlers.errors import FailureClass, classify
@@ -91,7 +91,7 @@ class Doc(BaseModel):
 
 
 PROMPT = PromptTemplate("extract", 1, user="Extract from: $document", system="Be exact.")
-GOOD = {"vendor": "ACME", "total": 12.5, "confidence": 0.95}
+GOOD: dict[str, Any] = {"vendor": "ACME", "total": 12.5, "confidence": 0.95}
 
 
 def run(
@@ -162,7 +162,9 @@ def test_redact_and_retry_after():
 
 
 def test_openai_body_asks_for_the_schema_and_never_shows_the_key():
-    settings = LlmSettings(base_url="http://127.0.0.1:1/v1", api_key="sk-secret-value-123")
+    settings = LlmSettings(
+        base_url="http://127.0.0.1:1/v1", api_key=SecretStr("sk-secret-value-123")
+    )
     provider = OpenAIProvider(settings)
     assert "sk-secret" not in repr(provider) and "sk-secret" not in repr(settings)
     from handlers.llm.providers import ChatRequest
