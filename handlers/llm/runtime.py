@@ -1,0 +1,184 @@
+"""What every LLM handler shares in a worker: settings, the store, the provider, one call.
+
+:func:`obtain` is the heart of "never resampled by recovery": call ``index`` of an
+attempt is first looked up in the store; only when it is not there is the provider
+asked, and its raw response is stored (before anything is reported) and read back.
+A ``Retry-After`` the provider sent is stored too, and the next attempt of the same
+key waits it out before calling (the orchestrator's retry timer fires on its own
+schedule; docs/llm-nodes.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from handlers.context import ActivityContext
+from handlers.llm.providers import (
+    ChatRequest,
+    Provider,
+    ProviderUnavailable,
+    provider_from_settings,
+)
+from handlers.llm.settings import LlmSettings, load_llm_settings
+from handlers.llm.store import LlmStore
+from orchestrator.definitions import format_validation_error
+from orchestrator.domain.errors import DefinitionError
+from orchestrator.settings import load_settings
+
+__all__ = ["LlmRuntime", "Pricing", "configure", "obtain", "parse_output", "runtime"]
+
+log = logging.getLogger("keel.worker.llm")
+
+#: Characters of one raw output kept in a node's result (the store keeps it whole).
+MAX_RAW_IN_RECORD = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """USD per million prompt (input) and completion (output) tokens."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.input_per_mtok < 0 or self.output_per_mtok < 0:
+            raise DefinitionError("Pricing must not be negative")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        raw = prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok
+        return round(raw / 1_000_000, 8)
+
+
+@dataclass
+class LlmRuntime:
+    settings: LlmSettings
+    store: LlmStore
+    provider: Provider
+
+    def pricing(self, override: Pricing | None) -> Pricing:
+        if override is not None:
+            return override
+        s = self.settings
+        return Pricing(s.price_input_per_mtok, s.price_output_per_mtok)
+
+
+_runtime: LlmRuntime | None = None
+
+
+def runtime() -> LlmRuntime:
+    """The process's runtime, built from the environment on first use."""
+    global _runtime
+    if _runtime is None:
+        keel = load_settings()
+        llm = load_llm_settings()
+        _runtime = LlmRuntime(
+            llm, LlmStore.from_url(keel.redis, keel.topic_prefix), provider_from_settings(llm)
+        )
+    return _runtime
+
+
+def configure(rt: LlmRuntime | None) -> None:
+    """Use ``rt`` in this process (tests; None: build from the environment again)."""
+    global _runtime
+    _runtime = rt
+
+
+async def _wait_until(ctx: ActivityContext, when: float, cap_s: float) -> None:
+    end = time.time() + min(max(0.0, when - time.time()), cap_s)
+    while (left := end - time.time()) > 0:
+        await asyncio.sleep(min(left, 0.2))
+        if ctx.heartbeat_ms:
+            ctx.heartbeat({"waiting_retry_after_s": round(left, 1)})
+
+
+async def obtain(
+    rt: LlmRuntime, ctx: ActivityContext, index: int, request: ChatRequest
+) -> tuple[dict[str, Any], bool]:
+    """Call ``index`` of this attempt: (its raw response record, whether it was reused)."""
+    key = ctx.idempotency_key
+    stored = await rt.store.get_call(key, index)
+    if stored is not None:
+        return stored, True
+    not_before = await rt.store.not_before(key)
+    if not_before > time.time():
+        log.info("call %d of %s waits %.1fs (Retry-After)", index, key, not_before - time.time())
+        await _wait_until(ctx, not_before, rt.settings.max_retry_after_s)
+    try:
+        response = await rt.provider.complete(request)
+    except ProviderUnavailable as exc:
+        if exc.retry_after_s:
+            await rt.store.set_not_before(key, time.time() + exc.retry_after_s)
+        raise
+    record = {"kind": "response", "index": index, "at": time.time(), **response.record()}
+    stored, fresh = await rt.store.put_call(key, index, record)
+    if fresh and rt.settings.test_pause_after_store_s:
+        log.warning(
+            "test hook: pausing %gs after storing call %d of %s",
+            rt.settings.test_pause_after_store_s,
+            index,
+            key,
+        )
+        await asyncio.sleep(rt.settings.test_pause_after_store_s)
+    return stored, not fresh
+
+
+def parse_output(content: str | None, model: Any) -> tuple[Any, list[str]]:
+    """(the validated output, []) or (None, the problems, one line each)."""
+    from pydantic import ValidationError
+
+    if content is None or not content.strip():
+        return None, ["the answer is empty (no JSON object)"]
+    text = content.strip()
+    if text.startswith("```"):  # a fenced block: ```json ... ```
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+        text = text.rsplit("```", 1)[0]
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return None, [f"the answer is not JSON ({exc})"]
+    try:
+        return model.model_validate(data), []
+    except ValidationError as exc:
+        return None, [f"the answer does not match the schema: {format_validation_error(exc)}"]
+
+
+def call_summary(
+    record: dict[str, Any], reused: bool, pricing: Pricing, purpose: str
+) -> dict[str, Any]:
+    """One call as the node's result records it."""
+    raw = record.get("content")
+    summary: dict[str, Any] = {
+        "index": record.get("index"),
+        "purpose": purpose,
+        "request_id": record.get("request_id"),
+        "model": record.get("model"),
+        "raw_output": raw
+        if raw is None or len(raw) <= MAX_RAW_IN_RECORD
+        else raw[:MAX_RAW_IN_RECORD],
+        "prompt_tokens": record.get("prompt_tokens", 0),
+        "completion_tokens": record.get("completion_tokens", 0),
+        "cost_usd": pricing.cost(
+            record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
+        ),
+        "latency_ms": record.get("latency_ms", 0),
+        "finish_reason": record.get("finish_reason"),
+        "reused": reused,
+    }
+    if raw is not None and len(raw) > MAX_RAW_IN_RECORD:
+        summary["raw_output_truncated"] = True
+    return summary
+
+
+def totals(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    prompt = sum(c["prompt_tokens"] for c in calls)
+    completion = sum(c["completion_tokens"] for c in calls)
+    return {
+        "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
+        "cost_usd": round(sum(c["cost_usd"] for c in calls), 8),
+        "latency_ms": sum(c["latency_ms"] for c in calls),
+    }

@@ -1,0 +1,328 @@
+"""Example LLM workflows on their own application: ``--app orchestrator.examples.llm_invoices:app``.
+
+The model answers come from ``KEEL_LLM_BASE_URL`` (any OpenAI-compatible server; tests
+and demos use ``ops/fakes/openai_server.py``) or, with ``KEEL_LLM_PROVIDER=scripted``,
+from the file ``KEEL_LLM_SCRIPT``. See docs/llm-nodes.md.
+
+* ``invoice_extraction`` v1: an LLM node extracts the fields of an invoice into the
+  versioned ``InvoiceFields`` schema (two repairs at most); a confidence below 0.8 is
+  flagged and routed to ``review``, a total above 1000 to ``approval``, the rest to
+  ``auto``. Invalid output past the repairs fails the run with the raw output.
+* ``invoice_extraction_confirm`` v1: the same node, then a wait for signal ``confirm``
+  before routing (a run that sits after its LLM node, for recovery drills).
+* ``invoice_classify`` v1..v4: a cached read-only node; each version changes one part
+  of the cache key (v2 the prompt version, v3 the model, v4 a tool version), and the
+  input's ``data_version`` is the fourth part.
+* ``vendor_check`` v1..v4: a bounded agent that looks vendors up with its tools; v1 stops
+  at 3 steps, v2 at a 250-token budget, v3 at a $0.001 budget, v4 at a 1 s deadline.
+  v1-v3 return a result flagged ``agent_exhausted`` (routed to ``escalate``); v4 fails.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.llm import (
+    AgentCall,
+    CachePolicy,
+    LlmCall,
+    Pricing,
+    PromptTemplate,
+    Tool,
+    agent_step,
+    confidence_below,
+    has_flag,
+    llm_step,
+    prompts,
+)
+from orchestrator.app import KeelApp
+from orchestrator.definitions import (
+    Context,
+    RetryPolicy,
+    SignalWait,
+    State,
+    Transition,
+    WorkflowDefinition,
+)
+
+__all__ = ["app"]
+
+app = KeelApp("keel-llm-examples")
+
+LLM_RETRY = RetryPolicy(
+    max_attempts=5, initial_interval_ms=100, backoff_coefficient=2.0, max_interval_ms=2000
+)
+LARGE_TOTAL = 1000
+
+
+class InvoiceDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    document: str = Field(max_length=20_000)
+    data_version: str = "1"
+
+
+class InvoiceFields(BaseModel):
+    """What the model must answer (schema v1)."""
+
+    schema_version: ClassVar[int] = 1
+    model_config = ConfigDict(extra="forbid")
+    vendor: str
+    invoice_number: str
+    total: float
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    confidence: float = Field(ge=0, le=1)
+
+
+EXTRACT_V1 = prompts.register(
+    PromptTemplate(
+        "invoice_extract",
+        1,
+        system="You extract fields from invoices. Never guess a total.",
+        user="Extract vendor, invoice number, total, currency and your confidence from:\n$document",
+    )
+)
+
+extract = LlmCall(
+    "extract_invoice",
+    prompt=EXTRACT_V1,
+    output=InvoiceFields,
+    model="keel-test-model",
+    parameters={"temperature": 0},
+    max_repairs=2,
+    risk=[confidence_below(0.8)],
+    pricing=Pricing(input_per_mtok=0.5, output_per_mtok=1.5),
+)
+
+
+def _document(ctx: Context) -> dict[str, Any]:
+    return {"document": ctx.input_dict["document"]}
+
+
+def _is_large(ctx: Context) -> bool:
+    return bool(ctx.results["extract"]["output"]["total"] > LARGE_TOTAL)
+
+
+def _routed(route: str) -> Any:
+    def output(ctx: Context) -> dict[str, Any]:
+        fields = ctx.results["extract"]["output"]
+        return {"route": route, "total": fields["total"], "vendor": fields["vendor"]}
+
+    output.__qualname__ = f"routed_{route}"
+    return output
+
+
+def _correction_needed(ctx: Context) -> str:
+    return "extraction needs a human correction: " + ctx.failures["extract"]["message"]
+
+
+ROUTES = [
+    Transition("review", when=has_flag("extract", "low_confidence")),
+    Transition("approval", when=_is_large),
+    Transition("auto"),
+]
+ENDINGS = [
+    State("review", complete=_routed("review")),
+    State("approval", complete=_routed("approval")),
+    State("auto", complete=_routed("auto")),
+    State("needs_correction", fail=_correction_needed),
+]
+
+invoice_extraction = app.workflow(
+    WorkflowDefinition(
+        "invoice_extraction",
+        1,
+        InvoiceDocument,
+        [
+            State(
+                "extract",
+                steps=[llm_step(app, "extract", extract, input=_document, retry=LLM_RETRY)],
+                transitions=ROUTES,
+                on_failure="needs_correction",
+            ),
+            *ENDINGS,
+        ],
+        description="Extract an invoice with an LLM node and route it by total and risk.",
+    )
+)
+
+invoice_extraction_confirm = app.workflow(
+    WorkflowDefinition(
+        "invoice_extraction_confirm",
+        1,
+        InvoiceDocument,
+        [
+            State(
+                "extract",
+                steps=[llm_step(app, "extract", extract, input=_document, retry=LLM_RETRY)],
+                transitions=[Transition("confirm")],
+                on_failure="needs_correction",
+            ),
+            State(
+                "confirm", wait=SignalWait("confirm", timeout=timedelta(days=1)), transitions=ROUTES
+            ),
+            *ENDINGS,
+        ],
+        description="Extract an invoice, wait for a confirmation, then route it.",
+    )
+)
+
+# ---------------------------------------------------------------------------
+# invoice_classify: the cache key at work
+# ---------------------------------------------------------------------------
+
+
+class Category(BaseModel):
+    schema_version: ClassVar[int] = 1
+    category: str
+
+
+def _vendor_directory(args: dict[str, Any]) -> dict[str, Any]:
+    return {"vendor": args.get("vendor"), "known": True}
+
+
+CLASSIFY_PROMPTS = {
+    v: prompts.register(
+        PromptTemplate(
+            "invoice_classify",
+            v,
+            user=f"Classify this invoice into a spending category (rules v{v}):\n$document",
+        )
+    )
+    for v in (1, 2)
+}
+DIRECTORY = {v: Tool("vendor_directory", v, _vendor_directory, "Known vendors.") for v in "12"}
+
+
+def _classify_workflow(version: int, prompt: int, model: str, tool: str) -> WorkflowDefinition:
+    call = LlmCall(
+        "classify_invoice",
+        prompt=CLASSIFY_PROMPTS[prompt],
+        output=Category,
+        model=model,
+        tools=[DIRECTORY[tool]],
+        cache=CachePolicy(ttl_s=3600),
+        data_version=_data_version,
+    )
+    return app.workflow(
+        WorkflowDefinition.dag(
+            "invoice_classify",
+            version,
+            InvoiceDocument,
+            [llm_step(app, "classify", call, input=_document, retry=LLM_RETRY)],
+            output=_classified,
+            description="Classify an invoice with a cached, read-only LLM node.",
+        )
+    )
+
+
+def _data_version(ctx: Context) -> str:
+    return str(ctx.input_dict.get("data_version", "1"))
+
+
+def _classified(ctx: Context) -> dict[str, Any]:
+    result = ctx.results["classify"]
+    return {"category": result["output"]["category"], "cache": result["llm"]["cache"]["status"]}
+
+
+classify_v1 = _classify_workflow(1, prompt=1, model="keel-test-model", tool="1")
+classify_v2 = _classify_workflow(2, prompt=2, model="keel-test-model", tool="1")
+classify_v3 = _classify_workflow(3, prompt=2, model="keel-test-model-b", tool="1")
+classify_v4 = _classify_workflow(4, prompt=2, model="keel-test-model-b", tool="2")
+
+# ---------------------------------------------------------------------------
+# vendor_check: a bounded agent
+# ---------------------------------------------------------------------------
+
+
+class VendorQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vendor: str
+
+
+class VendorVerdict(BaseModel):
+    schema_version: ClassVar[int] = 1
+    vendor: str
+    trusted: bool
+
+
+def _registry_lookup(q: VendorQuery) -> dict[str, Any]:
+    return {"vendor": q.vendor, "registered": q.vendor.lower().startswith("acme")}
+
+
+def _sanctions_lookup(q: VendorQuery) -> dict[str, Any]:
+    return {"vendor": q.vendor, "listed": False}
+
+
+VENDOR_TOOLS = [
+    Tool("registry_lookup", "1", _registry_lookup, "Company registry.", input=VendorQuery),
+    Tool("sanctions_lookup", "1", _sanctions_lookup, "Sanctions list.", input=VendorQuery),
+]
+VENDOR_PROMPT = prompts.register(
+    PromptTemplate(
+        "vendor_check",
+        1,
+        system="Decide whether a vendor can be trusted. Use the tools; answer when sure.",
+        user="Vendor: $vendor",
+    )
+)
+
+
+def _vendor(ctx: Context) -> dict[str, Any]:
+    return {"vendor": ctx.input_dict["vendor"]}
+
+
+def _verdict(ctx: Context) -> dict[str, Any]:
+    result = ctx.results["check"]
+    return {
+        "verdict": result["output"],
+        "stop_reason": result["llm"]["stop_reason"],
+        "flags": result["flags"],
+    }
+
+
+def _vendor_workflow(version: int, **bounds: Any) -> WorkflowDefinition:
+    agent = AgentCall(
+        "vendor_check",
+        prompt=VENDOR_PROMPT,
+        output=VendorVerdict,
+        tools=VENDOR_TOOLS,
+        model="keel-test-model",
+        pricing=Pricing(input_per_mtok=10.0, output_per_mtok=30.0),
+        **bounds,
+    )
+    step = agent_step(app, "check", agent, input=_vendor, retry=LLM_RETRY)
+    return app.workflow(
+        WorkflowDefinition(
+            "vendor_check",
+            version,
+            VendorQuery,
+            [
+                State(
+                    "check",
+                    steps=[step],
+                    transitions=[
+                        Transition("escalate", when=has_flag("check", "agent_exhausted")),
+                        Transition("done"),
+                    ],
+                    on_failure="failed",
+                ),
+                State("escalate", complete=_verdict),
+                State("done", complete=_verdict),
+                State("failed", fail=_agent_failed),
+            ],
+            description="A bounded agent checks a vendor with two lookup tools.",
+        )
+    )
+
+
+def _agent_failed(ctx: Context) -> str:
+    return "vendor check failed: " + ctx.failures["check"]["message"]
+
+
+vendor_v1 = _vendor_workflow(1, max_steps=3, on_exhausted="flag")
+vendor_v2 = _vendor_workflow(2, max_steps=20, max_tokens=250, on_exhausted="flag")
+vendor_v3 = _vendor_workflow(3, max_steps=20, max_cost_usd=0.001, on_exhausted="flag")
+vendor_v4 = _vendor_workflow(4, max_steps=20, deadline_s=1.0, on_exhausted="fail")
