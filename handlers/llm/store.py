@@ -47,7 +47,7 @@ REDIS_WAIT_S = 30.0
 class LlmStore:
     def __init__(self, client: redis.Redis, topic_prefix: str, ttl_s: int = CALL_TTL_S) -> None:
         self.r = client
-        self.root = f"{Keyspace(topic_prefix).root}:llm"
+        self.root = Keyspace(topic_prefix).llm
         self.ttl_s = ttl_s
 
     @classmethod

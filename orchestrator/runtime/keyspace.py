@@ -13,7 +13,12 @@ space     keys                                              rebuilt by / lifetim
 ``dd``    ``dd:<source>:<event id>`` webhook/callback       never cleared; TTL
           dedupe markers
 ``dlq``   ``dlq:redriven:<letter id>`` redrive claims       never cleared
+``llm``   ``llm:call:<i>:<K>`` raw model responses,         never cleared; TTL
+          ``llm:start|wait:<K>``, ``llm:cache:<hash>``
 ========  ===============================================  ==========================
+
+The read model also holds ``rm:rebuild:lock``, ``rm:rebuild:epoch`` (a rebuild's lock and
+generation) and ``rm:health:projector:<instance>``.
 
 Only the read model (``rm``) is ever cleared in bulk.
 """
@@ -63,6 +68,12 @@ class Keyspace:
     # -- dedupe of webhooks and callbacks (never cleared) -------------------------------
     def dedupe(self, source: str, event_id: str) -> str:
         return f"{self.root}:dd:{source}:{event_id}"
+
+    # -- LLM nodes: raw responses, provider back-off, the read-only cache (never cleared) --
+    @property
+    def llm(self) -> str:
+        """The prefix of the LLM node keys (``handlers/llm/store.py`` builds the rest)."""
+        return f"{self.root}:llm"
 
     # -- dead-letter redrives ------------------------------------------------------------
     def redriven(self, letter_id: str) -> str:
