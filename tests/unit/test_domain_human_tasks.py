@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import json
+import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -55,7 +58,6 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.waits import SignalWait
 from orchestrator.examples import app
-from orchestrator.examples.approvals import payment_approval
 
 T0 = 1_700_000_000_000
 HOUR = 3600 * 1000
@@ -446,8 +448,28 @@ def test_the_definition_digest_covers_the_task() -> None:
 # -- the bundled example ---------------------------------------------------------------------------
 
 
-def test_the_payment_approval_example_pays_what_was_approved() -> None:
+@pytest.fixture
+def approvals() -> Iterator[Any]:
+    """The example module, registered on the example app only for this test (other
+    tests list the app's workflows exactly)."""
+    saved = (dict(app.definitions), dict(app.handlers), app._decider)
+    name = "orchestrator.examples.approvals"
+    module = importlib.reload(sys.modules[name]) if name in sys.modules else None
+    module = module or importlib.import_module(name)
+    try:
+        yield module
+    finally:
+        app.definitions.clear()
+        app.definitions.update(saved[0])
+        app.handlers.clear()
+        app.handlers.update(saved[1])
+        app._decider = saved[2]
+
+
+def test_the_payment_approval_example_pays_what_was_approved(approvals: Any) -> None:
+    payment_approval = approvals.payment_approval
     assert app.definitions[("payment_approval", 1)] is payment_approval
+    assert "record_payment" in app.handlers
     h = Harness(payment_approval)
     inp = {"payment_id": "p-1", "account": "acc-9", "amount": 12.5, "requested_by": "sam"}
     h.send(StartWorkflow("payment_approval", 1, json.dumps(inp)), at=T0, mid="run-1")
