@@ -2,11 +2,12 @@
 
 Layers, each importing only those before it (and the standard library and pydantic):
 ``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``messages`` -> ``state``, ``keys`` ->
-``context``, ``fingerprint`` -> ``definitions`` -> ``activities`` (the activity lifecycle)
--> ``evolve`` (state from events) -> ``decide`` (events from commands) -> ``decider``
-(the facade the runtime uses) -> ``replay`` (re-decide recorded histories). The Kafka
-runtime depends on this package, never the
-reverse.
+``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
+``definitions`` -> ``activities`` (the activity lifecycle) -> ``signals`` (inbox,
+correlations, late signals) -> ``human_tasks`` (approvals) -> ``evolve`` (state from
+events) -> ``decide`` (events from commands) -> ``decider`` (the facade the runtime
+uses) -> ``replay`` (re-decide recorded histories). The Kafka runtime depends on this
+package, never the reverse.
 """
 
 from orchestrator.domain.context import Context
@@ -24,6 +25,8 @@ from orchestrator.domain.decider import (
 from orchestrator.domain.definitions import (
     ON_EXHAUSTED,
     TIMEOUT_KINDS,
+    Escalation,
+    HumanTask,
     RetryPolicy,
     SignalWait,
     State,
@@ -43,6 +46,7 @@ from orchestrator.domain.errors import (
     InvalidInputError,
     UnknownWorkflowError,
 )
+from orchestrator.domain.human_tasks import TaskTokenHash, task_id_for
 from orchestrator.domain.keys import idempotency_key, parse_idempotency_key
 from orchestrator.domain.messages import TERMINAL_EVENT_NAMES, TERMINAL_EVENTS
 from orchestrator.domain.state import (
@@ -52,6 +56,7 @@ from orchestrator.domain.state import (
     STATUSES,
     TERMINAL_STATUSES,
     ActivityState,
+    HumanTaskState,
     TimerState,
     WaitState,
     WorkflowState,
@@ -59,7 +64,10 @@ from orchestrator.domain.state import (
 from orchestrator.domain.vocabulary import (
     ActivityStatus,
     FailureClass,
+    HumanDecision,
+    HumanTaskStatus,
     OnExhausted,
+    OnExpiry,
     PurposeKind,
     Resolution,
     TimeoutKind,
@@ -67,6 +75,7 @@ from orchestrator.domain.vocabulary import (
     WaitKind,
     WorkflowStatus,
 )
+from orchestrator.domain.waits import operation_digest, sha256_hex, token_hash
 
 __all__ = [
     "ACTIVITY_STATUSES",
@@ -89,16 +98,23 @@ __all__ = [
     "Context",
     "Decider",
     "DefinitionError",
+    "Escalation",
     "FailureClass",
     "HistoryError",
+    "HumanDecision",
+    "HumanTask",
+    "HumanTaskState",
+    "HumanTaskStatus",
     "InvalidInputError",
     "OnExhausted",
+    "OnExpiry",
     "PurposeKind",
     "Resolution",
     "RetryPolicy",
     "SignalWait",
     "State",
     "Step",
+    "TaskTokenHash",
     "TimeoutKind",
     "TimerPurpose",
     "TimerState",
@@ -115,8 +131,12 @@ __all__ = [
     "duration_ms",
     "format_validation_error",
     "idempotency_key",
+    "operation_digest",
     "parse_idempotency_key",
     "query_outcome",
     "resolve_definition",
     "retry_delay_ms",
+    "sha256_hex",
+    "task_id_for",
+    "token_hash",
 ]

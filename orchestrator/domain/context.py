@@ -33,7 +33,8 @@ class Context:
     ``results`` maps step name to its latest result; ``signals`` maps signal name to
     every payload received so far (arrival order); ``visits`` counts entries per state;
     ``failures`` maps step name to its latest final failure (``failure_class``,
-    ``error_type``, ``message``).
+    ``error_type``, ``message``); ``human_tasks`` maps human task name to its latest
+    task (``status``, ``decision``, ``actor``, ``decided_at``, ``owner``, ``level``).
     """
 
     __slots__ = ("_defn", "_results", "_signals", "_state")
@@ -85,6 +86,20 @@ class Context:
     @property
     def visits(self) -> Mapping[str, int]:
         return self._state.visits
+
+    @property
+    def human_tasks(self) -> Mapping[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for task in self._state.human_tasks.values():  # oldest first: the latest wins
+            out[task.task_name] = {
+                "status": str(task.status),
+                "decision": task.decision,
+                "actor": task.actor,
+                "decided_at": task.decided_at,
+                "owner": task.owner,
+                "level": task.level,
+            }
+        return out
 
     @property
     def failures(self) -> Mapping[str, dict[str, str]]:

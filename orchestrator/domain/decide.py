@@ -17,18 +17,18 @@ the reason; a computed payload over the size limit, or a history past
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.domain import activities
+from orchestrator.domain import activities, human_tasks, signals
 from orchestrator.domain.activities import (
     RunNeedsAttention,
     UserCodeFailed,
     check_computed,
-    command_json,
 )
 from orchestrator.domain.context import Context
 from orchestrator.domain.definitions import (
@@ -48,17 +48,18 @@ from orchestrator.domain.errors import (
     LimitExceededError,
 )
 from orchestrator.domain.evolve import DefinitionLookup, apply, started
+from orchestrator.domain.human_tasks import TaskTokenHash
 from orchestrator.domain.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
 from orchestrator.domain.messages import (
     CancelWorkflow,
     CompleteActivity,
+    DecideHumanTask,
     Envelope,
     FailActivity,
     FireTimer,
     HeartbeatActivity,
     RedriveActivity,
     ResolveActivity,
-    SignalReceived,
     SignalWorkflow,
     StartWorkflow,
     StateEntered,
@@ -66,14 +67,21 @@ from orchestrator.domain.messages import (
     TimerScheduled,
     WorkflowCancelled,
     WorkflowCompleted,
+    WorkflowContinuedAsNew,
     WorkflowFailed,
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
 from orchestrator.domain.state import ActivityState, WorkflowState
-from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose
+from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
 
-__all__ = ["HANDLERS", "MAX_TRANSITIONS_PER_DECISION", "decide", "describe_command"]
+__all__ = [
+    "HANDLERS",
+    "MAX_TRANSITIONS_PER_DECISION",
+    "continued_run_id",
+    "decide",
+    "describe_command",
+]
 
 #: Guards against a loop of states that neither run a step nor wait.
 MAX_TRANSITIONS_PER_DECISION = 1000
@@ -99,6 +107,7 @@ _DESCRIPTIONS: dict[type, Callable[[Any], str]] = {
     HeartbeatActivity: lambda p: f"heartbeat of activity '{p.activity_id}'",
     ResolveActivity: lambda p: f"resolution of activity '{p.activity_id}'",
     RedriveActivity: lambda p: f"redrive of activity '{p.activity_id}'",
+    DecideHumanTask: lambda p: f"decision of human task '{p.task_id or '(by token)'}'",
 }
 
 
@@ -108,9 +117,14 @@ def decide(
     state: WorkflowState | None,
     cmd: Envelope[Any],
     now_ms: int,
+    task_token_hash: TaskTokenHash | None = None,
 ) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
     """The events ``cmd`` causes, as envelopes recorded at ``now_ms``, and the state
-    they fold into (``state`` itself, unchanged, when there are none)."""
+    they fold into (``state`` itself, unchanged, when there are none).
+
+    ``task_token_hash`` gives the sha256 of the token the runtime issues for a human
+    task id (see :mod:`orchestrator.domain.human_tasks`); without it tasks record no
+    token hash and are decided by task id only."""
     p = cmd.payload
     wid = cmd.workflow_id
     if not 0 <= cmd.recorded_at <= MAX_RECORDED_AT:
@@ -119,7 +133,7 @@ def decide(
         if state is not None:
             return state, []
         defn = _start_definition(definitions, p)
-        d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id)
+        d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id, task_token_hash)
         d.emit(WorkflowStarted(defn.name, defn.version, defn.digest, p.input_json))
         d.enter(defn.initial)
         d.advance()
@@ -145,7 +159,7 @@ def decide(
             f"workflow '{wid}' needs attention ({state.attention_reason}); {what} refused "
             "(cancel it)"
         )
-    d = Decision(lookup, defn, state, cmd, now_ms, state.run_id)
+    d = Decision(lookup, defn, state, cmd, now_ms, state.run_id, task_token_hash)
     handler(d, p)
     return d.finish()
 
@@ -194,7 +208,17 @@ _CLIPPED: dict[type, tuple[str, ...]] = {}
 class Decision:
     """The events of one command, folded into a scratch state as they are emitted."""
 
-    __slots__ = ("_correlation", "cmd", "defn", "envs", "lookup", "now_ms", "run_id", "state")
+    __slots__ = (
+        "_correlation",
+        "cmd",
+        "defn",
+        "envs",
+        "lookup",
+        "now_ms",
+        "run_id",
+        "state",
+        "task_token_hash",
+    )
 
     def __init__(
         self,
@@ -204,7 +228,9 @@ class Decision:
         cmd: Envelope[Any],
         now_ms: int,
         run_id: str,
+        task_token_hash: TaskTokenHash | None = None,
     ) -> None:
+        self.task_token_hash = task_token_hash
         self.lookup = lookup
         self.defn = defn
         self.state = state
@@ -221,8 +247,9 @@ class Decision:
 
     def emit(self, payload: Any) -> None:
         seq = (self.state.seq if self.state is not None else 0) + 1
-        if seq > MAX_HISTORY_EVENTS and not isinstance(
-            payload, WorkflowNeedsAttention | WorkflowCancelled
+        base = self.state.run_base_seq if self.state is not None else 0
+        if seq - base > MAX_HISTORY_EVENTS and not isinstance(
+            payload, WorkflowNeedsAttention | WorkflowCancelled | WorkflowContinuedAsNew
         ):
             raise RunNeedsAttention(
                 f"the history reached {MAX_HISTORY_EVENTS:,} events, the limit per run "
@@ -305,10 +332,22 @@ class Decision:
                 return
             w = s.wait
             if w is not None and not w.satisfied:
+                if w.kind == WaitKind.HUMAN:
+                    if w.task_id is None:
+                        human_tasks.open_task(self)
+                    return
+                if w.correlated and w.correlation is None:
+                    assert isinstance(st.wait, SignalWait)
+                    signals.open_wait(self, st.wait)
+                    continue  # a held signal may satisfy it at once
                 if w.timer_id is None:
                     self._arm_wait_timer(st)
                 return
-            if w is not None and w.timed_out:
+            if w is not None and w.kind == WaitKind.HUMAN:
+                target = human_tasks.route(self, st, w.outcome or "")
+                if target is None:
+                    return
+            elif w is not None and w.timed_out:
                 assert isinstance(st.wait, SignalWait)
                 target = st.wait.on_timeout
                 if target is None:
@@ -321,7 +360,8 @@ class Decision:
             else:
                 target = self._choose(st)
                 if target is None:
-                    self._finish(st)
+                    if self._finish(st):
+                        continue  # a new run began: advance it
                     return
             self.enter(target)
         self.emit(
@@ -374,6 +414,10 @@ class Decision:
             purpose = TimerPurpose.signal_timeout(st.wait.name)
             self.arm_timer(purpose, purpose.timer_id(base), now + delay)
 
+    def duration(self, value: Any, what: str) -> int:
+        """Milliseconds of a constant or computed duration (the run fails if unusable)."""
+        return self._duration(value, what)
+
     def _duration(self, value: Any, what: str) -> int:
         if callable(value):
             value = self.call(value, what)
@@ -386,7 +430,11 @@ class Decision:
                 return tr.to
         return None
 
-    def _finish(self, st: State) -> None:
+    def _finish(self, st: State) -> bool:
+        """End the run by the state's terminal outcome; True when a new run began."""
+        if st.continue_as_new is not None:
+            self._continue_as_new(st)
+            return True
         if st.complete is not None:
             value = self.call(st.complete, "output")
             model = self.defn.output_model
@@ -413,6 +461,23 @@ class Decision:
             self.emit(WorkflowFailed(reason))
         else:
             self.emit(WorkflowFailed(f"state '{st.name}': no transition matched"))
+        return False
+
+    def _continue_as_new(self, st: State) -> None:
+        """End this run and start the next one of the same workflow and definition."""
+        assert st.continue_as_new is not None
+        value = self.call(st.continue_as_new, "continue_as_new input")
+        input_json = self.use(value, canonical_json, "continue_as_new input is not JSON")
+        check_computed(input_json, f"state '{st.name}': continue_as_new input")
+        try:
+            self.defn.parse_input(input_json)
+        except InvalidInputError as exc:
+            raise UserCodeFailed(f"state '{st.name}': continue_as_new input: {exc}") from None
+        seq = self.s.seq + 1
+        new_run = continued_run_id(self.s.workflow_id, self.run_id, seq)
+        self.emit(WorkflowContinuedAsNew(new_run, input_json))
+        self.run_id = new_run
+        self.enter(self.defn.initial)
 
 
 # -- command handlers ---------------------------------------------------------------------
@@ -429,27 +494,10 @@ def _on_timer(d: Decision, p: FireTimer) -> None:
     purpose = TimerPurpose.parse(timer.purpose)
     if purpose.kind in (PurposeKind.RETRY, PurposeKind.ACTIVITY_TIMEOUT):
         activities.on_activity_timer(d, purpose)
+    elif purpose.kind is PurposeKind.HUMAN:
+        human_tasks.on_timer(d, purpose)
     else:
         d.advance()
-
-
-def _on_signal(d: Decision, p: SignalWorkflow) -> None:
-    s = d.s
-    wid = s.workflow_id
-    if d.cmd.message_id in s.seen_commands:
-        return
-    if s.is_terminal:
-        raise CommandRejected(f"workflow '{wid}' is {s.status}; signal '{p.signal_name}' refused")
-    if p.signal_name not in d.defn.signal_names:
-        known = ", ".join(sorted(d.defn.signal_names)) or "(none)"
-        raise CommandRejected(
-            f"workflow '{wid}' ({d.defn.name} v{d.defn.version}) does not wait for "
-            f"signal '{p.signal_name}'; known signals: {known}"
-        )
-    what = f"payload of signal '{p.signal_name}'"
-    command_json(p.payload_json, what, f"{what} is not valid JSON")
-    d.emit(SignalReceived(p.signal_name, p.payload_json))
-    d.advance()
 
 
 def _on_cancel(d: Decision, p: CancelWorkflow) -> None:
@@ -483,6 +531,13 @@ HANDLERS: dict[type, Handler] = {
     ResolveActivity: _guarded(activities.on_resolve),
     RedriveActivity: _guarded(activities.on_redrive),
     FireTimer: _guarded(_on_timer),
-    SignalWorkflow: _guarded(_on_signal),
+    SignalWorkflow: _guarded(signals.on_signal),
+    DecideHumanTask: _guarded(human_tasks.on_decide),
     CancelWorkflow: _on_cancel,
 }
+
+
+def continued_run_id(workflow_id: str, run_id: str, seq: int) -> str:
+    """The id of the run a ``WorkflowContinuedAsNew`` at ``seq`` starts: deterministic
+    (replay makes the same one) and of fixed length however often a run continues."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"keel:{workflow_id}:{run_id}:{seq}"))

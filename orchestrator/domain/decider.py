@@ -24,15 +24,19 @@ from orchestrator.domain.activities import (
 from orchestrator.domain.decide import MAX_TRANSITIONS_PER_DECISION, decide
 from orchestrator.domain.definitions import WorkflowDefinition, index_definitions
 from orchestrator.domain.errors import CommandRejected, HistoryError
+from orchestrator.domain.human_tasks import TaskTokenHash
 from orchestrator.domain.messages import (
     ActivityRedriven,
     ActivityResolved,
     Envelope,
     Event,
+    HumanTaskDecided,
     SignalReceived,
+    SignalRefused,
     StateEntered,
     WorkflowCancelled,
     WorkflowCompleted,
+    WorkflowContinuedAsNew,
     WorkflowFailed,
     WorkflowStarted,
 )
@@ -64,7 +68,12 @@ SUMMARY_EVENTS: tuple[type, ...] = (
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowCancelled,
+    SignalRefused,
+    HumanTaskDecided,
+    WorkflowContinuedAsNew,
 )
+#: Events whose command a run remembers (a redelivery of it writes nothing).
+_REMEMBERED = (SignalReceived, SignalRefused, ActivityResolved, ActivityRedriven, HumanTaskDecided)
 
 
 class Decider:
@@ -73,20 +82,34 @@ class Decider:
     def __init__(
         self,
         definitions: Iterable[WorkflowDefinition] | Mapping[tuple[str, int], WorkflowDefinition],
+        *,
+        task_token_hash: TaskTokenHash | None = None,
     ) -> None:
+        """``task_token_hash(task_id)`` is the sha256 hex of the token the runtime issues
+        for a human task (docs/human-tasks.md); the decider records only that hash."""
         defs = definitions.values() if isinstance(definitions, Mapping) else definitions
         self.definitions = index_definitions(defs)
+        self.task_token_hash = task_token_hash
 
     def decide(self, state: WorkflowState | None, command: Envelope[Any]) -> list[Event]:
         """The events ``command`` causes (``[]`` for duplicates); raises CommandRejected."""
-        _, envs = decide(self.definitions, self.definition_for, state, command, command.recorded_at)
+        _, envs = decide(
+            self.definitions,
+            self.definition_for,
+            state,
+            command,
+            command.recorded_at,
+            self.task_token_hash,
+        )
         return [env.payload for env in envs]
 
     def handle(
         self, state: WorkflowState | None, command: Envelope[Any], now_ms: int
     ) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
         """Decide, wrap each event in its envelope (recorded at ``now_ms``) and fold them."""
-        return decide(self.definitions, self.definition_for, state, command, now_ms)
+        return decide(
+            self.definitions, self.definition_for, state, command, now_ms, self.task_token_hash
+        )
 
     def evolve(self, state: WorkflowState | None, event: Envelope[Any]) -> WorkflowState:
         """Fold one event without changing ``state``; an event at or below ``state.seq`` is
@@ -105,10 +128,11 @@ class Decider:
         """The :meth:`WorkflowState.summary` of a finished run, without folding its history.
 
         ``events`` are the run's events after ``base`` (or from ``WorkflowStarted`` when
-        ``base`` is None), of which only these are needed, in order: ``WorkflowStarted``,
-        the last ``StateEntered``, every ``SignalReceived``, ``ActivityResolved`` and
-        ``ActivityRedriven`` (their commands are remembered) and the terminal event. Used
-        to rebuild finished runs quickly; equal to ``fold(all).summary()`` (tested).
+        ``base`` is None), of which only :data:`SUMMARY_EVENTS` are needed, in order:
+        ``WorkflowStarted``, the last ``StateEntered``, every event whose command is
+        remembered (signals, resolutions, redrives, decisions), every
+        ``WorkflowContinuedAsNew`` and the terminal event. Used to rebuild finished runs
+        quickly; equal to ``fold(all).summary()`` (tested).
         """
         it = iter(events)
         state = base
@@ -122,11 +146,13 @@ class Decider:
             p = env.payload
             if isinstance(p, StateEntered):
                 current = p.state
-            elif (
-                isinstance(p, SignalReceived | ActivityResolved | ActivityRedriven)
-                and env.causation_id is not None
-            ):
+            elif isinstance(p, _REMEMBERED) and env.causation_id is not None:
                 seen = remember_command(seen, env.causation_id)
+            elif isinstance(p, WorkflowContinuedAsNew):
+                ended = state.clone()
+                ended.seen_commands = seen
+                state = _evolve.continued(ended, p, env)
+                current, seen = None, state.seen_commands
             elif getattr(p, "TERMINAL", False):
                 end = env
         if end is None:

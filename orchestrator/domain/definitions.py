@@ -25,7 +25,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -35,6 +34,16 @@ from orchestrator.domain.errors import DefinitionError, InvalidInputError, Unkno
 from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
 from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.vocabulary import OnExhausted, TimeoutKind
+from orchestrator.domain.waits import (
+    Duration,
+    Escalation,
+    HumanTask,
+    SignalWait,
+    TimerWait,
+    describe_wait,
+    duration_ms,
+    validate_wait,
+)
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -43,6 +52,8 @@ __all__ = [
     "Context",
     "DefinitionError",
     "Duration",
+    "Escalation",
+    "HumanTask",
     "InvalidInputError",
     "RetryPolicy",
     "SignalWait",
@@ -61,36 +72,7 @@ __all__ = [
 ]
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-
-
-Duration = int | float | timedelta
-
-
 _MAX_DAYS = MAX_DURATION_MS // (24 * 3600 * 1000)
-
-
-def duration_ms(value: Duration) -> int:
-    """Milliseconds of a duration given in seconds or as a ``timedelta``.
-
-    ``TypeError`` for anything else, ``ValueError`` when negative, not a number or
-    longer than ``MAX_DURATION_MS`` (so no timer can overflow a recorded time).
-    """
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"a duration must be seconds or a timedelta, got {value!r}"[:200])
-    else:
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int too large for a float
-            seconds = math.inf
-    if seconds < 0 or seconds != seconds:
-        raise ValueError(f"a duration must be >= 0 seconds, got {value!r}"[:200])
-    if seconds * 1000 > MAX_DURATION_MS:
-        raise ValueError(
-            f"a duration must be at most {_MAX_DAYS:,} days, got {seconds:.6g} seconds"
-        )
-    return round(seconds * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,25 +232,6 @@ class Step:
 
 
 @dataclass(frozen=True)
-class TimerWait:
-    """Wait a fixed duration (or one computed from the context) on a durable timer."""
-
-    duration: Duration | Callable[[Context], Duration]
-
-
-@dataclass(frozen=True)
-class SignalWait:
-    """Wait for signal ``name``; after ``timeout`` go to ``on_timeout`` (or fail the run).
-
-    A signal that arrived earlier waits in the inbox and satisfies the wait at once.
-    """
-
-    name: str
-    timeout: Duration | Callable[[Context], Duration] | None = None
-    on_timeout: str | None = None
-
-
-@dataclass(frozen=True)
 class Transition:
     """Go to state ``to`` when ``when(ctx)`` holds (always, if ``when`` is None)."""
 
@@ -281,16 +244,21 @@ class State:
     """A workflow state: steps, then a wait, then transitions or a terminal outcome.
 
     ``on_failure`` names the state to enter when a step fails for good (permanent
-    failure or retries exhausted); without it the workflow fails.
+    failure or retries exhausted); without it the workflow fails. A state whose wait
+    is a :class:`HumanTask` goes where the decision leads and needs no transition.
+    ``continue_as_new`` (a function of the context returning the next run's input)
+    is a terminal outcome that ends this run and starts a fresh one of the same
+    workflow with that input (docs/workflows.md).
     """
 
     name: str
     steps: Sequence[Step] = ()
-    wait: TimerWait | SignalWait | None = None
+    wait: TimerWait | SignalWait | HumanTask | None = None
     transitions: Sequence[Transition] = ()
     complete: Callable[[Context], Any] | None = None
     fail: str | Callable[[Context], str] | None = None
     on_failure: str | None = None
+    continue_as_new: Callable[[Context], Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -298,15 +266,9 @@ class State:
 
     @property
     def is_terminal_capable(self) -> bool:
-        return self.complete is not None or self.fail is not None
-
-
-def _duration_desc(value: Any) -> Any:
-    if value is None:
-        return None
-    if callable(value):
-        return callable_fingerprint(value)
-    return duration_ms(value)
+        return (
+            self.complete is not None or self.fail is not None or self.continue_as_new is not None
+        )
 
 
 def _model_desc(model: type[BaseModel] | None) -> Any:
@@ -353,9 +315,18 @@ class WorkflowDefinition:
         self.steps_by_name: dict[str, Step] = {
             step.name: step for st in self.states.values() for step in st.steps
         }
-        self.signal_names: frozenset[str] = frozenset(
-            st.wait.name for st in self.states.values() if isinstance(st.wait, SignalWait)
+        signal_waits = [st.wait for st in self.states.values() if isinstance(st.wait, SignalWait)]
+        self.signal_names: frozenset[str] = frozenset(w.name for w in signal_waits)
+        #: Signals whose waits carry a correlation (every wait of such a name does).
+        self.correlated_signals: frozenset[str] = frozenset(
+            w.name for w in signal_waits if w.correlation is not None
         )
+        for w in signal_waits:
+            if w.correlation is None and w.name in self.correlated_signals:
+                raise DefinitionError(
+                    f"{self.label}: signal '{w.name}' is waited for with and without a "
+                    "correlation (all its waits must agree)"
+                )
         self.digest = hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
 
     @classmethod
@@ -440,29 +411,27 @@ class WorkflowDefinition:
                         raise DefinitionError(
                             f"{where}: step '{step.name}' depends on unknown step '{dep}'"
                         )
-            if st.complete is not None and st.fail is not None:
-                raise DefinitionError(f"{where}: has both complete= and fail=")
-            if not st.transitions and not st.is_terminal_capable:
+            outcomes = [x for x in (st.complete, st.fail, st.continue_as_new) if x is not None]
+            if len(outcomes) > 1:
+                raise DefinitionError(
+                    f"{where}: has more than one of complete=, fail= and continue_as_new="
+                    if st.continue_as_new is not None
+                    else f"{where}: has both complete= and fail="
+                )
+            if isinstance(st.wait, HumanTask):
+                if st.transitions or outcomes:
+                    raise DefinitionError(
+                        f"{where}: a human task decides where the run goes; it takes no "
+                        "transitions or terminal outcome (use on_approve/on_reject)"
+                    )
+            elif not st.transitions and not st.is_terminal_capable:
                 raise DefinitionError(f"{where}: has no transition and no terminal outcome")
             for tr in st.transitions:
                 self._check_target(st.name, tr.to, "transition")
             self._check_target(st.name, st.on_failure, "on_failure")
             if st.on_failure is not None and not st.steps:
                 raise DefinitionError(f"{where}: on_failure without steps")
-            if isinstance(st.wait, SignalWait):
-                if not _NAME_RE.match(st.wait.name):
-                    raise DefinitionError(f"{where}: invalid signal name {st.wait.name!r}")
-                if st.wait.on_timeout is not None and st.wait.timeout is None:
-                    raise DefinitionError(f"{where}: on_timeout without a timeout")
-                self._check_target(st.name, st.wait.on_timeout, "on_timeout")
-            elif st.wait is not None and not isinstance(st.wait, TimerWait):
-                raise DefinitionError(f"{where}: wait must be a TimerWait or a SignalWait")
-            for value in (getattr(st.wait, "duration", None), getattr(st.wait, "timeout", None)):
-                if value is not None and not callable(value):
-                    try:
-                        duration_ms(value)
-                    except (TypeError, ValueError) as exc:
-                        raise DefinitionError(f"{where}: {exc}") from None
+            validate_wait(where, st.wait, self.states, lambda n: bool(_NAME_RE.match(n)))
 
     @staticmethod
     def _validate_step_failures(where: str, step: Step) -> None:
@@ -535,28 +504,20 @@ class WorkflowDefinition:
         """The canonical description the digest is computed from."""
         states = []
         for st in self.states.values():
-            wait: Any = None
-            if isinstance(st.wait, TimerWait):
-                wait = {"timer": _duration_desc(st.wait.duration)}
-            elif isinstance(st.wait, SignalWait):
-                wait = {
-                    "signal": st.wait.name,
-                    "timeout": _duration_desc(st.wait.timeout),
-                    "on_timeout": st.wait.on_timeout,
-                }
-            states.append(
-                {
-                    "name": st.name,
-                    "steps": [s.describe() for s in st.steps],
-                    "wait": wait,
-                    "transitions": [
-                        {"to": t.to, "when": callable_fingerprint(t.when)} for t in st.transitions
-                    ],
-                    "complete": callable_fingerprint(st.complete),
-                    "fail": st.fail if isinstance(st.fail, str) else callable_fingerprint(st.fail),
-                    "on_failure": st.on_failure,
-                }
-            )
+            desc: dict[str, Any] = {
+                "name": st.name,
+                "steps": [s.describe() for s in st.steps],
+                "wait": describe_wait(st.wait),
+                "transitions": [
+                    {"to": t.to, "when": callable_fingerprint(t.when)} for t in st.transitions
+                ],
+                "complete": callable_fingerprint(st.complete),
+                "fail": st.fail if isinstance(st.fail, str) else callable_fingerprint(st.fail),
+                "on_failure": st.on_failure,
+            }
+            if st.continue_as_new is not None:  # only when set, so old digests hold
+                desc["continue_as_new"] = callable_fingerprint(st.continue_as_new)
+            states.append(desc)
         return {
             "name": self.name,
             "version": self.version,

@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from orchestrator.domain import human_tasks, signals
 from orchestrator.domain.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
-from orchestrator.domain.definitions import SignalWait, TimerWait, WorkflowDefinition
+from orchestrator.domain.definitions import HumanTask, SignalWait, TimerWait, WorkflowDefinition
 from orchestrator.domain.errors import HistoryError
 from orchestrator.domain.messages import (
     ActivityCompleted,
@@ -32,12 +33,12 @@ from orchestrator.domain.messages import (
     ActivityScheduled,
     ActivityTimedOut,
     Envelope,
-    SignalReceived,
     StateEntered,
     TimerFired,
     TimerScheduled,
     WorkflowCancelled,
     WorkflowCompleted,
+    WorkflowContinuedAsNew,
     WorkflowFailed,
     WorkflowNeedsAttention,
     WorkflowStarted,
@@ -61,7 +62,7 @@ from orchestrator.domain.vocabulary import (
     WorkflowStatus,
 )
 
-__all__ = ["APPLIERS", "DefinitionLookup", "apply", "evolve", "fold", "started"]
+__all__ = ["APPLIERS", "DefinitionLookup", "apply", "continued", "evolve", "fold", "started"]
 
 #: How evolve finds the definition a run follows (raises ``HistoryError`` if none).
 DefinitionLookup = Callable[[WorkflowState], WorkflowDefinition]
@@ -86,6 +87,32 @@ def started(event: Envelope[Any]) -> WorkflowState:
         digest=p.definition_digest,
         input_json=p.input_json,
         seq=event.seq,
+        started_at=event.recorded_at,
+        updated_at=event.recorded_at,
+    )
+
+
+def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any]) -> WorkflowState:
+    """The fresh state of the run ``event`` starts, carrying forward only what a later
+    command needs: seen command ids, undelivered signals and closed correlations,
+    and the latest human tasks (a repeated decision is answered from them)."""
+    seen = n.seen_commands
+    if event.causation_id is not None:
+        seen = remember_command(seen, event.causation_id)
+    return WorkflowState(
+        workflow_id=n.workflow_id,
+        run_id=p.new_run_id,
+        name=n.name,
+        version=n.version,
+        digest=n.digest,
+        input_json=p.input_json,
+        seq=event.seq,
+        inbox=n.inbox,
+        correlated_inbox=n.correlated_inbox,
+        closed_correlations=n.closed_correlations,
+        human_tasks=dict(n.human_tasks),
+        seen_commands=seen,
+        run_base_seq=event.seq,
         started_at=event.recorded_at,
         updated_at=event.recorded_at,
     )
@@ -166,19 +193,26 @@ def _state_entered(
     if st is None:
         raise HistoryError(f"{defn.label} has no state '{p.state}'")
     _abandon_in_flight(n)
+    _leave_wait(n)
     n.clear_timers()
     n.current_state = p.state
     n.visit = p.visit
     n.mut_visits()[p.state] = p.visit
     n.take(steps_remaining={s.name for s in st.steps})
     if isinstance(st.wait, SignalWait):
-        n.wait = WaitState(kind=WaitKind.SIGNAL, signal_name=st.wait.name)
+        n.wait = WaitState(
+            kind=WaitKind.SIGNAL,
+            signal_name=st.wait.name,
+            correlated=st.wait.correlation is not None,
+        )
     elif isinstance(st.wait, TimerWait):
         n.wait = WaitState(kind=WaitKind.TIMER)
+    elif isinstance(st.wait, HumanTask):
+        n.wait = WaitState(kind=WaitKind.HUMAN)
     else:
         n.wait = None
     if not n.steps_remaining:
-        _begin_wait(n)
+        signals.begin_wait(n)
 
 
 def _scheduled(
@@ -256,7 +290,7 @@ def _completed(
         remaining = n.mut_steps_remaining()
         remaining.discard(act.step)
         if not remaining:
-            _begin_wait(n)
+            signals.begin_wait(n)
 
 
 def _failed(
@@ -403,23 +437,12 @@ def _timer_fired(
         n.wait = replace(w, satisfied=True, timed_out=w.kind == WaitKind.SIGNAL)
 
 
-def _signal(
-    lookup: DefinitionLookup, n: WorkflowState, p: SignalReceived, env: Envelope[Any]
+def _continued(
+    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowContinuedAsNew, env: Envelope[Any]
 ) -> None:
-    signals = n.mut_signals()
-    signals[p.signal_name] = (*signals.get(p.signal_name, ()), p.payload_json)
-    _remember(n, env)
-    w = n.wait
-    if (
-        w is not None
-        and w.kind == WaitKind.SIGNAL
-        and w.signal_name == p.signal_name
-        and not w.satisfied
-        and not n.steps_remaining
-    ):
-        _satisfy_signal_wait(n, w, p.payload_json)
-    else:
-        n.inbox = (*n.inbox, (p.signal_name, p.payload_json))
+    _close(n, WorkflowStatus.RUNNING)
+    n.__dict__.update(continued(n, p, env).__dict__)
+    n.memo = {}  # the parsed input of the old run must not be read as the new one's
 
 
 def _completed_wf(
@@ -453,7 +476,6 @@ APPLIERS: dict[type, Applier] = {
     ActivityFailed: _failed,
     TimerScheduled: _timer_scheduled,
     TimerFired: _timer_fired,
-    SignalReceived: _signal,
     ActivityHeartbeat: _heartbeat,
     ActivityTimedOut: _timed_out,
     ActivityDeadLettered: _dead_lettered,
@@ -463,6 +485,9 @@ APPLIERS: dict[type, Applier] = {
     WorkflowCompleted: _completed_wf,
     WorkflowFailed: _failed_wf,
     WorkflowCancelled: _cancelled_wf,
+    WorkflowContinuedAsNew: _continued,
+    **signals.APPLIERS,
+    **human_tasks.APPLIERS,
 }
 
 
@@ -509,25 +534,18 @@ def _abandon_in_flight(n: WorkflowState) -> None:
         n.take(in_flight=set())
 
 
-def _begin_wait(n: WorkflowState) -> None:
-    """All steps of the visit are done: a signal wait consumes the oldest matching signal."""
+def _leave_wait(n: WorkflowState) -> None:
+    """The current wait ends with its state: an open task closes, a correlated wait's
+    correlation is remembered (a signal for it from now on is late)."""
     w = n.wait
-    if w is None or w.kind != WaitKind.SIGNAL or w.satisfied:
-        return
-    for i, (name, payload) in enumerate(n.inbox):
-        if name == w.signal_name:
-            n.inbox = n.inbox[:i] + n.inbox[i + 1 :]
-            _satisfy_signal_wait(n, w, payload)
-            return
-
-
-def _satisfy_signal_wait(n: WorkflowState, w: WaitState, payload_json: str) -> None:
-    n.wait = replace(w, satisfied=True, payload_json=payload_json)
-    if w.timer_id is not None:  # the timeout is cancelled
-        n.drop_timer(w.timer_id)
+    if w is not None and w.kind == WaitKind.HUMAN:
+        human_tasks.close_open_task(n)
+    elif w is not None:
+        signals.close_correlation(n, w)
 
 
 def _close(n: WorkflowState, status: WorkflowStatus) -> None:
     _abandon_in_flight(n)
+    _leave_wait(n)
     n.clear_timers()
     n.status = status

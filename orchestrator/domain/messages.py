@@ -60,11 +60,16 @@ class FailActivity:
 
 @dataclass(frozen=True, slots=True)
 class SignalWorkflow:
-    """Deliver an external signal (e.g. ``documents_added``) to a workflow."""
+    """Deliver an external signal (e.g. ``documents_added``) to a workflow.
+
+    ``correlation`` (optional) names the wait it answers; a wait declared with a
+    correlation refuses a signal whose correlation differs (docs/workflows.md).
+    """
 
     KIND: ClassVar[str] = "command"
     signal_name: str
     payload_json: str
+    correlation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,28 @@ class RedriveActivity:
 
     KIND: ClassVar[str] = "command"
     activity_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecideHumanTask:
+    """A person approves or rejects a human task (docs/human-tasks.md).
+
+    The task is named by ``task_id`` or by ``token_hash`` (the sha256 hex of the task
+    token the approver presented; never the token itself), or both, which must then
+    agree. ``actor`` and ``actor_roles_json`` (a JSON array of role names) were
+    authenticated by the sender; the decider checks the roles qualify. Only the sha256
+    of ``reason`` is recorded. ``operation_digest`` is the digest the approver saw: an
+    approval is refused unless it equals the operation the workflow would run now.
+    """
+
+    KIND: ClassVar[str] = "command"
+    task_id: str
+    token_hash: str
+    decision: str
+    actor: str
+    actor_roles_json: str
+    reason: str
+    operation_digest: str
 
 
 # ---------------------------------------------------------------------------
@@ -203,6 +230,111 @@ class SignalReceived:
     KIND: ClassVar[str] = "event"
     signal_name: str
     payload_json: str
+    correlation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRefused:
+    """A signal was recorded but not applied: it came late, for a wait the run left,
+    or its correlation did not match the wait's (``reason`` says which)."""
+
+    KIND: ClassVar[str] = "event"
+    signal_name: str
+    correlation: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalWaitOpened:
+    """A wait with a correlation began: only a signal carrying ``correlation`` satisfies it."""
+
+    KIND: ClassVar[str] = "event"
+    signal_name: str
+    correlation: str
+
+
+@dataclass(frozen=True, slots=True)
+class HumanTaskOpened:
+    """A human task waits for a decision (docs/human-tasks.md).
+
+    ``operation_digest`` is the sha256 of the canonical JSON of ``resource``,
+    ``arguments_digest``, ``schema_version`` and ``policy_version``: the exact operation
+    an approval approves. ``token_hash`` is the sha256 hex of the task token the
+    runtime issued (the token itself is never recorded). Times are epoch ms
+    (``due_at`` 0: no SLA).
+    """
+
+    KIND: ClassVar[str] = "event"
+    task_id: str
+    task_name: str
+    owner: str
+    role: str
+    evidence_json: str
+    evidence_digest: str
+    resource: str
+    arguments_digest: str
+    schema_version: int
+    policy_version: str
+    operation_digest: str
+    due_at: int
+    expires_at: int
+    token_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class HumanTaskReminded:
+    """The ``reminder``-th reminder of an open task is due for ``owner``."""
+
+    KIND: ClassVar[str] = "event"
+    task_id: str
+    reminder: int
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class HumanTaskEscalated:
+    """An open task moved to escalation ``level`` (1-based): its owner and role now."""
+
+    KIND: ClassVar[str] = "event"
+    task_id: str
+    level: int
+    owner: str
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class HumanTaskDecided:
+    """A qualified actor decided a task; ``reason_digest`` is the sha256 of the reason."""
+
+    KIND: ClassVar[str] = "event"
+    task_id: str
+    decision: str
+    actor: str
+    reason_digest: str
+    evidence_digest: str
+    operation_digest: str
+    decided_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class HumanTaskExpired:
+    """A task expired undecided; ``outcome`` is ``reject``, ``cancel`` or a state name."""
+
+    KIND: ClassVar[str] = "event"
+    task_id: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowContinuedAsNew:
+    """The run ended and the workflow goes on as run ``new_run_id`` with ``input_json``.
+
+    The events after it belong to the new run; sequence numbers go on contiguously.
+    """
+
+    KIND: ClassVar[str] = "event"
+    new_run_id: str
+    input_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +474,7 @@ Command = (
     | HeartbeatActivity
     | ResolveActivity
     | RedriveActivity
+    | DecideHumanTask
 )
 Event = (
     WorkflowStarted
@@ -361,6 +494,14 @@ Event = (
     | WorkflowCompleted
     | WorkflowFailed
     | WorkflowCancelled
+    | SignalRefused
+    | SignalWaitOpened
+    | HumanTaskOpened
+    | HumanTaskReminded
+    | HumanTaskEscalated
+    | HumanTaskDecided
+    | HumanTaskExpired
+    | WorkflowContinuedAsNew
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter
 
@@ -397,6 +538,15 @@ PAYLOAD_TYPES: dict[str, type] = {
         ActivityTask,
         WorkflowSnapshot,
         DeadLetter,
+        DecideHumanTask,
+        SignalRefused,
+        SignalWaitOpened,
+        HumanTaskOpened,
+        HumanTaskReminded,
+        HumanTaskEscalated,
+        HumanTaskDecided,
+        HumanTaskExpired,
+        WorkflowContinuedAsNew,
     )
 }
 

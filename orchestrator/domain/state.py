@@ -22,16 +22,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.vocabulary import ActivityStatus, WaitKind, WorkflowStatus
+from orchestrator.domain.vocabulary import ActivityStatus, HumanTaskStatus, WaitKind, WorkflowStatus
 
 __all__ = [
     "ACTIVITY_STATUSES",
     "ATTENTION",
+    "CLOSED_CORRELATIONS_WINDOW",
+    "HUMAN_TASKS_WINDOW",
     "IN_FLIGHT",
     "SEEN_COMMANDS_WINDOW",
     "STATUSES",
     "TERMINAL_STATUSES",
     "ActivityState",
+    "HumanTaskState",
     "TimerState",
     "WaitState",
     "WorkflowState",
@@ -63,6 +66,11 @@ ATTENTION = frozenset({ActivityStatus.ATTENTION, ActivityStatus.DEAD_LETTERED})
 
 #: How many recorded command ids a run remembers for deduplication (see the module doc).
 SEEN_COMMANDS_WINDOW = 1000
+#: How many human tasks a run remembers (the open one and the latest decided ones:
+#: a repeated decision answers from them).
+HUMAN_TASKS_WINDOW = 100
+#: How many closed correlated waits a run remembers (a late signal for one is refused).
+CLOSED_CORRELATIONS_WINDOW = 1000
 
 _FORMAT = 1
 
@@ -115,6 +123,41 @@ class ActivityState:
 
 
 @dataclass(frozen=True, slots=True)
+class HumanTaskState:
+    """One human task of the run (docs/human-tasks.md): its recorded facts, folded.
+
+    ``roles`` are the qualifications that may decide it now (the required role, then
+    each role an escalation added); ``owner`` is whom it is assigned to now.
+    """
+
+    task_id: str
+    task_name: str
+    state: str
+    visit: int
+    owner: str
+    role: str
+    roles: tuple[str, ...]
+    evidence_digest: str
+    operation_digest: str
+    token_hash: str
+    opened_at: int
+    due_at: int
+    expires_at: int
+    status: HumanTaskStatus = HumanTaskStatus.OPEN
+    reminders: int = 0
+    level: int = 0
+    decision: str | None = None
+    actor: str | None = None
+    decided_at: int | None = None
+    #: What the expiry did (``reject``, ``cancel`` or a state name), once expired.
+    expiry_outcome: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == HumanTaskStatus.OPEN
+
+
+@dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
     #: The wire form of a :class:`~orchestrator.domain.vocabulary.TimerPurpose`.
@@ -135,6 +178,12 @@ class WaitState:
     satisfied: bool = False
     timed_out: bool = False
     payload_json: str | None = None
+    #: The wait answers only signals carrying a correlation (its value once opened).
+    correlated: bool = False
+    correlation: str | None = None
+    #: A human wait's task, once opened, and what ended it (approve, reject or expiry).
+    task_id: str | None = None
+    outcome: str | None = None
 
 
 @dataclass
@@ -164,6 +213,15 @@ class WorkflowState:
     timers: dict[str, TimerState] = field(default_factory=dict)
     #: Signals received but not consumed by a wait yet: (name, payload_json), FIFO.
     inbox: tuple[tuple[str, str], ...] = ()
+    #: Correlated signals that came before their wait: (name, correlation, payload_json).
+    correlated_inbox: tuple[tuple[str, str, str], ...] = ()
+    #: Correlated waits that closed, newest last (a late signal for one is refused).
+    closed_correlations: tuple[tuple[str, str], ...] = ()
+    #: Human tasks by id: the open one and the latest ``HUMAN_TASKS_WINDOW`` closed ones.
+    human_tasks: dict[str, HumanTaskState] = field(default_factory=dict)
+    #: Seq of the event before this run's first (0 for a workflow's first run; a
+    #: continued run starts after its ``WorkflowContinuedAsNew``).
+    run_base_seq: int = 0
     #: Every signal payload received, by name, in arrival order.
     signals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Ids of the latest commands that wrote events (redelivery -> no events), oldest
@@ -223,6 +281,7 @@ class WorkflowState:
             status=self.status,
             current_state=self.current_state,
             seen_commands=self.seen_commands,
+            run_base_seq=self.run_base_seq,
             output_json=self.output_json,
             failure_reason=self.failure_reason,
             cancel_reason=self.cancel_reason,
@@ -306,6 +365,15 @@ class WorkflowState:
     def mut_signals(self) -> dict[str, tuple[str, ...]]:
         return self._own("signals")  # type: ignore[no-any-return]
 
+    def mut_human_tasks(self) -> dict[str, HumanTaskState]:
+        return self._own("human_tasks")  # type: ignore[no-any-return]
+
+    def open_human_task(self) -> HumanTaskState | None:
+        """The task the current wait waits on, while it is open."""
+        w = self.wait
+        task = None if w is None or w.task_id is None else self.human_tasks.get(w.task_id)
+        return task if task is not None and task.is_open else None
+
     # -- snapshots ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -340,6 +408,15 @@ class WorkflowState:
         }
         if self.attention_reason is not None:
             d["attention_reason"] = self.attention_reason
+        # newer fields only when set, so the snapshots of older runs stay as they were
+        if self.correlated_inbox:
+            d["correlated_inbox"] = [list(x) for x in self.correlated_inbox]
+        if self.closed_correlations:
+            d["closed_correlations"] = [list(x) for x in self.closed_correlations]
+        if self.human_tasks:
+            d["human_tasks"] = [_human_dict(t) for t in self.human_tasks.values()]
+        if self.run_base_seq:
+            d["run_base_seq"] = self.run_base_seq
         return d
 
     def to_json(self) -> str:
@@ -377,6 +454,10 @@ class WorkflowState:
             failure_reason=d["failure_reason"],
             cancel_reason=d["cancel_reason"],
             attention_reason=d.get("attention_reason"),
+            correlated_inbox=tuple((x[0], x[1], x[2]) for x in d.get("correlated_inbox", ())),
+            closed_correlations=tuple((x[0], x[1]) for x in d.get("closed_correlations", ())),
+            human_tasks={t["task_id"]: _human_from(t) for t in d.get("human_tasks", ())},
+            run_base_seq=d.get("run_base_seq", 0),
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )
@@ -405,6 +486,19 @@ def _activity_from(d: dict[str, Any]) -> ActivityState:
     d["status"] = ActivityStatus(d.get("status", ActivityStatus.SCHEDULED))
     d["timed_out"] = tuple(d.get("timed_out", ()))
     return ActivityState(**d)
+
+
+def _human_dict(task: HumanTaskState) -> dict[str, Any]:
+    d = _slots_dict(task)
+    d["roles"] = list(task.roles)
+    return d
+
+
+def _human_from(d: dict[str, Any]) -> HumanTaskState:
+    d = dict(d)
+    d["roles"] = tuple(d["roles"])
+    d["status"] = HumanTaskStatus(d["status"])
+    return HumanTaskState(**d)
 
 
 def _wait_from(d: dict[str, Any]) -> WaitState:

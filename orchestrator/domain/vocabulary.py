@@ -14,7 +14,11 @@ from enum import StrEnum
 __all__ = [
     "ActivityStatus",
     "FailureClass",
+    "HumanDecision",
+    "HumanTaskStatus",
+    "HumanTimer",
     "OnExhausted",
+    "OnExpiry",
     "PurposeKind",
     "Resolution",
     "TimeoutKind",
@@ -101,6 +105,45 @@ class OnExhausted(StrEnum):
 class WaitKind(StrEnum):
     TIMER = "timer"
     SIGNAL = "signal"
+    HUMAN = "human"
+
+
+class HumanDecision(StrEnum):
+    """What a person may decide about a human task (docs/human-tasks.md)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class OnExpiry(StrEnum):
+    """What a human task does when it expires undecided: never an approval.
+
+    ``reject``: the task's reject path; ``cancel``: the run is cancelled. A
+    ``HumanTask`` may instead name a state to enter (the validator refuses the
+    approve target).
+    """
+
+    REJECT = "reject"
+    CANCEL = "cancel"
+
+
+class HumanTaskStatus(StrEnum):
+    """Where a human task is: ``open`` until decided, expired, or its state is left
+    (``closed``: the run moved on or ended without a decision)."""
+
+    OPEN = "open"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CLOSED = "closed"
+
+
+class HumanTimer(StrEnum):
+    """The durable timers of an open human task."""
+
+    REMIND = "remind"
+    ESCALATE = "escalate"
+    EXPIRE = "expire"
 
 
 class PurposeKind(StrEnum):
@@ -114,12 +157,16 @@ class PurposeKind(StrEnum):
     ACTIVITY_TIMEOUT = "activity_timeout"
     #: The backoff before an activity's next attempt.
     RETRY = "retry"
+    #: A human task's reminder, escalation or expiry.
+    HUMAN = "human"
     #: A purpose this version does not know (recorded, never acted on).
     OTHER = "other"
 
 
 _RETRY = "retry:"
+_HUMAN = "human:"
 _TIMEOUT_KINDS = frozenset(k.value for k in TimeoutKind)
+_HUMAN_TIMERS = frozenset(k.value for k in HumanTimer)
 _TIMEOUT = "timeout:"
 
 
@@ -128,14 +175,16 @@ class TimerPurpose:
     """A timer's purpose, as recorded in ``TimerScheduled.purpose``.
 
     Wire forms: ``wait``; ``timeout:<signal>``; ``timeout:<kind>:<activity id>``;
-    ``retry:<activity id>``. Signal names hold no ``:``, so a signal timeout and an
-    activity timeout never read as each other. ``subject`` is the activity id, the
-    signal name, or (for ``OTHER``) the whole unknown text.
+    ``retry:<activity id>``; ``human:<remind|escalate|expire>:<n>``. Signal names hold
+    no ``:``, so a signal timeout and an activity timeout never read as each other.
+    ``subject`` is the activity id, the signal name, the human timer's ordinal (``n``,
+    1-based; ``0`` for the expiry) or (for ``OTHER``) the whole unknown text.
     """
 
     kind: PurposeKind
     subject: str = ""
     timeout: TimeoutKind | None = None
+    human: HumanTimer | None = None
 
     @classmethod
     def wait(cls) -> TimerPurpose:
@@ -154,10 +203,19 @@ class TimerPurpose:
         return cls(PurposeKind.RETRY, activity_id)
 
     @classmethod
+    def human_timer(cls, kind: HumanTimer, n: int = 0) -> TimerPurpose:
+        return cls(PurposeKind.HUMAN, str(n), human=kind)
+
+    @classmethod
     def parse(cls, text: str) -> TimerPurpose:
         """The purpose ``text`` spells (``OTHER`` for anything else; never raises)."""
         if text == "wait":
             return cls.wait()
+        if text.startswith(_HUMAN):
+            kind, sep, n = text[len(_HUMAN) :].partition(":")
+            if sep and kind in _HUMAN_TIMERS and n.isdigit():
+                return cls.human_timer(HumanTimer(kind), int(n))
+            return cls(PurposeKind.OTHER, text)
         if text.startswith(_RETRY):
             return cls.retry(text[len(_RETRY) :])
         if text.startswith(_TIMEOUT):
@@ -178,6 +236,8 @@ class TimerPurpose:
             return f"{_TIMEOUT}{self.timeout}:{self.subject}"
         if k is PurposeKind.SIGNAL_TIMEOUT:
             return f"{_TIMEOUT}{self.subject}"
+        if k is PurposeKind.HUMAN:
+            return f"{_HUMAN}{self.human}:{self.subject}"
         return self.subject
 
     @property
@@ -197,4 +257,6 @@ class TimerPurpose:
             return f"{self.subject}/retry/{suffix}"
         if k is PurposeKind.ACTIVITY_TIMEOUT:
             return f"{self.subject}/timeout/{self.timeout}/{suffix}"
+        if k is PurposeKind.HUMAN:
+            return f"{base}/{self.human}/{self.subject}"
         raise ValueError(f"no timer id for purpose {self}")

@@ -32,6 +32,8 @@ from orchestrator.domain.messages import (
     PAYLOAD_TYPES,
     DeadLetter,
     Envelope,
+    SignalReceived,
+    SignalWorkflow,
     StartWorkflow,
     TimerFired,
 )
@@ -413,3 +415,18 @@ def test_empty_schema_dir(tmp_path: Path) -> None:
 def test_bench_smoke() -> None:
     r = bench(200)
     assert r["n"] == 200 and r["encodes_per_s"] > 0 and r["decodes_per_s"] > 0
+
+
+def test_v2_signals_decode_under_v3_without_a_correlation(tmp_path: Path) -> None:
+    """Records written before correlations existed read back with ``correlation=None``."""
+    d = tmp_path / "v2"
+    d.mkdir()
+    for v in (1, 2):
+        shutil.copy(AVRO_DIR / f"keel.Envelope.v{v}.avsc", d)
+    old, new = Codec(d), Codec(AVRO_DIR)
+    assert (old.version, new.version) == (2, 3)
+    for payload in (SignalWorkflow("go", '{"a": 1}'), SignalReceived("go", "{}")):
+        data = old.encode(_env(payload))
+        assert data[2:10] == old.fingerprint != new.fingerprint
+        decoded = new.decode(data)
+        assert decoded == _env(payload) and decoded.payload.correlation is None

@@ -27,7 +27,7 @@ from orchestrator.domain.vocabulary import (
 DOMAIN = Path(__file__).resolve().parents[2] / "orchestrator" / "domain"
 
 #: Layers, lowest first; a module may import domain modules of a lower layer only.
-LAYERS = {
+LAYERS: dict[str, float] = {
     "errors": 0,
     "vocabulary": 0,
     "keys": 0,
@@ -37,8 +37,11 @@ LAYERS = {
     "messages": 1,
     "state": 2,
     "context": 3,
+    "waits": 3.5,
     "definitions": 4,
     "activities": 5,
+    "signals": 5.3,
+    "human_tasks": 5.5,
     "evolve": 6,
     "decide": 7,
     "decider": 8,
@@ -102,7 +105,7 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
 
 def test_the_command_union_names_every_command() -> None:
     commands = {cls for cls in messages.PAYLOAD_TYPES.values() if cls.KIND == "command"}
-    assert len(commands) == 9
+    assert len(commands) == 10
     assert set(typing.get_args(messages.Command)) == commands
 
 

@@ -32,6 +32,7 @@ FILES = load_schema_files(AVRO_DIR)
 RELEASED: dict[tuple[str, int], str] = {
     (ENVELOPE_NAME, 1): "9cf17394915162a9",
     (ENVELOPE_NAME, 2): "3e7fdd00ab50ba19",
+    (ENVELOPE_NAME, 3): "9586d4f1dbab3b95",
 }
 
 
