@@ -25,7 +25,7 @@ from orchestrator.errors import KeelError
 
 ROLES_SOURCE = Path(__file__).resolve().parent / "kafka" / "ClusterRoles.java"
 
-#: Kafka's own partition counts for its internal topics, as ops/local.py configures them.
+#: Kafka's internal topics holding the group and transaction coordinators' state.
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 _quiet = logging.getLogger("keel.ops.cluster.librdkafka")
