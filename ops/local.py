@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -92,6 +93,21 @@ class StackStatus:
             "redis_url": self.redis_url,
             "processes": [asdict(p) for p in self.processes],
         }
+
+
+def local_bootstrap_servers(settings: Settings) -> str:
+    """The Kafka servers a client should use: the configured ones, else every broker of
+    the local stack recorded under KEEL_HOME (all of a cluster's, not only the first),
+    else the first local port.
+    """
+    if settings.bootstrap_servers:
+        return settings.bootstrap_servers
+    try:
+        recorded = json.loads((settings.home / "stack.json").read_text())
+    except (OSError, ValueError):
+        recorded = None
+    servers = recorded.get("bootstrap_servers") if isinstance(recorded, dict) else None
+    return servers if isinstance(servers, str) and servers else settings.kafka_servers
 
 
 def port_in_use(port: int) -> bool:
@@ -178,7 +194,7 @@ class LocalStack:
         return [ProcessRecord(**p) for p in data["processes"]] if data else []
 
     def _write_registry(self, records: Iterable[ProcessRecord]) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.home, tighten=False)
         payload = {
             "brokers": self.brokers,
             "bootstrap_servers": self.bootstrap_servers,
@@ -201,45 +217,80 @@ class LocalStack:
             return False
 
     # ------------------------------------------------------------------ lifecycle
-    def up(self, timeout_s: float = 120.0) -> StackStatus:
-        """Start the stack unless it runs already; return once Kafka and Redis answer."""
-        records = self._records()
-        if records and all(self._alive(r) for r in records):
-            recorded = self._read_registry() or {}
-            if recorded.get("brokers", self.brokers) != self.brokers:
-                raise InfraError(
-                    f"a {recorded['brokers']}-broker stack already runs under {self.home}; "
-                    "run `keel infra down` first"
-                )
-            return self.wait_healthy(timeout_s)
-        if records:  # a partial or crashed stack: clear what is left of it first
-            self.down()
-        java = require_program("java")
-        redis_server = require_program("redis-server") if self.with_redis else ""
-
-        ports = [self.client_port(n) for n in range(1, self.brokers + 1)]
-        ports += [self.controller_port(n) for n in range(1, self.brokers + 1)]
+    def _wanted(self) -> list[tuple[str, int | None, int]]:
+        """(role, node, port) of every process this stack should run."""
+        wanted: list[tuple[str, int | None, int]] = [
+            ("kafka", n, self.client_port(n)) for n in range(1, self.brokers + 1)
+        ]
         if self.with_redis:
-            ports.append(self.settings.redis_port)
+            wanted.append(("redis", None, self.settings.redis_port))
+        return wanted
+
+    def up(self, timeout_s: float = 120.0) -> StackStatus:
+        """Start whatever process of the stack is not running; return once all answer.
+
+        Each broker and Redis is checked on its own: a running process is left alone
+        (bringing back a dead Redis must not restart a healthy broker), a dead one is
+        started again on its recorded data.
+        """
+        recorded = self._read_registry() or {}
+        alive = [r for r in self._records() if self._alive(r)]
+        if alive and recorded.get("brokers", self.brokers) != self.brokers:
+            raise InfraError(
+                f"a {recorded['brokers']}-broker stack already runs under {self.home}; "
+                "run `keel infra down` first"
+            )
+        wanted = self._wanted()
+        running: dict[tuple[str, int | None], ProcessRecord] = {}
+        for r in alive:
+            expected = next((w for w in wanted if (w[0], w[1]) == (r.role, r.node_id)), None)
+            if expected is None or expected[2] != r.port:
+                raise InfraError(
+                    f"{r.role} (pid {r.pid}) runs under {self.home} on port {r.port}, "
+                    "not as this stack is configured; run `keel infra down` first"
+                )
+            running[(r.role, r.node_id)] = r
+        missing = [w for w in wanted if (w[0], w[1]) not in running]
+        if not missing:
+            return self.wait_healthy(timeout_s)
+
+        _private_dir(self.home, tighten=False)
+        java = require_program("java") if any(w[0] == "kafka" for w in missing) else ""
+        redis_server = (
+            require_program("redis-server") if any(w[0] == "redis" for w in missing) else ""
+        )
+        ports = [
+            p for _, node, port in missing for p in ((port,) if node is None else (port, port + 1))
+        ]
         busy = [p for p in ports if port_in_use(p)]
         if busy:
             raise InfraError(
                 f"port(s) {', '.join(map(str, busy))} already in use by another process; "
                 "choose others with KEEL_KAFKA_PORT / KEEL_REDIS_PORT"
             )
-        libs = self.fetch_kafka()
-        self._prepare_kafka_storage(java, libs)
+        libs = self.fetch_kafka() if java else Path()
+        if java:
+            brokers_running = any(role == "kafka" for role, _ in running)
+            self._prepare_kafka_storage(java, libs, reformat=not brokers_running)
         started: list[ProcessRecord] = []
+
+        def save() -> None:
+            records = {**running, **{(r.role, r.node_id): r for r in started}}
+            self._write_registry(records[(w[0], w[1])] for w in wanted if (w[0], w[1]) in records)
+
         try:
-            for node in range(1, self.brokers + 1):
-                started.append(self._start_broker(java, libs, node))
-                self._write_registry(started)
-            if self.with_redis:
-                started.append(self._start_redis(redis_server))
-                self._write_registry(started)
+            for role, node, _ in missing:
+                if role == "kafka":
+                    assert node is not None
+                    started.append(self._start_broker(java, libs, node))
+                else:
+                    started.append(self._start_redis(redis_server))
+                save()
             return self.wait_healthy(timeout_s)
         except BaseException:
-            self.down()
+            _terminate_all(started, timeout_s=30)  # only what this call started
+            started.clear()
+            save()
             raise
 
     def _server_properties(self, node: int) -> str:
@@ -275,19 +326,33 @@ class LocalStack:
         }
         return "".join(f"{k}={v}\n" for k, v in lines.items())
 
-    def _prepare_kafka_storage(self, java: str, libs: Path) -> None:
-        """Format KRaft storage once per cluster shape; a different shape starts afresh."""
+    def _prepare_kafka_storage(self, java: str, libs: Path, reformat: bool = True) -> None:
+        """Format KRaft storage once per cluster shape; a different shape starts afresh.
+
+        ``reformat=False`` (some broker still runs) refuses to wipe a mismatched layout.
+        """
         kafka_dir = self.home / "kafka"
         shape = {"brokers": self.brokers, "kafka_port": self.settings.kafka_port}
         shape_file = kafka_dir / "cluster.json"
         if shape_file.exists() and json.loads(shape_file.read_text()) == shape:
+            for node in range(1, self.brokers + 1):  # tighten layouts made before 0700
+                for d in (kafka_dir, self.node_dir(node), self.node_dir(node) / "data"):
+                    if d.is_dir():
+                        d.chmod(0o700)
             return
+        if not reformat:
+            raise InfraError(
+                f"the Kafka storage under {kafka_dir} is not of this stack's shape {shape} "
+                "while a broker runs; run `keel infra down` first"
+            )
+        _private_dir(self.home, tighten=False)
         shutil.rmtree(kafka_dir, ignore_errors=True)
-        kafka_dir.mkdir(parents=True)
+        _private_dir(kafka_dir)
         cluster_id = _kafka_cluster_id()
         for node in range(1, self.brokers + 1):
             ndir = self.node_dir(node)
-            (ndir / "logs").mkdir(parents=True)
+            _private_dir(ndir)
+            _private_dir(ndir / "logs")
             props = ndir / "server.properties"
             props.write_text(self._server_properties(node))
             cmd = [
@@ -317,8 +382,7 @@ class LocalStack:
         return self._spawn("kafka", cmd, ndir / "logs" / "stdout.log", self.client_port(node), node)
 
     def _start_redis(self, redis_server: str) -> ProcessRecord:
-        rdir = self.home / "redis"
-        rdir.mkdir(parents=True, exist_ok=True)
+        rdir = _private_dir(self.home / "redis")
         port = self.settings.redis_port
         cmd = [
             redis_server, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir),
@@ -366,10 +430,14 @@ class LocalStack:
         brokers_up = self._brokers_answering() if any(alive.values()) else set()
         statuses = []
         for r in records:
-            if r.role == "redis":
-                healthy = alive[r.pid] and _redis_answers(self.redis_url)
+            if not alive[r.pid]:
+                healthy = False
+            elif r.role == "redis":
+                healthy = _redis_answers(self.redis_url)
             else:
-                healthy = alive[r.pid] and r.node_id in brokers_up
+                # The others keep listing a broker that has just died or failed to start
+                # until its session expires: it must also accept connections itself.
+                healthy = r.node_id in brokers_up and port_in_use(r.port)
             statuses.append(ProcessStatus(r.role, r.pid, r.port, healthy, r.node_id))
         running = bool(records) and any(alive.values())
         return StackStatus(self.bootstrap_servers, self.redis_url, statuses, running)
@@ -377,26 +445,25 @@ class LocalStack:
     def _brokers_answering(self) -> set[int]:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "logger": _quiet_client_log,
-                "socket.connection.setup.timeout.ms": 2000,
-            }
-        )
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": _quiet_client_log,
+            "socket.connection.setup.timeout.ms": 2000,
+        }
         try:
-            return set(admin.list_topics(timeout=3).brokers)
+            return set(AdminClient(config).list_topics(timeout=3).brokers)
         except Exception:
             return set()
 
-    def down(self, timeout_s: float = 60.0) -> list[ProcessRecord]:
-        """Stop every recorded process (SIGTERM, then SIGKILL), wait for exit, forget them."""
-        records = self._records()
-        stopped = []
-        for record in reversed(records):  # Redis first, then brokers
-            if self._alive(record):
-                _terminate(record.pid, timeout_s)
-                stopped.append(record)
+    def down(self, timeout_s: float = 30.0) -> list[ProcessRecord]:
+        """Stop every recorded process, wait for them to exit, forget them.
+
+        All processes get SIGTERM at once and are then waited for together; whatever
+        still runs after ``timeout_s`` gets SIGKILL. One by one, the last broker of a
+        cluster would wait for a controller quorum that has already gone.
+        """
+        stopped = [r for r in self._records() if self._alive(r)]
+        _terminate_all(stopped, timeout_s)
         with contextlib.suppress(FileNotFoundError):
             self.registry.unlink()
         return stopped
@@ -411,16 +478,32 @@ class LocalStack:
         return record.pid
 
 
-def _terminate(pid: int, timeout_s: float) -> None:
-    try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(timeout=timeout_s)
-    except psutil.NoSuchProcess:
-        return
-    except psutil.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+def _terminate_all(records: Iterable[ProcessRecord], timeout_s: float) -> None:
+    """SIGTERM every process at once, wait for all together, SIGKILL what remains."""
+    procs = []
+    for record in records:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc = psutil.Process(record.pid)
+            proc.terminate()
+            procs.append(proc)
+    _, remaining = psutil.wait_procs(procs, timeout=timeout_s)
+    for proc in remaining:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(remaining, timeout=10)
+
+
+def _private_dir(path: Path, tighten: bool = True) -> Path:
+    """``path`` as a directory only its owner can enter (0700): it holds data and logs.
+
+    ``tighten=False`` leaves the mode of a directory that existed already (KEEL_HOME
+    itself may be a directory the user made); a new one is always 0700.
+    """
+    existed = path.is_dir()
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if tighten or not existed:
+        path.chmod(0o700)
+    return path
 
 
 def _redis_answers(url: str) -> bool:

@@ -1,18 +1,25 @@
-"""Idempotent provisioning of Keel's topics (DESIGN §3).
+"""Idempotent provisioning of Keel's topics (docs/local-infra.md, docs/operations.md).
 
 Commands and events must have the same partition count: partition *p* of both
 belongs to one orchestrator, which is what makes it the single writer of every
 workflow on it. An existing topic with another count is an error, not a warning.
+
+Replication follows the cluster unless ``KEEL_REPLICATION_FACTOR`` is set: three
+replicas when there are three brokers or more, and ``min.insync.replicas`` set on
+each topic (not left to a broker default) so that an acknowledged write (acks=all)
+is on a majority of replicas and survives the loss of any one broker.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from ops.local import local_bootstrap_servers
 from orchestrator.errors import KeelError
 from orchestrator.settings import TOPIC_KINDS, Settings
 
@@ -41,21 +48,40 @@ class TopicError(KeelError):
     """Topics could not be provisioned; the message says why in one line."""
 
 
+#: Replicas Keel gives a topic by default: enough to lose one broker and keep a majority.
+DEFAULT_REPLICAS = 3
+
+
 @dataclass
 class TopicReport:
     name: str
     partitions: int
     created: bool
+    replication_factor: int = 0
+    min_insync_replicas: int | None = None
+
+
+def replication_for(settings: Settings, brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for new topics on a ``brokers``-broker cluster.
+
+    ``KEEL_REPLICATION_FACTOR`` wins when set; otherwise min(3, brokers). The minimum
+    in-sync count is a majority of the replicas from three on (2 of 3): acks=all then
+    means "on a majority", one broker may be lost without refusing writes, and an
+    acknowledged record is never only on the broker that died. Below three replicas
+    it is 1, because 2 of 2 would stop every write when either broker is away.
+    """
+    explicit = "replication_factor" in settings.model_fields_set
+    rf = settings.replication_factor if explicit else max(1, min(DEFAULT_REPLICAS, brokers))
+    return rf, (rf // 2 + 1 if rf >= 3 else 1)
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient(
-        {
-            "bootstrap.servers": settings.kafka_servers,
-            "logger": _quiet,
-            "socket.connection.setup.timeout.ms": int(min(settings.admin_timeout_s, 30) * 1000),
-        }
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": local_bootstrap_servers(settings),
+        "logger": _quiet,
+        "socket.connection.setup.timeout.ms": int(min(settings.admin_timeout_s, 30) * 1000),
+    }
+    return AdminClient(config)
 
 
 def create_topics(settings: Settings, partitions: int | None = None) -> list[TopicReport]:
@@ -71,13 +97,18 @@ def create_topics(settings: Settings, partitions: int | None = None) -> list[Top
             f"({_reason(exc)}); is it running? try `keel infra up`"
         ) from None
     existing = {name: len(t.partitions) for name, t in metadata.topics.items()}
+    replicas = {
+        name: len(t.partitions[0].replicas) if 0 in t.partitions else 0
+        for name, t in metadata.topics.items()
+    }
+    rf, min_isr = replication_for(settings, len(metadata.brokers))
     names = {kind: settings.topic(kind) for kind in TOPIC_KINDS}
     missing = [
         NewTopic(
             names[kind],
             num_partitions=partitions,
-            replication_factor=settings.replication_factor,
-            config=TOPIC_CONFIGS[kind],
+            replication_factor=rf,
+            config={**TOPIC_CONFIGS[kind], "min.insync.replicas": str(min_isr)},
         )
         for kind in TOPIC_KINDS
         if names[kind] not in existing
@@ -94,8 +125,15 @@ def create_topics(settings: Settings, partitions: int | None = None) -> list[Top
                     raise TopicError(f"creating topic {name} failed: {_reason(exc)}") from None
             except TimeoutError:
                 raise TopicError(f"creating topic {name} timed out after {timeout:g}s") from None
+    isr = _min_insync(admin, [n for n in names.values() if n not in created], timeout)
     reports = [
-        TopicReport(names[k], existing.get(names[k], partitions), names[k] in created)
+        TopicReport(
+            names[k],
+            existing.get(names[k], partitions),
+            names[k] in created,
+            rf if names[k] in created else replicas.get(names[k], 0),
+            min_isr if names[k] in created else isr.get(names[k]),
+        )
         for k in TOPIC_KINDS
     ]
     counts = {r.name: r.partitions for r in reports}
@@ -105,6 +143,22 @@ def create_topics(settings: Settings, partitions: int | None = None) -> list[Top
             f"{names['events']} has {counts[names['events']]}; they must be equal"
         )
     return reports
+
+
+def _min_insync(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, int]:
+    """The effective ``min.insync.replicas`` of existing topics (best effort: for the report)."""
+    if not topics:
+        return {}
+    found: dict[str, int] = {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entry = future.result(timeout=timeout + 5).get("min.insync.replicas")
+        except (KafkaException, TimeoutError):
+            continue
+        if entry is not None and entry.value is not None:
+            found[resource.name] = int(entry.value)
+    return found
 
 
 def _reason(exc: KafkaException) -> str:

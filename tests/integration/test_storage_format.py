@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def test_a_cluster_id_starting_with_a_dash_formats(tmp_path, monkeypatch):
     # base64url ids start with "-" one time in 64; argparse once took that for an option.
     monkeypatch.setattr(ops.local, "_kafka_cluster_id", lambda: "-AbCdEfGhIjKlMnOpQrStu")
-    stack = LocalStack(stack_settings(tmp_path, 48092, 46381), with_redis=False)
+    stack = LocalStack(stack_settings(tmp_path, 28092, 26381), with_redis=False)
     stack._prepare_kafka_storage(shutil.which("java"), KEEL_DIR / "kafka-libs")
     meta = (stack.node_dir(1) / "data" / "meta.properties").read_text()
     assert "cluster.id=-AbCdEfGhIjKlMnOpQrStu" in meta

@@ -1,0 +1,137 @@
+"""Who does what in a Kafka cluster: the controller, coordinators, in-sync replicas.
+
+Used by the fault tests to aim a broker kill at the role that matters, and by an
+operator to see where a Keel process's transactions and consumer group live. The
+consumer-group coordinator and partition replicas come from the Python admin client;
+the transaction coordinator and the KRaft quorum leader need DescribeTransactions and
+DescribeQuorum, which only the Java Admin API has, so ``ops/kafka/ClusterRoles.java``
+runs with the broker's own jars.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from orchestrator.errors import KeelError
+
+ROLES_SOURCE = Path(__file__).resolve().parent / "kafka" / "ClusterRoles.java"
+
+#: Kafka's internal topics holding the group and transaction coordinators' state.
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+
+_quiet = logging.getLogger("keel.ops.cluster.librdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+class ClusterInfoError(KeelError):
+    """A cluster role could not be read; the message says which and why."""
+
+
+@dataclass
+class ClusterRoles:
+    controller: int | None
+    voters: list[int] = field(default_factory=list)
+    #: transactional id -> coordinator broker id (None: unknown id or no answer in time)
+    transaction_coordinators: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionReplicas:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def admin(bootstrap: str) -> AdminClient:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "logger": _quiet,
+        "socket.connection.setup.timeout.ms": 3000,
+    }
+    return AdminClient(config)
+
+
+def cluster_roles(
+    bootstrap: str, libs: Path, transactional_ids: tuple[str, ...] = (), timeout_s: float = 60
+) -> ClusterRoles:
+    """The active controller and the coordinator of each transactional id (Java Admin API)."""
+    java = shutil.which("java")
+    if java is None:
+        raise ClusterInfoError("java not found on PATH; it runs the Admin API helper")
+    cmd = [java, "-cp", f"{libs}/*", str(ROLES_SOURCE), bootstrap]
+    for tid in transactional_ids:
+        cmd += ["--transactional-id", tid]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClusterInfoError(f"ClusterRoles did not answer within {timeout_s:g}s") from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ClusterInfoError(f"ClusterRoles failed (exit {proc.returncode}): {tail}")
+    data = json.loads(lines[-1])
+    return ClusterRoles(
+        controller=data["controller"],
+        voters=list(data["voters"] or []),
+        transaction_coordinators={
+            tid: (role or {}).get("coordinator") for tid, role in data["transactions"].items()
+        },
+    )
+
+
+def group_coordinator(bootstrap: str, group_id: str, timeout_s: float = 15) -> int | None:
+    """The broker coordinating consumer group ``group_id`` (None while it has none)."""
+    client = admin(bootstrap)  # must outlive the future: destroying it fails the request
+    futures = client.describe_consumer_groups([group_id], request_timeout=timeout_s)
+    try:
+        description = futures[group_id].result(timeout=timeout_s + 5)
+    except (KafkaException, TimeoutError):
+        return None
+    node = description.coordinator
+    return node.id if node is not None and node.id >= 0 else None
+
+
+def replicas(bootstrap: str, topics: list[str], timeout_s: float = 15) -> list[PartitionReplicas]:
+    """Leader, replicas and in-sync replicas of every partition of ``topics``."""
+    metadata = admin(bootstrap).list_topics(timeout=timeout_s)
+    found = []
+    for name in topics:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None:
+            raise ClusterInfoError(f"topic {name} is not in the cluster's metadata")
+        for p in sorted(topic.partitions.values(), key=lambda p: p.id):
+            found.append(PartitionReplicas(name, p.id, p.leader, tuple(p.replicas), tuple(p.isrs)))
+    return found
+
+
+def under_replicated(bootstrap: str, topics: list[str]) -> list[PartitionReplicas]:
+    """Partitions whose in-sync set is smaller than their replica set (empty: healed)."""
+    return [p for p in replicas(bootstrap, topics) if set(p.isr) != set(p.replicas)]
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` / ``__transaction_state`` that ``key`` maps to.
+
+    The broker's rule: ``Utils.abs(key.hashCode()) % partitions`` with Java's String hash
+    over UTF-16 code units (``Utils.abs`` maps Integer.MIN_VALUE to 0); the coordinator is
+    that partition's leader. Lets a test pick a transactional id whose coordinator is a
+    given broker without trial and error.
+    """
+    h = 0
+    raw = key.encode("utf-16-be")
+    for i in range(0, len(raw), 2):
+        h = (31 * h + int.from_bytes(raw[i : i + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
