@@ -6,6 +6,7 @@ the variable that carries it, instead of surfacing later as a broker error.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cached_property
 from pathlib import Path
@@ -101,8 +102,18 @@ class Settings(BaseSettings):
 
     @cached_property
     def kafka_servers(self) -> str:
-        """The bootstrap servers to use: the configured ones or the local stack's."""
-        return self.bootstrap_servers or f"127.0.0.1:{self.kafka_port}"
+        """The bootstrap servers to use: the configured ones, else every broker the local
+        stack recorded in ``<KEEL_HOME>/stack.json`` (all three of a cluster), else the
+        local stack's first port."""
+        if self.bootstrap_servers:
+            return self.bootstrap_servers
+        try:
+            recorded = json.loads((self.home / "stack.json").read_text())["bootstrap_servers"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+        if isinstance(recorded, str) and recorded:
+            return recorded
+        return f"127.0.0.1:{self.kafka_port}"
 
     @cached_property
     def redis(self) -> str:

@@ -38,7 +38,10 @@ def _print_status(status: StackStatus, as_json: bool, headline: str | None = Non
 
 @infra_app.command("up")
 def up(
-    brokers: Annotated[int, typer.Option(help="Number of KRaft nodes (3 for fault tests).")] = 1,
+    brokers: Annotated[
+        int | None,
+        typer.Option(help="Number of KRaft nodes (default: the running stack's, else 1)."),
+    ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Fetch Kafka once, start the broker(s) and Redis; return when both answer."""

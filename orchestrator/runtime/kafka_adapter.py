@@ -80,7 +80,14 @@ class KafkaCommandIntake:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            static = {"group.instance.id": self.instance_id} if self.instance_id else {}
+            # A static member's restart takes its partitions over at once, so a session
+            # longer than a broker failover (~9 s in KRaft) costs nothing and keeps a
+            # coordinator move from expiring the member and fencing it (docs/operations.md).
+            static: dict[str, Any] = (
+                {"group.instance.id": self.instance_id, "session.timeout.ms": 30000}
+                if self.instance_id
+                else {}
+            )
             self._consumer = Consumer(
                 consumer_config(
                     self.settings,
