@@ -48,6 +48,7 @@ down:
 lint: $(BIN)/keel
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy orchestrator handlers connectors ops
 
 fmt: $(BIN)/keel
 	$(BIN)/ruff format .

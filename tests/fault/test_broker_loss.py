@@ -145,10 +145,15 @@ def orchestrator_coordinator(k: Keel) -> int:
             lambda: group_coordinator(k.bootstrap, group), 60, f"the coordinator of {group}"
         )
         tid = k.transactional_id()
-        txn_node = cluster_roles(k.bootstrap, k.cluster.libs_dir, (tid,))
-        if txn_node.transaction_coordinators.get(tid) == group_node:
-            return group_node
         leaders = {p.partition: p.leader for p in replicas(k.bootstrap, ["__transaction_state"])}
+        txn_node = cluster_roles(k.bootstrap, k.cluster.libs_dir, (tid,))
+        coordinator = txn_node.transaction_coordinators.get(tid)
+        if coordinator is None:
+            # the id has not begun a transaction yet (the producer starts it lazily): the
+            # broker's own placement rule says which broker will coordinate it
+            coordinator = leaders[coordinator_partition(tid, len(leaders))]
+        if coordinator == group_node:
+            return group_node
         names = (f"{k.prefix}-o{attempt}-{j}" for j in range(100_000))
         candidate = next(
             name
