@@ -125,6 +125,11 @@ def keel(cluster, cluster_settings, cluster_services, cluster_client) -> Keel:
     worker = cluster_services.start("worker")
     k = Keel(cluster, cluster_settings, cluster_services, cluster_client, worker, instance_id)
     k.orchestrator = _start_orchestrator(k, instance_id)
+    # One run through every hop: the orchestrator's first transaction creates the
+    # cluster's __transaction_state (a fresh cluster has none), and both processes are warm.
+    k.client.start_many(WORKFLOW, [("warmup", {"n": 1})])  # type: ignore[attr-defined]
+    k.started += 1
+    wait_until(lambda: k.completed() >= 1, 90, "the warm-up run")
     return k
 
 
