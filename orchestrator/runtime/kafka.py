@@ -13,7 +13,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from orchestrator.domain.messages import Envelope
 from orchestrator.runtime.broker_errors import Stopping
@@ -55,6 +63,7 @@ def header(msg: Message, name: str) -> str | None:
 
 def to_record(msg: Message) -> Record:
     """A consumed message (no error) as a plain :class:`Record`."""
+    ts_type, ts = msg.timestamp()
     return Record(
         msg.topic() or "",
         msg.partition() or 0,
@@ -62,6 +71,7 @@ def to_record(msg: Message) -> Record:
         msg.key(),
         msg.value(),
         _headers(msg),
+        ts if ts_type != TIMESTAMP_NOT_AVAILABLE and ts > 0 else 0,
     )
 
 

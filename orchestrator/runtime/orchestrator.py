@@ -37,6 +37,7 @@ from orchestrator.runtime.context import RuntimeContext, Topics
 from orchestrator.runtime.envelopes import follow_up as _follow_up
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.local_activities import LOCAL_BOUND_MS, LocalActivities
 from orchestrator.runtime.owned import OrchestratorStats, PartitionState
 from orchestrator.runtime.ports import CommandIntake, EventLog
 from orchestrator.runtime.recovery import (
@@ -82,6 +83,8 @@ class Orchestrator:
         max_resets: int = 10,
         reset_window_s: float = 300.0,
         hard_exit_on_stall: bool = True,
+        local_activities: bool = True,
+        local_bound_ms: int = LOCAL_BOUND_MS,
     ) -> None:
         self.settings = settings
         self.app = app
@@ -117,6 +120,14 @@ class Orchestrator:
             stopping=self._stop.is_set,
             finished_capacity=finished_capacity,
         )
+        if local_activities:
+            self.ctx.local = LocalActivities(
+                app,
+                redis_url=settings.redis or None,
+                topic_prefix=settings.topic_prefix,
+                stop=self._stop,
+                bound_ms=local_bound_ms,
+            )
         self.loop = CommandLoop(self.ctx)
         self.recovery = Recovery(self.ctx)
 
@@ -212,6 +223,8 @@ class Orchestrator:
                 self.ctx.log.close()
             except Exception as exc:
                 log.warning("closing the event log: %s", exc)
+        if self.ctx.local is not None:
+            self.ctx.local.close()
 
     def step(self) -> None:
         """One poll, and one transaction if there is work."""
@@ -379,4 +392,15 @@ class Orchestrator:
             "consumer_resets": int(getattr(ctx.intake, "consumer_resets", 0)),
             "last_broker_error": s.last_broker_error or str(getattr(ctx.intake, "last_error", "")),
             "retry_budget_per_s": ctx.budget.rate,
+            "commands": s.commands,
+            "events": s.events,
+            "timings": {
+                "commit_ms_total": round(s.commit_ms_total, 3),
+                "decide_ms_total": round(s.decide_ms_total, 3),
+                "intake_lag_ms_total": round(s.intake_lag_ms_total, 3),
+                "intake_lag_n": s.intake_lag_n,
+                "local_activities": s.local_activities,
+                "local_overruns": s.local_overruns,
+                "local_ms_total": round(ctx.local.run_ms, 3) if ctx.local is not None else 0.0,
+            },
         }

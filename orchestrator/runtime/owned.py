@@ -205,3 +205,10 @@ class OrchestratorStats:
     broker_errors: int = 0
     last_commit_at: float = 0.0
     last_broker_error: str = ""
+    #: Per-hop timings, cumulative (``keel bench`` takes differences between phases).
+    commit_ms_total: float = 0.0
+    decide_ms_total: float = 0.0
+    intake_lag_ms_total: float = 0.0
+    intake_lag_n: int = 0
+    local_activities: int = 0
+    local_overruns: int = 0
