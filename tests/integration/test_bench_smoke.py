@@ -49,7 +49,7 @@ def _bench(settings, *args: str) -> dict:
 def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
     result = _bench(settings, "--workflows", "20", "--runs", "1", "--light", "3")
     for key in ("light_remote", "light_local"):
-        assert LIGHT_KEYS <= set(result[key]), key
+        assert set(result[key]) >= LIGHT_KEYS, key
     assert "worker_hop_ms" in result["light_remote"]
     assert result["light_local"]["transactions_per_workflow"] == 1.0
     assert result["light_remote"]["transactions_per_workflow"] == 4.0
