@@ -9,6 +9,7 @@ fetch waits because a workflow step is several hops and each hop's wait adds up;
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,6 +37,10 @@ client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
 
 PARTITIONER = "murmur2_random"
+#: How long a fetch may wait at the broker for data, and producers' linger: each hop
+#: of a workflow pays them. Overridable for measuring (docs/performance.md).
+FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "10"))
+LINGER_MS = float(os.environ.get("KEEL_LINGER_MS", "1"))
 
 
 def now_ms() -> int:
@@ -105,7 +110,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": settings.kafka_servers,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 1,
+        "linger.ms": LINGER_MS,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
         "logger": client_log,
@@ -145,7 +150,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,
+        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
