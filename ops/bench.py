@@ -287,6 +287,7 @@ class Bench:
         rm: list[float] = []
         ev: list[float] = []
         before = _fresh_status(self.home)
+        trips = len(self.tail.round_trips)
         for i in range(count):
             wf = f"light-{name}-{i}"
             began = now_ms()
@@ -297,6 +298,10 @@ class Bench:
             ev.append(self.tail.seen_at[wf] - began)
             time.sleep(max(0.0, 1 / rate - rm[-1] / 1000))
         hops = _hops(before, _fresh_status(self.home), count)
+        rt = [ms for _, ms in self.tail.round_trips[trips:]]
+        if rt:  # a remote activity: decided -> task -> worker -> report -> decided
+            hops["activity_round_trip_ms"] = statistics.median(rt)
+            hops["worker_hop_ms"] = max(0.0, hops["activity_round_trip_ms"] - hops["intake_lag_ms"])
         return {
             "rm_p50_ms": statistics.median(rm),
             "rm_p99_ms": _percentile(rm, 0.99),
@@ -364,7 +369,6 @@ def one_run(
         log(f"half of peak: {peak / 2:.0f}/s for 5 s")
         out["half_peak_remote"] = b.paced(REMOTE, peak / 2, 5, "remote")
         out["half_peak_local"] = b.paced(LOCAL, out["throughput_local"] / 2, 5, "local")
-        rt = [ms for _, ms in b.tail.round_trips]
         log("throughput, projector off")
         b.restart_orchestrator(projector=False)
         b.warm(REMOTE)
@@ -372,10 +376,6 @@ def one_run(
         out["throughput_local_no_projector"] = b.throughput(LOCAL, workflows, "local-np")
         out["cpu_ms_per_workflow"] = {r: 1000 * c / workflows for r, c in cpu.items()}
         out["peak_rss_mb"] = dict(b.sampler.peak)
-        lr = out["light_remote"]
-        out["light_remote"]["worker_hop_ms"] = max(
-            0.0, statistics.median(rt) - lr["intake_lag_ms"] if rt else 0.0
-        )
     finally:
         b.close()
     log("cold start: rebuilding every partition from keel.events")

@@ -311,9 +311,8 @@ class Orchestrator:
         recovered = self.recover(owned)
         for p, ps in recovered.items():
             ctx.partitions[p] = ps
-            for wf, state in ps.live_states():
-                for timer_id, fire_at in state.pending_timers():
-                    ctx.timers.arm(p, wf, timer_id, fire_at)
+            for wf, timer_id, fire_at in ps.timers():
+                ctx.timers.arm(p, wf, timer_id, fire_at)
         took = time.monotonic() - began
         ctx.stats.recovery_s += took
         self._rescale_budget()
@@ -381,7 +380,7 @@ class Orchestrator:
                 round(time.time() - s.last_commit_at, 3) if s.last_commit_at else None
             ),
             "last_poll_age_s": round(time.monotonic() - self._last_poll, 3),
-            "live_workflows": sum(len(ps.live) for ps in ctx.partitions.values()),
+            "live_workflows": sum(ps.live_count() for ps in ctx.partitions.values()),
             "finished_workflows": sum(len(ps.finished) for ps in ctx.partitions.values()),
             "quarantined": quarantined[:100],
             "transactions": s.transactions,

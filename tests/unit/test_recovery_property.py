@@ -69,6 +69,14 @@ def test_rebuilt_state_equals_the_full_fold(tmp_path_factory, plan):
     for env in rig.events():
         by_wf.setdefault(env.workflow_id, []).append(env)
     assert set(by_wf) <= started
+    # the timers re-armed from the rebuilt partitions (before any run is parsed)
+    armed = sorted(t for ps in rebuilt.values() for t in ps.timers())
+    want_timers = []
+    for wf, events in by_wf.items():
+        state = rig.orch.decider.fold(events)
+        if not state.is_terminal:
+            want_timers += [(wf, tid, at) for tid, at in state.pending_timers()]
+    assert armed == sorted(want_timers)
     for wf, events in by_wf.items():
         ps = rebuilt[partition_for(wf.encode(), 4)]
         assert not ps.quarantined, ps.quarantined
