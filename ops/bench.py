@@ -66,6 +66,8 @@ EVENTS_PER_WORKFLOW = 9
 APP = "ops.bench_app:app"
 #: Seconds between the orchestrator's status-file writes during a bench.
 STATUS_INTERVAL_S = 0.5
+#: Checkpoint interval of the orchestrator in ``--recovery`` (the default is 30 s).
+CHECKPOINT_S = 5.0
 
 Log = Callable[[str], None]
 
@@ -432,7 +434,8 @@ def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> 
     client = KeelClient(s, app)
     tail = _EventTail(s)
     tail.start()
-    orch = _spawn("orchestrator", s, home, "--no-projector", KEEL_INSTANCE_ID="rec")
+    ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
+    orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
     try:
         log(f"writing {live} live runs (timer_demo, one hour)")
         began = time.monotonic()
@@ -445,13 +448,13 @@ def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> 
                 raise TimeoutError(f"only {len(tail.started_at)} of {live} runs started")
             time.sleep(0.5)
         write_s = time.monotonic() - began
-        time.sleep(1.0)
+        time.sleep(CHECKPOINT_S + 1)  # a checkpoint covers most runs; a tail follows it
         status = _status(home)
         orch.kill()
         orch.wait(30)
         log("orchestrator SIGKILLed; restarting it")
         restarted_at = now_ms()
-        orch = _spawn("orchestrator", s, home, "--no-projector", KEEL_INSTANCE_ID="rec")
+        orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
         client.start_many("timer_demo", [("probe", {"seconds": 3600})])
         deadline = time.monotonic() + 600
         while "probe" not in tail.started_at:
