@@ -62,6 +62,8 @@ from orchestrator.settings import Settings
 
 REMOTE = "three_step"
 LOCAL = "three_step_local"
+#: The old name of the remote benchmark workflow (kept for importers).
+WORKFLOW = REMOTE
 EVENTS_PER_WORKFLOW = 9
 APP = "ops.bench_app:app"
 #: Seconds between the orchestrator's status-file writes during a bench.
