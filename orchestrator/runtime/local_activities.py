@@ -21,7 +21,8 @@ so an overrun is reported at once as a ``StartToCloseTimeout`` failure (outcome
 
 Steps that need a worker's start report (``schedule_to_start`` or ``heartbeat``
 timeouts), steps whose handler this application lacks and status queries are sent to
-the workers as usual.
+the workers as usual; so are all local steps while the effect store's Redis is known to
+be down (the workers wait an outage out without failing the attempt).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ class LocalActivities:
             return None  # a status query, or a step that needs a worker's start report
         if scheduled.activity_type not in self.app.handlers:
             return None
+        if self._gate is not None and self._gate.is_down:
+            return None  # Redis away: the workers wait out the outage without failing it
         s2c = step.timeout_ms(TimeoutKind.START_TO_CLOSE)
         bound = self.bound_ms if s2c is None else min(s2c, self.bound_ms)
         return LocalRun(
@@ -166,8 +169,8 @@ class LocalActivities:
         s = r.scheduled
         handler = self.app.handler(s.activity_type)
         side_effect = has_side_effect(handler.fn)
-        # Only a @side_effect handler touches the effect store (and Redis).
-        effects, gate = self._store() if side_effect else (None, None)
+        effects: Any = None
+        gate: Any = None
         ctx = ActivityContext(
             workflow_id=r.workflow_id,
             activity_id=s.activity_id,
@@ -182,8 +185,8 @@ class LocalActivities:
         def running() -> Any:
             return execute(
                 self.app,
-                effects,  # type: ignore[arg-type]
-                gate,  # type: ignore[arg-type]
+                effects,
+                gate,
                 s.activity_type,
                 s.input_json,
                 s.idempotency_key,
@@ -204,6 +207,8 @@ class LocalActivities:
 
         token = set_current(ctx)
         try:
+            if side_effect:  # only a @side_effect handler touches the effect store
+                effects, gate = self._store()
             work = running() if handler.is_async else asyncio.to_thread(in_thread)
             result = await asyncio.wait_for(work, r.bound_ms / 1000)
         except TimeoutError:
