@@ -1,26 +1,40 @@
-"""``keel bench``: the durable core measured on the real broker, as JSON.
+"""``keel bench``: what a user feels, measured on the real broker, as JSON.
 
-It lives in ``ops/`` because it drives the example application; ``keel bench`` imports it
-only when run, so no product module imports the examples.
+It lives in ``ops/`` because it drives an example application (``ops.bench_app``);
+``keel bench`` imports it only when run, so no product module imports the examples.
 
-Each run uses a fresh topic prefix and starts one orchestrator and one worker as
-separate processes (no projector: the core is measured, not the read model). It
-measures, from the event store itself:
+Each run uses a fresh topic prefix, one orchestrator (with its projector thread, the
+default deployment) and one worker as separate processes, and measures, for
+``three_step`` (three remote activities) and ``three_step_local`` (the same steps run
+inside the orchestrator), in the same run:
 
-* throughput: N ``three_step`` workflows started at once, until the last completes;
-* latency at light load: workflows started one at a time at a low rate, from the
-  start command's ``recorded_at`` to the ``WorkflowCompleted`` event's;
-* cold-start rebuild: the orchestrator's own recovery path over every event written;
-* peak RSS of each service process.
+* client-observed latency at light load (one workflow at a time): from the call to
+  ``KeelClient.start`` until the result is seen through the read model exactly as
+  ``keel workflow start --wait`` sees it (``rm``), and until the terminal event is read
+  from ``keel.events`` (``events``); p50 and p99;
+* throughput: N workflows started at once, until the last terminal event;
+* latency at half of the remote peak: starts paced at half the measured throughput;
+* throughput with the projector off (the orchestrator restarted with ``--no-projector``);
+* per-hop timings from the orchestrator's counters (status file): commit per
+  transaction, decide per command, intake lag (command written -> decided), and the
+  worker's part of a remote activity (decided -> report written -> decided, minus the
+  orchestrator's intake lag);
+* cold rebuild of every partition; peak RSS and CPU per workflow.
+
+``--recovery N`` (``python -m ops.bench --recovery N``) measures instead the restart of
+an orchestrator SIGKILLed with N live runs waiting on timers: time from the process
+start to its first new decision, and its RSS per 100k live runs.
 
 The last line printed is one JSON object: the median of each metric over the runs.
-Times on a shared machine are noisy; compare ratios between runs, not absolutes.
+Times on a shared machine are noisy; compare ratios within one run, not absolutes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -28,7 +42,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +50,28 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import TERMINAL_EVENTS
-from orchestrator.examples import app as example_app
+from orchestrator.domain.messages import (
+    TERMINAL_EVENTS,
+    ActivityCompleted,
+    ActivityScheduled,
+    WorkflowStarted,
+)
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.kafka import consume_batch, consumer_config, now_ms
 from orchestrator.settings import Settings
 
-WORKFLOW = "three_step"
+REMOTE = "three_step"
+LOCAL = "three_step_local"
+#: The old name of the remote benchmark workflow (kept for importers).
+WORKFLOW = REMOTE
 EVENTS_PER_WORKFLOW = 9
+APP = "ops.bench_app:app"
+#: Seconds between the orchestrator's status-file writes during a bench.
+STATUS_INTERVAL_S = 0.5
+#: Checkpoint interval of the orchestrator in ``--recovery`` (the default is 30 s).
+CHECKPOINT_S = 5.0
+
+Log = Callable[[str], None]
 
 
 class _RssSampler(threading.Thread):
@@ -56,7 +84,7 @@ class _RssSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
-            for role, pid in self.pids.items():
+            for role, pid in list(self.pids.items()):
                 try:
                     proc = psutil.Process(pid)
                     self.peak[role] = max(self.peak[role], proc.memory_info().rss / 2**20)
@@ -73,160 +101,411 @@ class _RssSampler(threading.Thread):
         self._stop_evt.set()
 
 
-class _Completions:
-    """Tails keel.events and records, per workflow, when it ended and how many events it had."""
+class _EventTail(threading.Thread):
+    """Tails keel.events in real time: when each run ended (as seen here) and hop times."""
 
     def __init__(self, settings: Settings) -> None:
+        super().__init__(daemon=True)
         self.codec = default_codec()
         self.consumer = Consumer(
-            consumer_config(settings, f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}")
+            consumer_config(
+                settings,
+                f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}",
+                **{"fetch.wait.max.ms": 1},
+            )
         )
         topic = settings.topic("events")
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
-        self.ended_at: dict[str, int] = {}
+        self.seen_at: dict[str, int] = {}  # workflow -> when this tail read its terminal event
+        self.ended_at: dict[str, int] = {}  # workflow -> the terminal event's recorded_at
+        self.started_at: dict[str, int] = {}
+        self.scheduled: dict[str, int] = {}  # activity id -> ActivityScheduled recorded_at
+        self.round_trips: list[tuple[int, int]] = []  # (completed at, ms since scheduled)
         self.events = 0
+        self.error: str | None = None
+        self._lock = threading.Condition()
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_evt.is_set():
+                msgs = consume_batch(self.consumer, 2000, 0.05)
+                seen = now_ms()
+                for msg in msgs:
+                    err, value = msg.error(), msg.value()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(str(err))
+                        continue
+                    if value is not None:
+                        self._note(self.codec.decode(value), seen)
+                if msgs:
+                    with self._lock:
+                        self._lock.notify_all()
+        except Exception as exc:  # reported by wait_for
+            self.error = str(exc)
+        finally:
+            self.consumer.close()
+
+    def _note(self, env: Any, seen: int) -> None:
+        self.events += 1
+        p = env.payload
+        wf = env.workflow_id
+        if isinstance(p, WorkflowStarted):
+            self.started_at[wf] = env.recorded_at
+        elif isinstance(p, ActivityScheduled):
+            self.scheduled[f"{wf}/{p.activity_id}"] = env.recorded_at
+        elif isinstance(p, ActivityCompleted):
+            at = self.scheduled.pop(f"{wf}/{p.activity_id}", None)
+            if at is not None:
+                self.round_trips.append((env.recorded_at, env.recorded_at - at))
+        elif isinstance(p, TERMINAL_EVENTS):
+            self.ended_at[wf] = env.recorded_at
+            self.seen_at[wf] = seen
 
     def wait_for(self, ids: set[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while not ids <= self.ended_at.keys():
-            if time.monotonic() > deadline:
-                missing = len(ids - self.ended_at.keys())
-                raise TimeoutError(f"{missing} workflows did not end within {timeout_s:g}s")
-            for msg in consume_batch(self.consumer, 2000, 0.05):
-                err, value = msg.error(), msg.value()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(str(err))
-                    continue
-                if value is None:
-                    continue
-                env = self.codec.decode(value)
-                self.events += 1
-                if isinstance(env.payload, TERMINAL_EVENTS):
-                    self.ended_at[env.workflow_id] = env.recorded_at
+        with self._lock:
+            while not ids <= self.seen_at.keys():
+                if self.error:
+                    raise RuntimeError(self.error)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = len(ids - self.seen_at.keys())
+                    raise TimeoutError(f"{missing} workflows did not end within {timeout_s:g}s")
+                self._lock.wait(min(left, 0.05))
 
-    def close(self) -> None:
-        self.consumer.close()
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(10)
 
 
-def _spawn(role: str, settings: Settings, log_dir: Path, *args: str) -> subprocess.Popen:
+def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update(
         KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
         KEEL_REDIS_URL=settings.redis,
         KEEL_TOPIC_PREFIX=settings.topic_prefix,
+        KEEL_PARTITIONS=str(settings.partitions),
         KEEL_LOG_LEVEL="WARNING",
+        KEEL_HOME=str(home),
+        KEEL_STATUS_INTERVAL_S=str(STATUS_INTERVAL_S),
+        **extra,
     )
+    return env
+
+
+def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) -> subprocess.Popen:
+    log_path = home / f"{role}-{uuid.uuid4().hex[:4]}.log"
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", role, *args],
-        env=env,
-        stdout=(log_dir / f"{role}.log").open("wb"),
+        [sys.executable, "-m", "orchestrator", role, "--app", APP, *args],
+        env=_env(settings, home, **env),
+        stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def one_run(
-    base: Settings, workflows: int, light: int, light_rate: float, log: Any
-) -> dict[str, float]:
-    from ops.topics import create_topics
+def _status(home: Path) -> dict[str, Any]:
+    """The orchestrator's newest status file (timings are cumulative counters)."""
+    files = sorted((home / "status").glob("orchestrator-*.json"), key=lambda f: f.stat().st_mtime)
+    for _ in range(20):
+        try:
+            return dict(json.loads(files[-1].read_text())) if files else {}
+        except (ValueError, OSError):  # caught mid-write
+            time.sleep(0.05)
+    return {}
 
-    settings = base.model_copy(update={"topic_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
-    create_topics(settings)
-    log_dir = Path(tempfile.mkdtemp(prefix="keel-bench-"))
-    orch = _spawn(
-        "orchestrator", settings, log_dir, "--no-projector", "--checkpoint-interval", "1e9"
-    )
-    worker = _spawn("worker", settings, log_dir)
-    sampler = _RssSampler({"orchestrator": orch.pid, "worker": worker.pid})
-    sampler.start()
-    client = KeelClient(settings, example_app)
-    done = _Completions(settings)
-    try:
-        # Warm up: both processes joined their groups and the path is hot.
-        warm = [f"warm-{i}" for i in range(20)]
-        client.start_many(WORKFLOW, [(wf, {"n": 1}) for wf in warm])
-        done.wait_for(set(warm), 120)
 
-        log(f"light load: {light} workflows at {light_rate:g}/s")
-        sent_at: dict[str, int] = {}
-        for i in range(light):
-            wf = f"light-{i}"
-            client.start_many(WORKFLOW, [(wf, {"n": i})])
-            sent_at[wf] = now_ms()
-            time.sleep(1 / light_rate)
-        done.wait_for(set(sent_at), 120)
-        latencies = [done.ended_at[wf] - sent_at[wf] for wf in sent_at]
+def _fresh_status(home: Path) -> dict[str, Any]:
+    time.sleep(STATUS_INTERVAL_S * 2.5)
+    return _status(home)
 
-        log(f"throughput: {workflows} workflows at once")
-        events_before = done.events
-        ids = [f"load-{i}" for i in range(workflows)]
-        cpu_before = sampler.cpu_mark()
-        began = time.monotonic()
-        client.start_many(WORKFLOW, [(wf, {"n": i % 100}) for i, wf in enumerate(ids)])
-        done.wait_for(set(ids), 600)
-        elapsed = time.monotonic() - began
-        events = done.events - events_before
-        time.sleep(0.25)  # one more sample
-        cpu = {r: sampler.cpu_s[r] - cpu_before[r] for r in cpu_before}
-    finally:
-        sampler.stop()
-        for proc in (orch, worker):
-            proc.kill()
-            proc.wait(30)
-        done.close()
-        client.close()
 
-    log("cold start: rebuilding every partition from keel.events")
-    from orchestrator.runtime.orchestrator import Orchestrator
+def _hops(before: dict[str, Any], after: dict[str, Any], workflows: int) -> dict[str, float]:
+    """Per-hop means between two status snapshots of one orchestrator."""
+    t0, t1 = before.get("timings", {}), after.get("timings", {})
 
-    cold = Orchestrator(settings, example_app)
-    t0 = time.monotonic()
-    cold.recover(list(range(settings.partitions)))
-    rebuild_s = time.monotonic() - t0
+    def d(key: str) -> float:
+        return float(t1.get(key, 0)) - float(t0.get(key, 0))
+
+    txns = after.get("transactions", 0) - before.get("transactions", 0)
+    cmds = after.get("commands", 0) - before.get("commands", 0)
+    lag_n = d("intake_lag_n")
+    local_n = d("local_activities")
     return {
-        "workflows_per_s": workflows / elapsed,
-        "events_per_s": events / elapsed,
-        "p50_ms": statistics.median(latencies),
-        "p99_ms": _percentile(latencies, 0.99),
-        "rebuild_events_per_s": cold.stats.recovered_events / rebuild_s,
-        "rebuilt_events": cold.stats.recovered_events,
-        "cpu_ms_per_workflow_orchestrator": 1000 * cpu["orchestrator"] / workflows,
-        "cpu_ms_per_workflow_worker": 1000 * cpu["worker"] / workflows,
-        "peak_rss_mb_orchestrator": sampler.peak["orchestrator"],
-        "peak_rss_mb_worker": sampler.peak["worker"],
+        "transactions_per_workflow": txns / workflows if workflows else 0.0,
+        "commit_ms": d("commit_ms_total") / txns if txns else 0.0,
+        "decide_ms_per_command": d("decide_ms_total") / cmds if cmds else 0.0,
+        "intake_lag_ms": d("intake_lag_ms_total") / lag_n if lag_n else 0.0,
+        "local_activity_ms": d("local_ms_total") / local_n if local_n else 0.0,
     }
 
 
+class Bench:
+    """One run's processes and clients."""
+
+    def __init__(self, base: Settings, log: Log) -> None:
+        from ops.topics import create_topics
+
+        self.settings = base.model_copy(update={"topic_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
+        create_topics(self.settings)
+        self.home = Path(tempfile.mkdtemp(prefix="keel-bench-"))
+        self.log = log
+        from ops.bench_app import app
+
+        self.client = KeelClient(self.settings, app)
+        self.tail = _EventTail(self.settings)
+        self.tail.start()
+        self.orch = self._orchestrator(projector=True)
+        self.worker = _spawn("worker", self.settings, self.home)
+        self.sampler = _RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
+        self.sampler.start()
+
+    def _orchestrator(self, *, projector: bool) -> subprocess.Popen:
+        args = ["--checkpoint-interval", "1e9"]
+        if not projector:
+            args.append("--no-projector")
+        return _spawn("orchestrator", self.settings, self.home, *args, KEEL_INSTANCE_ID="bench")
+
+    def restart_orchestrator(self, *, projector: bool) -> None:
+        self.orch.send_signal(signal.SIGTERM)
+        self.orch.wait(60)
+        self.orch = self._orchestrator(projector=projector)
+        self.sampler.pids["orchestrator"] = self.orch.pid
+
+    def warm(self, name: str, n: int = 20) -> None:
+        ids = [f"warm-{name}-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
+        self.client.start_many(name, [(wf, {"n": 1}) for wf in ids])
+        self.tail.wait_for(set(ids), 180)
+
+    def light(self, name: str, count: int, rate: float) -> dict[str, Any]:
+        """One at a time, as ``keel workflow start --wait`` would: rm and events latency."""
+        rm: list[float] = []
+        ev: list[float] = []
+        before = _fresh_status(self.home)
+        trips = len(self.tail.round_trips)
+        for i in range(count):
+            wf = f"light-{name}-{i}"
+            began = now_ms()
+            self.client.start(name, {"n": i % 100}, workflow_id=wf)
+            self.client.wait(wf, 60)
+            rm.append(now_ms() - began)
+            self.tail.wait_for({wf}, 60)
+            ev.append(self.tail.seen_at[wf] - began)
+            time.sleep(max(0.0, 1 / rate - rm[-1] / 1000))
+        hops = _hops(before, _fresh_status(self.home), count)
+        rt = [ms for _, ms in self.tail.round_trips[trips:]]
+        if rt:  # a remote activity: decided -> task -> worker -> report -> decided
+            hops["activity_round_trip_ms"] = statistics.median(rt)
+            hops["worker_hop_ms"] = max(0.0, hops["activity_round_trip_ms"] - hops["intake_lag_ms"])
+        return {
+            "rm_p50_ms": statistics.median(rm),
+            "rm_p99_ms": _percentile(rm, 0.99),
+            "events_p50_ms": statistics.median(ev),
+            "events_p99_ms": _percentile(ev, 0.99),
+            **hops,
+        }
+
+    def throughput(self, name: str, count: int, tag: str) -> float:
+        ids = [f"load-{tag}-{i}" for i in range(count)]
+        began = time.monotonic()
+        self.client.start_many(name, [(wf, {"n": i % 100}) for i, wf in enumerate(ids)])
+        self.tail.wait_for(set(ids), 900)
+        return count / (time.monotonic() - began)
+
+    def paced(self, name: str, rate: float, seconds: float, tag: str) -> dict[str, float]:
+        """Starts paced at ``rate``/s for ``seconds``: events latency from the send."""
+        count = max(10, int(rate * seconds))
+        sent: dict[str, int] = {}
+        began = time.monotonic()
+        for i in range(count):
+            wf = f"paced-{tag}-{i}"
+            due = began + i / rate
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self.client.start_many(name, [(wf, {"n": i % 100})])
+            sent[wf] = now_ms()
+        self.tail.wait_for(set(sent), 300)
+        lat = [self.tail.seen_at[wf] - t for wf, t in sent.items()]
+        return {
+            "rate_per_s": rate,
+            "events_p50_ms": statistics.median(lat),
+            "events_p99_ms": _percentile(lat, 0.99),
+        }
+
+    def close(self) -> None:
+        self.sampler.stop()
+        for proc in (self.orch, self.worker):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+        self.tail.stop()
+        self.client.close()
+
+
+def one_run(
+    base: Settings, workflows: int, light: int, light_rate: float, log: Log
+) -> dict[str, Any]:
+    b = Bench(base, log)
+    out: dict[str, Any] = {}
+    try:
+        b.warm(REMOTE)
+        b.warm(LOCAL)
+        for name, key in ((REMOTE, "remote"), (LOCAL, "local")):
+            log(f"light load, {name}: {light} workflows, one at a time, <= {light_rate:g}/s")
+            out[f"light_{key}"] = b.light(name, light, light_rate)
+        log(f"throughput, projector on: {workflows} workflows at once")
+        cpu0 = b.sampler.cpu_mark()
+        out["throughput_remote"] = b.throughput(REMOTE, workflows, "remote")
+        time.sleep(0.25)
+        cpu = {r: b.sampler.cpu_s[r] - cpu0[r] for r in cpu0}
+        out["throughput_local"] = b.throughput(LOCAL, workflows, "local")
+        peak = out["throughput_remote"]
+        log(f"half of peak: {peak / 2:.0f}/s for 5 s")
+        out["half_peak_remote"] = b.paced(REMOTE, peak / 2, 5, "remote")
+        out["half_peak_local"] = b.paced(LOCAL, out["throughput_local"] / 2, 5, "local")
+        log("throughput, projector off")
+        b.restart_orchestrator(projector=False)
+        b.warm(REMOTE)
+        out["throughput_remote_no_projector"] = b.throughput(REMOTE, workflows, "remote-np")
+        out["throughput_local_no_projector"] = b.throughput(LOCAL, workflows, "local-np")
+        out["cpu_ms_per_workflow"] = {r: 1000 * c / workflows for r, c in cpu.items()}
+        out["peak_rss_mb"] = dict(b.sampler.peak)
+    finally:
+        b.close()
+    log("cold start: rebuilding every partition from keel.events")
+    from ops.bench_app import app
+    from orchestrator.runtime.orchestrator import Orchestrator
+
+    cold = Orchestrator(b.settings, app, local_activities=False)
+    t0 = time.monotonic()
+    cold.recover(list(range(b.settings.partitions)))
+    rebuild_s = time.monotonic() - t0
+    out["rebuild_events_per_s"] = cold.stats.recovered_events / rebuild_s
+    out["rebuilt_events"] = cold.stats.recovered_events
+    return out
+
+
+def _median(values: list[Any]) -> Any:
+    if isinstance(values[0], dict):
+        return {k: _median([v[k] for v in values]) for k in values[0]}
+    if isinstance(values[0], int | float):
+        return round(statistics.median(values), 2)
+    return values[0]
+
+
 def run_bench(
-    settings: Settings, workflows: int, runs: int, light: int, light_rate: float, log: Any
+    settings: Settings, workflows: int, runs: int, light: int, light_rate: float, log: Log
 ) -> dict[str, Any]:
     results = []
     for i in range(runs):
         log(f"run {i + 1}/{runs}")
         results.append(one_run(settings, workflows, light, light_rate, log))
-        log(json.dumps({k: round(v, 1) for k, v in results[-1].items()}))
-    summary: dict[str, Any] = {
-        key: round(statistics.median(r[key] for r in results), 1) for key in results[0]
-    }
-    summary["cpu_ms_per_workflow"] = {
-        "orchestrator": summary.pop("cpu_ms_per_workflow_orchestrator"),
-        "worker": summary.pop("cpu_ms_per_workflow_worker"),
-    }
-    summary["peak_rss_mb"] = {
-        "orchestrator": summary.pop("peak_rss_mb_orchestrator"),
-        "worker": summary.pop("peak_rss_mb_worker"),
-    }
+        log(json.dumps(_median([results[-1]])))
+    summary: dict[str, Any] = _median(results)
     summary.update(
-        workflow=WORKFLOW,
         workflows=workflows,
         runs=runs,
         light_load={"workflows": light, "rate_per_s": light_rate},
         partitions=settings.partitions,
     )
     return summary
+
+
+# -- recovery -------------------------------------------------------------------------------
+
+
+def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> dict[str, Any]:
+    """N runs waiting on a timer, an orchestrator SIGKILLed, then restarted: how soon it
+    decides again, and its RSS."""
+    from ops.bench_app import app
+    from ops.topics import create_topics
+
+    s = settings.model_copy(update={"topic_prefix": f"bench-rec-{uuid.uuid4().hex[:8]}"})
+    create_topics(s)
+    home = Path(tempfile.mkdtemp(prefix="keel-bench-rec-"))
+    client = KeelClient(s, app)
+    tail = _EventTail(s)
+    tail.start()
+    ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
+    orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
+    try:
+        log(f"writing {live} live runs (timer_demo, one hour)")
+        began = time.monotonic()
+        for lo in range(0, live, batch):
+            ids = [f"live-{i}" for i in range(lo, min(live, lo + batch))]
+            client.start_many("timer_demo", [(wf, {"seconds": 3600}) for wf in ids])
+        deadline = time.monotonic() + 1800
+        while len(tail.started_at) < live:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(tail.started_at)} of {live} runs started")
+            time.sleep(0.5)
+        write_s = time.monotonic() - began
+        time.sleep(CHECKPOINT_S + 1)  # a checkpoint covers most runs; a tail follows it
+        status = _status(home)
+        orch.kill()
+        orch.wait(30)
+        log("orchestrator SIGKILLed; restarting it")
+        restarted_at = now_ms()
+        orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
+        client.start_many("timer_demo", [("probe", {"seconds": 3600})])
+        deadline = time.monotonic() + 600
+        while "probe" not in tail.started_at:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the restarted orchestrator made no decision within 600 s")
+            time.sleep(0.01)
+        first_decision_s = (tail.started_at["probe"] - restarted_at) / 1000
+        time.sleep(STATUS_INTERVAL_S * 3)
+        rss_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+        after = _status(home)
+    finally:
+        if orch.poll() is None:
+            orch.kill()
+        orch.wait(30)
+        tail.stop()
+        client.close()
+    return {
+        "live_runs": live,
+        "write_s": round(write_s, 1),
+        "events_before_kill": status.get("events"),
+        "first_decision_after_start_s": round(first_decision_s, 2),
+        "rebuild_s": after.get("recovery_s"),
+        "rss_mb": round(rss_mb, 1),
+        "rss_mb_per_100k_live": round(rss_mb * 100_000 / live, 1),
+        "live_workflows_after": after.get("live_workflows"),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    from orchestrator.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m ops.bench", description=__doc__)
+    parser.add_argument("--workflows", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--light", type=int, default=100)
+    parser.add_argument("--light-rate", type=float, default=20.0)
+    parser.add_argument("--recovery", type=int, default=0, metavar="N")
+    args = parser.parse_args(argv)
+    settings = load_settings()
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if args.recovery:
+        result = run_recovery(settings, args.recovery, log)
+    else:
+        result = run_bench(settings, args.workflows, args.runs, args.light, args.light_rate, log)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -177,6 +177,7 @@ class Step:
     start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
     ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
     (the state's ``on_failure`` path, or the run fails) once retries are used up.
+    ``local`` runs it inside the orchestrator, its result recorded with the next decision.
     """
 
     name: str
@@ -189,6 +190,7 @@ class Step:
     heartbeat: Duration | None = None
     status_query: str | None = None
     on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
+    local: bool = False
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
@@ -228,6 +230,8 @@ class Step:
             out["status_query"] = self.status_query
         if self.on_exhausted != OnExhausted.DEAD_LETTER:
             out["on_exhausted"] = self.on_exhausted
+        if self.local:
+            out["local"] = True
         return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,7 +48,8 @@ from orchestrator.runtime.envelopes import (
     follow_up,
     runtime_envelope,
 )
-from orchestrator.runtime.kafka import dead_letter
+from orchestrator.runtime.kafka import dead_letter, now_ms
+from orchestrator.runtime.local_activities import LocalRun
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import DeliveryCallback, Record
 from orchestrator.runtime.recovery import TYPE_HEADER
@@ -101,9 +103,16 @@ def _over_limits(payload: Any) -> str | None:
     return None
 
 
+#: Rounds of local activities one batch runs (a chain of local steps is one round per
+#: step); past it, the rest go to the workers, so a looping workflow cannot hold a batch.
+MAX_LOCAL_ROUNDS = 32
+
+
 class CommandLoop:
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
+        #: Local activities scheduled by this batch's decisions, not run yet.
+        self._local: list[LocalRun] = []
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -115,18 +124,29 @@ class CommandLoop:
         overlay: Overlay = {}
         first: dict[int, int] = {}
         nxt: dict[int, int] = {}
+        self._local = []
+        began = time.perf_counter()
         ctx.log.begin()
         try:
             for rec in records:
                 first.setdefault(rec.partition, rec.offset)
                 nxt[rec.partition] = rec.offset + 1
+                if rec.timestamp > 0:
+                    ctx.stats.intake_lag_ms_total += max(0, now - rec.timestamp)
+                    ctx.stats.intake_lag_n += 1
                 self._emit(self._process_record(rec, overlay, now))
             for p, wf, timer_id in due:
                 self._emit(self._fire_timer(p, wf, timer_id, overlay, now))
+            local_ms = self._run_local(overlay, now)
+            committing = time.perf_counter()
             ctx.log.commit(nxt)
         except TxnAbortable as exc:
+            self._local = []
             self._abort(exc, first, due)
             return False
+        done = time.perf_counter()
+        ctx.stats.commit_ms_total += (done - committing) * 1000
+        ctx.stats.decide_ms_total += (committing - began) * 1000 - local_ms
         ctx.stats.transactions += 1
         ctx.stats.commands += len(records)
         for wf, (p, state) in overlay.items():
@@ -137,6 +157,83 @@ class CommandLoop:
             for timer_id, fire_at in state.pending_timers():
                 ctx.timers.arm(p, wf, timer_id, fire_at)
         return True
+
+    def _run_local(self, overlay: Overlay, now: int) -> float:
+        """Run the batch's local activities and decide their reports in this transaction.
+
+        A report may schedule the next local step: one round per step of a chain, up to
+        ``MAX_LOCAL_ROUNDS``; what is left then is sent to the workers. Returns the ms spent
+        running handlers.
+        """
+        ctx = self.ctx
+        spent = 0.0
+        rounds = 0
+        while self._local and ctx.local is not None:
+            runs, self._local = self._local, []
+            if rounds >= MAX_LOCAL_ROUNDS:
+                for r in runs:
+                    self._emit([self._remote_task(r, now)])
+                continue
+            rounds += 1
+            began = time.perf_counter()
+            reports = ctx.local.run(runs)
+            spent += (time.perf_counter() - began) * 1000
+            ctx.stats.local_activities += len(runs)
+            decided_at = max(now, now_ms())
+            for r, report in zip(runs, reports, strict=True):
+                if report is None:  # overran: its start-to-close timer fails it
+                    ctx.stats.local_overruns += 1
+                    continue
+                self._emit(self._local_report(r, report, overlay, decided_at))
+        return spent
+
+    def _local_report(self, r: LocalRun, report: Any, overlay: Overlay, now: int) -> list[Out]:
+        """Decide a local activity's report exactly as a worker's report would be."""
+        env: Envelope[Any] = Envelope(
+            message_id=r.report_message_id,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            seq=0,
+            type=type(report).__name__,
+            recorded_at=now,
+            payload=report,
+            causation_id=r.task_message_id,
+            correlation_id=r.correlation_id,
+        )
+        try:
+            return self._apply(r.partition, env, overlay, now, None)
+        except Exception as exc:  # a report that breaks the decider: letter it, go on
+            reason = reason_of(exc)
+            log.error("local report of %s failed: %s", r.workflow_id, reason, exc_info=True)
+            self.ctx.stats.dead_letters += 1
+            letter = dead_letter_envelope(
+                message_id=f"dlq/{env.message_id}",
+                workflow_id=r.workflow_id,
+                run_id=r.run_id,
+                source_topic=self.ctx.topics.commands,
+                source_partition=r.partition,
+                source_offset=-1,
+                reason=f"local activity report failed: {reason}",
+                key=r.workflow_id.encode(),
+                value=self.ctx.codec.encode(env),
+                now=now,
+            )
+            key = r.workflow_id.encode()
+            return [Out(self.ctx.topics.dlq, self.ctx.codec.encode(letter), key)]
+
+    def _remote_task(self, r: LocalRun, now: int) -> Out:
+        """A local step past the batch's rounds: its task goes to the workers after all."""
+        ev: Envelope[Any] = Envelope(
+            message_id=r.event_message_id,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            seq=0,
+            type="ActivityScheduled",
+            recorded_at=now,
+            payload=r.scheduled,
+            correlation_id=r.correlation_id,
+        )
+        return self._task(ev, r.workflow_id.encode(), (), now)
 
     def _emit(self, outs: list[Out]) -> None:
         for o in outs:
@@ -311,6 +408,7 @@ class CommandLoop:
         )
         key = wf.encode()
         outs: list[Out] = []
+        local: list[LocalRun] = []
         for ev in events:
             value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
             outs.append(
@@ -324,13 +422,31 @@ class CommandLoop:
                 )
             )
             if isinstance(ev.payload, ActivityScheduled):
-                outs.append(self._task(ev, key, headers, now))
+                run = self._plan_local(p, new_state, ev)
+                if run is not None:
+                    local.append(run)
+                else:
+                    outs.append(self._task(ev, key, headers, now))
             elif isinstance(ev.payload, ActivityDeadLettered):
                 outs.append(self._activity_letter(ev, key, now))
         ctx.stats.events += len(events)
         ps.events_since_checkpoint += len(events)
         overlay[wf] = (p, new_state)
+        self._local.extend(local)
         return outs, None
+
+    def _plan_local(self, p: int, state: WorkflowState, ev: Envelope[Any]) -> LocalRun | None:
+        local = self.ctx.local
+        if local is None:
+            return None
+        return local.plan(  # type: ignore[no-any-return]
+            self.ctx.decider.definition_for,
+            state,
+            p,
+            ev.message_id,
+            ev.correlation_id,
+            ev.payload,
+        )
 
     def _task(
         self, ev: Envelope[Any], key: bytes, headers: tuple[tuple[str, bytes], ...], now: int

@@ -42,6 +42,9 @@ class RuntimeContext:
     budget: RetryBudget
     stopping: Callable[[], bool]
     finished_capacity: int = 1000
+    #: Runs ``local=True`` steps in-process (``local_activities.LocalActivities``); None:
+    #: every step goes to the workers.
+    local: Any = None
     stats: OrchestratorStats = field(default_factory=OrchestratorStats)
     partitions: dict[int, PartitionState] = field(default_factory=dict)
 

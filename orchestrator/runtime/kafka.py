@@ -9,11 +9,20 @@ fetch waits because a workflow step is several hops and each hop's wait adds up;
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from orchestrator.domain.messages import Envelope
 from orchestrator.runtime.broker_errors import Stopping
@@ -28,6 +37,10 @@ client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
 
 PARTITIONER = "murmur2_random"
+#: How long a fetch may wait at the broker for data, and producers' linger: each hop
+#: of a workflow pays them. Overridable for measuring (docs/performance.md).
+FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "10"))
+LINGER_MS = float(os.environ.get("KEEL_LINGER_MS", "1"))
 
 
 def now_ms() -> int:
@@ -55,6 +68,7 @@ def header(msg: Message, name: str) -> str | None:
 
 def to_record(msg: Message) -> Record:
     """A consumed message (no error) as a plain :class:`Record`."""
+    ts_type, ts = msg.timestamp()
     return Record(
         msg.topic() or "",
         msg.partition() or 0,
@@ -62,6 +76,7 @@ def to_record(msg: Message) -> Record:
         msg.key(),
         msg.value(),
         _headers(msg),
+        ts if ts_type != TIMESTAMP_NOT_AVAILABLE and ts > 0 else 0,
     )
 
 
@@ -95,7 +110,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": settings.kafka_servers,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 1,
+        "linger.ms": LINGER_MS,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
         "logger": client_log,
@@ -135,7 +150,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,
+        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,

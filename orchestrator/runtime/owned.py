@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from orchestrator.domain.errors import KeelError
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
 
@@ -136,15 +137,62 @@ class PartitionState:
     #: keel.events offset just past the last event known to be in the log.
     events_end: int = 0
     events_since_checkpoint: int = 0
+    #: Live runs restored from a snapshot and not used since: their state JSON, parsed
+    #: on first use. A rebuild decodes only what it needs, and a string is a fraction of
+    #: the memory of the state it holds.
+    unparsed: dict[str, str] = field(default_factory=dict)
+    #: Armed timers of the unparsed runs, read once when they were restored.
+    unparsed_timers: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.finished = FinishedRuns(self.finished_capacity)
 
     def get(self, wf: str) -> WorkflowState | None:
-        return self.live.get(wf) or self.dirty.get(wf) or self.finished.get(wf)
+        state = self.live.get(wf)
+        if state is not None:
+            return state
+        if wf in self.unparsed:
+            return self._parse(wf)
+        return self.dirty.get(wf) or self.finished.get(wf)
+
+    def _parse(self, wf: str) -> WorkflowState:
+        js = self.unparsed.pop(wf)
+        self.unparsed_timers.pop(wf, None)
+        try:
+            state = WorkflowState.from_json(js)
+        except Exception as exc:  # never treat a broken run as absent: quarantine it
+            reason = " ".join(str(exc).split())[:500] or type(exc).__name__
+            self.quarantine(wf, f"unreadable snapshot: {reason}")
+            raise KeelError(f"workflow '{wf}' is quarantined: unreadable snapshot") from exc
+        self.live[wf] = state
+        return state
+
+    def hold_unparsed(self, wf: str, state_json: str, timers: list[tuple[str, int]]) -> None:
+        """Keep a live run's snapshot as text until the run is used (see ``unparsed``)."""
+        self.live.pop(wf, None)
+        self.unparsed[wf] = state_json
+        if timers:
+            self.unparsed_timers[wf] = timers
+        else:
+            self.unparsed_timers.pop(wf, None)
+
+    def timers(self) -> Iterator[tuple[str, str, int]]:
+        """``(workflow, timer_id, fire_at)`` of every armed timer of the live runs."""
+        for wf, state in self.live.items():
+            for timer_id, fire_at in state.pending_timers():
+                yield wf, timer_id, fire_at
+        for wf, pending in self.unparsed_timers.items():
+            for timer_id, fire_at in pending:
+                yield wf, timer_id, fire_at
+
+    def live_count(self) -> int:
+        return len(self.live) + len(self.unparsed)
 
     def put(self, wf: str, state: WorkflowState, *, dirty: bool = True) -> None:
         """Hold ``state`` as the run's current state (a finished run: its summary)."""
+        if wf in self.unparsed:
+            self.unparsed.pop(wf)
+            self.unparsed_timers.pop(wf, None)
         if state.is_terminal:
             self.live.pop(wf, None)
             summary = state.summary()
@@ -168,21 +216,28 @@ class PartitionState:
 
     def quarantine(self, wf: str, reason: str, *, dirty: bool = True) -> None:
         self.live.pop(wf, None)
+        self.unparsed.pop(wf, None)
+        self.unparsed_timers.pop(wf, None)
         self.dirty.pop(wf, None)
         self.quarantined[wf] = reason
         if dirty:
             self.dirty_quarantine.add(wf)
 
     def live_states(self) -> Iterator[tuple[str, WorkflowState]]:
+        """Every live run's state (parses the unparsed ones; ``timers`` does not)."""
+        for wf in list(self.unparsed):
+            self._parse(wf)
         yield from self.live.items()
 
     def count(self) -> int:
         finished_dirty = sum(1 for s in self.dirty.values() if s.is_terminal)
-        return len(self.live) + finished_dirty + len(self.finished) + len(self.quarantined)
+        return self.live_count() + finished_dirty + len(self.finished) + len(self.quarantined)
 
     @property
     def workflows(self) -> dict[str, WorkflowState]:
         """Every run held in full (live, awaiting checkpoint, recent finished); for tests."""
+        for wf in list(self.unparsed):
+            self._parse(wf)
         out = dict(self.finished._recent)
         out.update(self.dirty)
         out.update(self.live)
@@ -205,3 +260,10 @@ class OrchestratorStats:
     broker_errors: int = 0
     last_commit_at: float = 0.0
     last_broker_error: str = ""
+    #: Per-hop timings, cumulative (``keel bench`` takes differences between phases).
+    commit_ms_total: float = 0.0
+    decide_ms_total: float = 0.0
+    intake_lag_ms_total: float = 0.0
+    intake_lag_n: int = 0
+    local_activities: int = 0
+    local_overruns: int = 0

@@ -39,6 +39,8 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    #: The record's timestamp (epoch ms; 0 when unknown), for the intake-lag timing.
+    timestamp: int = 0
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:

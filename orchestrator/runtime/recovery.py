@@ -26,7 +26,7 @@ try:  # the package's name once the domain exports it; the decider module's unti
 except ImportError:  # pragma: no cover - depends on the domain layout
     from orchestrator.domain.decider import SUMMARY_EVENTS
 from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
@@ -148,10 +148,29 @@ class Recovery:
             heads[wf] = (seq, snap.events_offset, int(json.loads(js)[_CHUNKS_FIELD]))
             return
         try:
-            ps.put(wf, WorkflowState.from_json(js), dirty=False)
+            self._hold(ps, wf, js)
         except Exception as exc:
             ps.live.pop(wf, None)
+            ps.unparsed.pop(wf, None)
             self._quarantine(ps, -1, wf, f"unreadable snapshot: {_one_line(exc)}")
+
+    @staticmethod
+    def _hold(ps: PartitionState, wf: str, js: str) -> None:
+        """A live run's snapshot is kept as text (parsed when used), a finished one folded.
+
+        Only the JSON is read here, for the status and the armed timers: building the
+        state costs ten times more, and most live runs wait untouched for a long time.
+        """
+        d = json.loads(js)
+        if not isinstance(d, dict):
+            raise ValueError("a workflow state must be a JSON object")
+        if d["status"] in TERMINAL_STATUSES:
+            ps.put(wf, WorkflowState.from_dict(d), dirty=False)
+            return
+        timers = sorted(
+            ((str(k), int(v[0])) for k, v in d["timers"].items()), key=lambda x: (x[1], x[0])
+        )
+        ps.hold_unparsed(wf, js, timers)
 
     def _assemble_chunks(
         self,

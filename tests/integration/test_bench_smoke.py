@@ -1,0 +1,75 @@
+"""``keel bench`` at a tiny size: it runs and its last line is JSON with every key.
+
+A smoke test only: no figure is asserted (speed is measured by the bench, never here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+LIGHT_KEYS = {
+    "rm_p50_ms",
+    "rm_p99_ms",
+    "events_p50_ms",
+    "events_p99_ms",
+    "transactions_per_workflow",
+    "commit_ms",
+    "decide_ms_per_command",
+    "intake_lag_ms",
+    "local_activity_ms",
+}
+
+
+def _bench(settings, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
+        KEEL_REDIS_URL=settings.redis,
+        KEEL_PARTITIONS="4",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ops.bench", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    return dict(json.loads(last))
+
+
+def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
+    result = _bench(settings, "--workflows", "20", "--runs", "1", "--light", "3")
+    for key in ("light_remote", "light_local"):
+        assert set(result[key]) >= LIGHT_KEYS, key
+    assert "worker_hop_ms" in result["light_remote"]
+    assert result["light_local"]["transactions_per_workflow"] == 1.0
+    assert result["light_remote"]["transactions_per_workflow"] == 4.0
+    for key in (
+        "throughput_remote",
+        "throughput_local",
+        "throughput_remote_no_projector",
+        "throughput_local_no_projector",
+        "rebuild_events_per_s",
+    ):
+        assert isinstance(result[key], float | int), key
+    for key in ("half_peak_remote", "half_peak_local"):
+        assert {"rate_per_s", "events_p50_ms", "events_p99_ms"} <= set(result[key])
+    assert set(result["peak_rss_mb"]) == {"orchestrator", "worker"}
+    assert result["partitions"] == 4
+
+
+def test_bench_recovery_reports_the_first_decision_and_rss(settings):
+    result = _bench(settings, "--recovery", "40")
+    assert result["live_runs"] == 40
+    assert result["live_workflows_after"] == 41  # the 40 and the probe
+    for key in ("first_decision_after_start_s", "rss_mb", "rss_mb_per_100k_live", "rebuild_s"):
+        assert isinstance(result[key], float | int), key
