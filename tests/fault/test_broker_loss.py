@@ -127,7 +127,7 @@ def keel(cluster, cluster_settings, cluster_services, cluster_client) -> Keel:
     k.orchestrator = _start_orchestrator(k, instance_id)
     # One run through every hop: the orchestrator's first transaction creates the
     # cluster's __transaction_state (a fresh cluster has none), and both processes are warm.
-    k.client.start_many(WORKFLOW, [("warmup", {"n": 1})])  # type: ignore[attr-defined]
+    k.client.start_many(WORKFLOW, [("warmup-1", {"n": 1})])  # type: ignore[attr-defined]
     k.started += 1
     wait_until(lambda: k.completed() >= 1, 90, "the warm-up run")
     return k
