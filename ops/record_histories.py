@@ -5,7 +5,8 @@ Redis named by ``KEEL_BOOTSTRAP_SERVERS`` / ``KEEL_REDIS_URL``, under a fresh to
 prefix; every example workflow is driven through its paths (happy, retries, timeouts,
 signals, failures, cancel, dead letter and redrive, unknown outcome settled by the status
 query or by an operator, human tasks approved, rejected or left by a cancel), and each
-scenario's histories are exported (events and the commands that caused them) to ``<out>/<scenario>.jsonl``.
+scenario's histories are exported (events and the commands that caused them) to
+``<out>/<scenario>.jsonl``.
 
     python -m ops.record_histories --out tests/histories [--only NAME ...]
 
