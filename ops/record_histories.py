@@ -204,7 +204,6 @@ class Recorder:
         self.wait(wf, "completed", past_attention=True)
         return [wf]
 
-
     def open_task(self, wf: str) -> dict[str, Any]:
         """The open human task of ``wf``, once the inbox shows it."""
         deadline = time.monotonic() + WAIT_S
