@@ -150,7 +150,6 @@ class Connector:
             "kafka": {"ok": kafka is None, **({"error": kafka} if kafka else {})},
             "redis": {"ok": redis is None, **({"error": redis} if redis else {})},
             "sources": sorted(self.sources),
-            "actors": len(self.tasks.api.actors),
         }
         return web.json_response(body, status=200 if kafka is None and redis is None else 503)
 

@@ -49,6 +49,8 @@ __all__ = [
 
 #: How long a decision waits for the orchestrator's answer before "pending" (202).
 DEFAULT_WAIT_S = 15.0
+#: How the orchestrator's dead letter of a refused command begins.
+REJECTED = "rejected: "
 #: A reason longer than this is refused before anything is sent.
 MAX_REASON_CHARS = 2000
 
@@ -178,7 +180,8 @@ class DlqWatch:
         except Exception:  # not a letter Keel can read: not ours
             return
         if isinstance(env.payload, DeadLetter) and env.causation_id:
-            self.letters[env.causation_id] = env.payload.reason
+            # the orchestrator letters a refused command as "rejected: <reason>"
+            self.letters[env.causation_id] = env.payload.reason.removeprefix(REJECTED)
 
     def close(self) -> None:
         self.consumer.close()
