@@ -219,7 +219,7 @@ def test_a_task_reminds_escalates_and_the_lead_approval_resumes_the_run_once(
 def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     settings, services, stack, tmp_path
 ):
-    client, url, env = stack
+    client, url, _ = stack
     wf = "pay-expired-1"
     start(client, wf, expires_days=1.5)  # expires after the escalation, undecided
     task = wait_until(lambda: task_of(url, wf), 60, "the task in the inbox")
