@@ -1,4 +1,5 @@
-"""``keel connector``: the aiohttp service that turns signed webhooks into Keel commands.
+"""``keel connector``: the aiohttp service that turns signed webhooks into Keel commands,
+and serves the human-task inbox and decisions (connectors/tasks_api.py).
 
 ``POST /webhooks/{source}`` runs these steps, in this order (docs/connector.md):
 
@@ -14,7 +15,7 @@
 A crash before 5 completes leaves no record and a claim that expires, so the sender's
 retry goes through; a crash between 5 and 6 leaves a record whose repeat the orchestrator
 ignores by message id. So nothing is lost and nothing applies twice. ``GET /healthz``
-reports whether Kafka and Redis answer (200 or 503).
+reports whether Kafka and Redis answer (200 or 503). ``/tasks`` is connectors/tasks_api.py.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from typing import Any
 from aiohttp import web
 from redis.asyncio import Redis
 
+from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
 from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
+from connectors.tasks_api import TaskApi
 from connectors.webhooks import MAX_BODY_BYTES, WebhookSource, message_id, parse_body
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
@@ -44,8 +47,12 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.messages import Envelope
 from orchestrator.runtime import tracing
+from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.task_decisions import TaskDesk
+from orchestrator.runtime.task_tokens import tokens_for_app
+from orchestrator.runtime.tasks_projection import TasksView
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -117,6 +124,7 @@ class Connector:
         self.redis: Redis | None = None
         self.dedupe: Dedupe | None = None
         self._tracer = tracing.tracer()
+        self.tasks = _task_api(settings, app)
 
     async def open(self) -> None:
         self.producer = AckingProducer(self.settings, self.ack_timeout_s)
@@ -127,8 +135,10 @@ class Connector:
         )
 
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.tasks.desk_client.close)
         if self.producer is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.producer.close)
+            await loop.run_in_executor(None, self.producer.close)
         if self.redis is not None:
             await self.redis.aclose()
 
@@ -250,6 +260,25 @@ class Connector:
             )
 
 
+@dataclass
+class _Tasks:
+    api: TaskApi
+    desk_client: KeelClient
+
+
+def _task_api(settings: Settings, app: KeelApp) -> _Tasks:
+    """The human-task routes: actors from ``KEEL_ACTORS_FILE``, the task-token key (a
+    ``ConfigError`` at startup when the app declares human tasks and none can be had)."""
+    actors = Actors.load(settings.actors_file)
+    tokens = tokens_for_app(settings, app)
+    client = KeelClient(settings, app)
+    view = TasksView(client.projection.r, settings.topic_prefix)
+    desk = TaskDesk(settings, view, client.send_as)
+    if tokens is not None and not actors:
+        log.warning("human tasks: no actors configured (KEEL_ACTORS_FILE); nobody may decide")
+    return _Tasks(TaskApi(actors, view, desk, tokens), client)
+
+
 def _too_large(size: int | None) -> web.Response:
     if size is None:
         return _error(413, f"body is larger than the limit of {MAX_BODY_BYTES:,} bytes")
@@ -273,6 +302,7 @@ def create_app(connector: Connector) -> web.Application:
     web_app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
     web_app.router.add_get("/healthz", connector.healthz)
     web_app.router.add_post("/webhooks/{source}", connector.webhook)
+    connector.tasks.api.add_routes(web_app)
 
     async def lifecycle(_app: web.Application) -> Any:
         await connector.open()

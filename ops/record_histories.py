@@ -4,8 +4,9 @@ An orchestrator, a worker and the fake ledger run as processes against the Kafka
 Redis named by ``KEEL_BOOTSTRAP_SERVERS`` / ``KEEL_REDIS_URL``, under a fresh topic
 prefix; every example workflow is driven through its paths (happy, retries, timeouts,
 signals, failures, cancel, dead letter and redrive, unknown outcome settled by the status
-query or by an operator), and each scenario's histories are exported (events and the
-commands that caused them) to ``<out>/<scenario>.jsonl``.
+query or by an operator, human tasks approved, rejected or left by a cancel), and each
+scenario's histories are exported (events and the commands that caused them) to
+``<out>/<scenario>.jsonl``.
 
     python -m ops.record_histories --out tests/histories [--only NAME ...]
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -36,6 +38,9 @@ from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.history_io import read_topic_history, write_history
+from orchestrator.runtime.task_decisions import DecisionStatus, TaskDesk
+from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.tasks_projection import TasksView
 from orchestrator.settings import Settings, load_settings
 
 WAIT_S = 60.0
@@ -86,8 +91,13 @@ def _ledger() -> Iterator[str]:
 class Recorder:
     """Drives the scenarios through a client and the ledger's fault switches."""
 
-    def __init__(self, client: KeelClient, ledger: LedgerClient) -> None:
+    def __init__(
+        self, client: KeelClient, ledger: LedgerClient, tokens: TaskTokens | None = None
+    ) -> None:
         self.client, self.ledger = client, ledger
+        self.tokens = tokens
+        self.tasks = TasksView(client.projection.r, client.settings.topic_prefix)
+        self.desk = TaskDesk(client.settings, self.tasks, client.send_as, wait_s=WAIT_S)
 
     def start(self, wf: str, name: str, input_obj: Any) -> str:
         self.client.start(name, input_obj, wf)
@@ -194,6 +204,43 @@ class Recorder:
         self.wait(wf, "completed", past_attention=True)
         return [wf]
 
+    def open_task(self, wf: str) -> dict[str, Any]:
+        """The open human task of ``wf``, once the inbox shows it."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            for t in self.tasks.list():
+                if t["workflow_id"] == wf:
+                    return t
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{wf} opened no human task")
+            time.sleep(0.1)
+
+    def decide(self, task: dict[str, Any], actor: str, roles: list[str], decision: str) -> None:
+        assert self.tokens is not None
+        token = self.tokens.issue(task["task_id"])
+        digest = task["operation_digest"]
+        out = self.desk.decide(token, actor, roles, decision, f"{decision}d by {actor}", digest)
+        if out.status != DecisionStatus.DECIDED:
+            raise RuntimeError(f"{decision} of {task['task_id']}: {out.status} {out.reason}")
+
+    def approvals(self) -> list[str]:
+        payment = {"account": "acc-9", "amount": 12.5, "requested_by": "sam"}
+        paid = self.start("payment-approved", "payment_approval", {"payment_id": "P-1", **payment})
+        self.decide(self.open_task(paid), "fin-1", ["finance-approver"], "approve")
+        self.wait(paid, "completed")
+        rejected = self.start(
+            "payment-rejected", "payment_approval", {"payment_id": "P-2", **payment}
+        )
+        self.decide(self.open_task(rejected), "fin-2", ["finance-approver"], "reject")
+        self.wait(rejected, "completed")
+        withdrawn = self.start(
+            "payment-withdrawn", "payment_approval", {"payment_id": "P-3", **payment}
+        )
+        self.open_task(withdrawn)
+        self.client.cancel(withdrawn, "the request was withdrawn")
+        self.wait(withdrawn, "cancelled")
+        return [paid, rejected, withdrawn]
+
 
 def _invoice(number: str, amount: float, account: str | None = None) -> dict[str, Any]:
     """An invoice; an empty ``account`` is refused by the ledger (a permanent failure)."""
@@ -208,6 +255,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "invoices": Recorder.invoices,
     "dead_letter": Recorder.dead_letter,
     "attention": Recorder.attention,
+    "approvals": Recorder.approvals,
 }
 
 
@@ -216,6 +264,8 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
     out.mkdir(parents=True, exist_ok=True)
     create_topics(settings)
     logs = Path(tempfile.mkdtemp(prefix=f"keel-record-{settings.topic_prefix}-"))
+    secret = secrets.token_hex(32)
+    tokens = TaskTokens(secret.encode(), "the recording")
     with _ledger() as ledger_url:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         env.update(
@@ -224,13 +274,15 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
             KEEL_TOPIC_PREFIX=settings.topic_prefix,
             KEEL_PARTITIONS=str(settings.partitions),
             KEEL_LEDGER_URL=ledger_url,
+            # a throwaway key: the corpus holds only the hashes of tokens issued under it
+            KEEL_TASK_TOKEN_SECRET=secret,
         )
         with (
             _process(["orchestrator", "orchestrator"], env, logs / "orchestrator.log"),
             _process(["orchestrator", "worker"], env, logs / "worker.log"),
         ):
             client = KeelClient(settings, app)
-            rec = Recorder(client, LedgerClient(ledger_url))
+            rec = Recorder(client, LedgerClient(ledger_url), tokens)
             rec.ledger.reset()
             written = {}
             try:

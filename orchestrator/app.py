@@ -92,7 +92,8 @@ class KeelApp:
         """Decorator registering a sync or async handler for ``activity_type``."""
 
         def register(fn: F) -> F:
-            if activity_type in self.handlers:
+            existing = self.handlers.get(activity_type)
+            if existing is not None and not _same_function(existing.fn, fn):
                 raise AppError(f"activity '{activity_type}' already has a handler")
             self.handlers[activity_type] = ActivityHandler(
                 activity_type=activity_type,
@@ -216,18 +217,45 @@ class KeelApp:
                         "(use @app.activity or app.declare_activity)"
                     )
 
-    def decider(self) -> Decider:
-        """The decider for all registered definitions (checked, built once)."""
+    def decider(self, task_token_hash: Callable[[str], str] | None = None) -> Decider:
+        """The decider for all registered definitions (checked).
+
+        ``task_token_hash(task_id)`` is the sha256 of the token the runtime issues for a
+        human task (docs/human-tasks.md): a decider that opens tasks needs it; one that
+        only folds or replays does not. The decider without it is built once.
+        """
+        if task_token_hash is not None:
+            self.check()
+            return Decider(self.definitions, task_token_hash=task_token_hash)
         if self._decider is None:
             self.check()
             self._decider = Decider(self.definitions)
         return self._decider
+
+    def decider_for(self, settings: Any) -> Decider:
+        """The orchestrator's decider: it issues task tokens under the deployment's key.
+
+        An application that declares human tasks and has no key refuses here, at startup,
+        with one line (``ConfigError``; orchestrator/runtime/task_tokens.py).
+        """
+        from orchestrator.runtime.task_tokens import tokens_for_app
+
+        tokens = tokens_for_app(settings, self)
+        return self.decider(None if tokens is None else tokens.hasher)
 
     def __repr__(self) -> str:
         return (
             f"<KeelApp {self.name}: {len(self.definitions)} workflows, "
             f"{len(self.handlers)} activities>"
         )
+
+
+def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    """The same function defined again: its module was reloaded (it replaces the old)."""
+    return bool(
+        a.__module__ == b.__module__
+        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+    )
 
 
 def _json_text(value: Any, label: str) -> str:

@@ -11,12 +11,17 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.domain.errors import ConfigError
 
 TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq")
+
+#: Settings whose values are secrets: an error about one never shows the value.
+SECRET_FIELDS = frozenset({"task_token_secret"})
+#: The shortest task-token key accepted (docs/configuration.md).
+MIN_SECRET_CHARS = 32
 
 #: The old name of :class:`~orchestrator.domain.errors.ConfigError`.
 SettingsError = ConfigError
@@ -83,6 +88,32 @@ class Settings(BaseSettings):
     admin_timeout_s: float = Field(
         default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
     )
+    task_token_secret: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Key (32+ characters) from which human-task tokens are derived; every process "
+            "of one deployment needs the same. Unset: <KEEL_HOME>/task-token.secret "
+            "(created on first use; local development). Never logged."
+        ),
+    )
+    task_token_secret_file: Path | None = Field(
+        default=None,
+        description="A file holding the task-token key instead (e.g. a mounted secret).",
+    )
+    actors_file: Path | None = Field(
+        default=None,
+        description=(
+            "JSON or TOML file of the actors who may decide human tasks: "
+            '{"alice": {"token_sha256": "<hex>", "roles": ["finance-approver"]}}.'
+        ),
+    )
+
+    @field_validator("task_token_secret")
+    @classmethod
+    def _secret_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < MIN_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SECRET_CHARS} characters")
+        return value
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -136,6 +167,7 @@ def load_settings(**overrides: object) -> Settings:
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "?"
             value = err.get("input")
-            shown = "" if isinstance(value, dict) else f"={value}"
+            secret = field.lower() in SECRET_FIELDS
+            shown = "" if isinstance(value, dict) or secret else f"={value}"
             problems.append(f"KEEL_{field.upper()}{shown}: {err['msg']}")
         raise ConfigError(redact("invalid setting " + "; ".join(problems))) from None

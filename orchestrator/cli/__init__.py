@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import connector, demo, dlq, infra, services, versioning, workflow
+from orchestrator.cli import connector, demo, dlq, infra, services, tasks, versioning, workflow
 from orchestrator.domain.errors import KeelError
 from orchestrator.settings import redact
 
@@ -31,6 +31,7 @@ app.add_typer(infra.topics_app, name="topics")
 app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
+app.add_typer(tasks.tasks_app, name="tasks")
 workflow.workflow_app.command("resolve")(dlq.resolve)
 workflow.workflow_app.command("export")(versioning.export)
 app.command("replay-check")(versioning.replay_check)

@@ -138,8 +138,13 @@ def projections_status(
     console.print(table)
 
 
-def dev(app: AppOption = DEFAULT_APP) -> None:
-    """Everything in one command: local stack, topics, orchestrator and worker."""
+def dev(
+    app: AppOption = DEFAULT_APP,
+    connector_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of the connector (loopback).")
+    ] = 8700,
+) -> None:
+    """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
     from ops.topics import create_topics
 
@@ -147,10 +152,12 @@ def dev(app: AppOption = DEFAULT_APP) -> None:
     if not settings.bootstrap_servers:
         LocalStack(settings).up()
     create_topics(settings)
-    roles = ("orchestrator", "worker")
+    roles = ("orchestrator", "worker", "connector")
+    extra = {"connector": ["--port", str(connector_port)]}
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", role, "--app", app], env=os.environ.copy()
+            [sys.executable, "-m", "orchestrator", role, "--app", app, *extra.get(role, [])],
+            env=os.environ.copy(),
         )
         for role in roles
     ]

@@ -105,6 +105,17 @@ def show(
         console.print(f"reason: {view['failure_reason']}", markup=False)
     if view.get("projection_error"):
         console.print(f"read model: {view['projection_error']}", markup=False)
+    if view.get("attention_reason"):
+        console.print(f"needs attention: {view['attention_reason']}", markup=False)
+    if view.get("continued_as_new"):
+        console.print(f"run: {view['run_id']} (continued as new)", markup=False)
+    for t in view.get("human_tasks") or []:
+        decided = f" by {t['actor']}" if t.get("actor") else ""
+        console.print(
+            f"human task {t['task_name']} ({t['task_id']}): {t['status']}{decided}, "
+            f"owner {t['owner']}, level {t['level']} (keel tasks show {t['task_id']})",
+            markup=False,
+        )
     table = Table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]

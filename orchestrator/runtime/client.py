@@ -113,8 +113,18 @@ class KeelClient:
         """Publish one command as is (operator commands; the orchestrator validates it)."""
         return self._send(workflow_id, payload)
 
-    def _send(self, workflow_id: str, payload: Any, flush: bool = True) -> str:
-        mid = uuid.uuid4().hex
+    def send_as(self, workflow_id: str, payload: Any, message_id: str) -> str:
+        """Publish one command under ``message_id`` and wait for Kafka's acknowledgement.
+
+        A deterministic id makes a repeat of the same request one command: the
+        orchestrator ignores a message id it has seen (e.g. a human-task decision).
+        """
+        return self._send(workflow_id, payload, message_id=message_id)
+
+    def _send(
+        self, workflow_id: str, payload: Any, flush: bool = True, message_id: str | None = None
+    ) -> str:
+        mid = message_id or uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
             traceparent = tracing.current_traceparent()
             env: Envelope[Any] = Envelope(
@@ -279,6 +289,9 @@ class KeelClient:
             "failure_reason": found["failure_reason"],
             "run_id": found["run_id"],
             "projection_error": found["projection_error"],
+            "attention_reason": found["attention_reason"],
+            "continued_as_new": found["run_base_seq"] > 0,
+            "human_tasks": found["human_tasks"],
             "history": self.projection.history(workflow_id),
         }
 

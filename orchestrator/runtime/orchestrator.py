@@ -88,7 +88,7 @@ class Orchestrator:
     ) -> None:
         self.settings = settings
         self.app = app
-        self.decider = app.decider()
+        self.decider = app.decider_for(settings)
         self.codec = default_codec()
         self.batch_size = batch_size
         self.checkpoint_interval_s = checkpoint_interval_s

@@ -26,7 +26,7 @@ import redis
 
 from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.messages import Envelope
-from orchestrator.domain.state import STATUSES, WorkflowState
+from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.settings import redact
 
@@ -97,6 +97,37 @@ def reachable(url: str) -> Iterator[None]:
         raise UnavailableError(f"Redis at {redact(url)} did not answer: {exc}") from None
 
 
+def _attention(state: WorkflowState) -> str:
+    """Why the run needs an operator: its own reason, else the activities waiting on one."""
+    if state.attention_reason:
+        return state.attention_reason
+    if state.status == NEEDS_ATTENTION:
+        waiting = state.needing_attention()
+        if waiting:
+            return f"activities need an operator: {', '.join(waiting)}"[:500]
+    return ""
+
+
+def _tasks_summary(state: WorkflowState) -> str:
+    """The run's human tasks, for ``keel workflow show`` (the inbox holds the rest)."""
+    return json.dumps(
+        [
+            {
+                "task_id": t.task_id,
+                "task_name": t.task_name,
+                "status": str(t.status),
+                "owner": t.owner,
+                "level": t.level,
+                "decision": t.decision,
+                "actor": t.actor,
+                "due_at": t.due_at or None,
+                "expires_at": t.expires_at,
+            }
+            for t in state.human_tasks.values()
+        ]
+    )
+
+
 class Projection:
     def __init__(self, client: redis.Redis, topic_prefix: str, url: str = "redis") -> None:
         self.r = client
@@ -151,6 +182,9 @@ class Projection:
                     "seq": state.seq,
                     "started_at": state.started_at,
                     "updated_at": state.updated_at,
+                    "attention_reason": _attention(state),
+                    "run_base_seq": state.run_base_seq,
+                    "human_tasks_json": _tasks_summary(state),
                     "state_json": state.to_json(),
                 },
             )
@@ -164,24 +198,21 @@ class Projection:
             if old_status is None:
                 pipe.zadd(self.ks.workflows, {wf: state.started_at})
 
-    def write(
-        self,
-        updates: Updates,
-    ) -> None:
+    def write(self, updates: Updates, tasks: Any = None) -> None:
         """Store new states and append their new history entries, in one transaction.
 
-        ``updates`` maps workflow id to (new state, newly folded events, previous status).
+        ``updates`` maps workflow id to (new state, newly folded events, previous status);
+        ``tasks`` (a :class:`~orchestrator.runtime.tasks_projection.TaskWrites`) are the
+        inbox's changes of the same events, written in the same transaction.
         Unguarded: for a rebuild (which holds the lock) and for tests.
         """
         pipe = self.r.pipeline(transaction=True)
         self._queue_updates(pipe, updates)
+        if tasks:
+            tasks.queue(pipe)
         pipe.execute()
 
-    def write_guarded(
-        self,
-        updates: Updates,
-        epoch: str | None,
-    ) -> None:
+    def write_guarded(self, updates: Updates, epoch: str | None, tasks: Any = None) -> None:
         """:meth:`write` for a live projector whose cache belongs to rebuild ``epoch``.
 
         The write happens only while no rebuild holds the lock (else
@@ -199,6 +230,8 @@ class Projection:
                         raise EpochChanged(_text(current))
                     pipe.multi()
                     self._queue_updates(pipe, updates)
+                    if tasks:
+                        tasks.queue(pipe)
                     pipe.execute()
                     return
                 except redis.WatchError:
@@ -291,6 +324,9 @@ class Projection:
             "started_at": int(h["started_at"]),
             "updated_at": int(h["updated_at"]),
             "projection_error": h.get("projection_error") or None,
+            "attention_reason": h.get("attention_reason") or None,
+            "run_base_seq": int(h.get("run_base_seq") or 0),
+            "human_tasks": json.loads(h.get("human_tasks_json") or "[]"),
         }
 
     def status(self, wf: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The projector: folds ``keel.events`` into the Redis read model.
+"""The projector: folds ``keel.events`` into the Redis read model and the task inbox.
 
 It runs inside ``keel orchestrator`` (a supervised thread) by default and alone as
 ``keel projector``. Offsets are committed after Redis has the batch (at least once);
@@ -43,6 +43,7 @@ from orchestrator.runtime.projection import (
     history_entry,
     redis_client,
 )
+from orchestrator.runtime.tasks_projection import TaskKeys, TaskWrites, task_writes
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.projector")
@@ -67,6 +68,7 @@ class Projector:
         self.projection = Projection(
             redis_client(settings.redis), settings.topic_prefix, settings.redis
         )
+        self.task_keys = TaskKeys(self.projection.ks)
         self.topic = settings.topic("events")
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
@@ -166,23 +168,28 @@ class Projector:
 
     def _fold(
         self, by_wf: dict[str, list[Envelope[Any]]]
-    ) -> tuple[dict[str, Update], dict[str, str]]:
-        """New states and history lines per workflow; a workflow that fails is skipped."""
+    ) -> tuple[dict[str, Update], dict[str, str], TaskWrites]:
+        """New states and history lines per workflow, and the human-task inbox's changes;
+        a workflow that fails is skipped."""
         missing = [wf for wf in by_wf if wf not in self._cache]
         if missing:
             self._cache.update(self.projection.load_states(missing))
         updates: dict[str, Update] = {}
         problems: dict[str, str] = {}
+        folded: list[tuple[WorkflowState | None, WorkflowState, list[Envelope[Any]], list[str]]]
+        folded = []
         for wf, events in by_wf.items():
             old = self._cache.get(wf)
             state = old
             lines: list[str] = []
+            applied: list[Envelope[Any]] = []
             for env in events:
                 if state is not None and env.seq <= state.seq:
                     continue
                 try:
                     state = self.decider.evolve(state, env)
                     lines.append(json.dumps(history_entry(env), default=str))
+                    applied.append(env)
                 except Exception as exc:
                     problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]
                     self.skipped += 1
@@ -192,7 +199,8 @@ class Projector:
             if state is None or not lines:
                 continue
             updates[wf] = (state, lines, old.status if old else None)
-        return updates, problems
+            folded.append((old, state, applied, lines))
+        return updates, problems, task_writes(self.task_keys, folded)
 
     def apply(self, records: Iterable[Message], guarded: bool = True) -> int:
         """Fold a batch of event records into the read model; returns events applied.
@@ -202,14 +210,14 @@ class Projector:
         """
         by_wf = self._decode(records)
         while True:
-            updates, problems = self._fold(by_wf)
+            updates, problems, tasks = self._fold(by_wf)
             if not updates:
                 break
             try:
                 if guarded:
-                    self.projection.write_guarded(updates, self._epoch)
+                    self.projection.write_guarded(updates, self._epoch, tasks)
                 else:
-                    self.projection.write(updates)
+                    self.projection.write(updates, tasks)
                 break
             except EpochChanged as changed:
                 log.info("the read model was rebuilt; reloading the projector's cache")

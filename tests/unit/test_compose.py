@@ -108,7 +108,22 @@ def test_keel_services_run_from_the_image_against_the_compose_network(doc):
     assert services["topics"]["command"] == ["topics", "create"]
     for name in ("kafka", "redis"):
         assert "healthcheck" in services[name], f"{name} has no healthcheck to wait on"
-    assert "connector" not in services, "no service for a connector that does not exist yet"
+
+
+def test_the_connector_serves_on_the_host_loopback_with_the_shared_task_key(doc):
+    services = doc["services"]
+    conn = services["connector"]
+    assert conn["build"] == "."
+    assert conn["command"][0] == "connector"
+    assert conn["command"][conn["command"].index("--port") + 1] == "8700"
+    assert "0.0.0.0" in conn["command"], "inside its container it must listen beyond loopback"
+    assert conn["ports"] == ["127.0.0.1:8700:8700"], "published on the host's loopback only"
+    assert conn["depends_on"]["topics"] == {"condition": "service_completed_successfully"}
+    # one task-token key for every Keel service, so the connector's tokens match history
+    keys = {
+        services[s]["environment"]["KEEL_TASK_TOKEN_SECRET"] for s in (*KEEL_SERVICES, "connector")
+    }
+    assert len(keys) == 1 and keys.pop().startswith("${KEEL_TASK_TOKEN_SECRET:-")
 
 
 def test_the_image_installs_every_package_the_wheel_ships():

@@ -1,0 +1,211 @@
+"""``keel tasks list | show | decide``: the human-task inbox and decisions from a terminal.
+
+The inbox is the Redis projection of orchestrator/runtime/tasks_projection.py; a decision
+goes through the orchestrator exactly as the connector's ``POST /tasks/{token}/decision``
+does (orchestrator/runtime/task_decisions.py), acting as an actor of ``KEEL_ACTORS_FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.domain.errors import (
+    CommandRejected,
+    ConfigError,
+    InvalidInputError,
+    KeelError,
+    NotFoundError,
+)
+from orchestrator.domain.waits import token_hash
+from orchestrator.runtime.projection import reachable, redis_client
+from orchestrator.runtime.tasks_projection import TasksView
+from orchestrator.settings import Settings, load_settings
+
+tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
+console = Console(highlight=False, emoji=False)
+
+#: ``decide`` sent the decision but the orchestrator did not answer in time.
+EXIT_PENDING = 3
+_TOKEN = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _view(settings: Settings) -> TasksView:
+    return TasksView(redis_client(settings.redis), settings.topic_prefix)
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
+    task = view.by_token_hash(token_hash(token_or_id)) if _TOKEN.match(token_or_id) else None
+    task = task or view.get(token_or_id)
+    if task is None:
+        raise NotFoundError("no human task has this token or id")
+    return task
+
+
+def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
+    """The task's token, when this process holds the deployment's key (else None)."""
+    from orchestrator.runtime.task_tokens import load_task_tokens
+
+    try:
+        tokens = load_task_tokens(settings, create=False)
+    except ConfigError:
+        return None
+    token = tokens.issue(task_id)
+    return token if view.token_hash_of(task_id) == token_hash(token) else None
+
+
+@tasks_app.command("list")
+def list_(
+    owner: Annotated[str | None, typer.Option(help="Only tasks assigned to this owner.")] = None,
+    role: Annotated[str | None, typer.Option(help="Only tasks this role may decide.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Closed tasks too.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Open human tasks by due time: owner, escalation level, workflow, evidence."""
+    settings = load_settings()
+    with reachable(settings.redis):
+        rows = _view(settings).list(owner=owner, role=role, include_closed=all_)
+    if json_:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
+    for t in rows:
+        evidence = json.dumps(t["evidence"])
+        table.add_row(
+            escape(t["task_id"] or ""),
+            escape(t["status"] or ""),
+            escape(t["owner"] or ""),
+            str(t["level"]),
+            _when(t["due_at"]),
+            _when(t["expires_at"]),
+            escape(evidence if len(evidence) <= 60 else evidence[:57] + "..."),
+        )
+    console.print(table)
+
+
+@tasks_app.command("show")
+def show(
+    token_or_id: Annotated[str, typer.Argument(metavar="TOKEN|ID", help="Task token or id.")],
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One task: evidence, operation digest, decision, and its history."""
+    settings = load_settings()
+    view = _view(settings)
+    with reachable(settings.redis):
+        task = _find(view, token_or_id)
+        task["history"] = view.history(task["task_id"])
+        if task["status"] == "open":
+            task["token"] = _token(settings, view, task["task_id"])
+    if json_:
+        typer.echo(json.dumps(task))
+        return
+    console.print(
+        f"{task['task_id']}  {task['task_name']}  status={task['status']}  "
+        f"owner={task['owner']}  level={task['level']}  roles={','.join(task['roles'])}",
+        markup=False,
+    )
+    console.print(f"workflow: {task['workflow_id']} (run {task['run_id']})", markup=False)
+    console.print(
+        f"operation: {task['resource']} digest {task['operation_digest']} (schema "
+        f"{task['schema_version']}, policy {task['policy_version']})",
+        markup=False,
+    )
+    console.print(
+        f"due: {_when(task['due_at'])}  expires: {_when(task['expires_at'])}", markup=False
+    )
+    console.print(f"evidence: {json.dumps(task['evidence'])}", markup=False)
+    if task["decision"]:
+        console.print(
+            f"decision: {task['decision']} by {task['actor']} at {_when(task['decided_at'])}",
+            markup=False,
+        )
+    if task.get("token"):
+        console.print(f"token: {task['token']}", markup=False)
+    table = Table("seq", "time (UTC)", "event", "details")
+    for h in task["history"]:
+        data = {k: v for k, v in h["data"].items() if k not in ("task_id", "evidence")}
+        text = ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v not in (None, ""))
+        table.add_row(
+            str(h["seq"]),
+            _when(h["recorded_at"]),
+            escape(h["type"]),
+            escape(text if len(text) <= 100 else text[:97] + "..."),
+        )
+    console.print(table)
+
+
+@tasks_app.command("decide")
+def decide(
+    token: Annotated[str, typer.Argument(metavar="TOKEN", help="The task's token.")],
+    actor: Annotated[str, typer.Option(help="Decide as this actor of KEEL_ACTORS_FILE.")],
+    approve: Annotated[bool, typer.Option("--approve", help="Approve the operation.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
+    reason: Annotated[str, typer.Option(help="Why (history keeps its sha256).")] = "",
+    operation_digest: Annotated[
+        str | None,
+        typer.Option(help="The digest approved (default: the one `keel tasks show` shows)."),
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the orchestrator.")] = 15.0,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Approve or reject a task as a configured actor; prints what the orchestrator decided."""
+    from connectors.auth import Actors
+    from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.task_decisions import TaskDesk
+
+    if approve == reject:
+        raise InvalidInputError("give exactly one of --approve and --reject")
+    settings = load_settings()
+    actors = Actors.load(settings.actors_file)
+    found = actors.get(actor)
+    if found is None:
+        where = settings.actors_file or "KEEL_ACTORS_FILE (unset)"
+        raise ConfigError(f"actor '{actor[:64]}' is not configured in {where}")
+    if operation_digest is not None and not _TOKEN.match(operation_digest):
+        raise InvalidInputError("--operation-digest must be the 64-hex digest of the operation")
+    client = KeelClient(settings, app_from(app))
+    try:
+        desk = TaskDesk(
+            settings,
+            TasksView(client.projection.r, settings.topic_prefix),
+            client.send_as,
+            wait_s=wait,
+        )
+        with reachable(settings.redis):
+            outcome = desk.decide(
+                token,
+                found.name,
+                list(found.roles),
+                "approve" if approve else "reject",
+                reason,
+                operation_digest,
+            )
+    finally:
+        client.close()
+    body = outcome.body()
+    if json_:
+        typer.echo(json.dumps({"http_status": outcome.http_status, **body}))
+    if outcome.http_status >= 400:
+        error: type[KeelError] = NotFoundError if outcome.http_status == 404 else CommandRejected
+        raise error(f"refused ({outcome.http_status}): {outcome.reason}")
+    if not json_:
+        d = body.get("decision") or {}
+        line = f"{outcome.status}: {d.get('decision')} by {d.get('actor')} ({body.get('task_id')})"
+        console.print(line if outcome.reason is None else f"{line}: {outcome.reason}", markup=False)
+    if outcome.http_status == 202:
+        raise typer.Exit(EXIT_PENDING)

@@ -1,0 +1,278 @@
+"""Deciding a human task from outside: send ``DecideHumanTask``, learn what the orchestrator
+decided (docs/connector.md, "Deciding a human task").
+
+The orchestrator is the authority: it checks the decision again at decision time and
+either records ``HumanTaskDecided`` or refuses the command, which it dead-letters with a
+one-line reason (``CommandRejected``). So the sender, after Kafka acknowledged the
+command, watches two places until one answers:
+
+* the inbox record of the task (:mod:`orchestrator.runtime.tasks_projection`), which the
+  projector updates from ``HumanTaskDecided``: this actor's decision there → decided;
+* ``keel.dlq`` from the offsets it had *before* sending, for the letter whose causation id
+  is the command's message id → refused, with the orchestrator's reason.
+
+The message id is a function of (task, actor, decision, digest seen, reason), so a retried
+request is ignored by the orchestrator even after the run finished. A decision the inbox
+already shows for the same actor is answered with that first result and nothing is sent.
+The HTTP status of a refusal is read from the orchestrator's reason (:func:`refusal_status`).
+Only an unknown token is answered without the orchestrator: with no task, there is no
+workflow to send the command to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from orchestrator.codec import default_codec
+from orchestrator.domain.messages import DeadLetter, DecideHumanTask
+from orchestrator.domain.vocabulary import HumanDecision
+from orchestrator.domain.waits import token_hash
+from orchestrator.runtime.kafka import consumer_config
+from orchestrator.settings import Settings
+
+__all__ = [
+    "DecisionOutcome",
+    "DecisionStatus",
+    "DlqWatch",
+    "TaskDesk",
+    "decision_message_id",
+    "refusal_status",
+]
+
+#: How long a decision waits for the orchestrator's answer before "pending" (202).
+DEFAULT_WAIT_S = 15.0
+#: How the orchestrator's dead letter of a refused command begins.
+REJECTED = "rejected: "
+#: A reason longer than this is refused before anything is sent.
+MAX_REASON_CHARS = 2000
+
+
+class DecisionStatus(StrEnum):
+    """The ``status`` of a decision's answer."""
+
+    DECIDED = "decided"  # recorded now
+    REPEATED = "repeated"  # the same decision was recorded before: the first result
+    REFUSED = "refused"  # the orchestrator refused it (reason)
+    PENDING = "pending"  # sent; no answer within the wait (retry the same request)
+    UNKNOWN = "unknown"  # no task has this token
+
+
+@dataclass
+class DecisionOutcome:
+    status: DecisionStatus
+    http_status: int
+    reason: str | None = None
+    task: dict[str, Any] | None = None
+    message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": str(self.status)}
+        if self.reason is not None:
+            out["error" if self.http_status >= 400 else "reason"] = self.reason
+        if self.task is not None:
+            t = self.task
+            out["task_id"] = t["task_id"]
+            out["workflow_id"] = t["workflow_id"]
+            out["decision"] = {
+                "decision": t["decision"],
+                "actor": t["actor"],
+                "decided_at": t["decided_at"],
+                "operation_digest": t["operation_digest"],
+            }
+            out["task_status"] = t["status"]
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        out.update(self.extra)
+        return out
+
+
+def decision_message_id(
+    task_id: str, actor: str, decision: str, operation_digest: str, reason: str
+) -> str:
+    """The command's message id: the same request always has the same id."""
+    digest = hashlib.sha256(f"{operation_digest}\0{reason}".encode()).hexdigest()[:16]
+    mid = f"decide/{task_id}/{actor}/{decision}/{digest}"
+    if len(mid) > 400:
+        whole = hashlib.sha256(f"{task_id}\0{actor}\0{decision}".encode()).hexdigest()
+        mid = f"decide/{whole}/{digest}"
+    return mid
+
+
+#: Refusal reasons of docs/human-tasks.md ("Deciding") and the status each is answered with.
+_REFUSALS: tuple[tuple[str, int], ...] = (
+    ("holds none of the roles", 403),
+    ("has this token", 404),
+    ("the token does not match", 404),
+    ("has no human task", 404),
+    ("expired at", 410),
+    ("closed undecided", 410),
+    ("was already", 409),
+    ("stale approval", 409),
+    ("changed since it opened", 409),
+    ("cannot be computed now", 409),
+    ("actor roles must be", 400),
+    ("a decision is 'approve' or 'reject'", 400),
+    ("a decision names", 400),
+)
+
+
+def refusal_status(reason: str, task: dict[str, Any] | None = None) -> int:
+    """The HTTP status of the orchestrator's refusal ``reason``.
+
+    A refusal because the run already ended says nothing of the task: the task's record
+    does (decided by someone: 409 conflict; else gone: 410).
+    """
+    for needle, status in _REFUSALS:
+        if needle in reason:
+            return status
+    if " is completed;" in reason or " is failed;" in reason or " is cancelled;" in reason:
+        return 409 if task is not None and task.get("decision") else 410
+    return 409
+
+
+class DlqWatch:
+    """``keel.dlq`` read from the end it had when created: finds one command's letter."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = settings.topic("dlq")
+        self.codec = default_codec()
+        self.consumer = Consumer(
+            consumer_config(
+                settings,
+                f"{settings.topic_prefix}.decisions",
+                **{"fetch.wait.max.ms": 50, "enable.partition.eof": False},
+            )
+        )
+        meta = self.consumer.list_topics(self.topic, timeout=settings.admin_timeout_s)
+        parts = sorted(meta.topics[self.topic].partitions) if self.topic in meta.topics else []
+        starts = []
+        for p in parts:
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=settings.admin_timeout_s
+            )
+            starts.append(TopicPartition(self.topic, p, high))
+        self.consumer.assign(starts)
+        self.letters: dict[str, str] = {}  # causation id -> reason
+
+    def poll(self, timeout_s: float) -> None:
+        msg = self.consumer.poll(timeout_s)
+        while msg is not None:
+            err = msg.error()
+            if err is None or err.code() == KafkaError._PARTITION_EOF:
+                self._take(msg)
+            msg = self.consumer.poll(0)
+
+    def _take(self, msg: Any) -> None:
+        value = msg.value()
+        if value is None:
+            return
+        try:
+            env = self.codec.decode(value)
+        except Exception:  # not a letter Keel can read: not ours
+            return
+        if isinstance(env.payload, DeadLetter) and env.causation_id:
+            # the orchestrator letters a refused command as "rejected: <reason>"
+            self.letters[env.causation_id] = env.payload.reason.removeprefix(REJECTED)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class TaskDesk:
+    """Decides tasks for an authenticated actor: ``keel tasks decide`` and the connector.
+
+    ``send(workflow_id, payload, message_id)`` publishes one command and returns once Kafka
+    acknowledged it (:meth:`orchestrator.runtime.client.KeelClient.send_as`); ``tasks`` is
+    a :class:`~orchestrator.runtime.tasks_projection.TasksView`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        tasks: Any,
+        send: Callable[[str, Any, str], Any],
+        *,
+        wait_s: float = DEFAULT_WAIT_S,
+        watch: Callable[[], DlqWatch] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tasks = tasks
+        self.send = send
+        self.wait_s = wait_s
+        self._watch = watch or (lambda: DlqWatch(settings))
+
+    def find(self, token: str) -> dict[str, Any] | None:
+        """The task a token belongs to (by its sha256), or None."""
+        return self.tasks.by_token_hash(token_hash(token)) if token else None
+
+    def decide(
+        self,
+        token: str,
+        actor: str,
+        roles: list[str],
+        decision: str,
+        reason: str = "",
+        operation_digest: str | None = None,
+    ) -> DecisionOutcome:
+        """Send one decision and wait for what the orchestrator made of it."""
+        th = token_hash(token)
+        task = self.tasks.by_token_hash(th) if token else None
+        if task is None:
+            return DecisionOutcome(DecisionStatus.UNKNOWN, 404, "no human task has this token")
+        if task["decision"] == decision and task["actor"] == actor:
+            return DecisionOutcome(
+                DecisionStatus.REPEATED,
+                200,
+                f"'{actor}' already decided {decision} on this task; the first result stands",
+                task,
+            )
+        seen = task["operation_digest"] if operation_digest is None else operation_digest
+        mid = decision_message_id(task["task_id"], actor, decision, seen, reason)
+        payload = DecideHumanTask(
+            task_id=task["task_id"],
+            token_hash=th,
+            decision=str(HumanDecision(decision)),
+            actor=actor,
+            actor_roles_json=json.dumps(sorted(roles)),
+            reason=reason,
+            operation_digest=seen,
+        )
+        watch = self._watch()
+        try:
+            self.send(task["workflow_id"], payload, mid)
+            return self._await(task["task_id"], actor, decision, mid, watch)
+        finally:
+            watch.close()
+
+    def _await(
+        self, task_id: str, actor: str, decision: str, mid: str, watch: DlqWatch
+    ) -> DecisionOutcome:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            task = self.tasks.get(task_id)
+            if task is not None and task["decision"] == decision and task["actor"] == actor:
+                return DecisionOutcome(DecisionStatus.DECIDED, 200, None, task, mid)
+            if mid in watch.letters:
+                reason = watch.letters[mid]
+                return DecisionOutcome(
+                    DecisionStatus.REFUSED, refusal_status(reason, task), reason, task, mid
+                )
+            if time.monotonic() > deadline:
+                return DecisionOutcome(
+                    DecisionStatus.PENDING,
+                    202,
+                    f"sent; the orchestrator did not answer within {self.wait_s:g}s; "
+                    "repeat the same request to learn the outcome",
+                    task,
+                    mid,
+                )
+            watch.poll(0.1)

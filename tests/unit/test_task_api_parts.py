@@ -1,0 +1,96 @@
+"""The pure parts of the human-task API: actors and their tokens, the refusal -> status map,
+task tokens, and that a bad task-token key is refused without showing it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.auth import Actors
+from orchestrator.domain.errors import ConfigError
+from orchestrator.runtime.task_decisions import decision_message_id, refusal_status
+from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.settings import load_settings
+
+
+def _actors(tmp_path: Path, data: object, name: str = "actors.json") -> Actors:
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if name.endswith(".json") else str(data))
+    return Actors.load(path)
+
+
+def test_actors_authenticate_by_the_sha256_of_their_bearer_token(tmp_path: Path) -> None:
+    h = hashlib.sha256(b"s3cret-alice").hexdigest()
+    actors = _actors(tmp_path, {"alice": {"token_sha256": h, "roles": ["approver"]}})
+    alice = actors.authenticate("Bearer s3cret-alice")
+    assert alice is not None and alice.name == "alice" and alice.roles == ("approver",)
+    for header in (None, "", "Bearer", "Bearer s3cret-alicE", "Basic s3cret-alice", h):
+        assert actors.authenticate(header) is None
+    assert "s3cret" not in repr(alice) and h not in repr(alice)
+
+
+def test_an_actors_file_in_toml_works_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    h = hashlib.sha256(b"t").hexdigest()
+    toml = f'[bob]\ntoken_sha256 = "{h}"\nroles = ["lead"]\n'
+    assert _actors(tmp_path, toml, "actors.toml").get("bob").roles == ("lead",)
+    with pytest.raises(ConfigError, match="token_sha256 must be the 64-hex sha256"):
+        _actors(tmp_path, {"bob": {"token_sha256": "plain-token", "roles": []}})
+    with pytest.raises(ConfigError, match="shares its token with another actor"):
+        _actors(tmp_path, {"a": {"token_sha256": h}, "b": {"token_sha256": h}})
+    with pytest.raises(ConfigError, match="cannot be read"):
+        Actors.load(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(
+    ("reason", "status"),
+    [
+        ("actor 'bob' holds none of the roles that may decide human task 'T' (a); x refused", 403),
+        (
+            "no human task of workflow 'W' has this token; approve of human task 'by token' refused",
+            404,
+        ),
+        ("the token does not match human task 'T'; approve refused", 404),
+        ("human task 'T' expired at 5 (decision time 6); approve refused", 410),
+        ("human task 'T' closed undecided (the run left state 'S'); reject refused", 410),
+        ("human task 'T' was already approved by 'lena' at 5; reject refused", 409),
+        ("stale approval: the approver saw operation abc…, the workflow would run def…; x", 409),
+        ("the operation of human task 'T' changed since it opened (digest a… then); x", 409),
+    ],
+)
+def test_each_documented_refusal_has_its_status(reason: str, status: int) -> None:
+    assert refusal_status(reason) == status
+
+
+def test_a_refusal_for_a_finished_run_is_a_conflict_only_when_the_task_was_decided() -> None:
+    reason = "workflow 'W' is completed; approve of human task 'T' refused"
+    assert refusal_status(reason, {"decision": "reject"}) == 409
+    assert refusal_status(reason, {"decision": None}) == 410
+
+
+def test_the_same_request_has_the_same_message_id_and_another_does_not() -> None:
+    a = decision_message_id("w/r/s#1", "alice", "approve", "d" * 64, "ok")
+    assert a == decision_message_id("w/r/s#1", "alice", "approve", "d" * 64, "ok")
+    assert a.startswith("decide/w/r/s#1/alice/approve/")
+    assert a != decision_message_id("w/r/s#1", "alice", "approve", "e" * 64, "ok")
+    assert len(decision_message_id("w" * 400, "a" * 64, "reject", "", "")) < 120
+
+
+def test_task_tokens_are_an_hmac_of_the_task_id_and_history_keeps_their_sha256() -> None:
+    tokens = TaskTokens(b"k" * 32, "test")
+    token = tokens.issue("wf/run/approval#1")
+    assert token != tokens.issue("wf/run/approval#2") and len(token) == 64
+    assert tokens.hash_of("wf/run/approval#1") == hashlib.sha256(token.encode()).hexdigest()
+    assert TaskTokens(b"x" * 32, "test").issue("wf/run/approval#1") != token
+    with pytest.raises(ConfigError, match="shorter than 32 characters"):
+        TaskTokens(b"short", "KEEL_TASK_TOKEN_SECRET")
+
+
+def test_a_short_task_token_key_is_refused_without_showing_it(monkeypatch) -> None:
+    monkeypatch.setenv("KEEL_TASK_TOKEN_SECRET", "hunter2-but-short")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert "KEEL_TASK_TOKEN_SECRET" in str(exc.value)
+    assert "hunter2" not in str(exc.value)
