@@ -28,6 +28,7 @@ from orchestrator.runtime.history_io import (
     read_topic_history,
     write_history,
 )
+from orchestrator.runtime.task_tokens import recorded_token_hashes
 from orchestrator.settings import load_settings
 
 console = Console(highlight=False, soft_wrap=True)
@@ -47,13 +48,15 @@ def replay_check(
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
     if from_topic == (histories is not None):
         raise KeelError("give exactly one of --from-topic and --histories DIR")
-    decider = app_from(app).decider()
     if histories is not None:
         envelopes: Any = list(read_history_dir(histories))
         source = str(histories)
     else:
-        envelopes = read_topic_history(load_settings())
+        envelopes = list(read_topic_history(load_settings()))
         source = "keel.events"
+    # A task token's hash depends on the deployment's key, not the code: replay with the
+    # hashes the history recorded, so only the decisions themselves are compared.
+    decider = app_from(app).decider(recorded_token_hashes(envelopes))
     reports = replay_history(decider, envelopes)
     diverged = [r for r in reports if not r.ok]
     if json_:
