@@ -80,7 +80,12 @@ class Settings(BaseSettings):
         ),
     )
     retry_budget_per_s: float = Field(
-        default=20.0, gt=0, description="Retry dispatches per second per activity type."
+        default=20.0,
+        gt=0,
+        description=(
+            "Global retry dispatches per second per activity type; each orchestrator "
+            "takes its share of the partitions it owns."
+        ),
     )
     retry_budget_burst: int = Field(
         default=20, ge=1, description="Retries per activity type that may go out at once."

@@ -181,14 +181,21 @@ def bench(
     runs: Annotated[int, typer.Option(help="Runs; each metric is the median.")] = 3,
     light: Annotated[int, typer.Option(help="Workflows in the light-load phase.")] = 100,
     light_rate: Annotated[float, typer.Option(help="Starts per second at light load.")] = 20.0,
+    recovery: Annotated[
+        int | None,
+        typer.Option(help="Instead: N live runs, SIGKILL, restart; time to the first decision."),
+    ] = None,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
-    from ops.bench import run_bench
+    from ops.bench import run_bench, run_recovery
     from ops.local import LocalStack
 
     settings = load_settings()
     if not settings.bootstrap_servers:
         LocalStack(settings).up()
     err = Console(stderr=True, highlight=False)
-    result = run_bench(settings, workflows, runs, light, light_rate, lambda m: err.print(m))
+    if recovery is not None:
+        result = run_recovery(settings, recovery, lambda m: err.print(m))
+    else:
+        result = run_bench(settings, workflows, runs, light, light_rate, lambda m: err.print(m))
     typer.echo(json.dumps(result))
