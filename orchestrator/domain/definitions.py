@@ -314,8 +314,10 @@ class WorkflowDefinition:
         output: Callable[[Context], Any],
         output_model: type[BaseModel] | None = None,
         description: str = "",
+        **options: Any,
     ) -> WorkflowDefinition:
-        """A pure DAG workflow: one state running ``steps`` then completing with ``output``."""
+        """A pure DAG workflow: one state running ``steps`` then completing with ``output``
+        (``options``: the compensation options of ``__init__``)."""
         return cls(
             name,
             version,
@@ -323,6 +325,7 @@ class WorkflowDefinition:
             [State("run", steps=steps, complete=output)],
             output_model=output_model,
             description=description,
+            **options,
         )
 
     @property
