@@ -317,7 +317,8 @@ def test_app_errors_are_clear() -> None:
         app.validate_start("nope", None, {})
     assert str(exc.value) == (
         "unknown workflow 'nope'; known workflows: document_review, invoice_posting, "
-        "invoice_posting_patient, parallel_checks, slow_step, three_step, timer_demo"
+        "invoice_posting_patient, parallel_checks, slow_step, three_step, timer_demo, "
+        "travel_booking"
     )
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("three_step", 2, {})

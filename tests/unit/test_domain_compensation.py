@@ -238,7 +238,7 @@ def test_cancelling_compensates_first_then_ends_cancelled() -> None:
     events = r.send(CancelWorkflow("customer changed plans"), mid="cancel-1")
     assert isinstance(events[0], CompensationStarted) and events[0].cause == "cancelled"
     assert r.send(CancelWorkflow("again"), mid="cancel-1") == []  # redelivered: nothing
-    with pytest.raises(CommandRejected, match="is compensating .*; cancel refused"):
+    with pytest.raises(CommandRejected, match=r"is compensating .*; cancel refused"):
         r.send(CancelWorkflow("another"), mid="cancel-2")
     end = r.complete("run#1/hotel/undo")
     assert isinstance(end[-1], WorkflowCancelled) and end[-1].reason == "customer changed plans"
