@@ -268,7 +268,4 @@ timer_demo = app.workflow(
 
 # Workflows that write to an external system (the ledger service) register themselves
 # on the same application.
-from orchestrator.examples import (
-    invoices,  # noqa: F401
-    travel,  # noqa: F401
-)
+from orchestrator.examples import invoices, travel  # noqa: E402, F401
