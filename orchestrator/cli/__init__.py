@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import connector, demo, dlq, infra, services, versioning, workflow
+from orchestrator.cli import connector, demo, dlq, infra, sagas, services, versioning, workflow
 from orchestrator.domain.errors import KeelError
 from orchestrator.settings import redact
 
@@ -37,6 +37,7 @@ app.command("replay-check")(versioning.replay_check)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)
+app.command("sagas")(sagas.sagas)
 app.command("connector")(connector.connector)
 app.command("dev")(services.dev)
 app.command("bench")(services.bench)
