@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.topics import create_topics
 from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
@@ -83,11 +84,36 @@ def _ledger() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-class Recorder:
-    """Drives the scenarios through a client and the ledger's fault switches."""
+@contextmanager
+def _booking() -> Iterator[str]:
+    """The fake booking service (``ops/fakes/booking.py``) on a free port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops.fakes.booking", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    out = proc.stdout
+    assert out is not None
+    try:
+        ready, _, _ = select.select([out], [], [], 30)
+        line = out.readline().strip() if ready else ""
+        if not line.startswith("booking listening on "):
+            raise RuntimeError(f"the booking service did not start: {line!r}")
+        yield line.removeprefix("booking listening on ")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
-    def __init__(self, client: KeelClient, ledger: LedgerClient) -> None:
+
+class Recorder:
+    """Drives the scenarios through a client and the fakes' fault switches."""
+
+    def __init__(
+        self, client: KeelClient, ledger: LedgerClient, booking: BookingClient | None = None
+    ) -> None:
         self.client, self.ledger = client, ledger
+        self.booking = booking
 
     def start(self, wf: str, name: str, input_obj: Any) -> str:
         self.client.start(name, input_obj, wf)
@@ -194,6 +220,25 @@ class Recorder:
         self.wait(wf, "completed", past_attention=True)
         return [wf]
 
+    def travel(self) -> list[str]:
+        """Compensation: a booked trip, a declined card (flight then hotel cancelled) and a
+        cancellation that keeps failing (compensation_failed and a human task)."""
+        assert self.booking is not None
+        self.booking.reset()
+        ok = self.start("trip-booked", "travel_booking", _trip("T1", "4242424242424242"))
+        self.wait(ok, "completed")
+        declined = self.start("trip-declined", "travel_booking", _trip("T2", "4000000000000002"))
+        self.wait(declined, "compensated")
+        self.booking.set_faults(fail_cancels=["flight"])
+        stuck = self.start("trip-cancel-stuck", "travel_booking", _trip("T3", "4000000000000002"))
+        self.wait(stuck, "compensation_failed")
+        self.booking.reset()
+        return [ok, declined, stuck]
+
+
+def _trip(trip: str, card: str) -> dict[str, Any]:
+    return {"trip": trip, "card": card, "amount": 420.0}
+
 
 def _invoice(number: str, amount: float, account: str | None = None) -> dict[str, Any]:
     """An invoice; an empty ``account`` is refused by the ledger (a permanent failure)."""
@@ -208,6 +253,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "invoices": Recorder.invoices,
     "dead_letter": Recorder.dead_letter,
     "attention": Recorder.attention,
+    "travel": Recorder.travel,
 }
 
 
@@ -216,7 +262,7 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
     out.mkdir(parents=True, exist_ok=True)
     create_topics(settings)
     logs = Path(tempfile.mkdtemp(prefix=f"keel-record-{settings.topic_prefix}-"))
-    with _ledger() as ledger_url:
+    with _ledger() as ledger_url, _booking() as booking_url:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         env.update(
             KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
@@ -224,13 +270,14 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
             KEEL_TOPIC_PREFIX=settings.topic_prefix,
             KEEL_PARTITIONS=str(settings.partitions),
             KEEL_LEDGER_URL=ledger_url,
+            KEEL_BOOKING_URL=booking_url,
         )
         with (
             _process(["orchestrator", "orchestrator"], env, logs / "orchestrator.log"),
             _process(["orchestrator", "worker"], env, logs / "worker.log"),
         ):
             client = KeelClient(settings, app)
-            rec = Recorder(client, LedgerClient(ledger_url))
+            rec = Recorder(client, LedgerClient(ledger_url), BookingClient(booking_url))
             rec.ledger.reset()
             written = {}
             try:

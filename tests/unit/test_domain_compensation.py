@@ -424,3 +424,15 @@ def test_compensation_activities_are_activity_types_and_in_the_digest() -> None:
     )
     assert plain.digest != d.digest
     assert '"compensation":' not in json.dumps(plain.describe())
+
+
+def test_replay_redecides_a_cancel_that_compensated() -> None:
+    from orchestrator.domain.replay import replay_history
+
+    r = Run(travel())
+    r.start()
+    r.complete("run#1/hotel", {"id": "H1"})
+    r.send(CancelWorkflow("stop"))
+    r.complete("run#1/hotel/undo")
+    [report] = replay_history(r.d, r.history)
+    assert report.ok and report.folded_only == 0 and report.redecided == report.groups
