@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.topics import create_topics
 from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
@@ -68,34 +69,41 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
 
 
 @contextmanager
-def _ledger() -> Iterator[str]:
+def _fake(name: str) -> Iterator[str]:
+    """A fake service (``ops/fakes/<name>.py``) on a free port; yields its base URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ops.fakes.ledger", "--port", "0"],
+        [sys.executable, "-m", f"ops.fakes.{name}", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     out = proc.stdout
     assert out is not None
+    banner = f"{name} listening on "
     try:
         ready, _, _ = select.select([out], [], [], 30)
         line = out.readline().strip() if ready else ""
-        if not line.startswith("ledger listening on "):
-            raise RuntimeError(f"the ledger did not start: {line!r}")
-        yield line.removeprefix("ledger listening on ")
+        if not line.startswith(banner):
+            raise RuntimeError(f"the {name} service did not start: {line!r}")
+        yield line.removeprefix(banner)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
 class Recorder:
-    """Drives the scenarios through a client and the ledger's fault switches."""
+    """Drives the scenarios through a client and the fakes' fault switches."""
 
     def __init__(
-        self, client: KeelClient, ledger: LedgerClient, tokens: TaskTokens | None = None
+        self,
+        client: KeelClient,
+        ledger: LedgerClient,
+        tokens: TaskTokens | None = None,
+        booking: BookingClient | None = None,
     ) -> None:
         self.client, self.ledger = client, ledger
         self.tokens = tokens
+        self.booking = booking
         self.tasks = TasksView(client.projection.r, client.settings.topic_prefix)
         self.desk = TaskDesk(client.settings, self.tasks, client.send_as, wait_s=WAIT_S)
 
@@ -241,6 +249,25 @@ class Recorder:
         self.wait(withdrawn, "cancelled")
         return [paid, rejected, withdrawn]
 
+    def travel(self) -> list[str]:
+        """Compensation: a booked trip, a declined card (flight then hotel cancelled) and a
+        cancellation that keeps failing (compensation_failed and a human task)."""
+        assert self.booking is not None
+        self.booking.reset()
+        ok = self.start("trip-booked", "travel_booking", _trip("T1", "4242424242424242"))
+        self.wait(ok, "completed")
+        declined = self.start("trip-declined", "travel_booking", _trip("T2", "4000000000000002"))
+        self.wait(declined, "compensated")
+        self.booking.set_faults(fail_cancels=["flight"])
+        stuck = self.start("trip-cancel-stuck", "travel_booking", _trip("T3", "4000000000000002"))
+        self.wait(stuck, "compensation_failed")
+        self.booking.reset()
+        return [ok, declined, stuck]
+
+
+def _trip(trip: str, card: str) -> dict[str, Any]:
+    return {"trip": trip, "card": card, "amount": 420.0}
+
 
 def _invoice(number: str, amount: float, account: str | None = None) -> dict[str, Any]:
     """An invoice; an empty ``account`` is refused by the ledger (a permanent failure)."""
@@ -256,6 +283,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "dead_letter": Recorder.dead_letter,
     "attention": Recorder.attention,
     "approvals": Recorder.approvals,
+    "travel": Recorder.travel,
 }
 
 
@@ -266,7 +294,7 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
     logs = Path(tempfile.mkdtemp(prefix=f"keel-record-{settings.topic_prefix}-"))
     secret = secrets.token_hex(32)
     tokens = TaskTokens(secret.encode(), "the recording")
-    with _ledger() as ledger_url:
+    with _fake("ledger") as ledger_url, _fake("booking") as booking_url:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         env.update(
             KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
@@ -276,13 +304,14 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
             KEEL_LEDGER_URL=ledger_url,
             # a throwaway key: the corpus holds only the hashes of tokens issued under it
             KEEL_TASK_TOKEN_SECRET=secret,
+            KEEL_BOOKING_URL=booking_url,
         )
         with (
             _process(["orchestrator", "orchestrator"], env, logs / "orchestrator.log"),
             _process(["orchestrator", "worker"], env, logs / "worker.log"),
         ):
             client = KeelClient(settings, app)
-            rec = Recorder(client, LedgerClient(ledger_url), tokens)
+            rec = Recorder(client, LedgerClient(ledger_url), tokens, BookingClient(booking_url))
             rec.ledger.reset()
             written = {}
             try:

@@ -15,7 +15,17 @@ import sys
 import typer
 from rich.console import Console
 
-from orchestrator.cli import connector, demo, dlq, infra, services, tasks, versioning, workflow
+from orchestrator.cli import (
+    connector,
+    demo,
+    dlq,
+    infra,
+    sagas,
+    services,
+    tasks,
+    versioning,
+    workflow,
+)
 from orchestrator.domain.errors import KeelError
 from orchestrator.settings import redact
 
@@ -38,6 +48,7 @@ app.command("replay-check")(versioning.replay_check)
 app.command("orchestrator")(services.orchestrator)
 app.command("worker")(services.worker)
 app.command("projector")(services.projector)
+app.command("sagas")(sagas.sagas)
 app.command("connector")(connector.connector)
 app.command("dev")(services.dev)
 app.command("bench")(services.bench)

@@ -47,6 +47,9 @@ def _stop_on_signals(*stoppables) -> None:
 def orchestrator(
     app: AppOption = DEFAULT_APP,
     projector: Annotated[bool, typer.Option(help="Also run the projector in this process.")] = True,
+    sagas: Annotated[
+        bool, typer.Option(help="Also run the saga manager, when the app declares sagas.")
+    ] = True,
     checkpoint_interval: Annotated[
         float, typer.Option(help="Seconds between snapshot checkpoints.")
     ] = 30.0,
@@ -64,6 +67,12 @@ def orchestrator(
     if projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status.
         stoppables.append(Supervisor("projector", Projector(settings, application)).start())
+    from orchestrator.sagas import sagas_of
+
+    if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
+        from orchestrator.sagas.manager import SagaManager
+
+        stoppables.append(Supervisor("sagas", SagaManager(settings, application)).start())
     _stop_on_signals(*stoppables)
     orch.run()
 

@@ -1,12 +1,13 @@
 """Keel's pure domain: the whole model of a workflow run, with no I/O.
 
 Layers, each importing only those before it (and the standard library and pydantic):
-``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``messages`` -> ``state``, ``keys`` ->
-``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
-``definitions`` -> ``activities`` (the activity lifecycle) -> ``signals`` (inbox,
-correlations, late signals) -> ``human_tasks`` (approvals) -> ``evolve`` (state from
-events) -> ``decide`` (events from commands) -> ``decider`` (the facade the runtime
-uses) -> ``replay`` (re-decide recorded histories). The Kafka runtime depends on this
+``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``saga_messages`` -> ``messages`` ->
+``state``, ``keys`` -> ``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
+``irreversible``, ``policies`` -> ``definitions`` -> ``activities`` (the activity lifecycle) ->
+``signals`` (inbox, correlations, late signals) -> ``human_tasks`` (approvals) ->
+``compensation`` (undoing effects, docs/sagas.md) -> ``evolve`` (state from events) ->
+``decide`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
+``replay`` (re-decide recorded histories). The Kafka runtime depends on this
 package, never the reverse.
 """
 
@@ -25,6 +26,7 @@ from orchestrator.domain.decider import (
 from orchestrator.domain.definitions import (
     ON_EXHAUSTED,
     TIMEOUT_KINDS,
+    Compensation,
     Escalation,
     HumanTask,
     RetryPolicy,
@@ -56,6 +58,7 @@ from orchestrator.domain.state import (
     STATUSES,
     TERMINAL_STATUSES,
     ActivityState,
+    CompensationState,
     HumanTaskState,
     TimerState,
     WaitState,
@@ -63,9 +66,11 @@ from orchestrator.domain.state import (
 )
 from orchestrator.domain.vocabulary import (
     ActivityStatus,
+    CompensationCause,
     FailureClass,
     HumanDecision,
     HumanTaskStatus,
+    OnCancel,
     OnExhausted,
     OnExpiry,
     PurposeKind,
@@ -95,6 +100,9 @@ __all__ = [
     "ActivityState",
     "ActivityStatus",
     "CommandRejected",
+    "Compensation",
+    "CompensationCause",
+    "CompensationState",
     "Context",
     "Decider",
     "DefinitionError",
@@ -106,6 +114,7 @@ __all__ = [
     "HumanTaskState",
     "HumanTaskStatus",
     "InvalidInputError",
+    "OnCancel",
     "OnExhausted",
     "OnExpiry",
     "PurposeKind",

@@ -184,7 +184,7 @@ def step_of(d: Decision, act: ActivityState) -> Step | None:
     """The step whose timeouts and policy govern ``act`` (None for a status query)."""
     if act.parent is not None:
         return None
-    return d.defn.steps_by_name.get(act.step)
+    return d.defn.step_for(act.activity_id, act.step)
 
 
 # -- worker reports -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.domain import activities, human_tasks, signals
+from orchestrator.domain import activities, compensation, human_tasks, signals
 from orchestrator.domain.activities import (
     RunNeedsAttention,
     UserCodeFailed,
@@ -49,6 +49,7 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.evolve import DefinitionLookup, apply, started
 from orchestrator.domain.human_tasks import TaskTokenHash
+from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
 from orchestrator.domain.messages import (
     CancelWorkflow,
@@ -256,6 +257,12 @@ class Decision:
                 "(a long-lived run should continue as new)"
             )
         payload = _clip(payload)
+        if (
+            isinstance(payload, WorkflowFailed | WorkflowCancelled)
+            and self.state is not None
+            and compensation.intercept(self, payload)
+        ):
+            return  # the run compensates its effects before it ends (docs/sagas.md)
         env: Envelope[Any] = Envelope(
             message_id=f"{self.run_id}/{seq}",
             workflow_id=self.cmd.workflow_id,
@@ -326,6 +333,9 @@ class Decision:
             s = self.s
             if s.is_terminal or s.attention_reason is not None:
                 return
+            if s.compensation is not None:
+                compensation.progress(self)
+                return
             st = self.defn.states[s.current_state or ""]
             if s.steps_remaining:
                 self._schedule_ready(st)
@@ -394,7 +404,11 @@ class Decision:
             activities.schedule_step(self, step, aid, input_json)
 
     def fail_step(self, act: ActivityState, reason: str) -> None:
-        """The repair path: the state's ``on_failure`` transition, else the run fails."""
+        """The repair path: the state's ``on_failure`` transition, else the run fails
+        (a compensation that failed is given up and the next one runs)."""
+        if is_compensation(act.activity_id):
+            compensation.fail(self, act, reason)
+            return
         st = self.defn.states[act.state]
         if st.on_failure is not None:
             self.enter(st.on_failure)
@@ -506,6 +520,11 @@ def _on_cancel(d: Decision, p: CancelWorkflow) -> None:
         return
     if s.is_terminal:
         raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; cancel refused")
+    if s.compensation is not None:
+        raise CommandRejected(
+            f"workflow '{s.workflow_id}' is compensating (its compensations run to the end); "
+            "cancel refused"
+        )
     d.emit(WorkflowCancelled(p.reason))
 
 

@@ -28,6 +28,7 @@ from orchestrator.domain.human_tasks import TaskTokenHash
 from orchestrator.domain.messages import (
     ActivityRedriven,
     ActivityResolved,
+    CompensationStarted,
     Envelope,
     Event,
     HumanTaskDecided,
@@ -35,6 +36,8 @@ from orchestrator.domain.messages import (
     SignalRefused,
     StateEntered,
     WorkflowCancelled,
+    WorkflowCompensated,
+    WorkflowCompensationFailed,
     WorkflowCompleted,
     WorkflowContinuedAsNew,
     WorkflowFailed,
@@ -71,9 +74,19 @@ SUMMARY_EVENTS: tuple[type, ...] = (
     SignalRefused,
     HumanTaskDecided,
     WorkflowContinuedAsNew,
+    CompensationStarted,
+    WorkflowCompensated,
+    WorkflowCompensationFailed,
 )
 #: Events whose command a run remembers (a redelivery of it writes nothing).
-_REMEMBERED = (SignalReceived, SignalRefused, ActivityResolved, ActivityRedriven, HumanTaskDecided)
+_REMEMBERED = (
+    SignalReceived,
+    SignalRefused,
+    ActivityResolved,
+    ActivityRedriven,
+    HumanTaskDecided,
+    CompensationStarted,
+)
 
 
 class Decider:
@@ -165,6 +178,10 @@ class Decider:
             done.status, done.output_json = WorkflowStatus.COMPLETED, p.output_json
         elif isinstance(p, WorkflowFailed):
             done.status, done.failure_reason = WorkflowStatus.FAILED, p.reason
+        elif isinstance(p, WorkflowCompensated):
+            done.status, done.failure_reason = WorkflowStatus.COMPENSATED, p.reason
+        elif isinstance(p, WorkflowCompensationFailed):
+            done.status, done.failure_reason = WorkflowStatus.COMPENSATION_FAILED, p.reason
         else:
             done.status, done.cancel_reason = WorkflowStatus.CANCELLED, p.reason
             if end.causation_id is not None:

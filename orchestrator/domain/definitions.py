@@ -21,7 +21,6 @@ built, computed ones when the decider computes them.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,11 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.domain.context import Context
 from orchestrator.domain.errors import DefinitionError, InvalidInputError, UnknownWorkflowError
 from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.irreversible import validate_compensations
+from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_DURATION_MS
-from orchestrator.domain.vocabulary import OnExhausted, TimeoutKind
+from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
+from orchestrator.domain.vocabulary import OnCancel, OnExhausted, TimeoutKind
 from orchestrator.domain.waits import (
     Duration,
     Escalation,
@@ -49,6 +51,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "ON_EXHAUSTED",
     "TIMEOUT_KINDS",
+    "Compensation",
     "Context",
     "DefinitionError",
     "Duration",
@@ -65,6 +68,7 @@ __all__ = [
     "WorkflowDefinition",
     "callable_fingerprint",
     "canonical_json",
+    "compensation_step",
     "duration_ms",
     "format_validation_error",
     "index_definitions",
@@ -73,83 +77,6 @@ __all__ = [
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _MAX_DAYS = MAX_DURATION_MS // (24 * 3600 * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Bounded retries of transient failures: exponential backoff capped, with full jitter.
-
-    ``max_elapsed`` (seconds or a ``timedelta``; None: unbounded) bounds the time from
-    the first dispatch of a logical attempt: no retry is scheduled whose timer would fire
-    later than that. ``non_retryable`` names ``error_type`` s that are never retried, even
-    when a worker reports them transient (they are treated as permanent).
-    """
-
-    max_attempts: int = 3
-    initial_interval_ms: int = 1000
-    backoff_coefficient: float = 2.0
-    max_interval_ms: int = 60000
-    max_elapsed: Duration | None = None
-    non_retryable: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise DefinitionError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_interval_ms < 0 or self.max_interval_ms < 0:
-            raise DefinitionError("RetryPolicy intervals must be >= 0 ms")
-        if max(self.initial_interval_ms, self.max_interval_ms) > MAX_DURATION_MS:
-            raise DefinitionError(
-                f"RetryPolicy intervals must be at most {MAX_DURATION_MS:,} ms ({_MAX_DAYS:,} days)"
-            )
-        if self.backoff_coefficient < 1.0:
-            raise DefinitionError(
-                f"RetryPolicy.backoff_coefficient must be >= 1.0, got {self.backoff_coefficient}"
-            )
-        if self.max_elapsed is not None:
-            try:
-                duration_ms(self.max_elapsed)
-            except (TypeError, ValueError) as exc:
-                raise DefinitionError(f"RetryPolicy.max_elapsed: {exc}") from None
-        names = self.non_retryable
-        if isinstance(names, str):
-            names = (names,)
-        names = frozenset(names)
-        if not all(isinstance(n, str) and n for n in names):
-            raise DefinitionError("RetryPolicy.non_retryable must hold error_type names")
-        object.__setattr__(self, "non_retryable", names)
-
-    @property
-    def max_elapsed_ms(self) -> int | None:
-        return None if self.max_elapsed is None else duration_ms(self.max_elapsed)
-
-    def backoff_cap_ms(self, attempt: int) -> int:
-        """Upper bound of the delay after failed attempt ``attempt`` (1-based).
-
-        Never above ``max_interval_ms`` (itself bounded), however many attempts a
-        redrive adds: a power that overflows a float is simply past the cap.
-        """
-        try:
-            raw = self.initial_interval_ms * self.backoff_coefficient ** max(0, attempt - 1)
-        except OverflowError:
-            raw = math.inf
-        return int(min(float(self.max_interval_ms), raw))
-
-    def describe(self) -> list[Any]:
-        """The digest's view (the two newer fields only when set, so old digests hold)."""
-        out: list[Any] = [
-            self.max_attempts,
-            self.initial_interval_ms,
-            self.backoff_coefficient,
-            self.max_interval_ms,
-        ]
-        if self.max_elapsed is not None or self.non_retryable:
-            out.append(
-                {"max_elapsed_ms": self.max_elapsed_ms, "non_retryable": sorted(self.non_retryable)}
-            )
-        return out
-
-
-DEFAULT_RETRY = RetryPolicy()
 
 
 #: The activity timeouts a step may declare (docs/activities.md), in the order they can fire.
@@ -178,6 +105,10 @@ class Step:
     ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
     (the state's ``on_failure`` path, or the run fails) once retries are used up.
     ``local`` runs it inside the orchestrator, its result recorded with the next decision.
+
+    ``compensation`` (a :class:`Compensation` or an activity type) undoes the step's
+    effect when the run fails or is cancelled after the step completed; ``irreversible``
+    marks a step that cannot be undone (docs/sagas.md).
     """
 
     name: str
@@ -191,10 +122,20 @@ class Step:
     status_query: str | None = None
     on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
     local: bool = False
+    compensation: Compensation | str | None = None
+    irreversible: bool = False
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
         object.__setattr__(self, "after", after)
+        if isinstance(self.compensation, str):
+            object.__setattr__(self, "compensation", Compensation(self.compensation))
+
+    @property
+    def undo(self) -> Compensation | None:
+        """The step's compensation (None: nothing to undo, or irreversible)."""
+        comp = self.compensation
+        return comp if isinstance(comp, Compensation) else None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -232,7 +173,23 @@ class Step:
             out["on_exhausted"] = self.on_exhausted
         if self.local:
             out["local"] = True
+        if self.undo is not None:
+            out["compensation"] = self.undo.describe()
+        if self.irreversible:
+            out["irreversible"] = True
         return out
+
+
+def compensation_step(comp: Compensation, step: str) -> Step:
+    """The step whose policy governs the compensation of step ``step``."""
+    return Step(
+        step,
+        comp.activity,
+        retry=comp.retry,
+        start_to_close=comp.start_to_close,
+        status_query=comp.status_query,
+        on_exhausted=OnExhausted.FAIL,
+    )
 
 
 @dataclass(frozen=True)
@@ -297,12 +254,22 @@ class WorkflowDefinition:
         initial: str | None = None,
         output_model: type[BaseModel] | None = None,
         description: str = "",
+        on_cancel: OnCancel | str = OnCancel.COMPENSATE,
+        compensation_after_irreversible: bool = False,
+        compensation_role: str = "operator",
     ) -> None:
+        """``on_cancel``: whether cancelling a run with committed effects compensates
+        them; ``compensation_after_irreversible``: accept compensable steps that may run
+        after an irreversible one; ``compensation_role``: who is given the human task
+        of a compensation that failed (docs/sagas.md)."""
         self.name = name
         self.version = version
         self.input_model = input_model
         self.output_model = output_model
         self.description = description
+        self.on_cancel = on_cancel
+        self.compensation_after_irreversible = compensation_after_irreversible
+        self.compensation_role = compensation_role
         self.states: dict[str, State] = {}
         self._validate_header(states)
         for st in states:
@@ -319,6 +286,13 @@ class WorkflowDefinition:
         self.steps_by_name: dict[str, Step] = {
             step.name: step for st in self.states.values() for step in st.steps
         }
+        #: The step governing each step's compensation, by step name.
+        self.compensation_steps: dict[str, Step] = {
+            name: compensation_step(step.undo, name)
+            for name, step in self.steps_by_name.items()
+            if step.undo is not None
+        }
+        self._validate_compensations()
         signal_waits = [st.wait for st in self.states.values() if isinstance(st.wait, SignalWait)]
         self.signal_names: frozenset[str] = frozenset(w.name for w in signal_waits)
         #: Signals whose waits carry a correlation (every wait of such a name does).
@@ -344,8 +318,10 @@ class WorkflowDefinition:
         output: Callable[[Context], Any],
         output_model: type[BaseModel] | None = None,
         description: str = "",
+        **options: Any,
     ) -> WorkflowDefinition:
-        """A pure DAG workflow: one state running ``steps`` then completing with ``output``."""
+        """A pure DAG workflow: one state running ``steps`` then completing with ``output``
+        (``options``: the compensation options of ``__init__``)."""
         return cls(
             name,
             version,
@@ -353,6 +329,7 @@ class WorkflowDefinition:
             [State("run", steps=steps, complete=output)],
             output_model=output_model,
             description=description,
+            **options,
         )
 
     @property
@@ -362,9 +339,16 @@ class WorkflowDefinition:
     @property
     def activity_types(self) -> frozenset[str]:
         """Every activity type the definition dispatches (steps and their status queries)."""
-        steps = self.steps_by_name.values()
+        steps = (*self.steps_by_name.values(), *self.compensation_steps.values())
         queries = (s.status_query for s in steps if s.status_query is not None)
         return frozenset((*(s.activity for s in steps), *queries))
+
+    def step_for(self, activity_id: str, step: str) -> Step | None:
+        """The step whose policy governs activity ``activity_id`` of step ``step``: the
+        step itself, or its compensation's for a compensation."""
+        if is_compensation(activity_id):
+            return self.compensation_steps.get(step)
+        return self.steps_by_name.get(step)
 
     # -- validation -----------------------------------------------------------------
 
@@ -436,6 +420,15 @@ class WorkflowDefinition:
             if st.on_failure is not None and not st.steps:
                 raise DefinitionError(f"{where}: on_failure without steps")
             validate_wait(where, st.wait, self.states, lambda n: bool(_NAME_RE.match(n)))
+
+    def _validate_compensations(self) -> None:
+        for st in self.states.values():
+            for step in st.steps:
+                comp = step.compensation
+                if comp is not None and isinstance(comp, Compensation):
+                    what = f"{self.label}: state '{st.name}': step '{step.name}': compensation"
+                    self._validate_step_failures(what, compensation_step(comp, step.name))
+        validate_compensations(self, Compensation)
 
     @staticmethod
     def _validate_step_failures(where: str, step: Step) -> None:
@@ -522,7 +515,7 @@ class WorkflowDefinition:
             if st.continue_as_new is not None:  # only when set, so old digests hold
                 desc["continue_as_new"] = callable_fingerprint(st.continue_as_new)
             states.append(desc)
-        return {
+        out = {
             "name": self.name,
             "version": self.version,
             "initial": self.initial,
@@ -530,6 +523,14 @@ class WorkflowDefinition:
             "output_model": _model_desc(self.output_model),
             "states": states,
         }
+        # newer options only when they differ from the default, so old digests hold
+        if self.on_cancel != OnCancel.COMPENSATE:
+            out["on_cancel"] = str(self.on_cancel)
+        if self.compensation_after_irreversible:
+            out["compensation_after_irreversible"] = True
+        if self.compensation_role != "operator":
+            out["compensation_role"] = self.compensation_role
+        return out
 
     def __repr__(self) -> str:
         return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"

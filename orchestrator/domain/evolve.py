@@ -15,14 +15,16 @@ unknown).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.domain import human_tasks, signals
+from orchestrator.domain import compensation, human_tasks, signals
 from orchestrator.domain.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.definitions import HumanTask, SignalWait, TimerWait, WorkflowDefinition
 from orchestrator.domain.errors import HistoryError
+from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
@@ -32,11 +34,14 @@ from orchestrator.domain.messages import (
     ActivityResolved,
     ActivityScheduled,
     ActivityTimedOut,
+    CompensationStarted,
     Envelope,
     StateEntered,
     TimerFired,
     TimerScheduled,
     WorkflowCancelled,
+    WorkflowCompensated,
+    WorkflowCompensationFailed,
     WorkflowCompleted,
     WorkflowContinuedAsNew,
     WorkflowFailed,
@@ -46,6 +51,7 @@ from orchestrator.domain.messages import (
 from orchestrator.domain.state import (
     ATTENTION,
     ActivityState,
+    CompensationState,
     TimerState,
     WaitState,
     WorkflowState,
@@ -62,7 +68,16 @@ from orchestrator.domain.vocabulary import (
     WorkflowStatus,
 )
 
-__all__ = ["APPLIERS", "DefinitionLookup", "apply", "continued", "evolve", "fold", "started"]
+__all__ = [
+    "APPLIERS",
+    "DefinitionLookup",
+    "apply",
+    "continued",
+    "evolve",
+    "fold",
+    "leave_state",
+    "started",
+]
 
 #: How evolve finds the definition a run follows (raises ``HistoryError`` if none).
 DefinitionLookup = Callable[[WorkflowState], WorkflowDefinition]
@@ -169,6 +184,8 @@ def apply(lookup: DefinitionLookup, n: WorkflowState, event: Envelope[Any]) -> N
         and any(n.activities[a].status in ATTENTION for a in n.in_flight)
     ):
         n.status = WorkflowStatus.NEEDS_ATTENTION
+    elif n.compensation is not None:
+        n.status = WorkflowStatus.COMPENSATING
     elif w is not None and not n.steps_remaining and not w.satisfied:
         n.status = WorkflowStatus.WAITING
     else:
@@ -253,6 +270,7 @@ def _scheduled(
         )
         _drop_activity_timers(n, aid)
     n.mut_in_flight().add(aid)
+    compensation.on_scheduled(n, aid, first=old is None)
     if n.logical_attempts.get(p.activity_type, 0) < p.logical_attempt:
         n.mut_logical_attempts()[p.activity_type] = p.logical_attempt
 
@@ -285,7 +303,13 @@ def _completed(
                 acts[act.parent] = replace(par, status=_A.FAILED)
                 n.mut_in_flight().discard(act.parent)
         return
+    if is_compensation(act.activity_id):
+        compensation.on_completed(n, act.activity_id)
+        return
     n.mut_step_results()[act.step] = p.result_json
+    step = lookup(n).steps_by_name.get(act.step)
+    if step is not None and step.undo is not None:
+        n.effects = (*n.effects, act.activity_id)
     if act.state == n.current_state and act.visit == n.visit and act.step in n.steps_remaining:
         remaining = n.mut_steps_remaining()
         remaining.discard(act.step)
@@ -336,7 +360,7 @@ def _timed_out(
     lookup: DefinitionLookup, n: WorkflowState, p: ActivityTimedOut, env: Envelope[Any]
 ) -> None:
     act = _activity(n, p.activity_id)
-    step = lookup(n).steps_by_name.get(act.step)
+    step = lookup(n).step_for(act.activity_id, act.step)
     unknown = (
         p.timeout != TimeoutKind.SCHEDULE_TO_START
         and act.parent is None
@@ -459,6 +483,32 @@ def _failed_wf(
     n.failure_reason = p.reason
 
 
+def _compensation_started(
+    lookup: DefinitionLookup, n: WorkflowState, p: CompensationStarted, env: Envelope[Any]
+) -> None:
+    leave_state(n)
+    n.wait = None
+    n.take(steps_remaining=set())
+    n.compensation = CompensationState(
+        cause=p.cause, reason=p.reason, pending=tuple(json.loads(p.plan_json))
+    )
+    _remember(n, env)  # a cancel that began compensating: its redelivery writes nothing
+
+
+def _compensated_wf(
+    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCompensated, env: Envelope[Any]
+) -> None:
+    _close(n, WorkflowStatus.COMPENSATED)
+    n.failure_reason = p.reason
+
+
+def _compensation_failed_wf(
+    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCompensationFailed, env: Envelope[Any]
+) -> None:
+    _close(n, WorkflowStatus.COMPENSATION_FAILED)
+    n.failure_reason = p.reason
+
+
 def _cancelled_wf(
     lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCancelled, env: Envelope[Any]
 ) -> None:
@@ -486,6 +536,10 @@ APPLIERS: dict[type, Applier] = {
     WorkflowFailed: _failed_wf,
     WorkflowCancelled: _cancelled_wf,
     WorkflowContinuedAsNew: _continued,
+    CompensationStarted: _compensation_started,
+    WorkflowCompensated: _compensated_wf,
+    WorkflowCompensationFailed: _compensation_failed_wf,
+    **compensation.APPLIERS,
     **signals.APPLIERS,
     **human_tasks.APPLIERS,
 }
@@ -544,8 +598,14 @@ def _leave_wait(n: WorkflowState) -> None:
         signals.close_correlation(n, w)
 
 
-def _close(n: WorkflowState, status: WorkflowStatus) -> None:
+def leave_state(n: WorkflowState) -> None:
+    """What leaving a state visit does: abandon its activities, end its wait, disarm
+    its timers."""
     _abandon_in_flight(n)
     _leave_wait(n)
     n.clear_timers()
+
+
+def _close(n: WorkflowState, status: WorkflowStatus) -> None:
+    leave_state(n)
     n.status = status

@@ -10,9 +10,33 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-__all__ = ["idempotency_key", "parse_idempotency_key"]
+__all__ = [
+    "COMPENSATION_SUFFIX",
+    "compensated_activity",
+    "compensation_id",
+    "idempotency_key",
+    "is_compensation",
+    "parse_idempotency_key",
+]
 
 _SEP = "/"
+#: A compensation's activity id is ``<activity id of the effect it undoes>/undo``.
+COMPENSATION_SUFFIX = "/undo"
+
+
+def compensation_id(activity_id: str) -> str:
+    """The activity id of the compensation of ``activity_id`` (docs/sagas.md)."""
+    return activity_id + COMPENSATION_SUFFIX
+
+
+def is_compensation(activity_id: str) -> bool:
+    """A compensation's activity id (a step's never ends so: step names hold no ``/``)."""
+    return activity_id.endswith(COMPENSATION_SUFFIX)
+
+
+def compensated_activity(activity_id: str) -> str:
+    """The activity a compensation undoes (inverse of :func:`compensation_id`)."""
+    return activity_id[: -len(COMPENSATION_SUFFIX)]
 
 
 def _escape(part: str) -> str:

@@ -17,6 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
+from orchestrator.domain.saga_messages import (
+    CompensationFailed,
+    CompensationStarted,
+    SagaEvent,
+    WorkflowCompensated,
+    WorkflowCompensationFailed,
+)
+
 # ---------------------------------------------------------------------------
 # Commands (topic keel.commands): requests to change one workflow.
 # ---------------------------------------------------------------------------
@@ -502,8 +510,12 @@ Event = (
     | HumanTaskDecided
     | HumanTaskExpired
     | WorkflowContinuedAsNew
+    | CompensationStarted
+    | CompensationFailed
+    | WorkflowCompensated
+    | WorkflowCompensationFailed
 )
-Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter
+Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 
 #: Every payload type by its wire name (the Avro record's short name).
 PAYLOAD_TYPES: dict[str, type] = {
@@ -547,6 +559,11 @@ PAYLOAD_TYPES: dict[str, type] = {
         HumanTaskDecided,
         HumanTaskExpired,
         WorkflowContinuedAsNew,
+        CompensationStarted,
+        CompensationFailed,
+        WorkflowCompensated,
+        WorkflowCompensationFailed,
+        SagaEvent,
     )
 }
 

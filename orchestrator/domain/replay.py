@@ -39,6 +39,7 @@ from orchestrator.domain.messages import (
     ActivityRedriven,
     ActivityResolved,
     CancelWorkflow,
+    CompensationStarted,
     CompleteActivity,
     Envelope,
     FailActivity,
@@ -81,6 +82,8 @@ COMMAND_FROM_EVENT: dict[type, type] = {
     SignalReceived: SignalWorkflow,
     TimerFired: FireTimer,
     WorkflowCancelled: CancelWorkflow,
+    # a group opens with it only when a cancel began compensating (docs/sagas.md)
+    CompensationStarted: CancelWorkflow,
 }
 
 #: Fields not compared: a run records the digest of the code that started it, which the

@@ -34,6 +34,7 @@ __all__ = [
     "STATUSES",
     "TERMINAL_STATUSES",
     "ActivityState",
+    "CompensationState",
     "HumanTaskState",
     "TimerState",
     "WaitState",
@@ -158,6 +159,22 @@ class HumanTaskState:
 
 
 @dataclass(frozen=True, slots=True)
+class CompensationState:
+    """The compensation of a run that failed or was cancelled (docs/sagas.md).
+
+    ``pending``: activity ids whose effects are still to undo, next first; ``current``:
+    the one whose compensation runs now; ``done`` / ``failed``: undone / given up.
+    """
+
+    cause: str
+    reason: str
+    pending: tuple[str, ...] = ()
+    current: str | None = None
+    done: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
     #: The wire form of a :class:`~orchestrator.domain.vocabulary.TimerPurpose`.
@@ -232,6 +249,11 @@ class WorkflowState:
     cancel_reason: str | None = None
     #: Why the run itself needs an operator (a limit it reached), None when it does not.
     attention_reason: str | None = None
+    #: Activity ids of completed compensable steps, in order of completion (what a
+    #: failure or a cancel must undo, newest last).
+    effects: tuple[str, ...] = ()
+    #: The compensation under way (or finished), None when the run never compensated.
+    compensation: CompensationState | None = None
     started_at: int = 0
     updated_at: int = 0
     #: Per-run cache (e.g. the parsed input model); shared by clones, never serialised.
@@ -417,6 +439,18 @@ class WorkflowState:
             d["human_tasks"] = [_human_dict(t) for t in self.human_tasks.values()]
         if self.run_base_seq:
             d["run_base_seq"] = self.run_base_seq
+        if self.effects:
+            d["effects"] = list(self.effects)
+        if self.compensation is not None:
+            c = self.compensation
+            d["compensation"] = {
+                "cause": c.cause,
+                "reason": c.reason,
+                "pending": list(c.pending),
+                "current": c.current,
+                "done": list(c.done),
+                "failed": list(c.failed),
+            }
         return d
 
     def to_json(self) -> str:
@@ -458,6 +492,8 @@ class WorkflowState:
             closed_correlations=tuple((x[0], x[1]) for x in d.get("closed_correlations", ())),
             human_tasks={t["task_id"]: _human_from(t) for t in d.get("human_tasks", ())},
             run_base_seq=d.get("run_base_seq", 0),
+            effects=tuple(d.get("effects", ())),
+            compensation=_compensation_from(d.get("compensation")),
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )
@@ -499,6 +535,19 @@ def _human_from(d: dict[str, Any]) -> HumanTaskState:
     d["roles"] = tuple(d["roles"])
     d["status"] = HumanTaskStatus(d["status"])
     return HumanTaskState(**d)
+
+
+def _compensation_from(d: dict[str, Any] | None) -> CompensationState | None:
+    if d is None:
+        return None
+    return CompensationState(
+        cause=d["cause"],
+        reason=d["reason"],
+        pending=tuple(d["pending"]),
+        current=d["current"],
+        done=tuple(d["done"]),
+        failed=tuple(d["failed"]),
+    )
 
 
 def _wait_from(d: dict[str, Any]) -> WaitState:

@@ -13,10 +13,12 @@ from enum import StrEnum
 
 __all__ = [
     "ActivityStatus",
+    "CompensationCause",
     "FailureClass",
     "HumanDecision",
     "HumanTaskStatus",
     "HumanTimer",
+    "OnCancel",
     "OnExhausted",
     "OnExpiry",
     "PurposeKind",
@@ -31,13 +33,22 @@ __all__ = [
 class WorkflowStatus(StrEnum):
     """Where a run is. ``needs_attention``: not finished, but it waits for an operator
     (an activity is dead-lettered or its outcome stayed unknown, or the run itself hit a
-    limit); a redrive or a resolution moves an activity on."""
+    limit); a redrive or a resolution moves an activity on. ``compensating``: the run
+    failed (or was cancelled) after committed effects and their compensations run
+    (docs/sagas.md).
+
+    Terminal: ``completed``; ``failed`` (nothing to undo); ``compensated`` (it failed
+    and every committed effect was undone); ``compensation_failed`` (a compensation
+    failed past its bounds: a human task names what is left to undo); ``cancelled``."""
 
     RUNNING = "running"
     WAITING = "waiting"
     NEEDS_ATTENTION = "needs_attention"
+    COMPENSATING = "compensating"
     COMPLETED = "completed"
     FAILED = "failed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
     CANCELLED = "cancelled"
 
     @property
@@ -45,7 +56,35 @@ class WorkflowStatus(StrEnum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset({WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED})
+_TERMINAL = frozenset(
+    {
+        WorkflowStatus.COMPLETED,
+        WorkflowStatus.FAILED,
+        WorkflowStatus.COMPENSATED,
+        WorkflowStatus.COMPENSATION_FAILED,
+        WorkflowStatus.CANCELLED,
+    }
+)
+
+
+class OnCancel(StrEnum):
+    """What cancelling a run with committed effects does (a per-definition choice).
+
+    ``compensate`` (the default): the compensations of its completed compensable steps
+    run first, newest first, then the run ends ``cancelled`` (or
+    ``compensation_failed``); ``abandon``: it ends ``cancelled`` at once and the
+    effects stay.
+    """
+
+    COMPENSATE = "compensate"
+    ABANDON = "abandon"
+
+
+class CompensationCause(StrEnum):
+    """Why a run compensates: it failed, or it was cancelled."""
+
+    FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class ActivityStatus(StrEnum):

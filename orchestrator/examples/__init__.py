@@ -266,6 +266,6 @@ timer_demo = app.workflow(
     )
 )
 
-# Workflows that write to an external system (the ledger service), and the human-task
-# example, register themselves on the same application.
-from orchestrator.examples import approvals, invoices  # noqa: E402, F401
+# Workflows that write to external systems (the ledger, the booking service) and the
+# human-task example register themselves on the same application.
+from orchestrator.examples import approvals, invoices, travel  # noqa: E402, F401

@@ -424,7 +424,8 @@ def test_v2_signals_decode_under_v3_without_a_correlation(tmp_path: Path) -> Non
     for v in (1, 2):
         shutil.copy(AVRO_DIR / f"keel.Envelope.v{v}.avsc", d)
     old, new = Codec(d), Codec(AVRO_DIR)
-    assert (old.version, new.version) == (2, 3)
+    newest = max(int(p.name.split(".v")[1].split(".")[0]) for p in AVRO_DIR.glob("*.avsc"))
+    assert newest >= 3 and (old.version, new.version) == (2, newest)
     for payload in (SignalWorkflow("go", '{"a": 1}'), SignalReceived("go", "{}")):
         data = old.encode(_env(payload))
         assert data[2:10] == old.fingerprint != new.fingerprint

@@ -253,7 +253,8 @@ def test_duplicate_start_writes_nothing(decider: Decider) -> None:
             "{}",
             "unknown workflow 'nope'; known workflows: broken, document_review, flaky, "
             "invoice_posting, invoice_posting_patient, parallel_checks, paused, "
-            "payment_approval, signalled, slow_step, strict_timeout, three_step, timer_demo",
+            "payment_approval, signalled, slow_step, strict_timeout, three_step, timer_demo, "
+            "travel_booking",
         ),
         (
             "three_step",

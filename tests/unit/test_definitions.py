@@ -318,7 +318,7 @@ def test_app_errors_are_clear() -> None:
     assert str(exc.value) == (
         "unknown workflow 'nope'; known workflows: document_review, invoice_posting, "
         "invoice_posting_patient, parallel_checks, payment_approval, slow_step, three_step, "
-        "timer_demo"
+        "timer_demo, travel_booking"
     )
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("three_step", 2, {})

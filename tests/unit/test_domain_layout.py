@@ -32,16 +32,20 @@ LAYERS: dict[str, float] = {
     "vocabulary": 0,
     "keys": 0,
     "fingerprint": 0,
+    "irreversible": 0.5,
     "ids": 1,
     "limits": 1,
+    "saga_messages": 0.5,
     "messages": 1,
     "state": 2,
     "context": 3,
     "waits": 3.5,
+    "policies": 3.7,
     "definitions": 4,
     "activities": 5,
     "signals": 5.3,
     "human_tasks": 5.5,
+    "compensation": 5.7,
     "evolve": 6,
     "decide": 7,
     "decider": 8,
@@ -98,6 +102,8 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
         messages.WorkflowCompleted,
         messages.WorkflowFailed,
         messages.WorkflowCancelled,
+        messages.WorkflowCompensated,
+        messages.WorkflowCompensationFailed,
     }
     assert {c.__name__ for c in messages.TERMINAL_EVENTS} == messages.TERMINAL_EVENT_NAMES
     assert all(cls.KIND == "event" for cls in messages.TERMINAL_EVENTS)
@@ -113,7 +119,17 @@ def test_vocabulary_values_are_their_strings() -> None:
     assert (
         WorkflowStatus.RUNNING == "running" and f"{ActivityStatus.DEAD_LETTERED}" == "dead_lettered"
     )
-    assert [s.is_terminal for s in WorkflowStatus] == [False, False, False, True, True, True]
+    assert {s: s.is_terminal for s in WorkflowStatus} == {
+        "running": False,
+        "waiting": False,
+        "needs_attention": False,
+        "compensating": False,
+        "completed": True,
+        "failed": True,
+        "compensated": True,
+        "compensation_failed": True,
+        "cancelled": True,
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,365 @@
+"""The saga manager: workflow events in, commands out, exactly once (docs/sagas.md).
+
+One consumer-group member (group ``<prefix>.sagas``) reads two topics and writes, per
+batch, one Kafka transaction that also carries its input offsets (EOS v2: a
+transactional producer and ``send_offsets_to_transaction`` with the consumer's group
+metadata, so a zombie of a previous generation is fenced):
+
+1. **route** — ``<prefix>.events`` (keyed by workflow id): a ``WorkflowStarted`` of a
+   workflow some saga watches makes it a member of the saga instance its ``correlate``
+   names; each event a saga reacts to is written to ``<prefix>.sagas`` as a
+   ``SagaEvent`` keyed ``saga/correlation`` (so all facts of one instance, whatever
+   workflows they come from, meet on one partition);
+2. **react** — ``<prefix>.sagas``: the fact is folded into its instance and the saga's
+   pure ``react`` gives the commands, written to ``<prefix>.commands`` with message ids
+   derived from the fact.
+
+State is rebuilt on every assignment from the log itself, like the orchestrator's: the
+memberships from the assigned ``events`` partitions (starts only, and only of workflows
+still running), each instance from its ``sagas`` partition, both up to the committed
+offsets (read as *stable* offsets, so a previous owner's open transaction has ended).
+Rebuilding never reacts, so nothing is emitted twice; a batch whose transaction aborts
+is read again after a rebuild. Broker errors are sorted by
+``orchestrator.runtime.broker_errors``: retriable ones retried, abortable ones abort and
+rewind, fatal ones recreate the producer (fencing the old one) and rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from orchestrator.codec import default_codec
+from orchestrator.domain.limits import loads_bounded
+from orchestrator.domain.messages import (
+    TERMINAL_EVENTS,
+    Envelope,
+    SagaEvent,
+    WorkflowStarted,
+)
+from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
+from orchestrator.runtime.kafka import (
+    consumer_config,
+    next_offsets,
+    now_ms,
+    poll_records,
+    read_partitions,
+)
+from orchestrator.runtime.kafka_adapter import KafkaEventLog
+from orchestrator.sagas.declare import Saga, SagaFact, SagaView, command_id, sagas_of
+from orchestrator.settings import Settings
+
+__all__ = ["SagaManager", "sagas_topic"]
+
+log = logging.getLogger("keel.sagas")
+
+#: Batch size of one transaction.
+BATCH = 500
+
+
+def sagas_topic(settings: Settings) -> str:
+    """The saga manager's own log (``<prefix>.sagas``): facts keyed ``saga/correlation``."""
+    return f"{settings.topic_prefix}.sagas"
+
+
+def ensure_sagas_topic(settings: Settings) -> None:
+    """Create ``<prefix>.sagas`` (retained forever, like the events) when missing."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
+    name = sagas_topic(settings)
+    if name in admin.list_topics(timeout=30).topics:
+        return
+    topic = NewTopic(
+        name,
+        num_partitions=settings.partitions,
+        replication_factor=settings.replication_factor,
+        config={"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
+    )
+    for future in admin.create_topics([topic]).values():
+        try:
+            future.result(30)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+
+def _data(payload: Any) -> dict[str, Any]:
+    """An event's fields; ``*_json`` ones parsed (within the JSON limits) under their
+    plain name."""
+    out: dict[str, Any] = {}
+    for f in fields(payload):
+        value = getattr(payload, f.name)
+        if f.name.endswith("_json") and isinstance(value, str):
+            try:
+                out[f.name[: -len("_json")]] = loads_bounded(value, f.name)
+                continue
+            except (ValueError, RecursionError):
+                pass
+        out[f.name] = value
+    return out
+
+
+class _SagaLog(KafkaEventLog):
+    """The transactional producer; commits offsets of several topics."""
+
+    def commit_offsets(self, offsets: list[TopicPartition], meta: Any) -> None:
+        p = self.producer
+        self._call(
+            "send_offsets_to_transaction",
+            lambda rem: p.send_offsets_to_transaction(offsets, meta, rem),
+        )
+        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
+
+
+class SagaManager:
+    """Runs every saga declared on an application (``run`` until ``stop``)."""
+
+    def __init__(self, settings: Settings, app: Any, *, instance_id: str | None = None) -> None:
+        self.settings = settings
+        self.sagas: Mapping[str, Saga] = sagas_of(app)
+        self.watch: dict[str, list[Saga]] = {}
+        for saga in self.sagas.values():
+            for wf in saga.reacts_to:
+                self.watch.setdefault(wf, []).append(saga)
+        self.instance_id = instance_id or settings.instance_id or uuid.uuid4().hex[:12]
+        self.events = settings.topic("events")
+        self.facts_topic = sagas_topic(settings)
+        self.commands = settings.topic("commands")
+        self.codec = default_codec()
+        self._stop = threading.Event()
+        self._dirty = True
+        #: workflow id -> [(saga, correlation, workflow name)] of running member workflows
+        self.members: dict[str, list[tuple[Saga, str, str]]] = {}
+        self.instances: dict[tuple[str, str], SagaView] = {}
+        self.routed = 0
+        self.emitted = 0
+        self.rebuilds = 0
+        self.aborts = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "sagas": sorted(self.sagas),
+            "instances": len(self.instances),
+            "routed": self.routed,
+            "emitted": self.emitted,
+            "rebuilds": self.rebuilds,
+            "aborts": self.aborts,
+        }
+
+    def run(self) -> None:
+        if not self.sagas:
+            log.info("no saga is declared on this application; the saga manager idles")
+            self._stop.wait()
+            return
+        ensure_sagas_topic(self.settings)
+        consumer = Consumer(consumer_config(self.settings, f"{self.settings.topic_prefix}.sagas"))
+        txid = f"{self.settings.topic_prefix}.sagas.{self.instance_id}"
+        out = _SagaLog(self.settings, txid, None, stopping=self.stopping)
+        consumer.subscribe(
+            [self.events, self.facts_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_assign,
+            on_lost=self._on_assign,
+        )
+        log.info("saga manager %s runs %s", self.instance_id, ", ".join(sorted(self.sagas)))
+        try:
+            while not self.stopping():
+                msgs = poll_records(consumer, BATCH, 0.2)
+                if self._dirty:
+                    self._rebuild(consumer)
+                    msgs = []  # read again from the committed offsets
+                if not msgs:
+                    continue
+                try:
+                    self._transact(consumer, out, msgs)
+                except TxnAbortable as exc:
+                    log.warning("saga batch aborted, read again: %s", exc)
+                    self.aborts += 1
+                    try:
+                        out.abort()
+                    except ProducerReset:
+                        out.recreate()
+                    self._dirty = True
+                except ProducerReset as exc:
+                    log.warning("saga producer reset: %s", exc)
+                    self.aborts += 1
+                    out.recreate()
+                    self._dirty = True
+        except Stopping:
+            pass
+        finally:
+            consumer.close()
+            out.close()
+
+    def _on_assign(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
+        self._dirty = True
+
+    # -- rebuild -----------------------------------------------------------------------
+
+    def _rebuild(self, consumer: Consumer) -> None:
+        """Memberships and instances from the log, up to the committed offsets; the
+        consumer then goes on from those offsets."""
+        self._dirty = False
+        self.rebuilds += 1
+        self.members.clear()
+        self.instances.clear()
+        owned = consumer.assignment()
+        if not owned:
+            return
+        committed = consumer.committed(owned, timeout=60)
+        ends: dict[str, dict[int, int]] = {self.events: {}, self.facts_topic: {}}
+        for tp in committed:
+            ends[tp.topic][tp.partition] = max(tp.offset, 0)
+            consumer.seek(
+                TopicPartition(
+                    tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                )
+            )
+        for topic, learn in ((self.events, self._learn), (self.facts_topic, self._fold)):
+            starts = {p: 0 for p, end in ends[topic].items() if end > 0}
+            for msg in read_partitions(self.settings, topic, starts, stop=self.stopping):
+                if (msg.offset() or 0) < ends[topic][msg.partition() or 0]:
+                    env = self._decode(msg)
+                    if env is not None:
+                        learn(env)
+        log.info(
+            "saga manager rebuilt %d running member workflows and %d saga instances",
+            len(self.members),
+            len(self.instances),
+        )
+
+    def _decode(self, msg: Message) -> Envelope[Any] | None:
+        try:
+            return self.codec.decode(msg.value() or b"")
+        except Exception as exc:  # a record the codec cannot read is not a saga's concern
+            log.warning("skipping %s/%s@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+            return None
+
+    def _learn(self, env: Envelope[Any]) -> list[tuple[Saga, str, str]]:
+        """Memberships a workflow event starts or ends; the memberships it belongs to."""
+        p = env.payload
+        wid = env.workflow_id
+        if isinstance(p, WorkflowStarted) and p.name in self.watch:
+            try:
+                data = json.loads(p.input_json)
+            except ValueError:
+                data = {}
+            joined = self.members.setdefault(wid, [])
+            for saga in self.watch[p.name]:
+                corr = saga.correlate(wid, data)
+                if corr is not None and not any(s is saga for s, _, _ in joined):
+                    joined.append((saga, str(corr), p.name))
+        found = self.members.get(wid, [])
+        if isinstance(p, TERMINAL_EVENTS):
+            self.members.pop(wid, None)  # a finished workflow writes no more events
+        return found
+
+    def _fold(self, env: Envelope[Any]) -> SagaFact | None:
+        p = env.payload
+        if not isinstance(p, SagaEvent):
+            return None
+        fact = SagaFact(
+            p.workflow_name,
+            p.source_workflow_id,
+            p.event_type,
+            p.event_seq,
+            json.loads(p.data_json),
+        )
+        view = self.instances.setdefault((p.saga, p.correlation), SagaView(p.saga, p.correlation))
+        view.add(fact)
+        return fact
+
+    # -- one batch, one transaction -----------------------------------------------------
+
+    def _transact(self, consumer: Consumer, out: _SagaLog, msgs: list[Message]) -> None:
+        out.begin()
+        for msg in msgs:
+            env = self._decode(msg)
+            if env is None:
+                continue
+            if msg.topic() == self.events:
+                self._route(out, env)
+            else:
+                self._react(out, env)
+        out.commit_offsets(next_offsets(msgs), consumer.consumer_group_metadata())
+
+    def _route(self, out: _SagaLog, env: Envelope[Any]) -> None:
+        for saga, corr, name in self._learn(env):
+            if not saga.wants(name, env.type):
+                continue
+            fact = SagaEvent(
+                saga=saga.name,
+                correlation=corr,
+                workflow_name=name,
+                source_workflow_id=env.workflow_id,
+                event_type=env.type,
+                event_seq=env.seq,
+                data_json=json.dumps(_data(env.payload), sort_keys=True, default=str),
+            )
+            key = f"{saga.name}/{corr}"
+            record: Envelope[Any] = Envelope(
+                message_id=f"sagafact/{saga.name}/{env.workflow_id}/{env.seq}",
+                workflow_id=key,
+                run_id="",
+                seq=0,
+                type="SagaEvent",
+                recorded_at=now_ms(),
+                payload=fact,
+                causation_id=env.message_id,
+                correlation_id=corr,
+                traceparent=env.traceparent,
+            )
+            out.append(self.facts_topic, self.codec.encode(record), key.encode())
+            self.routed += 1
+
+    def _react(self, out: _SagaLog, env: Envelope[Any]) -> None:
+        p = env.payload
+        saga = self.sagas.get(p.saga) if isinstance(p, SagaEvent) else None
+        if saga is None:
+            return
+        view = self.instances.setdefault((p.saga, p.correlation), SagaView(p.saga, p.correlation))
+        fact = SagaFact(
+            p.workflow_name,
+            p.source_workflow_id,
+            p.event_type,
+            p.event_seq,
+            json.loads(p.data_json),
+        )
+        if fact.key in view.seen:
+            return
+        try:
+            emits = saga.decide(view, fact)
+        except Exception as exc:  # its code's bug: recorded in the log, never retried forever
+            log.error("saga '%s' (%s) raised on %s: %r", saga.name, p.correlation, fact.key, exc)
+            emits = []
+        view.add(fact)
+        for i, e in enumerate(emits):
+            record: Envelope[Any] = Envelope(
+                message_id=command_id(saga.name, p.correlation, fact, i),
+                workflow_id=e.workflow_id,
+                run_id="",
+                seq=0,
+                type=type(e.command).__name__,
+                recorded_at=now_ms(),
+                payload=e.command,
+                causation_id=env.message_id,
+                correlation_id=p.correlation,
+                traceparent=env.traceparent,
+            )
+            out.append(self.commands, self.codec.encode(record), e.workflow_id.encode())
+            self.emitted += 1
