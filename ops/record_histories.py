@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import secrets
-import select
 import signal
 import subprocess
 import sys
@@ -28,10 +27,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ops.fakes import serving
 from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.topics import create_topics
@@ -68,27 +68,9 @@ def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
                 proc.wait(timeout=10)
 
 
-@contextmanager
-def _fake(name: str) -> Iterator[str]:
+def _fake(name: str) -> AbstractContextManager[str]:
     """A fake service (``ops/fakes/<name>.py``) on a free port; yields its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", f"ops.fakes.{name}", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    out = proc.stdout
-    assert out is not None
-    banner = f"{name} listening on "
-    try:
-        ready, _, _ = select.select([out], [], [], 30)
-        line = out.readline().strip() if ready else ""
-        if not line.startswith(banner):
-            raise RuntimeError(f"the {name} service did not start: {line!r}")
-        yield line.removeprefix(banner)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    return serving.running(f"ops.fakes.{name}", name)
 
 
 class Recorder:

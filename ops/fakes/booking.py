@@ -27,10 +27,8 @@ http://HOST:PORT`` once it accepts connections.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import signal
 import sys
 import urllib.error
 import urllib.request
@@ -38,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from ops.fakes import serving
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DECLINED_SUFFIX = "0002"
@@ -290,28 +290,15 @@ class BookingClient:
 
 
 async def serve(host: str, port: int) -> None:
-    runner = web.AppRunner(create_app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    bound_host, bound_port = runner.addresses[0][:2]
-    print(f"booking listening on http://{bound_host}:{bound_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    """Run until SIGTERM/SIGINT; announce the bound address on stdout."""
+    await serving.serve(create_app(), "booking", host, port)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fake travel booking service for Keel tests.")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8766, help="port (default 8766; 0 = any)")
-    args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port))
-    return 0
+    """Command-line entry point."""
+    return serving.main(
+        create_app, "booking", "Fake travel booking service for Keel tests.", 8766, argv
+    )
 
 
 if __name__ == "__main__":

@@ -26,10 +26,8 @@ Run it with ``python -m ops.fakes.ledger --host 127.0.0.1 --port 8765``; it prin
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import signal
 import sys
 import urllib.error
 import urllib.request
@@ -39,6 +37,8 @@ from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+
+from ops.fakes import serving
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -354,31 +354,15 @@ class LedgerClient:
 
 
 async def serve(host: str, port: int) -> None:
-    """Run the ledger until SIGTERM/SIGINT; announce the bound address on stdout."""
-    runner = web.AppRunner(create_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound_host, bound_port = runner.addresses[0][:2]
-    print(f"ledger listening on http://{bound_host}:{bound_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    """Run until SIGTERM/SIGINT; announce the bound address on stdout."""
+    await serving.serve(create_app(), "ledger", host, port)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="Fake finance ledger for Keel fault tests.")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
-    args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port))
-    return 0
+    return serving.main(
+        create_app, "ledger", "Fake finance ledger for Keel fault tests.", 8765, argv
+    )
 
 
 if __name__ == "__main__":

@@ -30,12 +30,8 @@ Bind it to loopback only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import select
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -46,6 +42,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from aiohttp import web
+
+from ops.fakes import serving
 
 __all__ = ["Faults", "OpenAIFakeClient", "create_app", "main", "running", "serve"]
 
@@ -312,50 +310,20 @@ class OpenAIFakeClient:
 @contextmanager
 def running(timeout_s: float = 30.0) -> Iterator[OpenAIFakeClient]:
     """The fake as a real process on a free loopback port, stopped (by its PID) after."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ops.fakes.openai_server", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-        line = proc.stdout.readline().strip() if ready else ""
-        if not line.startswith("openai fake listening on "):
-            raise RuntimeError(f"the OpenAI fake did not start: {line!r}")
-        yield OpenAIFakeClient(line.removeprefix("openai fake listening on "))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serving.running("ops.fakes.openai_server", "openai fake", timeout_s) as url:
+        yield OpenAIFakeClient(url)
 
 
 async def serve(host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT; announce the bound address on stdout."""
-    runner = web.AppRunner(create_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound_host, bound_port = runner.addresses[0][:2]
-    print(f"openai fake listening on http://{bound_host}:{bound_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await serving.serve(create_app(), "openai fake", host, port)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Local OpenAI-compatible fake for Keel tests.")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8766, help="port (default 8766; 0 = any)")
-    args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port))
-    return 0
+    """Command-line entry point."""
+    return serving.main(
+        create_app, "openai fake", "Local OpenAI-compatible fake for Keel tests.", 8766, argv
+    )
 
 
 if __name__ == "__main__":
