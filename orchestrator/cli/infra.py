@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import time
+from pathlib import Path
+from typing import Annotated, Any
 
+import psutil
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ops.local import LocalStack, StackStatus
@@ -52,12 +56,86 @@ def up(
     _print_status(status, json_, headline)
 
 
+#: A status file older than this belongs to a process that stopped or hangs.
+STALE_AFTER_S = 15.0
+
+
+def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]:
+    """What each Keel process last wrote to ``<KEEL_HOME>/status/*.json``, with a verdict.
+
+    A live process has problems when its file is stale (it hangs), a background thread
+    died, or it is not running (recovering, resetting); a process that is gone (stopped,
+    or killed) is listed as such and is no problem of the running stack.
+    """
+    now = time.time() if now is None else now
+    rows = []
+    for path in sorted((home / "status").glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        age = now - float(data.get("updated_at", 0))
+        pid = data.get("pid")
+        gone = data.get("state") == "stopped" or not (
+            isinstance(pid, int) and psutil.pid_exists(pid)
+        )
+        dead = sorted(name for name, alive in data.get("threads", {}).items() if not alive)
+        problems = []
+        if not gone:
+            if age > STALE_AFTER_S:
+                problems.append(f"no update for {age:.0f}s")
+            if dead:
+                problems.append("dead threads: " + ", ".join(dead))
+            if data.get("state") not in (None, "running"):
+                problems.append(f"state {data.get('state')}")
+        rows.append(
+            {"file": path.stem, **data, "age_s": round(age, 1), "gone": gone, "problems": problems}
+        )
+    return rows
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    if row["gone"]:
+        return f"gone (last report {row['age_s']:.0f}s ago)"
+    if row["problems"]:
+        return "[red]" + escape("; ".join(row["problems"])) + "[/red]"
+    return "[green]ok[/green]"
+
+
+def _print_services(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    table = Table(
+        "service", "partitions", "last commit", "resets", "stalled", "quarantined", "health"
+    )
+    for r in rows:
+        commit = r.get("last_commit_age_s")
+        table.add_row(
+            escape(r["file"]),
+            escape(str(r.get("assigned_partitions", "-"))),
+            "-" if commit is None else f"{commit:.1f}s ago",
+            str(r.get("producer_resets", 0)),
+            str(r.get("stalled_calls", 0)),
+            str(len(r.get("quarantined", []))),
+            "[green]ok[/green]"
+            if not r["problems"]
+            else "[red]" + escape("; ".join(r["problems"])) + "[/red]",
+        )
+    console.print(table)
+
+
 @infra_app.command("status")
 def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Show the local stack's processes and whether each answers."""
-    current = LocalStack(load_settings()).status()
-    _print_status(current, json_)
-    if not current.healthy:
+    """Show the local stack's processes and the health Keel's services last reported."""
+    settings = load_settings()
+    current = LocalStack(settings).status()
+    services = service_health(settings.home)
+    if json_:
+        typer.echo(json.dumps({**current.to_json(), "services": services}))
+    else:
+        _print_status(current, False)
+        _print_services(services)
+    if not current.healthy or any(r["problems"] for r in services):
         raise typer.Exit(3)
 
 

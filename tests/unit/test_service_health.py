@@ -1,0 +1,55 @@
+"""``keel infra status`` reads each service's status file and tells live trouble from the gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from orchestrator.cli.infra import STALE_AFTER_S, service_health
+
+NOW = 1_800_000_000.0
+
+
+def _write(home, name: str, **fields) -> None:
+    (home / "status").mkdir(exist_ok=True)
+    data = {"state": "running", "pid": os.getpid(), "updated_at": NOW, "threads": {}, **fields}
+    (home / "status" / f"{name}.json").write_text(json.dumps(data))
+
+
+def _gone_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_each_service_gets_a_verdict(tmp_path) -> None:
+    _write(tmp_path, "orchestrator-fresh", threads={"projector": True})
+    _write(tmp_path, "orchestrator-hangs", updated_at=NOW - STALE_AFTER_S - 5)
+    _write(tmp_path, "orchestrator-lost-thread", threads={"projector": False})
+    _write(tmp_path, "orchestrator-recovering", state="recovering")
+    _write(tmp_path, "orchestrator-killed", pid=_gone_pid(), updated_at=NOW - 3600)
+    _write(tmp_path, "orchestrator-stopped", state="stopped", updated_at=NOW - 3600)
+    (tmp_path / "status" / "torn.json").write_text("{not json")
+
+    rows = {r["file"]: r for r in service_health(tmp_path, now=NOW)}
+
+    assert set(rows) == {
+        "orchestrator-fresh",
+        "orchestrator-hangs",
+        "orchestrator-lost-thread",
+        "orchestrator-recovering",
+        "orchestrator-killed",
+        "orchestrator-stopped",
+    }
+    assert rows["orchestrator-fresh"]["problems"] == []
+    assert rows["orchestrator-hangs"]["problems"] == [f"no update for {STALE_AFTER_S + 5:.0f}s"]
+    assert rows["orchestrator-lost-thread"]["problems"] == ["dead threads: projector"]
+    assert rows["orchestrator-recovering"]["problems"] == ["state recovering"]
+    for gone in ("orchestrator-killed", "orchestrator-stopped"):
+        assert rows[gone]["gone"] and rows[gone]["problems"] == []
+
+
+def test_no_status_directory_means_no_services(tmp_path) -> None:
+    assert service_health(tmp_path) == []
