@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -72,6 +72,12 @@ from orchestrator.domain.messages import (
     WorkflowFailed,
     WorkflowNeedsAttention,
     WorkflowStarted,
+)
+from orchestrator.domain.parking import (
+    VERSION_MISSING,
+    RunParked,
+    is_parked,
+    missing_version_reason,
 )
 from orchestrator.domain.state import ActivityState, WorkflowState
 from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
@@ -151,9 +157,13 @@ def decide(
         )
     try:
         defn = lookup(state)
-    except HistoryError as exc:
-        raise CommandRejected(f"{exc}; {what} refused") from None
-    if state.attention_reason is not None and not isinstance(p, CancelWorkflow):
+    except HistoryError:
+        raise _park(lookup, state, cmd, now_ms, what) from None
+    if (
+        state.attention_reason is not None
+        and not isinstance(p, CancelWorkflow)
+        and not is_parked(state)
+    ):
         if cmd.message_id in state.seen_commands:
             return state, []
         raise CommandRejected(
@@ -163,6 +173,26 @@ def decide(
     d = Decision(lookup, defn, state, cmd, now_ms, state.run_id, task_token_hash)
     handler(d, p)
     return d.finish()
+
+
+def _park(
+    lookup: DefinitionLookup,
+    state: WorkflowState,
+    cmd: Envelope[Any],
+    now_ms: int,
+    what: str,
+) -> RunParked:
+    """The refusal of a command for a run whose version this process lacks; the first
+    one records why the run waits (see :mod:`orchestrator.domain.parking`)."""
+    reason = missing_version_reason(state)
+    refusal = f"{reason.removeprefix(VERSION_MISSING)}; {what} kept"
+    if is_parked(state):
+        return RunParked(refusal, state, [])
+    d = Decision(lookup, cast(WorkflowDefinition, None), state, cmd, now_ms, state.run_id)
+    d.emit(WorkflowNeedsAttention("", reason))
+    new_state, envs = d.finish()
+    assert new_state is not None
+    return RunParked(refusal, new_state, envs)
 
 
 def _start_definition(

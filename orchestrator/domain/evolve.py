@@ -48,6 +48,7 @@ from orchestrator.domain.messages import (
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
+from orchestrator.domain.parking import VERSION_MISSING
 from orchestrator.domain.state import (
     ATTENTION,
     ActivityState,
@@ -171,6 +172,12 @@ def apply(lookup: DefinitionLookup, n: WorkflowState, event: Envelope[Any]) -> N
     if applier is None:
         raise HistoryError(f"workflow '{n.workflow_id}': {event.type} is not an event")
     before = n.status
+    if (
+        n.attention_reason is not None
+        and n.attention_reason.startswith(VERSION_MISSING)
+        and not isinstance(p, WorkflowNeedsAttention)
+    ):  # an event after a parking was decided by a process that has the run's version
+        n.attention_reason = None
     n.seq = event.seq
     n.updated_at = event.recorded_at
     applier(lookup, n, p, event)

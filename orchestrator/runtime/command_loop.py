@@ -38,6 +38,7 @@ from orchestrator.domain.messages import (
     SignalWorkflow,
     StartWorkflow,
 )
+from orchestrator.domain.parking import PARKED, RunParked
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import TxnAbortable
@@ -395,8 +396,15 @@ class CommandLoop:
         # client wrote it: a command that waited in Kafka (an orchestrator down, a lag)
         # must not find its timeouts already expired, nor a skewed client move them.
         taken = cmd if cmd.recorded_at == now else replace(cmd, recorded_at=now)
+        kept: list[Out] = []
         try:
             new_state, events = ctx.decider.handle(state, taken, now)
+        except RunParked as exc:  # keep the command; record once why the run waits
+            log.warning("command parked: %s", exc)
+            kept = self._letter(rec, cmd, f"{PARKED}{exc}") if rec is not None else []
+            if not exc.events:
+                return kept, str(exc)
+            new_state, events = exc.state, exc.events
         except CommandRejected as exc:
             log.info("command rejected: %s", exc)
             letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []
@@ -433,7 +441,7 @@ class CommandLoop:
         ps.events_since_checkpoint += len(events)
         overlay[wf] = (p, new_state)
         self._local.extend(local)
-        return outs, None
+        return outs + kept, None
 
     def _plan_local(self, p: int, state: WorkflowState, ev: Envelope[Any]) -> LocalRun | None:
         local = self.ctx.local
