@@ -5,6 +5,7 @@ Layers, each importing only those before it (and the standard library and pydant
 ``state``, ``keys`` -> ``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
 ``irreversible``, ``policies`` -> ``definitions`` -> ``activities`` (the activity lifecycle) ->
 ``signals`` (inbox, correlations, late signals) -> ``human_tasks`` (approvals) ->
+``parking`` (runs of a version this process lacks) ->
 ``compensation`` (undoing effects, docs/sagas.md) -> ``evolve`` (state from events) ->
 ``decide`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
 ``replay`` (re-decide recorded histories). The Kafka runtime depends on this

@@ -45,6 +45,7 @@ LAYERS: dict[str, float] = {
     "activities": 5,
     "signals": 5.3,
     "human_tasks": 5.5,
+    "parking": 5.8,
     "compensation": 5.7,
     "evolve": 6,
     "decide": 7,
