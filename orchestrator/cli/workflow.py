@@ -90,8 +90,10 @@ def show(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     app: AppOption = DEFAULT_APP,
 ) -> None:
-    """A workflow's status, state, output and history."""
-    view = _client(app).show(workflow_id)
+    """A workflow's status, state, output, model-call cost and history."""
+    client = _client(app)
+    view = client.show(workflow_id)
+    view["llm"] = client.projection.llm_usage(workflow_id)
     if json_:
         typer.echo(json.dumps(view))
         return
@@ -116,11 +118,32 @@ def show(
             f"owner {t['owner']}, level {t['level']} (keel tasks show {t['task_id']})",
             markup=False,
         )
+    _print_llm(view["llm"])
     table = Table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(str(h["seq"]), when, _text(h["type"]), _text(_summary(h["data"])))
     console.print(table)
+
+
+def _print_llm(usage: dict[str, Any]) -> None:
+    """Tokens and cost of the run's model calls, then one line per LLM node."""
+    if not usage["nodes"]:
+        return
+    console.print(
+        f"llm: {usage['nodes']} node(s), {usage['calls']} call(s), tokens "
+        f"prompt={usage['prompt_tokens']} completion={usage['completion_tokens']} "
+        f"total={usage['total_tokens']}, cost ${usage['cost_usd']:.6f}, "
+        f"cache hits {usage['cache_hits']}",
+        markup=False,
+    )
+    for p in usage["provenance"]:
+        console.print(
+            f"  seq {p['seq']} {p['activity_type']} ({p['activity_id']}): prompt {p['prompt']}, "
+            f"model {p['model']}, cache {p['cache']}, tokens {p['tokens']['total']}, "
+            f"cost ${p['cost_usd']:.6f}, requests {', '.join(p['request_ids']) or '-'}",
+            markup=False,
+        )
 
 
 def _summary(data: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from orchestrator.domain.errors import InvalidInputError, KeelError, Unavailable
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.settings import redact
 
 T = TypeVar("T")
@@ -146,6 +147,10 @@ class Projection:
     def k_history(self, wf: str) -> str:
         return self.ks.history(wf)
 
+    def k_llm(self, wf: str) -> str:
+        """The provenance list of the workflow's completed LLM nodes (read-model space)."""
+        return f"{self.ks.read_model}llm:{wf}"
+
     def _call(self, fn: Callable[[], T]) -> T:
         with reachable(self.url):
             return fn()
@@ -166,7 +171,13 @@ class Projection:
         self,
         pipe: Any,
         updates: Updates,
-    ) -> None:
+    ) -> dict[str, list[NodeUsage]]:
+        """Queue the writes of ``updates``; returns the LLM node usages they add, per workflow.
+
+        Usage sums are increments, queued in the same transaction as the state whose
+        sequence number covers them, so an event folded twice cannot count twice.
+        """
+        usages: dict[str, list[NodeUsage]] = {}
         for wf, (state, events, old_status) in updates.items():
             pipe.hset(
                 self.k_wf(wf),
@@ -191,12 +202,29 @@ class Projection:
             if events:
                 lines = (e if isinstance(e, str) else json.dumps(history_entry(e)) for e in events)
                 pipe.rpush(self.k_history(wf), *lines)
+                types = {a.activity_id: a.activity_type for a in state.activities.values()}
+                found = usages_of(events, types)
+                if found:
+                    self._queue_usage(pipe, wf, found)
+                    usages[wf] = found
             if old_status != state.status:
                 if old_status:
                     pipe.srem(self.ks.status(old_status), wf)
                 pipe.sadd(self.ks.status(state.status), wf)
             if old_status is None:
                 pipe.zadd(self.ks.workflows, {wf: state.started_at})
+        return usages
+
+    def _queue_usage(self, pipe: Any, wf: str, found: list[NodeUsage]) -> None:
+        key = self.k_wf(wf)
+        pipe.hincrby(key, UsageField.PROMPT_TOKENS, sum(u.prompt_tokens for u in found))
+        pipe.hincrby(key, UsageField.COMPLETION_TOKENS, sum(u.completion_tokens for u in found))
+        pipe.hincrby(key, UsageField.TOTAL_TOKENS, sum(u.total_tokens for u in found))
+        pipe.hincrbyfloat(key, UsageField.COST_USD, sum(u.cost_usd for u in found))
+        pipe.hincrby(key, UsageField.CACHE_HITS, sum(1 for u in found if u.cache_hit))
+        pipe.hincrby(key, UsageField.NODES, len(found))
+        pipe.hincrby(key, UsageField.CALLS, sum(u.calls for u in found))
+        pipe.rpush(self.k_llm(wf), *(json.dumps(u.provenance) for u in found))
 
     def write(self, updates: Updates, tasks: Any = None) -> None:
         """Store new states and append their new history entries, in one transaction.
@@ -229,13 +257,26 @@ class Projection:
                     if current != epoch:
                         raise EpochChanged(_text(current))
                     pipe.multi()
-                    self._queue_updates(pipe, updates)
+                    usages = self._queue_updates(pipe, updates)
                     if tasks:
                         tasks.queue(pipe)
                     pipe.execute()
+                    self._record_metrics(updates, usages)
                     return
                 except redis.WatchError:
                     continue
+
+    @staticmethod
+    def _record_metrics(updates: Updates, usages: dict[str, list[NodeUsage]]) -> None:
+        """Count committed LLM node usage in the metrics (live projectors only: a rebuild
+        replays events already counted)."""
+        if not usages:
+            return
+        from orchestrator.runtime.metrics import llm_metrics
+
+        m = llm_metrics()
+        for wf, found in usages.items():
+            m.record(found, updates[wf][0].name)
 
     def epoch(self) -> str | None:
         return _text(self._call(lambda: self.r.get(self.epoch_key)))
@@ -328,6 +369,33 @@ class Projection:
             "run_base_seq": int(h.get("run_base_seq") or 0),
             "human_tasks": json.loads(h.get("human_tasks_json") or "[]"),
         }
+
+    def llm_usage(self, wf: str) -> dict[str, Any]:
+        """Tokens, cost and cache hits of the workflow's model calls, and one provenance
+        line per completed LLM node (docs/llm-nodes.md, "Cost and provenance")."""
+
+        def read() -> tuple[list[Any], list[str]]:
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hmget(self.k_wf(wf), *UsageField)
+            pipe.lrange(self.k_llm(wf), 0, -1)
+            sums, lines = pipe.execute()
+            return sums, lines
+
+        sums, lines = self._call(read)
+        values = dict(zip(UsageField, sums, strict=True))
+        out = empty_summary()
+        for field_, name in (
+            (UsageField.PROMPT_TOKENS, "prompt_tokens"),
+            (UsageField.COMPLETION_TOKENS, "completion_tokens"),
+            (UsageField.TOTAL_TOKENS, "total_tokens"),
+            (UsageField.CACHE_HITS, "cache_hits"),
+            (UsageField.NODES, "nodes"),
+            (UsageField.CALLS, "calls"),
+        ):
+            out[name] = int(values[field_] or 0)
+        out["cost_usd"] = round(float(values[UsageField.COST_USD] or 0.0), 8)
+        out["provenance"] = [json.loads(x) for x in lines]
+        return out
 
     def status(self, wf: str) -> str | None:
         return _text(self._call(lambda: self.r.hget(self.k_wf(wf), "status")))
