@@ -18,6 +18,7 @@ from rich.table import Table
 
 from orchestrator.app import KeelApp, load_app
 from orchestrator.runtime.logs import configure_logging
+from orchestrator.runtime.metrics import configure_metrics
 from orchestrator.runtime.supervisor import Supervisor
 from orchestrator.runtime.tracing import configure_tracing
 from orchestrator.settings import load_settings
@@ -60,6 +61,7 @@ def orchestrator(
 
     configure_logging()
     configure_tracing("keel-orchestrator")
+    configure_metrics("keel-orchestrator")
     settings = load_settings()
     application = app_from(app)
     orch = Orchestrator(settings, application, checkpoint_interval_s=checkpoint_interval)
@@ -93,6 +95,7 @@ def projector(app: AppOption = DEFAULT_APP) -> None:
     from orchestrator.runtime.projector import Projector
 
     configure_logging()
+    configure_metrics("keel-projector")
     supervised = Supervisor("projector", Projector(load_settings(), app_from(app))).start()
     _stop_on_signals(supervised)
     while supervised.state != "stopped":

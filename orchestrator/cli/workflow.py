@@ -93,7 +93,6 @@ def show(
     """A workflow's status, state, output, model-call cost and history."""
     client = _client(app)
     view = client.show(workflow_id)
-    view["llm"] = client.projection.llm_usage(workflow_id)
     if json_:
         typer.echo(json.dumps(view))
         return

@@ -293,6 +293,7 @@ class KeelClient:
             "continued_as_new": found["run_base_seq"] > 0,
             "human_tasks": found["human_tasks"],
             "history": self.projection.history(workflow_id),
+            "llm": self.projection.llm_usage(workflow_id),
         }
 
     def wait(

@@ -54,6 +54,10 @@ class Keyspace:
     def workflows(self) -> str:
         return f"{self.root}:rm:workflows"
 
+    def llm_usage(self, workflow_id: str) -> str:
+        """The per-node provenance of a workflow's model calls (docs/llm-nodes.md)."""
+        return f"{self.root}:rm:llm:{workflow_id}"
+
     def status(self, status: str) -> str:
         return f"{self.root}:rm:status:{status}"
 

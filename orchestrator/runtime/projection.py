@@ -149,7 +149,7 @@ class Projection:
 
     def k_llm(self, wf: str) -> str:
         """The provenance list of the workflow's completed LLM nodes (read-model space)."""
-        return f"{self.ks.read_model}llm:{wf}"
+        return self.ks.llm_usage(wf)
 
     def _call(self, fn: Callable[[], T]) -> T:
         with reachable(self.url):
