@@ -30,8 +30,10 @@ from handlers.errors import (
 )
 from orchestrator.app import ActivityHandler, KeelApp
 from orchestrator.definitions import format_validation_error
-from orchestrator.domain.errors import LimitExceededError
+from orchestrator.domain.errors import KeelError, LimitExceededError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
+from orchestrator.runtime.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
+from orchestrator.settings import load_settings
 
 log = logging.getLogger("keel.worker")
 
@@ -42,6 +44,23 @@ IN_DOUBT = (
     "attempt {attempt} was dispatched before and never reported (worker crash?); "
     "its outcome is unknown"
 )
+
+
+_seal_keys: SealKeys | None = None
+
+
+def seal_keys() -> SealKeys:
+    """The worker's sealing keys (``KEEL_SEAL_KEY``...), read once (docs/secrets.md)."""
+    global _seal_keys
+    if _seal_keys is None:
+        _seal_keys = load_seal_keys(load_settings())
+    return _seal_keys
+
+
+def use_seal_keys(keys: SealKeys | None) -> None:
+    """Set (or with None, forget) the keys :func:`seal_keys` returns (tests, embedding)."""
+    global _seal_keys
+    _seal_keys = keys
 
 
 class SupersededAttempt(Exception):
@@ -120,6 +139,13 @@ def parse_input(handler: ActivityHandler, input_json: str) -> Any:
         raise BadTaskInput(str(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise BadTaskInput(f"{what} is not valid JSON: {exc}") from None
+    try:
+        if sensitive_paths(handler.output_model):
+            seal_keys()  # a missing key fails the task here, before any side effect
+        if contains_sealed(raw):  # opened only here, for the handler (docs/secrets.md)
+            raw = seal_keys().unseal_tree(raw)
+    except KeelError as exc:
+        raise BadTaskInput(f"{what}: {exc}") from None
     return handler.input_model.model_validate(raw) if handler.input_model else raw
 
 
@@ -138,6 +164,9 @@ def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str
         if handler.output_model is not None and not isinstance(raw, handler.output_model):
             result = handler.output_model.model_validate(raw)
         text = result.model_dump_json() if isinstance(result, BaseModel) else json.dumps(result)
+        if sensitive_paths(handler.output_model):  # sealed before it is reported or stored
+            data = seal_keys().seal_fields(handler.output_model, json.loads(text))
+            text = json.dumps(data, separators=(",", ":"))
         check_json_text(text, "the result", MAX_PAYLOAD_BYTES)
     except (ValidationError, LimitExceededError, TypeError, ValueError, RecursionError) as exc:
         kept = "; its effect is recorded and will not be repeated" if side_effect else ""

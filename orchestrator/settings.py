@@ -19,7 +19,7 @@ from orchestrator.domain.errors import ConfigError
 TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq")
 
 #: Settings whose values are secrets: an error about one never shows the value.
-SECRET_FIELDS = frozenset({"task_token_secret"})
+SECRET_FIELDS = frozenset({"task_token_secret", "seal_key"})
 #: The shortest task-token key accepted (docs/configuration.md).
 MIN_SECRET_CHARS = 32
 
@@ -104,6 +104,18 @@ class Settings(BaseSettings):
     task_token_secret_file: Path | None = Field(
         default=None,
         description="A file holding the task-token key instead (e.g. a mounted secret).",
+    )
+    seal_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Keys that seal sensitive fields: 'kid:base64key' entries separated by commas, "
+            "the first seals, all open (docs/secrets.md). Unset: <KEEL_HOME>/seal.keys "
+            "(created on first use; local development). Never logged."
+        ),
+    )
+    seal_key_file: Path | None = Field(
+        default=None,
+        description="A file holding the sealing keys instead, one 'kid:base64key' a line.",
     )
     actors_file: Path | None = Field(
         default=None,

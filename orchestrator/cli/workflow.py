@@ -174,11 +174,17 @@ def signal_(
     workflow_id: str,
     name: str,
     payload: Annotated[str, typer.Option("--payload", help=f"Payload: {JSON_ARG_HELP}")] = "{}",
+    sensitive: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sensitive", help="A payload field to seal before sending (docs/secrets.md)."
+        ),
+    ] = None,
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
     payload_obj = read_json_arg(payload, "--payload")
-    mid = _client(app).signal(workflow_id, name, payload_obj)
+    mid = _client(app).signal(workflow_id, name, payload_obj, tuple(sensitive or ()))
     console.print(f"signal '{name}' sent to {workflow_id} ({mid})", markup=False)
 
 

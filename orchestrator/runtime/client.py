@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Producer
+from pydantic import BaseModel
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
@@ -39,6 +40,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.projection import Projection
+from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
 from orchestrator.settings import Settings, redact
 
 #: The old name of the client's errors: every refusal is now a ``KeelError`` kind.
@@ -102,6 +104,29 @@ class KeelClient:
         self._producer: Producer | None = None
         self._errors: list[str] = []
         self._tracer = tracing.tracer()
+        self._seal_keys: SealKeys | None = None
+
+    @property
+    def seal_keys(self) -> SealKeys:
+        """The sealing keys, loaded on first need (docs/secrets.md)."""
+        if self._seal_keys is None:
+            self._seal_keys = load_seal_keys(self.settings, create=True)
+        return self._seal_keys
+
+    def sealed_input(self, model: Any, input_obj: Any) -> Any:
+        """``input_obj`` with every sensitive field of ``model`` sealed (unchanged if none).
+
+        Called after validation and before anything is produced, so no command, event,
+        task or read-model row ever holds the clear value.
+        """
+        if not sensitive_paths(model):
+            return input_obj
+        if isinstance(input_obj, BaseModel):
+            input_obj = input_obj.model_dump(mode="json")
+        elif isinstance(input_obj, str | bytes):
+            text = input_obj.decode("utf-8") if isinstance(input_obj, bytes) else input_obj
+            input_obj = parse_json(text, "input")
+        return self.seal_keys.seal_fields(model, input_obj)
 
     @property
     def producer(self) -> Producer:
@@ -195,6 +220,7 @@ class KeelClient:
         existing = self.projection.get(wf)
         if existing is not None:
             return StartResult(wf, existing["run_id"], existed=True)
+        input_obj = self.sealed_input(definition.input_model, input_obj)
         input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
         mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
         if confirm_timeout_s is None:
@@ -230,6 +256,7 @@ class KeelClient:
             self.app.validate_start(name, definition.version, input_obj)
         ids = []
         for wf, input_obj in runs:
+            input_obj = self.sealed_input(definition.input_model, input_obj)
             payload = StartWorkflow(definition.name, definition.version, json.dumps(input_obj))
             ids.append(self._send(wf, payload, flush=False))
         self._flush()
@@ -244,7 +271,10 @@ class KeelClient:
             raise CommandRejected(f"workflow '{workflow_id}' is {found['status']}; {what} refused")
         return found
 
-    def signal(self, workflow_id: str, name: str, payload: Any) -> str:
+    def signal(
+        self, workflow_id: str, name: str, payload: Any, sensitive: tuple[str, ...] = ()
+    ) -> str:
+        """Send signal ``name``; the top-level fields named in ``sensitive`` are sealed."""
         found = self._require_running(workflow_id, f"signal '{name}'")
         definition = self.app.get(found["name"], found["version"])
         if name not in definition.signal_names:
@@ -252,6 +282,20 @@ class KeelClient:
             raise InvalidInputError(
                 f"{definition.label} has no signal '{name}' (known: {known}); signal refused"
             )
+        if sensitive:
+            if not isinstance(payload, dict):
+                raise InvalidInputError(
+                    f"signal '{name}': sensitive fields need a JSON object payload; signal refused"
+                )
+            missing = sorted(set(sensitive) - set(payload))
+            if missing:
+                raise InvalidInputError(
+                    f"signal '{name}': the payload has no field {', '.join(missing)} to "
+                    "seal; signal refused"
+                )
+            payload = {
+                k: self.seal_keys.seal(v) if k in sensitive else v for k, v in payload.items()
+            }
         return self._send(workflow_id, SignalWorkflow(name, json.dumps(payload)))
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:

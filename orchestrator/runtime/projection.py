@@ -29,6 +29,7 @@ from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
+from orchestrator.runtime.sealing import mask
 from orchestrator.settings import redact
 
 T = TypeVar("T")
@@ -359,7 +360,7 @@ class Projection:
             "version": int(h["version"]),
             "status": h["status"],
             "state": h["state"] or None,
-            "output": json.loads(h["output_json"]) if h["output_json"] else None,
+            "output": mask(json.loads(h["output_json"])) if h["output_json"] else None,
             "failure_reason": h["failure_reason"] or None,
             "seq": int(h["seq"]),
             "started_at": int(h["started_at"]),
@@ -402,7 +403,7 @@ class Projection:
 
     def history(self, wf: str) -> list[dict[str, Any]]:
         raw = self._call(lambda: self.r.lrange(self.k_history(wf), 0, -1))
-        return [json.loads(x) for x in raw]
+        return [mask(json.loads(x)) for x in raw]
 
     def mark_error(self, wf: str, reason: str) -> None:
         """Note on the workflow's row that the projector skipped one of its events."""
