@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.runtime.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
+from orchestrator.runtime.memory import (
+    MemoryBroker,
+    MemoryCommandIntake,
+    MemoryEventLog,
+    MemoryGroupIntake,
+    MemoryOutcomeSink,
+)
 from tests.runtime_contract import Harness, RuntimeContract
 
 
@@ -29,6 +35,14 @@ class MemoryHarness(Harness):
 
     def read(self, topic: str):
         return self.broker.records(topic)
+
+    def group_intake(self, topic: str, group_id: str) -> MemoryGroupIntake:
+        intake = MemoryGroupIntake(self.broker, topic, group_id)
+        intake.subscribe(lambda owned: None, lambda gone: None)
+        return intake
+
+    def sink(self) -> MemoryOutcomeSink:
+        return MemoryOutcomeSink(self.broker)
 
 
 class TestMemoryAdapter(RuntimeContract):
