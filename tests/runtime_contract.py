@@ -8,10 +8,12 @@ adapter the fast unit tests rely on cannot drift from what the broker does.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
 from orchestrator.runtime.ports import (
     CommandIntake,
@@ -22,6 +24,7 @@ from orchestrator.runtime.ports import (
     Record,
     RecordRefused,
 )
+from orchestrator.runtime.projection import EpochChanged
 
 
 class Harness:
@@ -50,6 +53,10 @@ class Harness:
         raise NotImplementedError
 
     def sink(self) -> OutcomeSink:
+        raise NotImplementedError
+
+    def store(self) -> Any:
+        """An empty read-model store (``ReadModelStore`` and ``ReadModel``)."""
         raise NotImplementedError
 
     def poll_until(self, intake: CommandIntake, count: int) -> list[Record]:
@@ -199,3 +206,20 @@ class RuntimeContract:
         assert [r.value for r in records] == [b"o0", b"o1", b"o2"]
         assert records[0].header("traceparent") == "00-x"
         sink.close()
+
+    def test_a_store_keeps_states_and_history_and_refuses_a_write_of_another_epoch(
+        self, harness: Any
+    ):
+        store = harness.store()
+        state = WorkflowState("wf-s", "run-1", "three_step", 1, "d", "{}", seq=2)
+        lines = [json.dumps({"seq": 1, "type": "A"}), json.dumps({"seq": 2, "type": "B"})]
+        store.write_guarded({"wf-s": (state, lines, None)}, None)
+        assert store.load_states(["wf-s", "nobody"]) == {"wf-s": state}
+        assert store.status("wf-s") == "running"
+        assert [h["seq"] for h in store.history("wf-s")] == [1, 2]
+        store.mark_error("wf-s", "event seq 3 (X) skipped: broken")
+        assert store.get("wf-s")["projection_error"] == "event seq 3 (X) skipped: broken"
+        assert store.rebuild_running() is False
+        with pytest.raises(EpochChanged):
+            store.write_guarded({"wf-s": (state, lines, None)}, "another-epoch")
+        assert [h["seq"] for h in store.history("wf-s")] == [1, 2]

@@ -12,6 +12,8 @@ from orchestrator.runtime.kafka_adapter import (
     KafkaGroupIntake,
     KafkaOutcomeSink,
 )
+from orchestrator.runtime.projection import redis_client
+from orchestrator.runtime.projector import RedisReadModelStore
 from tests.runtime_contract import Harness, RuntimeContract
 from tests.support import read_topic
 
@@ -82,6 +84,10 @@ class KafkaHarness(Harness):
 
     def sink(self) -> KafkaOutcomeSink:
         return KafkaOutcomeSink(self.settings, stopping=lambda: False)
+
+    def store(self) -> RedisReadModelStore:
+        s = self.settings
+        return RedisReadModelStore(redis_client(s.redis), s.topic_prefix, s.redis)
 
 
 class TestKafkaAdapter(RuntimeContract):

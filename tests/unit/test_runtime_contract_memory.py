@@ -10,6 +10,7 @@ from orchestrator.runtime.memory import (
     MemoryEventLog,
     MemoryGroupIntake,
     MemoryOutcomeSink,
+    MemoryReadModel,
 )
 from tests.runtime_contract import Harness, RuntimeContract
 
@@ -43,6 +44,9 @@ class MemoryHarness(Harness):
 
     def sink(self) -> MemoryOutcomeSink:
         return MemoryOutcomeSink(self.broker)
+
+    def store(self) -> MemoryReadModel:
+        return MemoryReadModel(self.broker)
 
 
 class TestMemoryAdapter(RuntimeContract):
