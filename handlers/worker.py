@@ -58,7 +58,7 @@ from orchestrator.domain.messages import (
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import Stopping as BrokerStopping
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.kafka import dead_letter, now_ms
+from orchestrator.runtime.kafka import dead_letter, now_ms, to_record
 from orchestrator.runtime.ports import (
     ConsumerReset,
     DeliveryError,
@@ -184,6 +184,9 @@ class Worker:
             interval_s=self.status_interval_s,
             log_line=worker_health_line,
         )
+        # The worker's only threads are its clients' helpers, replaced when a call
+        # stalls: their health is ``stalled_calls``, not a dead thread.
+        status.watched = {}
         self.subscribe()
         log.info("worker %s started on %s", self.instance_id, self.t_tasks)
         self.state = "running"
@@ -574,25 +577,17 @@ def bounded_dead_letter(
     """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
 
     The original record stays in its topic at the offset the letter names (until the
-    topic's retention), so nothing is lost that an operator cannot find.
+    topic's retention), so nothing is lost that an operator cannot find. Decided on the
+    record as read, before the envelope factory cuts what it wraps (and notes its cuts).
     """
-    letter = dead_letter(msg, reason[:MAX_REASON_CHARS], env)
-    d: DeadLetter = letter.payload
-    key = d.key if d.key is None or len(d.key) <= _MAX_KEY_BYTES else d.key[:_MAX_KEY_BYTES]
-    value = d.value
-    room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * len(key or b"")
-    if value is not None and len(value) > room:
+    rec = msg if isinstance(msg, Record) else to_record(msg)
+    reason = reason[:MAX_REASON_CHARS]
+    room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * min(len(rec.key or b""), _MAX_KEY_BYTES)
+    if rec.value is not None and len(rec.value) > room:
         note = (
-            f" [the {len(value):,}-byte record is too large to keep here; it stays at "
-            f"{d.source_topic}[{d.source_partition}]@{d.source_offset}]"
+            f" [the {len(rec.value):,}-byte record is too large to keep here; it stays at "
+            f"{rec.topic}[{rec.partition}]@{rec.offset}]"
         )
         reason = reason[: MAX_REASON_CHARS - len(note)] + note
-        value = None
-    payload = dataclasses.replace(d, key=key, value=value, reason=reason[:MAX_REASON_CHARS])
-    return dataclasses.replace(
-        letter,
-        workflow_id=letter.workflow_id[:_MAX_KEY_BYTES],
-        run_id=letter.run_id[:_MAX_KEY_BYTES],
-        causation_id=letter.causation_id and letter.causation_id[:_MAX_KEY_BYTES],
-        payload=payload,
-    )
+        rec = dataclasses.replace(rec, value=None)
+    return dead_letter(rec, reason, env)

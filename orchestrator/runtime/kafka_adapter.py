@@ -486,7 +486,7 @@ class KafkaGroupIntake(KafkaCommandIntake):
         if self._consumer is not None and not self._stalled:
             consumer = self._consumer
             try:
-                self.caller.call("close", consumer.close, 10, stoppable=False)
+                self.caller.call("close", consumer.close, 5, stoppable=False)
             except Exception as exc:
                 log.warning("closing the consumer of %s: %s", self.topic, exc)
         self.caller.close()
@@ -576,7 +576,7 @@ class KafkaOutcomeSink:
         if self._producer is not None and not self.stalled_calls:
             p = self._producer
             try:
-                self.caller.call("flush", lambda: p.flush(10), 15, stoppable=False)
+                self.caller.call("flush", lambda: p.flush(5), 8, stoppable=False)
             except Exception as exc:
                 log.warning("closing the producer: %s", exc)
         self.caller.close()

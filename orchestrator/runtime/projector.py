@@ -91,6 +91,7 @@ class Projector:
         else:
             self._given_feed, self.projection = adapters
         self.feed: EventFeed | None = self._given_feed
+        self._subscribed = False
         self.task_keys = TaskKeys(self.keyspace)
         self.topic = settings.topic("events")
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -146,11 +147,23 @@ class Projector:
             stopping=self._stop.is_set,
         )
 
+    def subscribe(self) -> None:
+        """Join the events group once; the feed outlives restarts of ``run``."""
+        if self._subscribed:
+            return
+        if self.feed is None:
+            self.feed = self._kafka_feed()
+        self.feed.subscribe(self._reset, self._reset)
+        self._subscribed = True
+
     def run(self) -> None:
+        """Project until stopped. Raises what it cannot wait out (a supervisor restarts it).
+
+        The feed is kept across restarts: a failed batch was rewound, so the next run
+        reads it again; it is closed when the projector stops.
+        """
         self._cache.clear()
-        feed = self._given_feed or self._kafka_feed()
-        self.feed = feed
-        feed.subscribe(self._reset, self._reset)
+        self.subscribe()
         try:
             while not self._stop.is_set():
                 try:
@@ -158,8 +171,8 @@ class Projector:
                 except (_Stopping, Stopping):
                     break
         finally:
-            if self._given_feed is None:
-                feed.close()
+            if self._stop.is_set() and self._given_feed is None and self.feed is not None:
+                self.feed.close()
 
     def step(self) -> int:
         """One poll; its batch folded, written, then its offsets committed. Events applied.
@@ -168,7 +181,7 @@ class Projector:
         offset is committed and the cache keeps only what Redis has.
         """
         feed = self.feed
-        assert feed is not None, "subscribe a feed first (run)"
+        assert feed is not None and self._subscribed, "subscribe first"
         if time.monotonic() - self._health_at > HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             self.publish_health()

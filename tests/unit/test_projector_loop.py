@@ -35,8 +35,7 @@ class Rig:
         self.projector = Projector(
             self.orch.settings, self.orch.app, adapters=(self.feed, self.store)
         )
-        self.feed.subscribe(self.projector._reset, self.projector._reset)
-        self.projector.feed = self.feed
+        self.projector.subscribe()
 
     def committed(self, wf: str) -> int | None:
         return self.broker.committed.get((GROUP, self.events, partition_for(wf.encode(), 4)))

@@ -352,3 +352,15 @@ def test_stop_while_redis_is_away_commits_nothing_of_the_batch(tmp_path):
     assert rig.worker.step() is False
     assert rig.committed("wf-1") is None
     assert rig.reports() == []
+
+
+def test_a_dead_letter_drops_a_value_too_large_to_keep_and_says_where_it_stays(tmp_path):
+    rig = Rig(tmp_path)
+    rig.broker.produce(rig.tasks, b"x" * 999_900, b"garbage")
+    rig.worker.step()
+    [letter] = rig.letters()
+    assert letter.reason == (
+        "undecodable task: bad marker: expected c301, got 7878 [the 999,900-byte record is "
+        f"too large to keep here; it stays at {rig.tasks}[{letter.source_partition}]@0]"
+    )
+    assert letter.value is None and letter.key == b"garbage"
