@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.effects import ClaimOutcome, EffectStore, RedisGate, Stopping, has_side_effect
+from handlers.effects import Claim, ClaimOutcome, RedisGate, Stopping, has_side_effect
 from handlers.errors import (
     FailureClass,
     OutcomeUnknownError,
@@ -63,6 +63,18 @@ def use_seal_keys(keys: SealKeys | None) -> None:
     _seal_keys = keys
 
 
+class EffectBook(Protocol):
+    """The effect records a side-effect task goes through (``effects.EffectStore``: Redis)."""
+
+    def begin(self, key: str, attempt: int, token: str | None = None) -> Claim: ...
+
+    def commit(self, key: str, result_json: str) -> None: ...
+
+    def refuse(self, key: str, error_type: str, message: str, raw: str) -> None: ...
+
+    def release(self, key: str, attempt: int | None = None) -> bool: ...
+
+
 class SupersededAttempt(Exception):
     """An old attempt whose activity has moved on: it must not run (its report is ignored)."""
 
@@ -73,7 +85,7 @@ class BadTaskInput(PermanentError):
 
 async def execute(
     app: KeelApp,
-    effects: EffectStore,
+    effects: EffectBook,
     gate: RedisGate,
     activity_type: str,
     input_json: str,

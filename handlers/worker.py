@@ -13,6 +13,14 @@ fit); a task that cannot be run or whose result is unusable is reported as a per
 failure; a report the broker would refuse is never produced; produce and commit errors
 are logged and the batch is run again, never raised.
 
+The worker talks to Kafka only through two ports (``orchestrator.runtime.ports``): a
+:class:`~orchestrator.runtime.ports.TaskIntake` and an
+:class:`~orchestrator.runtime.ports.OutcomeSink`; the Kafka adapter bounds every
+blocking call (a stop request is seen within a fraction of a second) and a consumer
+that hits a fatal error or a stalled call is recreated. Too many resets in a window
+exit with status 70 for a supervisor. The worker writes
+``<KEEL_HOME>/status/worker-<instance>.json`` and a periodic ``health:`` log line.
+
 The async handlers of one batch run concurrently on the worker's event loop.
 """
 
@@ -21,18 +29,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import threading
+import time
+import uuid
+from collections import deque
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Message
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.context import ActivityContext, reset_current, set_current
 from handlers.effects import EffectStore, RedisGate, Stopping
 from handlers.errors import classify, error_type
-from handlers.execution import IN_DOUBT, SupersededAttempt, describe, execute
+from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
+from orchestrator.domain.errors import UnavailableError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, MAX_REASON_CHARS, check_json_text
 from orchestrator.domain.messages import (
     ActivityTask,
@@ -43,14 +56,16 @@ from orchestrator.domain.messages import (
     HeartbeatActivity,
 )
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import (
-    consumer_config,
-    dead_letter,
-    header,
-    next_offsets,
-    now_ms,
-    poll_records,
-    producer_config,
+from orchestrator.runtime.broker_errors import Stopping as BrokerStopping
+from orchestrator.runtime.health import StatusFile, status_path
+from orchestrator.runtime.kafka import dead_letter, now_ms, to_record
+from orchestrator.runtime.ports import (
+    ConsumerReset,
+    DeliveryError,
+    OutcomeSink,
+    Record,
+    RecordRefused,
+    TaskIntake,
 )
 from orchestrator.settings import Settings
 
@@ -65,10 +80,39 @@ MAX_RECORD_BYTES = 1_000_000
 _DEAD_LETTER_OVERHEAD = 16 * 1024
 #: A record key longer than this is cut in dead letters (keys are workflow ids).
 _MAX_KEY_BYTES = 4096
+#: How long the worker waits for a batch's reports to be acknowledged.
+FLUSH_TIMEOUT_S = 60.0
+
+
+def worker_health_line(status: dict[str, Any]) -> str:
+    """The periodic ``health:`` log line of a worker."""
+    redis = status.get("redis", {})
+    return (
+        f"health: partitions={status.get('assigned_partitions')} "
+        f"last_commit_age_s={status.get('last_commit_age_s')} "
+        f"consumer_errors={status.get('consumer_errors', 0)} "
+        f"consumer_resets={status.get('consumer_resets', 0)} "
+        f"stalled_calls={status.get('stalled_calls', 0)} "
+        f"redis={'down' if redis.get('down') else 'up'} "
+        f"completed={status.get('completed', 0)} failed={status.get('failed', 0)} "
+        f"dead_letters={status.get('dead_letters', 0)}"
+    )
 
 
 class Worker:
-    def __init__(self, settings: Settings, app: KeelApp, *, batch_size: int = 500) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: KeelApp,
+        *,
+        batch_size: int = 500,
+        adapters: tuple[TaskIntake, OutcomeSink] | None = None,
+        effects: EffectBook | None = None,
+        status_interval_s: float | None = None,
+        max_resets: int = 10,
+        reset_window_s: float = 300.0,
+        hard_exit_on_stall: bool = True,
+    ) -> None:
         self.settings = settings
         self.app = app
         self.codec = default_codec()
@@ -76,66 +120,168 @@ class Worker:
         self.t_tasks = settings.topic("tasks")
         self.t_commands = settings.topic("commands")
         self.t_dlq = settings.topic("dlq")
-        self.effects = EffectStore.from_url(settings.redis, settings.topic_prefix)
+        self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
+        if status_interval_s is None:
+            status_interval_s = float(os.environ.get("KEEL_STATUS_INTERVAL_S", "5"))
+        self.status_interval_s = status_interval_s
+        self.max_resets = max_resets
+        self.reset_window_s = reset_window_s
+        self.hard_exit_on_stall = hard_exit_on_stall
+        self.effects: EffectBook = (
+            effects
+            if effects is not None
+            else EffectStore.from_url(settings.redis, settings.topic_prefix)
+        )
         self._stop = threading.Event()
         self.redis_gate = RedisGate(self._stop)
         self._loop = asyncio.new_event_loop()
         self._tracer = tracing.tracer()
-        self.producer: Producer | None = None
+        if adapters is None:
+            adapters = self._kafka_adapters()
+        self.intake, self.sink = adapters
+        self.state = "starting"
+        self.assigned: set[int] = set()
         self.completed = 0
         self.failed = 0
         self.dead_letters = 0
+        self.commits = 0
+        self.commit_failures = 0
+        self.reruns = 0
+        self.consumer_resets = 0
+        self.last_commit_at: float | None = None
+        self._resets: deque[float] = deque()
         # Reports of the current batch that Kafka refused: (task record, error).
-        self._undelivered: list[tuple[Message, KafkaError]] = []
+        self._undelivered: list[tuple[Record, DeliveryError]] = []
+
+    def _kafka_adapters(self) -> tuple[TaskIntake, OutcomeSink]:
+        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake, KafkaOutcomeSink
+
+        intake = KafkaGroupIntake(
+            self.settings,
+            self.t_tasks,
+            f"{self.settings.topic_prefix}.workers",
+            stopping=self._stop.is_set,
+        )
+        return intake, KafkaOutcomeSink(self.settings, stopping=self._stop.is_set)
 
     def stop(self) -> None:
         self._stop.set()
 
     # ------------------------------------------------------------------ the loop
+    def subscribe(self) -> None:
+        self.intake.subscribe(self._on_assign, self._on_revoke)
+
+    def _on_assign(self, partitions: list[int]) -> None:
+        self.assigned.update(partitions)
+
+    def _on_revoke(self, partitions: list[int]) -> None:
+        self.assigned.difference_update(partitions)
+
     def run(self) -> None:
-        self.producer = Producer(producer_config(self.settings))
-        consumer = Consumer(consumer_config(self.settings, f"{self.settings.topic_prefix}.workers"))
-        consumer.subscribe([self.t_tasks])
-        log.info("worker started on %s", self.t_tasks)
+        status = StatusFile(
+            status_path(self.settings.home, "worker", self.instance_id),
+            self.health,
+            interval_s=self.status_interval_s,
+            log_line=worker_health_line,
+        )
+        # The worker's only threads are its clients' helpers, replaced when a call
+        # stalls: their health is ``stalled_calls``, not a dead thread.
+        status.watched = {}
+        self.subscribe()
+        log.info("worker %s started on %s", self.instance_id, self.t_tasks)
+        self.state = "running"
         try:
             while not self._stop.is_set():
-                records = poll_records(consumer, self.batch_size, 0.1)
-                if not records:
-                    self.producer.poll(0)
-                    continue
-                finished = self._loop.run_until_complete(self._run_batch(records))
-                if not finished:
-                    log.info(
-                        "stopping while Redis is away: the rest of the batch will be redelivered"
-                    )
+                try:
+                    if not self.step():
+                        log.info(
+                            "stopping while Redis is away: the rest of the batch will be "
+                            "redelivered"
+                        )
+                        break
+                except BrokerStopping:
                     break
-                if self._settle_deliveries():
-                    self._commit(consumer, records)
-                else:
-                    self._rewind(consumer, records)
+                status.maybe_write()
         finally:
-            consumer.close()
-            self.producer.flush(10)
-            self._loop.close()
+            self.state = "stopped"
+            status.maybe_write(force=True)
+            self._close()
+            log.info("worker %s stopped", self.instance_id)
+        if self.hard_exit_on_stall and self._stalled_calls():
+            # A Kafka call was abandoned mid-flight: its client may block interpreter
+            # exit while destroying itself. The log is flushed; leave now.
+            logging.shutdown()
+            os._exit(0 if self._stop.is_set() else 70)
 
-    async def _run_batch(self, records: list[Message]) -> bool:
+    def step(self) -> bool:
+        """One poll, and the batch it brought run, reported and committed (or rewound).
+
+        False when the worker stopped mid-batch (Redis away): nothing of it is committed.
+        """
+        try:
+            records = self.intake.poll(self.batch_size, 0.1)
+        except ConsumerReset as exc:
+            self._recreate_consumer(exc)
+            return True
+        if not records:
+            self.sink.poll()
+            return True
+        finished = self._loop.run_until_complete(self._run_batch(records))
+        if not finished:
+            return False
+        if self._settle_deliveries():
+            self._commit(records)
+        else:
+            self.reruns += 1
+            self._rewind(records)
+        return True
+
+    def _close(self) -> None:
+        closer = threading.Thread(target=self.intake.close, name="keel-close", daemon=True)
+        closer.start()
+        closer.join(10)
+        try:
+            self.sink.close()
+        except Exception as exc:
+            log.warning("closing the producer: %s", exc)
+        self._loop.close()
+
+    def _recreate_consumer(self, exc: Exception) -> None:
+        """A fatal consumer error or a stalled call: join the group again with a new one."""
+        self.consumer_resets += 1
+        now = time.monotonic()
+        self._resets.append(now)
+        while self._resets and now - self._resets[0] > self.reset_window_s:
+            self._resets.popleft()
+        if len(self._resets) > self.max_resets:
+            log.critical(
+                "%d consumer resets within %.0fs; exiting for the supervisor to restart: %s",
+                len(self._resets),
+                self.reset_window_s,
+                exc,
+            )
+            raise SystemExit(70) from exc
+        log.warning("the task consumer is unusable (%s); joining the group again", exc)
+        self.intake.recreate()
+
+    async def _run_batch(self, records: list[Record]) -> bool:
         """Workflows run concurrently; the tasks of one workflow run in log order.
 
         In order, an older attempt still queued behind a crash finishes (or is fenced)
         before a newer attempt of the same activity starts: never two at once. False
         when the worker stopped mid-batch (Redis away): nothing of it may be committed.
         """
-        by_workflow: dict[bytes | None, list[Message]] = {}
-        for msg in records:
-            by_workflow.setdefault(msg.key(), []).append(msg)
+        by_workflow: dict[bytes | None, list[Record]] = {}
+        for rec in records:
+            by_workflow.setdefault(rec.key, []).append(rec)
 
-        async def in_order(msgs: list[Message]) -> bool:
-            for msg in msgs:
-                if not await self._run_one(msg):
+        async def in_order(recs: list[Record]) -> bool:
+            for rec in recs:
+                if not await self._run_one(rec):
                     return False
             return True
 
-        results = await asyncio.gather(*(in_order(msgs) for msgs in by_workflow.values()))
+        results = await asyncio.gather(*(in_order(recs) for recs in by_workflow.values()))
         return all(results)
 
     def _settle_deliveries(self) -> bool:
@@ -144,75 +290,124 @@ class Worker:
         A record the broker refused for good (too large, invalid) has its task
         dead-lettered instead; a retriable failure or a timeout reruns the batch.
         """
-        assert self.producer is not None
-        remaining = self.producer.flush(60)
+        remaining = self.sink.flush(FLUSH_TIMEOUT_S)
         failures, self._undelivered = self._undelivered, []
         retry = remaining > 0
-        for task_msg, err in failures:
-            if err.retriable() or err.code() == KafkaError._MSG_TIMED_OUT:
+        for rec, err in failures:
+            if err.retriable:
                 retry = True
             else:
-                self._dead_letter(task_msg, f"the report of this task was refused by Kafka: {err}")
+                self._dead_letter(
+                    rec, f"the report of this task was refused by Kafka: {err.reason}"
+                )
         if retry:
             log.warning(
                 "%d record(s) not acknowledged (%s); the batch runs again",
                 remaining + len(failures),
-                "; ".join(sorted({str(e) for _, e in failures})) or "timed out",
+                "; ".join(sorted({e.reason for _, e in failures})) or "timed out",
             )
             return False
         if failures:
-            self.producer.flush(60)
+            self.sink.flush(FLUSH_TIMEOUT_S)
         return True
 
-    @staticmethod
-    def _commit(consumer: Consumer, records: list[Message]) -> None:
+    def _commit(self, records: list[Record]) -> None:
+        offsets: dict[int, int] = {}
+        for rec in records:
+            offsets[rec.partition] = rec.offset + 1
         try:
-            consumer.commit(offsets=next_offsets(records), asynchronous=False)
-        except KafkaException as exc:  # e.g. a rebalance: the batch is redelivered
+            self.intake.commit(offsets)
+        except ConsumerReset as exc:
+            self.commit_failures += 1
             log.warning("task offsets not committed (%s); the batch may run again", exc)
+            self._recreate_consumer(exc)
+            return
+        except UnavailableError as exc:  # e.g. a rebalance: the batch is redelivered
+            self.commit_failures += 1
+            log.warning("task offsets not committed (%s); the batch may run again", exc)
+            return
+        self.commits += 1
+        self.last_commit_at = time.time()
 
-    @staticmethod
-    def _rewind(consumer: Consumer, records: list[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for m in records:
-            first.setdefault((m.topic() or "", m.partition() or 0), m.offset() or 0)
-        for (topic, partition), offset in first.items():
+    def _rewind(self, records: list[Record]) -> None:
+        first: dict[int, int] = {}
+        for rec in records:
+            first.setdefault(rec.partition, rec.offset)
+        for partition, offset in first.items():
             try:
-                consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:  # no longer assigned: its new owner reruns it
-                log.info("not rewinding %s[%d]: %s", topic, partition, exc)
+                self.intake.rewind(partition, offset)
+            except Exception as exc:  # no longer assigned: its new owner reruns it
+                log.info("not rewinding %s[%d]: %s", self.t_tasks, partition, exc)
+
+    # ------------------------------------------------------------------ health
+    def _stalled_calls(self) -> int:
+        return int(getattr(self.intake, "stalled_calls", 0)) + int(
+            getattr(self.sink, "stalled_calls", 0)
+        )
+
+    def health(self) -> dict[str, Any]:
+        """What the status file reports: Kafka state, Redis gate, progress."""
+        gate = self.redis_gate
+        return {
+            "role": "worker",
+            "instance_id": self.instance_id,
+            "pid": os.getpid(),
+            "state": self.state,
+            "updated_at": time.time(),
+            "assigned_partitions": sorted(self.assigned),
+            "last_commit_age_s": (
+                round(time.time() - self.last_commit_at, 3) if self.last_commit_at else None
+            ),
+            "commits": self.commits,
+            "commit_failures": self.commit_failures,
+            "reruns": self.reruns,
+            "consumer_errors": int(getattr(self.intake, "coordinator_errors", 0)),
+            "consumer_resets": self.consumer_resets,
+            "stalled_calls": self._stalled_calls(),
+            "last_broker_error": str(getattr(self.intake, "last_error", "")),
+            "redis": {
+                "down": gate.is_down,
+                "down_for_s": (
+                    round(time.monotonic() - gate.down_since, 3)
+                    if gate.down_since is not None
+                    else None
+                ),
+                "outages": gate.outages,
+            },
+            "completed": self.completed,
+            "failed": self.failed,
+            "dead_letters": self.dead_letters,
+        }
 
     # ------------------------------------------------------------------ one task
-    async def _run_one(self, msg: Message) -> bool:
+    async def _run_one(self, rec: Record) -> bool:
         """Run one record and report; False only when abandoned because of a stop."""
         try:
-            await self._handle(msg)
+            await self._handle(rec)
         except Stopping:
             return False
         except Exception as exc:  # one record must never stop the worker
-            log.exception(
-                "task %s[%d]@%d broke the worker", msg.topic(), msg.partition(), msg.offset()
-            )
+            log.exception("task %s[%d]@%d broke the worker", rec.topic, rec.partition, rec.offset)
             self._dead_letter(
-                msg, f"worker error on this task: {type(exc).__name__}: {describe(exc)}"
+                rec, f"worker error on this task: {type(exc).__name__}: {describe(exc)}"
             )
         return True
 
-    async def _handle(self, msg: Message) -> None:
-        value = msg.value()
+    async def _handle(self, rec: Record) -> None:
+        value = rec.value
         if value is None:
-            self._dead_letter(msg, "task record has no value (null)")
+            self._dead_letter(rec, "task record has no value (null)")
             return
         try:
             task = self.codec.decode(value)
         except Exception as exc:  # DecodeError, or anything a hostile record provokes
-            self._dead_letter(msg, f"undecodable task: {describe(exc)}")
+            self._dead_letter(rec, f"undecodable task: {describe(exc)}")
             return
         if not isinstance(task.payload, ActivityTask):
-            self._dead_letter(msg, f"{task.type} is not an activity task", task)
+            self._dead_letter(rec, f"{task.type} is not an activity task", task)
             return
         t: ActivityTask = task.payload
-        incoming = header(msg, "traceparent") or task.traceparent
+        incoming = rec.header("traceparent") or task.traceparent
         if tracing.enabled():
             with self._tracer.start_as_current_span(
                 f"keel.activity {t.activity_type}",
@@ -224,20 +419,20 @@ class Worker:
                     "keel.attempt": t.attempt,
                 },
             ) as span:
-                payload = await self._outcome(msg, task)
+                payload = await self._outcome(rec, task)
                 if isinstance(payload, FailActivity):
                     span.set_status(Status(StatusCode.ERROR, payload.message))
                 traceparent = tracing.current_traceparent()
         else:
-            payload = await self._outcome(msg, task)
+            payload = await self._outcome(rec, task)
             traceparent = incoming
         mid = f"{task.message_id}/report/{t.attempt}"
-        problem = self._report(msg, task, payload, mid, traceparent)
+        problem = self._report(rec, task, payload, mid, traceparent)
         if problem is not None:
             reason = f"the report of this task could not be produced: {problem}"
-            self._dead_letter(msg, reason, task)
+            self._dead_letter(rec, reason, task)
 
-    async def _outcome(self, msg: Message, task: Envelope[Any]) -> CompleteActivity | FailActivity:
+    async def _outcome(self, rec: Record, task: Envelope[Any]) -> CompleteActivity | FailActivity:
         """Run the task's handler and turn what happened into the report to send."""
         t: ActivityTask = task.payload
         beats = 0
@@ -251,8 +446,8 @@ class Worker:
                 log.warning("heartbeat details of %s dropped: %s", t.activity_id, exc)
                 details_json = "null"
             beat = HeartbeatActivity(t.activity_id, t.attempt, details_json)
-            self._report(msg, task, beat, f"{task.message_id}/beat/{t.attempt}/{beats}", None)
-            self.producer.poll(0)  # type: ignore[union-attr]
+            self._report(rec, task, beat, f"{task.message_id}/beat/{t.attempt}/{beats}", None)
+            self.sink.poll()
 
         ctx = ActivityContext(
             workflow_id=task.workflow_id,
@@ -301,13 +496,13 @@ class Worker:
     # ------------------------------------------------------------------ producing
     def _report(
         self,
-        msg: Message,
+        rec: Record,
         task: Envelope[Any],
         payload: Any,
         message_id: str,
         traceparent: str | None,
     ) -> str | None:
-        """Produce one report for ``msg``'s task; the problem when it cannot be produced."""
+        """Send one report for ``rec``'s task; the problem when it cannot be produced."""
         report: Envelope[Any] = Envelope(
             message_id=message_id,
             workflow_id=task.workflow_id,
@@ -320,7 +515,7 @@ class Worker:
             correlation_id=task.correlation_id,
             traceparent=traceparent,
         )
-        headers = [("traceparent", traceparent.encode())] if traceparent else None
+        headers = [("traceparent", traceparent.encode())] if traceparent else []
         key = task.workflow_id.encode()
         value = self.codec.encode(report)
         size = len(value) + len(key)
@@ -329,50 +524,47 @@ class Worker:
             problem = f"{report.type} of {size:,} bytes is over the {limit}"
             log.error("%s: not produced", problem)
             return problem
-        return self._produce(self.t_commands, key, value, headers, msg)
+        return self._send(self.t_commands, key, value, headers, rec)
 
-    def _produce(
+    def _send(
         self,
         topic: str,
         key: bytes | None,
         value: bytes,
-        headers: Any = None,
-        source: Message | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        source: Record | None = None,
     ) -> str | None:
-        """Hand one record to the producer; the problem (logged) when the client refuses it."""
-        assert self.producer is not None
+        """Hand one record to the sink; the problem (logged) when the client refuses it.
 
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is None:
-                return
-            if source is None:  # a dead letter: nothing to run again, say so loudly
-                log.error("a record to %s was not delivered: %s", topic, err)
-            else:
-                self._undelivered.append((source, err))
+        A report (``source`` given) that fails later is noted for the batch to settle;
+        a dead letter that fails is logged by the sink: nothing can run it again.
+        """
 
-        while True:
-            try:
-                self.producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-                return None
-            except BufferError:
-                self.producer.poll(0.05)
-            except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
-                problem = f"Kafka refused a record of {len(value):,} bytes to {topic}: {exc}"
-                log.error("%s", problem)
-                return problem
+        def failed(err: DeliveryError, rec: Record | None = source) -> None:
+            assert rec is not None
+            self._undelivered.append((rec, err))
 
-    def _dead_letter(self, msg: Message, reason: str, env: Envelope[Any] | None = None) -> None:
-        """Send ``msg`` to keel.dlq with ``reason``; what does not fit is dropped, noted."""
-        self.dead_letters += 1
-        log.warning(
-            "dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
-        )
         try:
-            letter = bounded_dead_letter(msg, reason, env)
+            self.sink.send(
+                topic,
+                value,
+                key,
+                headers=headers or (),
+                on_failed=failed if source is not None else None,
+            )
+        except RecordRefused as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
+            log.error("%s", exc)
+            return str(exc)
+        return None
+
+    def _dead_letter(self, rec: Record, reason: str, env: Envelope[Any] | None = None) -> None:
+        """Send ``rec`` to keel.dlq with ``reason``; what does not fit is dropped, noted."""
+        self.dead_letters += 1
+        log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
+        try:
+            letter = bounded_dead_letter(rec, reason, env)
             d: DeadLetter = letter.payload
-            problem = self._produce(self.t_dlq, d.key, self.codec.encode(letter))
+            problem = self._send(self.t_dlq, d.key, self.codec.encode(letter))
         except Exception as exc:  # the last resort must not raise either
             problem = f"{type(exc).__name__}: {exc}"
         if problem is not None:
@@ -380,30 +572,22 @@ class Worker:
 
 
 def bounded_dead_letter(
-    msg: Message, reason: str, env: Envelope[Any] | None = None
+    msg: Message | Record, reason: str, env: Envelope[Any] | None = None
 ) -> Envelope[Any]:
     """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
 
     The original record stays in its topic at the offset the letter names (until the
-    topic's retention), so nothing is lost that an operator cannot find.
+    topic's retention), so nothing is lost that an operator cannot find. Decided on the
+    record as read, before the envelope factory cuts what it wraps (and notes its cuts).
     """
-    letter = dead_letter(msg, reason[:MAX_REASON_CHARS], env)
-    d: DeadLetter = letter.payload
-    key = d.key if d.key is None or len(d.key) <= _MAX_KEY_BYTES else d.key[:_MAX_KEY_BYTES]
-    value = d.value
-    room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * len(key or b"")
-    if value is not None and len(value) > room:
+    rec = msg if isinstance(msg, Record) else to_record(msg)
+    reason = reason[:MAX_REASON_CHARS]
+    room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * min(len(rec.key or b""), _MAX_KEY_BYTES)
+    if rec.value is not None and len(rec.value) > room:
         note = (
-            f" [the {len(value):,}-byte record is too large to keep here; it stays at "
-            f"{d.source_topic}[{d.source_partition}]@{d.source_offset}]"
+            f" [the {len(rec.value):,}-byte record is too large to keep here; it stays at "
+            f"{rec.topic}[{rec.partition}]@{rec.offset}]"
         )
         reason = reason[: MAX_REASON_CHARS - len(note)] + note
-        value = None
-    payload = dataclasses.replace(d, key=key, value=value, reason=reason[:MAX_REASON_CHARS])
-    return dataclasses.replace(
-        letter,
-        workflow_id=letter.workflow_id[:_MAX_KEY_BYTES],
-        run_id=letter.run_id[:_MAX_KEY_BYTES],
-        causation_id=letter.causation_id and letter.causation_id[:_MAX_KEY_BYTES],
-        payload=payload,
-    )
+        rec = dataclasses.replace(rec, value=None)
+    return dead_letter(rec, reason, env)

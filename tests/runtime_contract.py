@@ -8,12 +8,23 @@ adapter the fast unit tests rely on cannot drift from what the broker does.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
-from orchestrator.runtime.ports import CommandIntake, EventLog, Record
+from orchestrator.runtime.ports import (
+    CommandIntake,
+    DeliveryError,
+    EventLog,
+    GroupIntake,
+    OutcomeSink,
+    Record,
+    RecordRefused,
+)
+from orchestrator.runtime.projection import EpochChanged
 
 
 class Harness:
@@ -35,6 +46,17 @@ class Harness:
         raise NotImplementedError
 
     def read(self, topic: str) -> list[Record]:
+        raise NotImplementedError
+
+    def group_intake(self, topic: str, group_id: str) -> GroupIntake:
+        """A member of ``group_id`` subscribed to ``topic`` that owns every partition."""
+        raise NotImplementedError
+
+    def sink(self) -> OutcomeSink:
+        raise NotImplementedError
+
+    def store(self) -> Any:
+        """An empty read-model store (``ReadModelStore`` and ``ReadModel``)."""
         raise NotImplementedError
 
     def poll_until(self, intake: CommandIntake, count: int) -> list[Record]:
@@ -130,3 +152,74 @@ class RuntimeContract:
             log.append(harness.events, b"x" * 1_100_000, b"wf", partition=0)
         log.abort()
         log.close()
+
+    # -- the worker's and the projector's ports -------------------------------------
+
+    def test_a_group_member_commits_its_own_offsets_and_a_new_member_starts_there(
+        self, harness: Any
+    ):
+        for i in range(3):
+            harness.produce(harness.events, b"k", f"t{i}".encode(), 1)
+        first = harness.group_intake(harness.events, "contract-workers")
+        got = [r for r in harness.poll_until(first, 3) if r.partition == 1]
+        assert [r.value for r in got] == [b"t0", b"t1", b"t2"]
+        first.commit({1: got[0].offset + 1})
+        first.rewind(1, got[0].offset)  # a failed batch reads again from its first offset
+        assert [r.value for r in harness.poll_until(first, 3) if r.partition == 1] == [
+            b"t0",
+            b"t1",
+            b"t2",
+        ]
+        first.close()
+        second = harness.group_intake(harness.events, "contract-workers")
+        again = [r for r in harness.poll_until(second, 2) if r.partition == 1]
+        assert [r.value for r in again] == [b"t1", b"t2"]
+        second.close()
+
+    def test_a_recreated_member_reads_from_the_committed_offsets(self, harness: Any):
+        for i in range(2):
+            harness.produce(harness.events, b"k", f"r{i}".encode(), 2)
+        intake = harness.group_intake(harness.events, "contract-recreate")
+        got = [r for r in harness.poll_until(intake, 2) if r.partition == 2]
+        intake.commit({2: got[0].offset + 1})
+        intake.recreate()
+        again = [r for r in harness.poll_until(intake, 1) if r.partition == 2]
+        assert [r.value for r in again] == [b"r1"]
+        intake.close()
+
+    def test_a_sink_delivers_in_order_and_refuses_an_oversized_record_at_once(self, harness: Any):
+        sink = harness.sink()
+        failed: list[DeliveryError] = []
+        for i in range(3):
+            sink.send(
+                harness.commands,
+                f"o{i}".encode(),
+                b"wf",
+                headers=[("traceparent", b"00-x")],
+                on_failed=failed.append,
+            )
+        with pytest.raises(RecordRefused, match="Kafka refused a record of 1,100,000 bytes"):
+            sink.send(harness.commands, b"x" * 1_100_000, b"wf", on_failed=failed.append)
+        assert sink.flush(30) == 0
+        assert failed == []
+        records = [r for r in harness.read(harness.commands) if r.key == b"wf"]
+        assert [r.value for r in records] == [b"o0", b"o1", b"o2"]
+        assert records[0].header("traceparent") == "00-x"
+        sink.close()
+
+    def test_a_store_keeps_states_and_history_and_refuses_a_write_of_another_epoch(
+        self, harness: Any
+    ):
+        store = harness.store()
+        state = WorkflowState("wf-s", "run-1", "three_step", 1, "d", "{}", seq=2)
+        lines = [json.dumps({"seq": 1, "type": "A"}), json.dumps({"seq": 2, "type": "B"})]
+        store.write_guarded({"wf-s": (state, lines, None)}, None)
+        assert store.load_states(["wf-s", "nobody"]) == {"wf-s": state}
+        assert store.status("wf-s") == "running"
+        assert [h["seq"] for h in store.history("wf-s")] == [1, 2]
+        store.mark_error("wf-s", "event seq 3 (X) skipped: broken")
+        assert store.get("wf-s")["projection_error"] == "event seq 3 (X) skipped: broken"
+        assert store.rebuild_running() is False
+        with pytest.raises(EpochChanged):
+            store.write_guarded({"wf-s": (state, lines, None)}, "another-epoch")
+        assert [h["seq"] for h in store.history("wf-s")] == [1, 2]

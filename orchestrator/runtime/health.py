@@ -4,8 +4,10 @@
 ``keel infra status``) needs to tell a healthy orchestrator from a stuck one: the
 partitions it owns, how long since its last successful commit, broker and consumer
 errors, producer resets and abandoned (stalled) calls, quarantined runs, and whether
-the background threads it started with are still alive. Written atomically (a rename),
-so a reader never sees half a file.
+the background threads it started with are still alive. A worker writes
+``worker-<instance>.json`` (its partitions, last commit age, consumer errors and resets,
+the Redis gate) with its own log line. Written atomically (a rename), so a reader never
+sees half a file.
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ class StatusFile:
         *,
         interval_s: float = 5.0,
         log_every_s: float = 60.0,
+        log_line: Callable[[dict[str, Any]], str] | None = None,
     ) -> None:
         self.path = path
         self.snapshot = snapshot
         self.interval_s = interval_s
         self.log_every_s = log_every_s
+        #: The ``health:`` line of this role (the orchestrator's when not given).
+        self.log_line = log_line
         self._last_write = 0.0
         self._last_log = time.monotonic()
         #: Threads alive when the process started serving: their health is reported.
@@ -70,6 +75,9 @@ class StatusFile:
         if force or now - self._last_log >= self.log_every_s:
             self._last_log = now
             dead = [n for n, alive in status["threads"].items() if not alive]
+            if self.log_line is not None:
+                log.info("%s dead_threads=%s", self.log_line(status), dead or "none")
+                return
             log.info(
                 "health: partitions=%s last_commit_age_s=%s resets=%d stalled_calls=%d "
                 "broker_errors=%d quarantined=%d dead_threads=%s",

@@ -1,4 +1,5 @@
-"""The Kafka adapter of the runtime ports: a consumer-group intake and a transactional log.
+"""The Kafka adapter of the runtime ports: consumer-group intakes, a transactional log,
+and the worker's plain outcome writer.
 
 Every blocking client call goes through one :class:`BoundedCaller` (a watchdog: a call
 past its bound is abandoned, and the caller recreates the producer) and one retry
@@ -25,10 +26,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from orchestrator.domain.errors import UnavailableError
 from orchestrator.runtime.broker_errors import (
     BoundedCaller,
     BrokerErrorKind,
+    CallStalled,
     ProducerReset,
+    Stopping,
     TxnAbortable,
     classify,
     retry_call,
@@ -36,14 +40,22 @@ from orchestrator.runtime.broker_errors import (
 from orchestrator.runtime.kafka import (
     consume_batch,
     consumer_config,
+    producer_config,
     read_partitions,
     to_record,
     transactional_producer,
 )
-from orchestrator.runtime.ports import DeliveryCallback, Record
+from orchestrator.runtime.ports import (
+    ConsumerReset,
+    DeliveryCallback,
+    DeliveryError,
+    FailureCallback,
+    Record,
+    RecordRefused,
+)
 from orchestrator.settings import Settings
 
-__all__ = ["KafkaCommandIntake", "KafkaEventLog"]
+__all__ = ["KafkaCommandIntake", "KafkaEventLog", "KafkaGroupIntake", "KafkaOutcomeSink"]
 
 log = logging.getLogger("keel.kafka")
 
@@ -337,6 +349,234 @@ class KafkaEventLog:
         if self._producer is not None and not self.caller.abandoned:
             try:
                 self.caller.call("flush", lambda: self._producer.flush(10), 15, stoppable=False)  # type: ignore[union-attr]
+            except Exception as exc:
+                log.warning("closing the producer: %s", exc)
+        self.caller.close()
+
+
+class KafkaGroupIntake(KafkaCommandIntake):
+    """A group member that commits its own offsets: the worker's tasks, the projector's events.
+
+    ``poll`` and ``commit`` run on a :class:`BoundedCaller`, so a stop request is seen
+    within a fraction of a second whatever librdkafka does, and a call stalled past its
+    bound is abandoned; a stalled call or a fatal consumer error makes the next ``poll``
+    raise :class:`ConsumerReset`, and the owner calls :meth:`recreate`. (Rebalance
+    callbacks run on the caller's helper thread while the owner waits for the poll.)
+    """
+
+    #: Extra seconds a poll may take past its timeout: rebalance callbacks run inside it.
+    POLL_GRACE_S = 30.0
+
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        group_id: str,
+        *,
+        stopping: Callable[[], bool],
+        commit_deadline_s: float = 10.0,
+    ) -> None:
+        super().__init__(settings, topic, group_id, instance_id=None, stopping=stopping)
+        self.caller = BoundedCaller(f"keel-consumer-{topic}", stopping)
+        self.commit_deadline_s = commit_deadline_s
+        self.assignment: set[int] = set()
+        self.stalled_calls = 0
+        self._stalled = False
+        self._abandoned_consumers: list[Consumer] = []  # kept alive: a call may still run
+
+    def subscribe(
+        self,
+        on_assign: Callable[[list[int]], None],
+        on_revoke: Callable[[list[int]], None],
+    ) -> None:
+        def assigned(owned: list[int]) -> None:
+            self.assignment.update(owned)
+            on_assign(owned)
+
+        def revoked(gone: list[int]) -> None:
+            self.assignment.difference_update(gone)
+            on_revoke(gone)
+
+        super().subscribe(assigned, revoked)
+
+    def _stall(self, exc: CallStalled) -> ConsumerReset:
+        self._stalled = True
+        self.stalled_calls += 1
+        self.last_error = str(exc)
+        return ConsumerReset(str(exc))
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        if self._fatal or self._stalled:
+            raise ConsumerReset(f"the consumer is unusable: {self.last_error}")
+        consumer = self.consumer
+        try:
+            messages = self.caller.call(
+                "poll",
+                lambda: consume_batch(consumer, max_records, timeout_s),
+                timeout_s + self.POLL_GRACE_S,
+            )
+        except CallStalled as exc:
+            raise self._stall(exc) from exc
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError):
+                self._on_error(err)
+            if self._fatal or classify(exc) is BrokerErrorKind.FATAL:
+                self._fatal = True
+                raise ConsumerReset(f"poll: {exc}") from exc
+            return []
+        records = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                records.append(to_record(msg))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self._on_error(err)
+        return records
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit synchronously; retriable errors are retried until ``commit_deadline_s``."""
+        if not offsets:
+            return
+        consumer = self.consumer
+        tps = [TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+
+        def counted(exc: BaseException) -> None:
+            self.coordinator_errors += 1
+            self.last_error = str(exc)
+
+        try:
+            retry_call(
+                "commit",
+                lambda rem: self.caller.call(
+                    "commit",
+                    lambda: consumer.commit(offsets=tps, asynchronous=False),
+                    rem + CALL_GRACE_S,
+                ),
+                deadline_s=self.commit_deadline_s,
+                stopping=self.stopping,
+                on_retry=counted,
+            )
+        except CallStalled as exc:
+            raise self._stall(exc) from exc
+        except (ProducerReset, TxnAbortable) as exc:  # e.g. a rebalance: read again
+            counted(exc)
+            raise UnavailableError(f"offsets not committed: {exc}") from exc
+
+    def recreate(self) -> None:
+        """Drop the consumer (revoking what it held) and join the group with a new one."""
+        old, self._consumer = self._consumer, None
+        self.consumer_resets += 1
+        log.warning("recreating the consumer of %s: %s", self.topic, self.last_error)
+        if self._callbacks is not None and self.assignment:
+            self._callbacks[1](sorted(self.assignment))
+        if old is not None:
+            if self._stalled:  # a call may still run on it: leave it be
+                self._abandoned_consumers.append(old)
+            else:
+                closer = threading.Thread(target=_close_quietly, args=(old,), daemon=True)
+                closer.start()
+                closer.join(5)
+        self._fatal = self._stalled = False
+        if self._callbacks is not None:
+            KafkaCommandIntake.subscribe(self, *self._callbacks)
+
+    def close(self) -> None:
+        """Leave the group, bounded: a lost coordinator must not hold the process."""
+        if self._consumer is not None and not self._stalled:
+            consumer = self._consumer
+            try:
+                self.caller.call("close", consumer.close, 5, stoppable=False)
+            except Exception as exc:
+                log.warning("closing the consumer of %s: %s", self.topic, exc)
+        self.caller.close()
+
+
+class KafkaOutcomeSink:
+    """An idempotent, non-transactional producer; ``flush`` is bounded and stoppable.
+
+    A flush stalled past its bound abandons the producer (a new one serves the next
+    records) and counts every record it held as unacknowledged, so the batch runs again.
+    """
+
+    def __init__(self, settings: Settings, *, stopping: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.stopping = stopping
+        self.caller = BoundedCaller("keel-outcomes", stopping)
+        self.stalled_calls = 0
+        self._producer: Producer | None = None
+        self._abandoned: list[Producer] = []
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(producer_config(self.settings))
+        return self._producer
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_failed: FailureCallback | None = None,
+    ) -> None:
+        p = self.producer
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                return
+            if on_failed is None:  # nothing to run again: say so loudly
+                log.error("a record to %s was not delivered: %s", topic, err)
+                return
+            retriable = bool(err.retriable()) or err.code() == KafkaError._MSG_TIMED_OUT
+            on_failed(DeliveryError(str(err), retriable))
+
+        while True:
+            try:
+                p.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=list(headers) or None,
+                    on_delivery=delivered,
+                )
+                return
+            except BufferError:
+                if self.stopping():
+                    raise Stopping("stopped while the producer queue was full") from None
+                p.poll(0.05)
+            except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
+                raise RecordRefused(
+                    f"Kafka refused a record of {len(value):,} bytes to {topic}: {exc}"
+                ) from None
+
+    def poll(self) -> None:
+        if self._producer is not None:
+            self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> int:
+        if self._producer is None:
+            return 0
+        p = self._producer
+        try:
+            return int(
+                self.caller.call("flush", lambda: p.flush(timeout_s), timeout_s + CALL_GRACE_S)
+            )
+        except CallStalled as exc:
+            self.stalled_calls += 1
+            log.warning("%s; a new producer takes over", exc)
+            self._abandoned.append(p)
+            self._producer = None
+            return max(1, len(p))
+
+    def close(self) -> None:
+        """Deliver what is queued (bounded, whatever the stop flag says), then let go."""
+        if self._producer is not None and not self.stalled_calls:
+            p = self._producer
+            try:
+                self.caller.call("flush", lambda: p.flush(5), 8, stoppable=False)
             except Exception as exc:
                 log.warning("closing the producer: %s", exc)
         self.caller.close()

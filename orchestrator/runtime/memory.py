@@ -1,24 +1,50 @@
-"""An in-memory adapter of the runtime ports, for fast unit tests of the orchestrator loop.
+"""An in-memory adapter of the runtime ports, for fast unit tests of the orchestrator loop,
+the worker and the projector.
 
 Not a product path: every process uses ``kafka_adapter``. It keeps what the loop relies
 on and the contract suite checks on both adapters: transactions whose records and
 intake offsets become visible together or not at all, committed offsets a rewind goes
 back to, delivery reports with real offsets, a recreate that fences the old writer,
-records refused past the broker's size limit. Faults can be injected per call.
+records refused past the broker's size limit; for the worker and the projector, group
+offsets committed apart from any transaction, records delivered (or failed) at flush,
+and a read model that refuses writes while a rebuild runs. Faults can be injected per
+call name (``MemoryBroker.inject``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError
 
-from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
+from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime.broker_errors import (
+    BrokerErrorKind,
+    ProducerReset,
+    TxnAbortable,
+    classify,
+)
 from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.ports import DeliveryCallback, Record
+from orchestrator.runtime.ports import (
+    DeliveryCallback,
+    DeliveryError,
+    FailureCallback,
+    Record,
+    RecordRefused,
+)
+from orchestrator.runtime.projection import EpochChanged, RebuildRunning
 
-__all__ = ["MemoryBroker", "MemoryCommandIntake", "MemoryEventLog"]
+__all__ = [
+    "MemoryBroker",
+    "MemoryCommandIntake",
+    "MemoryEventLog",
+    "MemoryGroupIntake",
+    "MemoryOutcomeSink",
+    "MemoryReadModel",
+]
 
 #: librdkafka's default ``message.max.bytes``: a larger record is refused by produce().
 BROKER_MAX_RECORD = 1_000_000
@@ -218,6 +244,162 @@ class MemoryEventLog:
 
     def close(self) -> None:
         self._open = False
+
+
+class MemoryGroupIntake(MemoryCommandIntake):
+    """A group member that commits its own offsets (the worker's tasks, the projector's events).
+
+    Fault names: ``poll`` (e.g. ``ConsumerReset``), ``commit_offsets``.
+    """
+
+    def __init__(self, broker: MemoryBroker, topic: str, group_id: str) -> None:
+        super().__init__(broker, topic, group_id)
+        self.recreated = 0
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        self.broker.fault("poll")
+        return super().poll(max_records, timeout_s)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        self.broker.fault("commit_offsets")
+        for p, o in offsets.items():
+            self.broker.committed[(self.group_id, self.topic, p)] = o
+
+    def recreate(self) -> None:
+        """Leave the group and join again: every partition is revoked, then assigned anew."""
+        self.recreated += 1
+        if self.positions and self._on_revoke:
+            self._on_revoke(sorted(self.positions))
+        self.positions = {}
+        self._pending = list(range(self.broker.partitions))
+
+
+class MemoryOutcomeSink:
+    """A plain writer: records become visible when delivered (at ``poll`` or ``flush``).
+
+    Fault names: ``send`` (raised by ``send``), ``deliver`` (the record is not delivered:
+    its ``on_failed`` is called, retriable as ``broker_errors.classify`` says).
+    """
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+        self._pending: list[
+            tuple[str, bytes, bytes | None, tuple[tuple[str, bytes], ...], FailureCallback | None]
+        ] = []
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_failed: FailureCallback | None = None,
+    ) -> None:
+        size = len(value) + len(key or b"")
+        if size > BROKER_MAX_RECORD:
+            raise RecordRefused(
+                f"Kafka refused a record of {len(value):,} bytes to {topic}: "
+                f"{KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}"
+            )
+        self.broker.fault("send")
+        self._pending.append((topic, value, key, tuple(headers), on_failed))
+
+    def poll(self) -> None:
+        pending, self._pending = self._pending, []
+        for topic, value, key, headers, on_failed in pending:
+            try:
+                self.broker.fault("deliver")
+            except Exception as exc:
+                if on_failed is not None:
+                    retriable = classify(exc) is BrokerErrorKind.RETRIABLE
+                    on_failed(DeliveryError(str(exc), retriable))
+                continue
+            self.broker.produce(topic, value, key, headers=headers)
+
+    def flush(self, timeout_s: float) -> int:
+        self.broker.fault("flush")
+        self.poll()
+        return 0
+
+    def close(self) -> None:
+        self.poll()
+
+
+@dataclass
+class MemoryReadModel:
+    """The read model in dicts: what ``projection.Projection`` keeps in Redis, in brief.
+
+    Fault names: ``write`` (e.g. ``UnavailableError``: Redis away), ``load_states``.
+    """
+
+    broker: MemoryBroker = field(default_factory=MemoryBroker)
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    histories: dict[str, list[str]] = field(default_factory=dict)
+    tasks: list[Any] = field(default_factory=list)
+    health: dict[str, str] = field(default_factory=dict)
+    rebuilding: bool = False
+    epoch: str | None = None
+
+    def load_states(self, workflow_ids: Iterable[str]) -> dict[str, WorkflowState]:
+        self.broker.fault("load_states")
+        return {
+            wf: WorkflowState.from_json(self.states[wf]) for wf in workflow_ids if wf in self.states
+        }
+
+    def write(self, updates: Mapping[str, Any], tasks: Any = None) -> None:
+        self.broker.fault("write")
+        for wf, (state, events, _old_status) in updates.items():
+            self.states[wf] = state.to_json()
+            self.rows[wf] = {
+                "status": str(state.status),
+                "seq": state.seq,
+                "state": state.current_state or "",
+                "output_json": state.output_json or "",
+            }
+            self.histories.setdefault(wf, []).extend(
+                e if isinstance(e, str) else json.dumps({"seq": e.seq, "type": e.type})
+                for e in events
+            )
+        if tasks:
+            self.tasks.append(tasks)
+
+    def write_guarded(
+        self, updates: Mapping[str, Any], epoch: str | None, tasks: Any = None
+    ) -> None:
+        if self.rebuilding:
+            raise RebuildRunning("a rebuild of the read model is running")
+        if epoch != self.epoch:
+            raise EpochChanged(self.epoch)
+        self.write(updates, tasks)
+
+    def mark_error(self, wf: str, reason: str) -> None:
+        self.rows.setdefault(wf, {})["projection_error"] = reason
+
+    def rebuild_running(self) -> bool:
+        return self.rebuilding
+
+    def publish_health(self, key: str, info_json: str, ttl_s: int) -> None:
+        self.health[key] = info_json
+
+    # -- the ReadModel port (what a client reads) ------------------------------------
+    def get(self, wf: str) -> dict[str, Any] | None:
+        row = self.rows.get(wf)
+        return None if row is None else {"workflow_id": wf, **row}
+
+    def status(self, wf: str) -> str | None:
+        return self.rows.get(wf, {}).get("status")
+
+    def history(self, wf: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.histories.get(wf, [])]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for row in self.rows.values():
+            if "status" in row:
+                out[row["status"]] = out.get(row["status"], 0) + 1
+        return out
 
 
 def abortable(message: str = "injected abortable error") -> TxnAbortable:

@@ -1,8 +1,10 @@
 """The runtime's seam: what the orchestrator loop needs from the outside, as small ports.
 
-The loop (``command_loop``, ``recovery``) talks only to these Protocols. Two adapters
-implement them: Kafka (``kafka_adapter``: the real path, every process in production,
-integration and fault tests) and memory (``memory``: fast unit tests of the loop only).
+The loop (``command_loop``, ``recovery``) talks only to these Protocols, and so do the
+worker (a :class:`TaskIntake` and an :class:`OutcomeSink`) and the projector (an
+:class:`EventFeed` and a :class:`ReadModelStore`). Two adapters implement them: Kafka
+(``kafka_adapter``: the real path, every process in production, integration and fault
+tests) and memory (``memory``: fast unit tests of the loops only).
 ``tests/runtime_contract.py`` runs one contract suite against both, so the in-memory
 adapter cannot drift from what Kafka does.
 
@@ -12,16 +14,29 @@ edge, so nothing past it handles a client's optional fields.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orchestrator.domain.errors import InvalidInputError, UnavailableError
+
+if TYPE_CHECKING:
+    from orchestrator.domain.state import WorkflowState
 
 __all__ = [
     "CommandIntake",
+    "ConsumerReset",
     "DeliveryCallback",
+    "DeliveryError",
+    "EventFeed",
     "EventLog",
+    "GroupIntake",
+    "OutcomeSink",
     "ReadModel",
+    "ReadModelStore",
     "Record",
+    "RecordRefused",
+    "TaskIntake",
     "TimerIndex",
 ]
 
@@ -144,3 +159,101 @@ class ReadModel(Protocol):
     def history(self, wf: str) -> list[dict[str, Any]]: ...
 
     def counts(self) -> dict[str, int]: ...
+
+
+# ---------------------------------------------------------------------- worker, projector
+
+
+class ConsumerReset(UnavailableError):
+    """The intake's consumer is unusable (a fatal error, or a call stalled): ``recreate`` it."""
+
+
+class RecordRefused(InvalidInputError):
+    """The client refused a record at once (e.g. over the broker's size limit): never sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryError:
+    """Why a record handed to an :class:`OutcomeSink` never reached the log."""
+
+    reason: str
+    #: True when sending it again may succeed (a timeout, a leader moving).
+    retriable: bool
+
+
+#: Called once for a record that was not delivered (never for one that was).
+FailureCallback = Callable[[DeliveryError], None]
+
+
+class GroupIntake(CommandIntake, Protocol):
+    """One member of a consumer group that commits its own offsets, outside transactions.
+
+    At least once: the owner commits a batch's next offsets only after its outputs are
+    acknowledged; anything not committed is read again after a rewind, a crash or a
+    rebalance. ``poll`` raises :class:`ConsumerReset` when the consumer is unusable.
+    """
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit the next offset per partition; ``UnavailableError`` when it could not."""
+        ...
+
+    def recreate(self) -> None:
+        """Drop the consumer and join the group again with a new one."""
+        ...
+
+
+#: The tasks topic as one worker of the workers' group sees it.
+TaskIntake = GroupIntake
+#: The events topic as one projector of the projectors' group sees it.
+EventFeed = GroupIntake
+
+
+class OutcomeSink(Protocol):
+    """Where a worker's reports, heartbeats and dead letters go: a plain (idempotent) writer.
+
+    ``send`` hands a record over (``RecordRefused`` when the client refuses it at once);
+    ``flush`` waits for every delivery report and returns how many records are still
+    unacknowledged; a record that failed calls its ``on_failed``.
+    """
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_failed: FailureCallback | None = None,
+    ) -> None: ...
+
+    def poll(self) -> None:
+        """Serve the delivery reports that are ready, without waiting."""
+        ...
+
+    def flush(self, timeout_s: float) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class ReadModelStore(Protocol):
+    """What the projector writes (``projection.Projection`` over Redis).
+
+    ``updates`` map a workflow id to (new state, its new history lines, previous status);
+    ``tasks`` are the human-task inbox's changes of the same batch, written with them.
+    """
+
+    def load_states(self, workflow_ids: Iterable[str]) -> dict[str, WorkflowState]: ...
+
+    def write(self, updates: Mapping[str, Any], tasks: Any = None) -> None: ...
+
+    def write_guarded(
+        self, updates: Mapping[str, Any], epoch: str | None, tasks: Any = None
+    ) -> None:
+        """``write`` unless a rebuild runs (``RebuildRunning``) or ran (``EpochChanged``)."""
+        ...
+
+    def mark_error(self, wf: str, reason: str) -> None: ...
+
+    def rebuild_running(self) -> bool: ...
+
+    def publish_health(self, key: str, info_json: str, ttl_s: int) -> None: ...

@@ -5,7 +5,12 @@ It runs inside ``keel orchestrator`` (a supervised thread) by default and alone 
 the read model skips events at or below the sequence number it holds, so a replayed
 batch changes nothing. An event that cannot be decoded or folded is logged and skipped
 for its workflow (whose row then says so), never fatal. A Redis outage makes ``run``
-raise; the supervisor restarts it with backoff and it resumes from the committed offsets.
+raise (the batch is rewound first); the supervisor restarts it with backoff and it
+resumes from the committed offsets.
+
+It reads through an :class:`~orchestrator.runtime.ports.EventFeed` and writes through a
+:class:`~orchestrator.runtime.ports.ReadModelStore`: Kafka and Redis in every process,
+the in-memory adapter in unit tests (``tests/unit/test_projector_loop.py``).
 
 While ``keel projections rebuild`` runs, live projectors hold their batch and wait; after
 it they drop their cache (the rebuild changed the epoch) and go on from Redis.
@@ -23,19 +28,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.kafka import (
-    consumer_config,
-    next_offsets,
-    now_ms,
-    poll_records,
-    read_partitions,
-)
+from orchestrator.runtime.broker_errors import Stopping
+from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
+from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
 from orchestrator.runtime.projection import (
     EpochChanged,
     Projection,
@@ -60,15 +62,37 @@ class _Stopping(Exception):
     """Stop was requested while a batch waited; the batch is not committed."""
 
 
+class RedisReadModelStore(Projection):
+    """The Redis adapter of :class:`~orchestrator.runtime.ports.ReadModelStore`."""
+
+    def publish_health(self, key: str, info_json: str, ttl_s: int) -> None:
+        self.r.set(key, info_json, ex=ttl_s)
+
+
 class Projector:
-    def __init__(self, settings: Settings, app: KeelApp) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: KeelApp,
+        *,
+        adapters: tuple[EventFeed, ReadModelStore] | None = None,
+    ) -> None:
         self.settings = settings
         self.decider = app.decider()
         self.codec = default_codec()
-        self.projection = Projection(
-            redis_client(settings.redis), settings.topic_prefix, settings.redis
-        )
-        self.task_keys = TaskKeys(self.projection.ks)
+        self.keyspace = Keyspace(settings.topic_prefix)
+        #: The feed given (unit tests); else each run opens a Kafka one of its own.
+        self._given_feed: EventFeed | None = None
+        self.projection: ReadModelStore
+        if adapters is None:
+            self.projection = RedisReadModelStore(
+                redis_client(settings.redis), settings.topic_prefix, settings.redis
+            )
+        else:
+            self._given_feed, self.projection = adapters
+        self.feed: EventFeed | None = self._given_feed
+        self._subscribed = False
+        self.task_keys = TaskKeys(self.keyspace)
         self.topic = settings.topic("events")
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
@@ -101,65 +125,122 @@ class Projector:
 
     @property
     def health_key(self) -> str:
-        return f"{self.projection.ks.read_model}health:projector:{self.instance}"
+        return f"{self.keyspace.read_model}health:projector:{self.instance}"
 
     def publish_health(self) -> None:
         """Best effort: the health as JSON in Redis for ``keel projections status``."""
         own = self.supervisor.health() if self.supervisor else {**self.health(), "alive": True}
         info = {**own, "updated_at": now_ms()}
         try:
-            self.projection.r.set(self.health_key, json.dumps(info), ex=HEALTH_TTL_S)
+            self.projection.publish_health(self.health_key, json.dumps(info), HEALTH_TTL_S)
         except Exception as exc:  # Redis down: the log and the status JSON still say so
             log.debug("cannot publish projector health: %s", exc)
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> None:
-        self._cache.clear()
-        consumer = Consumer(
-            consumer_config(self.settings, f"{self.settings.topic_prefix}.projector")
+    def _kafka_feed(self) -> EventFeed:
+        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
+
+        return KafkaGroupIntake(
+            self.settings,
+            self.topic,
+            f"{self.settings.topic_prefix}.projector",
+            stopping=self._stop.is_set,
         )
-        consumer.subscribe([self.topic], on_assign=self._reset, on_revoke=self._reset)
+
+    def subscribe(self) -> None:
+        """Join the events group once; the feed outlives restarts of ``run``."""
+        if self._subscribed:
+            return
+        if self.feed is None:
+            self.feed = self._kafka_feed()
+        self.feed.subscribe(self._reset, self._reset)
+        self._subscribed = True
+
+    def run(self) -> None:
+        """Project until stopped. Raises what it cannot wait out (a supervisor restarts it).
+
+        The feed is kept across restarts: a failed batch was rewound, so the next run
+        reads it again; it is closed when the projector stops.
+        """
+        self._cache.clear()
+        self.subscribe()
         try:
             while not self._stop.is_set():
-                if time.monotonic() - self._health_at > HEALTH_EVERY_S:
-                    self._health_at = time.monotonic()
-                    self.publish_health()
-                records = poll_records(consumer, 1000, 0.1)
-                if not records:
-                    continue
                 try:
-                    self.apply(records)
-                except _Stopping:
+                    self.step()
+                except (_Stopping, Stopping):
                     break
-                offsets = next_offsets(records)
-                consumer.commit(offsets=offsets, asynchronous=False)
-                self.last_applied_at = now_ms()
-                for tp in offsets:
-                    self.last_offsets[f"{tp.topic}[{tp.partition}]"] = tp.offset - 1
         finally:
-            consumer.close()
+            if self._stop.is_set() and self._given_feed is None and self.feed is not None:
+                self.feed.close()
 
-    def _reset(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def step(self) -> int:
+        """One poll; its batch folded, written, then its offsets committed. Events applied.
+
+        A batch that cannot be written (Redis away) is rewound and the error raised: no
+        offset is committed and the cache keeps only what Redis has.
+        """
+        feed = self.feed
+        assert feed is not None and self._subscribed, "subscribe first"
+        if time.monotonic() - self._health_at > HEALTH_EVERY_S:
+            self._health_at = time.monotonic()
+            self.publish_health()
+        try:
+            records = feed.poll(1000, 0.1)
+        except ConsumerReset as exc:
+            log.warning("the events consumer is unusable (%s); joining the group again", exc)
+            self._cache.clear()
+            feed.recreate()
+            return 0
+        if not records:
+            return 0
+        try:
+            applied = self.apply(records)
+        except BaseException:
+            self._rewind(feed, records)
+            raise
+        offsets: dict[int, int] = {}
+        for rec in records:
+            offsets[rec.partition] = rec.offset + 1
+        feed.commit(offsets)
+        self.last_applied_at = now_ms()
+        for p, o in offsets.items():
+            self.last_offsets[f"{self.topic}[{p}]"] = o - 1
+        return applied
+
+    @staticmethod
+    def _rewind(feed: EventFeed, records: list[Record]) -> None:
+        first: dict[int, int] = {}
+        for rec in records:
+            first.setdefault(rec.partition, rec.offset)
+        for p, o in first.items():
+            try:
+                feed.rewind(p, o)
+            except Exception as exc:  # no longer assigned: its new owner reads it
+                log.info("not rewinding %s[%d]: %s", records[0].topic, p, exc)
+
+    def _reset(self, partitions: list[int]) -> None:
         # Another projector may have written while we did not own these partitions.
         self._cache.clear()
 
     # ------------------------------------------------------------------ folding
-    def _decode(self, records: Iterable[Message]) -> dict[str, list[Envelope[Any]]]:
+    def _decode(self, records: Iterable[Record | Message]) -> dict[str, list[Envelope[Any]]]:
         by_wf: dict[str, list[Envelope[Any]]] = {}
-        for msg in records:
+        for item in records:
+            rec = item if isinstance(item, Record) else to_record(item)
             try:
-                value = msg.value()
+                value = rec.value
                 if value is None:
                     raise ValueError("the record has no value")
                 env = self.codec.decode(value)
             except Exception as exc:
                 self.skipped += 1
-                self.last_skip = f"undecodable event at {msg.topic()}[{msg.partition()}]"
+                self.last_skip = f"undecodable event at {rec.topic}[{rec.partition}]"
                 log.error(
                     "undecodable event at %s[%d]@%d skipped: %s",
-                    msg.topic(),
-                    msg.partition(),
-                    msg.offset(),
+                    rec.topic,
+                    rec.partition,
+                    rec.offset,
                     exc,
                 )
                 continue
@@ -202,7 +283,7 @@ class Projector:
             folded.append((old, state, applied, lines))
         return updates, problems, task_writes(self.task_keys, folded)
 
-    def apply(self, records: Iterable[Message], guarded: bool = True) -> int:
+    def apply(self, records: Iterable[Record | Message], guarded: bool = True) -> int:
         """Fold a batch of event records into the read model; returns events applied.
 
         ``guarded``: wait out a running rebuild and follow its epoch (live projectors);
@@ -254,10 +335,13 @@ class Projector:
         Safe under traffic: it holds the rebuild lock, so live projectors pause (holding
         their uncommitted batch) and, once it ends, reload their state from Redis.
         """
+        store = self.projection
+        if not isinstance(store, Projection):
+            raise TypeError("a rebuild needs the Redis read model")
         began = time.monotonic()
-        token = self.projection.begin_rebuild()
+        token = store.begin_rebuild()
         try:
-            self.projection.clear()
+            store.clear()
             self._cache.clear()
             from ops.topics import admin_client
 
@@ -270,7 +354,7 @@ class Projector:
                 if len(batch) >= 2000:
                     total += len(batch)
                     self.apply(batch, guarded=False)
-                    self.projection.refresh_rebuild(token)
+                    store.refresh_rebuild(token)
                     batch.clear()
                     if progress:
                         progress(total)
@@ -279,9 +363,9 @@ class Projector:
                 self.apply(batch, guarded=False)
         except BaseException:
             try:
-                self.projection.end_rebuild(token)
+                store.end_rebuild(token)
             except Exception:
                 log.warning("could not release the rebuild lock; it expires on its own")
             raise
-        self.projection.end_rebuild(token)
+        store.end_rebuild(token)
         return total, time.monotonic() - began

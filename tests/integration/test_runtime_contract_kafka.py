@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.runtime.kafka_adapter import KafkaCommandIntake, KafkaEventLog
+from orchestrator.runtime.kafka import to_record
+from orchestrator.runtime.kafka_adapter import (
+    KafkaCommandIntake,
+    KafkaEventLog,
+    KafkaGroupIntake,
+    KafkaOutcomeSink,
+)
+from orchestrator.runtime.projection import redis_client
+from orchestrator.runtime.projector import RedisReadModelStore
 from tests.runtime_contract import Harness, RuntimeContract
 from tests.support import read_topic
 
@@ -54,7 +62,32 @@ class KafkaHarness(Harness):
         assert p.flush(30) == 0
 
     def read(self, topic: str):
-        return read_topic(self.settings.kafka_servers, topic, self.partitions)
+        return [
+            to_record(m) for m in read_topic(self.settings.kafka_servers, topic, self.partitions)
+        ]
+
+    def group_intake(self, topic: str, group_id: str) -> KafkaGroupIntake:
+        intake = KafkaGroupIntake(
+            self.settings,
+            topic,
+            f"{self.settings.topic_prefix}.{group_id}",
+            stopping=lambda: False,
+        )
+        intake.subscribe(lambda owned: None, lambda gone: None)
+        for _ in range(300):
+            if intake.assignment:
+                break
+            intake.poll(1, 0.1)
+        assert sorted(intake.assignment) == list(range(self.partitions)), "no assignment"
+        intake.rewind_to_committed(sorted(intake.assignment))
+        return intake
+
+    def sink(self) -> KafkaOutcomeSink:
+        return KafkaOutcomeSink(self.settings, stopping=lambda: False)
+
+    def store(self) -> RedisReadModelStore:
+        s = self.settings
+        return RedisReadModelStore(redis_client(s.redis), s.topic_prefix, s.redis)
 
 
 class TestKafkaAdapter(RuntimeContract):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.runtime.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
+from orchestrator.runtime.memory import (
+    MemoryBroker,
+    MemoryCommandIntake,
+    MemoryEventLog,
+    MemoryGroupIntake,
+    MemoryOutcomeSink,
+    MemoryReadModel,
+)
 from tests.runtime_contract import Harness, RuntimeContract
 
 
@@ -29,6 +36,17 @@ class MemoryHarness(Harness):
 
     def read(self, topic: str):
         return self.broker.records(topic)
+
+    def group_intake(self, topic: str, group_id: str) -> MemoryGroupIntake:
+        intake = MemoryGroupIntake(self.broker, topic, group_id)
+        intake.subscribe(lambda owned: None, lambda gone: None)
+        return intake
+
+    def sink(self) -> MemoryOutcomeSink:
+        return MemoryOutcomeSink(self.broker)
+
+    def store(self) -> MemoryReadModel:
+        return MemoryReadModel(self.broker)
 
 
 class TestMemoryAdapter(RuntimeContract):

@@ -1,0 +1,150 @@
+"""The worker's Kafka adapter under broker trouble, with stand-in clients (no broker).
+
+``KafkaGroupIntake`` and ``KafkaOutcomeSink`` run every blocking call on a bounded
+caller: a stop request ends a call that ignores its timeout, a stalled call is
+abandoned (the consumer or producer is replaced), retriable commit errors are retried
+and the rest reported as ``UnavailableError``. Waits here are bounded by tiny slices.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from orchestrator.domain.errors import UnavailableError
+from orchestrator.runtime.broker_errors import Stopping
+from orchestrator.runtime.kafka_adapter import KafkaGroupIntake, KafkaOutcomeSink
+from orchestrator.runtime.ports import ConsumerReset
+from orchestrator.settings import Settings
+
+SETTINGS = Settings(
+    topic_prefix="mem",
+    partitions=4,
+    bootstrap_servers="127.0.0.1:1",
+    redis_url="redis://127.0.0.1:1/0",
+)
+
+
+class StuckConsumer:
+    """A consumer whose poll never returns until released (librdkafka ignoring a timeout)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.commits: list[Any] = []
+        self.commit_errors: list[BaseException] = []
+
+    def poll(self, timeout: float) -> None:
+        self.release.wait(5)
+        return None
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        return []
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        if self.commit_errors:
+            raise self.commit_errors.pop(0)
+        self.commits.append(offsets)
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def _intake(stop: threading.Event) -> tuple[KafkaGroupIntake, StuckConsumer]:
+    intake = KafkaGroupIntake(SETTINGS, "mem.tasks", "mem.workers", stopping=stop.is_set)
+    intake.caller.slice_s = 0.005
+    fake = StuckConsumer()
+    intake._consumer = fake  # type: ignore[assignment]
+    return intake, fake
+
+
+def _err(code: int, **flags: bool) -> KafkaException:
+    return KafkaException(KafkaError(code, "injected", **flags))
+
+
+def test_a_stop_request_ends_a_poll_that_ignores_its_timeout():
+    stop = threading.Event()
+    intake, fake = _intake(stop)
+    threading.Timer(0.01, stop.set).start()  # SIGTERM while librdkafka hangs
+    with pytest.raises(Stopping, match="stopped while waiting for poll"):
+        intake.poll(10, 0.001)
+    fake.release.set()
+
+
+def test_a_stalled_poll_is_abandoned_and_the_consumer_recreated():
+    stop = threading.Event()
+    intake, fake = _intake(stop)
+    intake.POLL_GRACE_S = 0.02
+    with pytest.raises(ConsumerReset, match="poll did not return within"):
+        intake.poll(10, 0.001)
+    with pytest.raises(ConsumerReset, match="the consumer is unusable"):
+        intake.poll(10, 0.001)  # until recreated
+    intake.recreate()
+    assert intake.consumer_resets == 1 and intake.stalled_calls == 1
+    assert intake._abandoned_consumers == [fake]  # its call may still run: not closed
+    assert intake._consumer is None  # the next use joins the group with a new one
+    fake.release.set()
+
+
+def test_a_fatal_consumer_error_makes_the_next_poll_ask_for_a_new_consumer():
+    intake, fake = _intake(threading.Event())
+    intake._on_error(KafkaError(KafkaError._FATAL, "injected: fenced", fatal=True))
+    with pytest.raises(ConsumerReset, match="injected: fenced"):
+        intake.poll(10, 0.001)
+    assert intake.coordinator_errors == 1
+    fake.release.set()
+
+
+def test_a_retriable_commit_error_is_retried_and_the_rest_reported():
+    intake, fake = _intake(threading.Event())
+    fake.commit_errors = [_err(KafkaError._TIMED_OUT, retriable=True)]
+    intake.commit({0: 5, 2: 7})
+    [(tp0, tp2)] = fake.commits
+    assert (tp0.partition, tp0.offset, tp2.partition, tp2.offset) == (0, 5, 2, 7)
+    assert intake.coordinator_errors == 1
+    fake.commit_errors = [_err(KafkaError.REBALANCE_IN_PROGRESS)]
+    with pytest.raises(UnavailableError, match="offsets not committed: commit: "):
+        intake.commit({0: 6})
+    fake.release.set()
+
+
+class StuckProducer:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def flush(self, timeout: float) -> int:
+        self.release.wait(5)
+        return 0
+
+    def __len__(self) -> int:
+        return 3
+
+
+def test_a_stalled_flush_abandons_the_producer_and_counts_its_records_unacknowledged(
+    monkeypatch,
+):
+    import orchestrator.runtime.kafka_adapter as adapter
+
+    monkeypatch.setattr(adapter, "CALL_GRACE_S", 0.02)
+    sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    sink.caller.slice_s = 0.005
+    stuck = StuckProducer()
+    sink._producer = stuck  # type: ignore[assignment]
+    assert sink.flush(0.001) == 3  # the batch runs again
+    assert sink.stalled_calls == 1 and sink._abandoned == [stuck]
+    assert sink._producer is None
+    stuck.release.set()
+
+
+def test_a_stop_request_ends_a_flush():
+    stop = threading.Event()
+    sink = KafkaOutcomeSink(SETTINGS, stopping=stop.is_set)
+    sink.caller.slice_s = 0.005
+    stuck = StuckProducer()
+    sink._producer = stuck  # type: ignore[assignment]
+    threading.Timer(0.01, stop.set).start()
+    with pytest.raises(Stopping, match="stopped while waiting for flush"):
+        sink.flush(60)
+    stuck.release.set()
