@@ -485,6 +485,65 @@ def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> 
     }
 
 
+def run_finished(settings: Settings, finished: int, log: Log, batch: int = 5000) -> dict[str, Any]:
+    """N runs that finish (timer_demo, zero seconds): the orchestrator's RSS once they have
+    ended, and again after a restart that rebuilds them (finished runs are evicted to
+    small identities, so memory must stay flat as runs complete; docs/performance.md)."""
+    from ops.bench_app import app
+    from ops.topics import create_topics
+
+    s = settings.model_copy(update={"topic_prefix": f"bench-fin-{uuid.uuid4().hex[:8]}"})
+    create_topics(s)
+    home = Path(tempfile.mkdtemp(prefix="keel-bench-fin-"))
+    client = KeelClient(s, app)
+    tail = _EventTail(s)
+    tail.start()
+    ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
+    orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="fin")
+    try:
+        time.sleep(STATUS_INTERVAL_S * 3)
+        rss_idle_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+        log(f"running {finished} workflows to their end (timer_demo, zero seconds)")
+        began = time.monotonic()
+        for lo in range(0, finished, batch):
+            ids = [f"fin-{i}" for i in range(lo, min(finished, lo + batch))]
+            client.start_many("timer_demo", [(wf, {"seconds": 0}) for wf in ids])
+        deadline = time.monotonic() + 1800
+        while len(tail.ended_at) < finished:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(tail.ended_at)} of {finished} runs ended")
+            time.sleep(0.5)
+        run_s = time.monotonic() - began
+        time.sleep(CHECKPOINT_S + STATUS_INTERVAL_S * 3)  # a checkpoint evicts summaries
+        rss_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+        orch.kill()
+        orch.wait(30)
+        log("orchestrator SIGKILLed; restarting it")
+        orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="fin")
+        client.start_many("timer_demo", [("probe", {"seconds": 0})])
+        deadline = time.monotonic() + 600
+        while "probe" not in tail.ended_at:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the restarted orchestrator finished no run within 600 s")
+            time.sleep(0.05)
+        time.sleep(STATUS_INTERVAL_S * 3)
+        rss_restart_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+    finally:
+        if orch.poll() is None:
+            orch.kill()
+        orch.wait(30)
+        tail.stop()
+        client.close()
+    return {
+        "finished_runs": finished,
+        "run_s": round(run_s, 1),
+        "rss_idle_mb": round(rss_idle_mb, 1),
+        "rss_after_mb": round(rss_mb, 1),
+        "rss_after_restart_mb": round(rss_restart_mb, 1),
+        "rss_growth_mb_per_10k_finished": round((rss_mb - rss_idle_mb) * 10_000 / finished, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     from orchestrator.settings import load_settings
 
@@ -494,6 +553,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--light", type=int, default=100)
     parser.add_argument("--light-rate", type=float, default=20.0)
     parser.add_argument("--recovery", type=int, default=0, metavar="N")
+    parser.add_argument("--finished", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
     settings = load_settings()
 
@@ -502,6 +562,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.recovery:
         result = run_recovery(settings, args.recovery, log)
+    elif args.finished:
+        result = run_finished(settings, args.finished, log)
     else:
         result = run_bench(settings, args.workflows, args.runs, args.light, args.light_rate, log)
     print(json.dumps(result), flush=True)

@@ -197,9 +197,13 @@ def bench(
         int | None,
         typer.Option(help="Instead: N live runs, SIGKILL, restart; time to the first decision."),
     ] = None,
+    finished: Annotated[
+        int | None,
+        typer.Option(help="Instead: N runs to their end; orchestrator RSS, then after restart."),
+    ] = None,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
-    from ops.bench import run_bench, run_recovery
+    from ops.bench import run_bench, run_finished, run_recovery
     from ops.local import LocalStack
 
     settings = load_settings()
@@ -208,6 +212,8 @@ def bench(
     err = Console(stderr=True, highlight=False)
     if recovery is not None:
         result = run_recovery(settings, recovery, lambda m: err.print(m))
+    elif finished is not None:
+        result = run_finished(settings, finished, lambda m: err.print(m))
     else:
         result = run_bench(settings, workflows, runs, light, light_rate, lambda m: err.print(m))
     typer.echo(json.dumps(result))
