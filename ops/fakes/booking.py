@@ -30,8 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -262,22 +260,10 @@ def create_app() -> web.Application:
     return app
 
 
-class BookingClient:
+class BookingClient(serving.ControlClient):
     """Synchronous stdlib client for tests (the books and the fault switches)."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as err:
-            raise RuntimeError(f"booking {method} {path} answered {err.code}") from None
+    name = "booking"
 
     def books(self) -> dict[str, Any]:
         return self._call("GET", "/books")  # type: ignore[no-any-return]

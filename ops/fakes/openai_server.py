@@ -34,8 +34,6 @@ import asyncio
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -265,29 +263,15 @@ def create_app() -> web.Application:
     return app
 
 
-class OpenAIFakeClient:
+class OpenAIFakeClient(serving.ControlClient):
     """Synchronous stdlib client of the fake's control routes (tests, demos)."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+    name = "fake"
 
     @property
     def api_root(self) -> str:
         """What ``KEEL_LLM_BASE_URL`` should be."""
         return f"{self.base_url}/v1"
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as err:
-            raise RuntimeError(
-                f"fake {method} {path} answered {err.code}: {err.read()!r}"
-            ) from None
 
     def reset(self) -> None:
         self._call("POST", "/reset", {})

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import select
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aiohttp import web
 
-__all__ = ["main", "running", "serve"]
+__all__ = ["ControlClient", "main", "running", "serve"]
 
 
 async def serve(app: web.Application, name: str, host: str, port: int) -> None:
@@ -77,3 +81,26 @@ def running(module: str, name: str, timeout_s: float = 30.0) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+class ControlClient:
+    """A synchronous stdlib client of a fake's JSON control routes (books, fault switches)."""
+
+    #: How the fake names itself in errors.
+    name = "fake"
+
+    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as err:
+            raise RuntimeError(
+                f"{self.name} {method} {path} answered {err.code}: {err.read()!r}"
+            ) from None
