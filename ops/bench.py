@@ -424,55 +424,87 @@ def run_bench(
 # -- recovery -------------------------------------------------------------------------------
 
 
-def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> dict[str, Any]:
+class _RestartRig:
+    """A fresh prefix, an event tail, a client and one orchestrator that can be SIGKILLed
+    and restarted under the same instance id: what the recovery and memory runs share."""
+
+    def __init__(self, settings: Settings, label: str) -> None:
+        from ops.bench_app import app
+        from ops.topics import create_topics
+
+        self.settings = settings.model_copy(
+            update={"topic_prefix": f"bench-{label}-{uuid.uuid4().hex[:8]}"}
+        )
+        create_topics(self.settings)
+        self.home = Path(tempfile.mkdtemp(prefix=f"keel-bench-{label}-"))
+        self.label = label
+        self.client = KeelClient(self.settings, app)
+        self.tail = _EventTail(self.settings)
+        self.tail.start()
+        self.orch = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
+        return _spawn(
+            "orchestrator", self.settings, self.home, "--no-projector", *ckpt,
+            KEEL_INSTANCE_ID=self.label,
+        )  # fmt: skip
+
+    def start(self, prefix: str, count: int, seconds: int, batch: int = 5000) -> None:
+        """``count`` timer_demo runs of ``seconds``, ids ``<prefix>-<i>``."""
+        for lo in range(0, count, batch):
+            ids = [f"{prefix}-{i}" for i in range(lo, min(count, lo + batch))]
+            self.client.start_many("timer_demo", [(wf, {"seconds": seconds}) for wf in ids])
+
+    def wait_for(self, seen: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not seen():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} within {timeout_s:g} s")
+            time.sleep(0.01)
+
+    def restart(self) -> int:
+        """SIGKILL the orchestrator and start it again; returns when that was (epoch ms)."""
+        self.orch.kill()
+        self.orch.wait(30)
+        restarted_at = now_ms()
+        self.orch = self._spawn()
+        return restarted_at
+
+    def rss_mb(self) -> float:
+        return float(psutil.Process(self.orch.pid).memory_info().rss / 2**20)
+
+    def close(self) -> None:
+        if self.orch.poll() is None:
+            self.orch.kill()
+        self.orch.wait(30)
+        self.tail.stop()
+        self.client.close()
+
+
+def run_recovery(settings: Settings, live: int, log: Log) -> dict[str, Any]:
     """N runs waiting on a timer, an orchestrator SIGKILLed, then restarted: how soon it
     decides again, and its RSS."""
-    from ops.bench_app import app
-    from ops.topics import create_topics
-
-    s = settings.model_copy(update={"topic_prefix": f"bench-rec-{uuid.uuid4().hex[:8]}"})
-    create_topics(s)
-    home = Path(tempfile.mkdtemp(prefix="keel-bench-rec-"))
-    client = KeelClient(s, app)
-    tail = _EventTail(s)
-    tail.start()
-    ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
-    orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
+    rig = _RestartRig(settings, "rec")
+    tail = rig.tail
     try:
         log(f"writing {live} live runs (timer_demo, one hour)")
         began = time.monotonic()
-        for lo in range(0, live, batch):
-            ids = [f"live-{i}" for i in range(lo, min(live, lo + batch))]
-            client.start_many("timer_demo", [(wf, {"seconds": 3600}) for wf in ids])
-        deadline = time.monotonic() + 1800
-        while len(tail.started_at) < live:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(tail.started_at)} of {live} runs started")
-            time.sleep(0.5)
+        rig.start("live", live, 3600)
+        rig.wait_for(lambda: len(tail.started_at) >= live, 1800, f"{live} runs started")
         write_s = time.monotonic() - began
         time.sleep(CHECKPOINT_S + 1)  # a checkpoint covers most runs; a tail follows it
-        status = _status(home)
-        orch.kill()
-        orch.wait(30)
+        status = _status(rig.home)
         log("orchestrator SIGKILLed; restarting it")
-        restarted_at = now_ms()
-        orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="rec")
-        client.start_many("timer_demo", [("probe", {"seconds": 3600})])
-        deadline = time.monotonic() + 600
-        while "probe" not in tail.started_at:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the restarted orchestrator made no decision within 600 s")
-            time.sleep(0.01)
+        restarted_at = rig.restart()
+        rig.client.start_many("timer_demo", [("probe", {"seconds": 3600})])
+        rig.wait_for(lambda: "probe" in tail.started_at, 600, "a decision after the restart")
         first_decision_s = (tail.started_at["probe"] - restarted_at) / 1000
         time.sleep(STATUS_INTERVAL_S * 3)
-        rss_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
-        after = _status(home)
+        rss_mb = rig.rss_mb()
+        after = _status(rig.home)
     finally:
-        if orch.poll() is None:
-            orch.kill()
-        orch.wait(30)
-        tail.stop()
-        client.close()
+        rig.close()
     return {
         "live_runs": live,
         "write_s": round(write_s, 1),
@@ -485,55 +517,30 @@ def run_recovery(settings: Settings, live: int, log: Log, batch: int = 5000) -> 
     }
 
 
-def run_finished(settings: Settings, finished: int, log: Log, batch: int = 5000) -> dict[str, Any]:
+def run_finished(settings: Settings, finished: int, log: Log) -> dict[str, Any]:
     """N runs that finish (timer_demo, zero seconds): the orchestrator's RSS once they have
     ended, and again after a restart that rebuilds them (finished runs are evicted to
     small identities, so memory must stay flat as runs complete; docs/performance.md)."""
-    from ops.bench_app import app
-    from ops.topics import create_topics
-
-    s = settings.model_copy(update={"topic_prefix": f"bench-fin-{uuid.uuid4().hex[:8]}"})
-    create_topics(s)
-    home = Path(tempfile.mkdtemp(prefix="keel-bench-fin-"))
-    client = KeelClient(s, app)
-    tail = _EventTail(s)
-    tail.start()
-    ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
-    orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="fin")
+    rig = _RestartRig(settings, "fin")
+    tail = rig.tail
     try:
         time.sleep(STATUS_INTERVAL_S * 3)
-        rss_idle_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+        rss_idle_mb = rig.rss_mb()
         log(f"running {finished} workflows to their end (timer_demo, zero seconds)")
         began = time.monotonic()
-        for lo in range(0, finished, batch):
-            ids = [f"fin-{i}" for i in range(lo, min(finished, lo + batch))]
-            client.start_many("timer_demo", [(wf, {"seconds": 0}) for wf in ids])
-        deadline = time.monotonic() + 1800
-        while len(tail.ended_at) < finished:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(tail.ended_at)} of {finished} runs ended")
-            time.sleep(0.5)
+        rig.start("fin", finished, 0)
+        rig.wait_for(lambda: len(tail.ended_at) >= finished, 1800, f"{finished} runs ended")
         run_s = time.monotonic() - began
         time.sleep(CHECKPOINT_S + STATUS_INTERVAL_S * 3)  # a checkpoint evicts summaries
-        rss_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
-        orch.kill()
-        orch.wait(30)
+        rss_mb = rig.rss_mb()
         log("orchestrator SIGKILLed; restarting it")
-        orch = _spawn("orchestrator", s, home, "--no-projector", *ckpt, KEEL_INSTANCE_ID="fin")
-        client.start_many("timer_demo", [("probe", {"seconds": 0})])
-        deadline = time.monotonic() + 600
-        while "probe" not in tail.ended_at:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the restarted orchestrator finished no run within 600 s")
-            time.sleep(0.05)
+        rig.restart()
+        rig.client.start_many("timer_demo", [("probe", {"seconds": 0})])
+        rig.wait_for(lambda: "probe" in tail.ended_at, 600, "a run finished after the restart")
         time.sleep(STATUS_INTERVAL_S * 3)
-        rss_restart_mb = psutil.Process(orch.pid).memory_info().rss / 2**20
+        rss_restart_mb = rig.rss_mb()
     finally:
-        if orch.poll() is None:
-            orch.kill()
-        orch.wait(30)
-        tail.stop()
-        client.close()
+        rig.close()
     return {
         "finished_runs": finished,
         "run_s": round(run_s, 1),

@@ -24,15 +24,24 @@ from tests.support import Services, assert_sound_history, histories, wait_until
 
 pytestmark = pytest.mark.fault
 
+#: The first port tried for the test's own broker (client port, controller port + 1);
+#: below Linux's ephemeral range, so a restarted broker never finds its port taken.
 KAFKA_PORT = 47392
+
+
+def _free_port_pair(first: int) -> int:
+    """The first port from ``first`` on such that it and the next one are both free."""
+    for port in range(first, first + 200, 2):
+        if not port_in_use(port) and not port_in_use(port + 1):
+            return port
+    raise AssertionError(f"no two free ports between {first} and {first + 200}")
 
 
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory):
-    if port_in_use(KAFKA_PORT) or port_in_use(KAFKA_PORT + 1):
-        pytest.skip(f"ports {KAFKA_PORT}-{KAFKA_PORT + 1} are taken")
     home = tmp_path_factory.mktemp("stall-stack")
-    stack = LocalStack(stack_settings(home, KAFKA_PORT, 46399), with_redis=False)
+    port = _free_port_pair(KAFKA_PORT)
+    stack = LocalStack(stack_settings(home, port, 46399), with_redis=False)
     stack.up(timeout_s=180)
     try:
         yield stack
