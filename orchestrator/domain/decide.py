@@ -59,6 +59,7 @@ from orchestrator.domain.messages import (
     FailActivity,
     FireTimer,
     HeartbeatActivity,
+    MigrateWorkflow,
     RedriveActivity,
     ResolveActivity,
     SignalWorkflow,
@@ -115,6 +116,7 @@ _DESCRIPTIONS: dict[type, Callable[[Any], str]] = {
     ResolveActivity: lambda p: f"resolution of activity '{p.activity_id}'",
     RedriveActivity: lambda p: f"redrive of activity '{p.activity_id}'",
     DecideHumanTask: lambda p: f"decision of human task '{p.task_id or '(by token)'}'",
+    MigrateWorkflow: lambda p: f"migration to version {p.to_version}",
 }
 
 

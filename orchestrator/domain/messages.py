@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
+from orchestrator.domain.migration_messages import MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.saga_messages import (
     CompensationFailed,
     CompensationStarted,
@@ -48,6 +49,8 @@ class CompleteActivity:
     activity_id: str
     attempt: int
     result_json: str
+    #: Version of the result schema the handler wrote (0: unversioned).
+    schema_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,8 @@ class FailActivity:
     failure_class: str
     error_type: str
     message: str
+    #: The service asked to wait this long before the next attempt (0: no ask).
+    retry_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +155,8 @@ class DecideHumanTask:
     actor_roles_json: str
     reason: str
     operation_digest: str
+    #: A correction task: the corrected data the person submits (JSON; "": none).
+    correction_json: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -164,6 +171,8 @@ class WorkflowStarted:
     version: int
     definition_digest: str
     input_json: str
+    #: Version of the input schema the input was accepted under (0: unversioned).
+    input_schema_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +214,8 @@ class ActivityCompleted:
     activity_id: str
     attempt: int
     result_json: str
+    #: Version of the result schema the handler wrote (0: unversioned).
+    schema_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +226,8 @@ class ActivityFailed:
     failure_class: str
     error_type: str
     message: str
+    #: As reported: the next attempt waits at least this long (0: the policy alone).
+    retry_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +300,8 @@ class HumanTaskOpened:
     due_at: int
     expires_at: int
     token_hash: str
+    #: A correction task: the JSON schema its correction must satisfy ("": none).
+    correction_schema_json: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +337,8 @@ class HumanTaskDecided:
     evidence_digest: str
     operation_digest: str
     decided_at: int
+    #: The corrected data, validated against the task's schema ("": none).
+    correction_json: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +500,7 @@ Command = (
     | ResolveActivity
     | RedriveActivity
     | DecideHumanTask
+    | MigrateWorkflow
 )
 Event = (
     WorkflowStarted
@@ -514,6 +532,7 @@ Event = (
     | CompensationFailed
     | WorkflowCompensated
     | WorkflowCompensationFailed
+    | WorkflowMigrated
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 
@@ -564,6 +583,8 @@ PAYLOAD_TYPES: dict[str, type] = {
         WorkflowCompensated,
         WorkflowCompensationFailed,
         SagaEvent,
+        MigrateWorkflow,
+        WorkflowMigrated,
     )
 }
 

@@ -36,6 +36,7 @@ LAYERS: dict[str, float] = {
     "ids": 1,
     "limits": 1,
     "saga_messages": 0.5,
+    "migration_messages": 0.5,
     "messages": 1,
     "state": 2,
     "context": 3,
@@ -112,7 +113,7 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
 
 def test_the_command_union_names_every_command() -> None:
     commands = {cls for cls in messages.PAYLOAD_TYPES.values() if cls.KIND == "command"}
-    assert len(commands) == 10
+    assert len(commands) == 11
     assert set(typing.get_args(messages.Command)) == commands
 
 

@@ -34,6 +34,7 @@ RELEASED: dict[tuple[str, int], str] = {
     (ENVELOPE_NAME, 2): "3e7fdd00ab50ba19",
     (ENVELOPE_NAME, 3): "9586d4f1dbab3b95",
     (ENVELOPE_NAME, 4): "72b0c36691cfa129",
+    (ENVELOPE_NAME, 5): "b737d4609e11b2cd",
 }
 
 
