@@ -1,4 +1,4 @@
-"""``keel workflow start | show | list | signal | cancel``.
+"""``keel workflow start | show | list | signal | cancel | migrate``.
 
 Every string that came from a user or the read model (ids, names, states, reasons,
 history details) is escaped before it reaches rich markup, so ``[/bold]`` is just text.
@@ -15,12 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.cli.migrations import migrate
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.runtime.client import KeelClient, read_json_arg
 from orchestrator.runtime.tracing import configure_tracing
 from orchestrator.settings import load_settings
 
-workflow_app = typer.Typer(help="Start, inspect, signal and cancel workflows.")
+workflow_app = typer.Typer(help="Start, inspect, signal, cancel and migrate workflows.")
+workflow_app.command("migrate")(migrate)
 console = Console(highlight=False, emoji=False)
 
 #: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from orchestrator.domain import activities, compensation, human_tasks, signals
+from orchestrator.domain import activities, compensation, human_tasks, migrations, signals
 from orchestrator.domain.activities import (
     RunNeedsAttention,
     UserCodeFailed,
@@ -584,6 +584,7 @@ HANDLERS: dict[type, Handler] = {
     FireTimer: _guarded(_on_timer),
     SignalWorkflow: _guarded(signals.on_signal),
     DecideHumanTask: _guarded(human_tasks.on_decide),
+    MigrateWorkflow: _guarded(migrations.on_migrate),
     CancelWorkflow: _on_cancel,
 }
 

@@ -34,6 +34,7 @@ from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
 from orchestrator.domain.irreversible import validate_compensations
 from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_DURATION_MS
+from orchestrator.domain.migrations import Migration, validate_migrations
 from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
 from orchestrator.domain.vocabulary import OnCancel, OnExhausted, TimeoutKind
 from orchestrator.domain.waits import (
@@ -58,6 +59,7 @@ __all__ = [
     "Escalation",
     "HumanTask",
     "InvalidInputError",
+    "Migration",
     "RetryPolicy",
     "SignalWait",
     "State",
@@ -257,11 +259,13 @@ class WorkflowDefinition:
         on_cancel: OnCancel | str = OnCancel.COMPENSATE,
         compensation_after_irreversible: bool = False,
         compensation_role: str = "operator",
+        migrations: Sequence[Migration] = (),
     ) -> None:
         """``on_cancel``: whether cancelling a run with committed effects compensates
         them; ``compensation_after_irreversible``: accept compensable steps that may run
         after an irreversible one; ``compensation_role``: who is given the human task
-        of a compensation that failed (docs/sagas.md)."""
+        of a compensation that failed (docs/sagas.md); ``migrations``: how runs of
+        older versions move to this one (docs/versioning.md)."""
         self.name = name
         self.version = version
         self.input_model = input_model
@@ -293,6 +297,10 @@ class WorkflowDefinition:
             if step.undo is not None
         }
         self._validate_compensations()
+        #: The declared migrations to this version, by the version they migrate from.
+        self.migrations: dict[int, Migration] = validate_migrations(
+            self.label, version, self.states, migrations
+        )
         signal_waits = [st.wait for st in self.states.values() if isinstance(st.wait, SignalWait)]
         self.signal_names: frozenset[str] = frozenset(w.name for w in signal_waits)
         #: Signals whose waits carry a correlation (every wait of such a name does).
@@ -530,6 +538,8 @@ class WorkflowDefinition:
             out["compensation_after_irreversible"] = True
         if self.compensation_role != "operator":
             out["compensation_role"] = self.compensation_role
+        if self.migrations:
+            out["migrations"] = [m.describe() for _, m in sorted(self.migrations.items())]
         return out
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.domain import compensation, human_tasks, signals
+from orchestrator.domain import compensation, human_tasks, migrations, signals
 from orchestrator.domain.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.definitions import HumanTask, SignalWait, TimerWait, WorkflowDefinition
 from orchestrator.domain.errors import HistoryError
@@ -549,6 +549,7 @@ APPLIERS: dict[type, Applier] = {
     **compensation.APPLIERS,
     **signals.APPLIERS,
     **human_tasks.APPLIERS,
+    **migrations.APPLIERS,
 }
 
 

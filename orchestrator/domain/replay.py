@@ -45,6 +45,7 @@ from orchestrator.domain.messages import (
     FailActivity,
     FireTimer,
     HeartbeatActivity,
+    MigrateWorkflow,
     RedriveActivity,
     ResolveActivity,
     SignalReceived,
@@ -53,6 +54,7 @@ from orchestrator.domain.messages import (
     TimerFired,
     TimerScheduled,
     WorkflowCancelled,
+    WorkflowMigrated,
     WorkflowStarted,
 )
 from orchestrator.domain.state import WorkflowState
@@ -66,6 +68,7 @@ __all__ = [
     "group_runs",
     "payload_dict",
     "replay_history",
+    "replay_on_version",
     "replay_run",
 ]
 
@@ -84,11 +87,13 @@ COMMAND_FROM_EVENT: dict[type, type] = {
     WorkflowCancelled: CancelWorkflow,
     # a group opens with it only when a cancel began compensating (docs/sagas.md)
     CompensationStarted: CancelWorkflow,
+    WorkflowMigrated: MigrateWorkflow,
 }
 
-#: Fields not compared: a run records the digest of the code that started it, which the
-#: report shows as "edited in place" rather than as a different decision.
-UNCOMPARED_FIELDS = frozenset({"definition_digest"})
+#: Fields not compared: a run records the digest of the code that started it (or that it
+#: was migrated to), which the report shows as "edited in place" rather than as a
+#: different decision.
+UNCOMPARED_FIELDS = frozenset({"definition_digest", "from_digest", "to_digest"})
 
 #: The largest command clock shift inferred from timers: how long a command may have
 #: waited in Kafka before it was decided (or a client's clock been behind), in ms.
@@ -142,6 +147,9 @@ class RunReport:
     clock_inferred: int = 0
     #: Command types of the groups folded only (what replay could not decide again).
     folded_types: list[str] = field(default_factory=list)
+    #: The run's recorded migrations: seq, from/to version, the digest recorded for the
+    #: target and the target's digest now ("" when it is not registered).
+    migrations: list[dict[str, Any]] = field(default_factory=list)
     divergence: Divergence | None = None
 
     @property
@@ -150,8 +158,11 @@ class RunReport:
 
     @property
     def digest_changed(self) -> bool:
-        """The definition of this (name, version) was edited in place since the run began."""
-        return bool(self.current_digest) and self.current_digest != self.recorded_digest
+        """The definition of this (name, version), or of a version the run was migrated
+        to, was edited in place since it was recorded."""
+        if bool(self.current_digest) and self.current_digest != self.recorded_digest:
+            return True
+        return any(m["current_digest"] not in ("", m["recorded_digest"]) for m in self.migrations)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -207,6 +218,8 @@ def _extra_fields(cmd_type: type, group: list[Envelope[Any]]) -> dict[str, Any]:
         nxt = group[1].payload
         if isinstance(nxt, ActivityCompleted):
             return {"result_json": nxt.result_json}
+    if cmd_type is MigrateWorkflow:
+        return {"to_digest": ""}  # a target edited in place is flagged, not refused
     return {}
 
 
@@ -302,6 +315,7 @@ def replay_run(
     state: WorkflowState | None = None
     for group in _groups(events):
         report.groups += 1
+        _note_migration(decider, group[0], report)
         try:
             state, diff = _replay_group(decider, state, group, commands, report)
         except HistoryError as exc:
@@ -336,6 +350,8 @@ def _replay_group(
         return decider.handle(state, c, now)
 
     cmd = dataclasses.replace(cmd, recorded_at=now)
+    if isinstance(cmd.payload, MigrateWorkflow) and cmd.payload.to_digest:
+        cmd = dataclasses.replace(cmd, payload=dataclasses.replace(cmd.payload, to_digest=""))
     try:
         new_state, got = decide(cmd)
     except CommandRejected as exc:
@@ -361,6 +377,41 @@ def _replay_group(
     if diff is not None:
         return state, dataclasses.replace(diff, command=cmd.type)
     return new_state, None
+
+
+def _note_migration(decider: Decider, first: Envelope[Any], report: RunReport) -> None:
+    p = first.payload
+    if isinstance(p, WorkflowMigrated):
+        current = decider.definitions.get((report.name, p.to_version))
+        report.migrations.append(
+            {
+                "seq": first.seq,
+                "from_version": p.from_version,
+                "to_version": p.to_version,
+                "recorded_digest": p.to_digest,
+                "current_digest": current.digest if current is not None else "",
+            }
+        )
+
+
+def replay_on_version(
+    decider: Decider,
+    events: list[Envelope[Any]],
+    commands: dict[str, Envelope[Any]] | None,
+    version: int,
+) -> RunReport:
+    """Re-decide one run's recorded ``events`` as if it had started on ``version``: the
+    first divergence is where that version would have decided differently (what a
+    migration's dry run shows)."""
+
+    def on_version(env: Envelope[Any]) -> Envelope[Any]:
+        p = env.payload
+        if isinstance(p, WorkflowStarted | StartWorkflow):
+            return dataclasses.replace(env, payload=dataclasses.replace(p, version=version))
+        return env
+
+    moved = {k: on_version(c) for k, c in (commands or {}).items()}
+    return replay_run(decider, [on_version(e) for e in events], moved)
 
 
 def replay_history(

@@ -42,6 +42,7 @@ LAYERS: dict[str, float] = {
     "context": 3,
     "waits": 3.5,
     "policies": 3.7,
+    "migrations": 3.9,
     "definitions": 4,
     "activities": 5,
     "signals": 5.3,

@@ -1,0 +1,226 @@
+"""``keel workflow migrate``'s two halves: a dry run that writes nothing, and a send that
+learns what the orchestrator decided (docs/versioning.md, "Migrate").
+
+* :func:`plan` rebuilds each run from ``keel.events``, decides ``MigrateWorkflow`` on it
+  with this application's decider (pure: nothing is produced anywhere) and replays the
+  run's recorded history as if it had started on the target version
+  (:func:`orchestrator.domain.replay.replay_on_version`): where that version would have
+  decided differently.
+* :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
+  the operator checked) and watches two places until one answers, as a human-task
+  decision does (:mod:`orchestrator.runtime.task_decisions`): the run's history in the
+  read model (``WorkflowMigrated`` → migrated) and ``keel.dlq`` (the refused command's
+  letter → refused, with the orchestrator's reason).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from orchestrator.app import KeelApp
+from orchestrator.domain.errors import CommandRejected, NotFoundError
+from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigrated
+from orchestrator.domain.replay import RunReport, group_runs, payload_dict, replay_on_version
+from orchestrator.domain.state import TERMINAL_STATUSES
+from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.history_io import read_topic_history
+from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.task_decisions import DlqWatch
+from orchestrator.runtime.task_tokens import recorded_token_hashes
+from orchestrator.settings import Settings
+
+__all__ = ["MigrationOutcome", "MigrationPlan", "Outcome", "plan", "select", "send"]
+
+
+class Outcome(StrEnum):
+    WOULD_MIGRATE = "would_migrate"  # dry run: the decider records the migration
+    MIGRATED = "migrated"
+    REFUSED = "refused"
+    PENDING = "pending"  # sent; no answer within the wait
+
+
+@dataclass
+class MigrationPlan:
+    """What migrating one run would do, decided on its rebuilt state."""
+
+    workflow_id: str
+    name: str
+    from_version: int
+    to_version: int
+    to_digest: str
+    status: str
+    from_state: str
+    outcome: Outcome
+    to_state: str = ""
+    reason: str = ""
+    #: The events the migration would write (type and fields), in order.
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: The run's history replayed as if it had started on the target version.
+    replay: RunReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "replay"}
+        d["outcome"] = str(self.outcome)
+        d["replay"] = None if self.replay is None else self.replay.to_dict()
+        return d
+
+
+@dataclass
+class MigrationOutcome:
+    """What the orchestrator made of one sent ``MigrateWorkflow``."""
+
+    workflow_id: str
+    outcome: Outcome
+    message_id: str
+    reason: str = ""
+    event: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "outcome": str(self.outcome)}
+
+
+def select(client: KeelClient, name: str, from_version: int, state: str | None = None) -> list[str]:
+    """Ids of the live runs of ``name`` on ``from_version`` (and in ``state``), from the
+    read model, sorted."""
+    out = []
+    for row in client.projection.list():
+        if row["name"] != name or row["version"] != from_version:
+            continue
+        if row["status"] in TERMINAL_STATUSES:
+            continue
+        if (
+            state is not None
+            and (client.projection.get(row["workflow_id"]) or {}).get("state") != state
+        ):
+            continue
+        out.append(row["workflow_id"])
+    return sorted(out)
+
+
+def plan(
+    settings: Settings,
+    app: KeelApp,
+    workflow_ids: list[str],
+    to_version: int,
+    actor: str,
+    reason: str,
+) -> list[MigrationPlan]:
+    """Decide the migration of each run on its state rebuilt from ``keel.events``;
+    nothing is written."""
+    envelopes = read_topic_history(settings, workflow_ids)
+    decider = app.decider(recorded_token_hashes(envelopes))
+    runs: dict[str, tuple[list[Envelope[Any]], dict[str, Envelope[Any]]]] = {}
+    for events, commands in group_runs(envelopes):  # each run of a workflow, in order
+        runs.setdefault(events[0].workflow_id, ([], commands))[0].extend(events)
+    now = now_ms()
+    plans = []
+    for wid in workflow_ids:
+        if wid not in runs:
+            raise NotFoundError(f"no history in keel.events for workflow '{wid}'")
+        events, commands = runs[wid]
+        events.sort(key=lambda e: e.seq)
+        state = decider.fold(events)
+        assert state is not None
+        target = decider.definitions.get((state.name, to_version))
+        cmd: Envelope[Any] = Envelope(
+            message_id=f"dry-run/{wid}",
+            workflow_id=wid,
+            run_id="",
+            seq=0,
+            type=MigrateWorkflow.__name__,
+            recorded_at=now,
+            payload=MigrateWorkflow(
+                to_version, actor, reason, state.version, target.digest if target else ""
+            ),
+        )
+        p = MigrationPlan(
+            workflow_id=wid,
+            name=state.name,
+            from_version=state.version,
+            to_version=to_version,
+            to_digest=target.digest if target is not None else "",
+            status=str(state.status),
+            from_state=state.current_state or "",
+            outcome=Outcome.WOULD_MIGRATE,
+        )
+        try:
+            _, envs = decider.handle(state, cmd, now)
+        except CommandRejected as exc:
+            p.outcome, p.reason = Outcome.REFUSED, str(exc)
+        else:
+            p.events = [d for d in map(payload_dict, envs) if d is not None]
+            moved = next(e.payload for e in envs if isinstance(e.payload, WorkflowMigrated))
+            p.to_state = moved.to_state
+        if target is not None:
+            current = [e for e in events if e.run_id == state.run_id]
+            p.replay = replay_on_version(decider, current, commands, to_version)
+        plans.append(p)
+    return plans
+
+
+def send(
+    client: KeelClient,
+    workflow_ids: list[str],
+    to_version: int,
+    actor: str,
+    reason: str,
+    timeout_s: float,
+) -> list[MigrationOutcome]:
+    """Send ``MigrateWorkflow`` to each run and wait for the orchestrator's answers."""
+    sent: dict[str, tuple[str, int]] = {}
+    payloads = []
+    for wid in workflow_ids:
+        row = client.projection.get(wid)
+        if row is None:
+            raise NotFoundError(f"workflow '{wid}' does not exist; migration refused")
+        target = client.app.get(row["name"], to_version)
+        payloads.append(
+            (wid, MigrateWorkflow(to_version, actor, reason, row["version"], target.digest))
+        )
+    watch = DlqWatch(client.settings)
+    try:
+        for wid, payload in payloads:
+            before = len(client.projection.history(wid))
+            sent[wid] = (client.send(wid, payload), before)
+        return _await(client, watch, sent, timeout_s)
+    finally:
+        watch.close()
+
+
+def _await(
+    client: KeelClient, watch: DlqWatch, sent: dict[str, tuple[str, int]], timeout_s: float
+) -> list[MigrationOutcome]:
+    done: dict[str, MigrationOutcome] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(done) < len(sent):
+        for wid, (mid, before) in sent.items():
+            if wid in done:
+                continue
+            recorded = [
+                h
+                for h in client.projection.history(wid)[before:]
+                if h["type"] == "WorkflowMigrated"
+            ]
+            if recorded:
+                done[wid] = MigrationOutcome(wid, Outcome.MIGRATED, mid, event=recorded[0])
+            elif mid in watch.letters:
+                done[wid] = MigrationOutcome(wid, Outcome.REFUSED, mid, watch.letters[mid])
+        if len(done) == len(sent):
+            break
+        if time.monotonic() > deadline:
+            for wid, (mid, _) in sent.items():
+                done.setdefault(
+                    wid,
+                    MigrationOutcome(
+                        wid,
+                        Outcome.PENDING,
+                        mid,
+                        f"sent; no answer within {timeout_s:g}s (`keel workflow show {wid}`)",
+                    ),
+                )
+            break
+        watch.poll(0.1)
+    return [done[w] for w in sent]
