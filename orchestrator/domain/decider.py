@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orchestrator.domain import evolve as _evolve
+from orchestrator.domain import migrations
 from orchestrator.domain.activities import (
     FAILURE_CLASSES,
     QUERY_RETRY,
@@ -41,6 +42,7 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowContinuedAsNew,
     WorkflowFailed,
+    WorkflowMigrated,
     WorkflowStarted,
 )
 from orchestrator.domain.state import WorkflowState, remember_command
@@ -77,6 +79,7 @@ SUMMARY_EVENTS: tuple[type, ...] = (
     CompensationStarted,
     WorkflowCompensated,
     WorkflowCompensationFailed,
+    WorkflowMigrated,
 )
 #: Events whose command a run remembers (a redelivery of it writes nothing).
 _REMEMBERED = (
@@ -161,6 +164,11 @@ class Decider:
                 current = p.state
             elif isinstance(p, _REMEMBERED) and env.causation_id is not None:
                 seen = remember_command(seen, env.causation_id)
+            elif isinstance(p, WorkflowMigrated):
+                moved = state.clone()
+                moved.seen_commands = seen
+                migrations.APPLIERS[WorkflowMigrated](None, moved, p, env)
+                state, seen = moved, moved.seen_commands
             elif isinstance(p, WorkflowContinuedAsNew):
                 ended = state.clone()
                 ended.seen_commands = seen

@@ -357,3 +357,13 @@ def test_replay_on_the_target_version_shows_where_it_decides_otherwise() -> None
     assert d is not None and d.seq == 3
     assert d.expected == {"type": "StateEntered", "state": "awaiting_approval", "visit": 1}
     assert d.got == {"type": "StateEntered", "state": "approval", "visit": 1}
+
+
+def test_a_finished_migrated_run_summarizes_to_its_fold() -> None:
+    """A rebuild keeps finished runs as summaries: a migrated one must show v2, not v1."""
+    events = _migrated_history()
+    decider = Decider([V1, V2])
+    folded = decider.fold(events)
+    summary = decider.summarize(None, events)
+    assert summary == folded.summary()
+    assert (summary.version, summary.digest) == (2, V2.digest)
