@@ -491,7 +491,9 @@ class Worker:
         finally:
             reset_current(token)
         self.completed += 1
-        return CompleteActivity(t.activity_id, t.attempt, result_json)
+        handler = self.app.handlers.get(t.activity_type)
+        version = 0 if handler is None else handler.schema_version
+        return CompleteActivity(t.activity_id, t.attempt, result_json, version)
 
     # ------------------------------------------------------------------ producing
     def _report(

@@ -27,6 +27,7 @@ from orchestrator.definitions import (
 from orchestrator.domain import errors as kinds
 from orchestrator.domain.decider import Decider
 from orchestrator.domain.limits import loads_bounded
+from orchestrator.domain.upcasting import check_upcasters, schema_version_of
 
 __all__ = [
     "ActivityHandler",
@@ -69,6 +70,11 @@ class ActivityHandler:
     output_model: type[BaseModel] | None
     is_async: bool
 
+    @property
+    def schema_version(self) -> int:
+        """The version of the result schema this handler writes (docs/schema-evolution.md)."""
+        return schema_version_of(self.output_model)
+
 
 class KeelApp:
     """Registry of workflow definitions by (name, version) and activity handlers by type."""
@@ -95,6 +101,7 @@ class KeelApp:
             existing = self.handlers.get(activity_type)
             if existing is not None and not _same_function(existing.fn, fn):
                 raise AppError(f"activity '{activity_type}' already has a handler")
+            check_upcasters(output, f"activity '{activity_type}': output")
             self.handlers[activity_type] = ActivityHandler(
                 activity_type=activity_type,
                 fn=fn,

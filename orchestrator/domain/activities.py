@@ -216,7 +216,7 @@ def on_complete(d: Decision, p: CompleteActivity) -> None:
         return
     what = f"result of activity '{p.activity_id}'"
     command_json(p.result_json, what, f"{what} is not valid JSON")
-    d.emit(ActivityCompleted(p.activity_id, p.attempt, p.result_json))
+    d.emit(ActivityCompleted(p.activity_id, p.attempt, p.result_json, p.schema_version))
     if late:
         return
     if act.parent is not None:
@@ -298,7 +298,11 @@ def on_resolve(d: Decision, p: ResolveActivity) -> None:
         command_json(p.result_json, result, f"{result} is not valid JSON")
     d.emit(ActivityResolved(p.activity_id, p.resolution, p.reason))
     if p.resolution == Resolution.FOUND:
-        d.emit(ActivityCompleted(act.activity_id, act.attempt, p.result_json))
+        d.emit(
+            ActivityCompleted(
+                act.activity_id, act.attempt, p.result_json, _read_version(d, act.step)
+            )
+        )
         d.advance()
     elif p.resolution == Resolution.NOT_FOUND:
         dispatch_again(d, d.s.activities[act.activity_id])
@@ -482,11 +486,25 @@ def _start_query(d: Decision, act: ActivityState, query_type: str) -> None:
     )
 
 
+def _read_version(d: Decision, step: str) -> int:
+    """The schema version of a result given by an operator or a status query: the one
+    the step reads now (it is written in today's shape; docs/schema-evolution.md)."""
+    declared = d.defn.steps_by_name.get(step)
+    return 0 if declared is None else declared.output_schema_version
+
+
 def _query_answered(d: Decision, query: ActivityState, result_json: str) -> None:
     parent = d.s.activities[query.parent or ""]
     found, result, why = query_outcome(result_json)
     if found:
-        d.emit(ActivityCompleted(parent.activity_id, parent.attempt, canonical_json(result)))
+        d.emit(
+            ActivityCompleted(
+                parent.activity_id,
+                parent.attempt,
+                canonical_json(result),
+                _read_version(d, parent.step),
+            )
+        )
         d.advance()
     elif found is None:
         d.emit(

@@ -8,12 +8,13 @@ outside world), so replaying a history makes the same decisions.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.upcasting import schema_version_of, upcast
 from orchestrator.domain.vocabulary import ActivityStatus
 
 __all__ = ["Context"]
@@ -25,12 +26,50 @@ class _HasInputModel(Protocol):
     @property
     def input_model(self) -> type[BaseModel]: ...
 
+    @property
+    def steps_by_name(self) -> Mapping[str, Any]: ...
+
+
+class _Results(Mapping[str, Any]):
+    """Step results, each decoded and upgraded to its step's ``output`` model's current
+    schema version when first read (docs/schema-evolution.md)."""
+
+    __slots__ = ("_cache", "_defn", "_state")
+
+    def __init__(self, definition: _HasInputModel, state: WorkflowState) -> None:
+        self._defn = definition
+        self._state = state
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, step: str) -> Any:
+        if step in self._cache:
+            return self._cache[step]
+        value = json.loads(self._state.step_results[step])
+        declared = self._defn.steps_by_name.get(step)
+        model = getattr(declared, "output", None)
+        if schema_version_of(model):
+            recorded = self._state.result_versions.get(step, 0)
+            value = upcast(model, recorded, value, f"the result of step '{step}'")
+        self._cache[step] = value
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state.step_results)
+
+    def __len__(self) -> int:
+        return len(self._state.step_results)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._state.step_results
+
 
 class Context:
     """What a definition's functions may read: recorded data only, never the outside world.
 
-    ``input`` is the validated input model instance, ``input_dict`` the raw input;
-    ``results`` maps step name to its latest result; ``signals`` maps signal name to
+    ``input`` is the validated input model instance (an input recorded under an older
+    schema version upgraded by the model's upcasters), ``input_dict`` the input as
+    recorded; ``results`` maps step name to its latest result (upgraded to the step's
+    ``output`` model's version); ``signals`` maps signal name to
     every payload received so far (arrival order); ``visits`` counts entries per state;
     ``failures`` maps step name to its latest final failure (``failure_class``,
     ``error_type``, ``message``); ``human_tasks`` maps human task name to its latest
@@ -42,7 +81,7 @@ class Context:
     def __init__(self, definition: _HasInputModel, state: WorkflowState) -> None:
         self._defn = definition
         self._state = state
-        self._results: dict[str, Any] | None = None
+        self._results: _Results | None = None
         self._signals: dict[str, list[Any]] | None = None
 
     @property
@@ -58,7 +97,13 @@ class Context:
         memo = self._state.memo
         model = memo.get("input")
         if model is None:
-            model = self._defn.input_model.model_validate_json(self._state.input_json)
+            cls = self._defn.input_model
+            recorded = self._state.input_schema_version
+            if schema_version_of(cls) and recorded != schema_version_of(cls):
+                data = upcast(cls, recorded, json.loads(self._state.input_json), "the input")
+                model = cls.model_validate(data)
+            else:
+                model = cls.model_validate_json(self._state.input_json)
             memo["input"] = model
         return model  # type: ignore[no-any-return]
 
@@ -74,7 +119,7 @@ class Context:
     @property
     def results(self) -> Mapping[str, Any]:
         if self._results is None:
-            self._results = {k: json.loads(v) for k, v in self._state.step_results.items()}
+            self._results = _Results(self._defn, self._state)
         return self._results
 
     @property

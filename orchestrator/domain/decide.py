@@ -81,6 +81,7 @@ from orchestrator.domain.parking import (
     missing_version_reason,
 )
 from orchestrator.domain.state import ActivityState, WorkflowState
+from orchestrator.domain.upcasting import SchemaUnreadable
 from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
 
 __all__ = [
@@ -143,7 +144,11 @@ def decide(
             return state, []
         defn = _start_definition(definitions, p)
         d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id, task_token_hash)
-        d.emit(WorkflowStarted(defn.name, defn.version, defn.digest, p.input_json))
+        d.emit(
+            WorkflowStarted(
+                defn.name, defn.version, defn.digest, p.input_json, defn.input_schema_version
+            )
+        )
         d.enter(defn.initial)
         d.advance()
         return d.finish()
@@ -335,6 +340,8 @@ class Decision:
             return fn(Context(self.defn, self.s))
         except (UserCodeFailed, RunNeedsAttention):
             raise
+        except SchemaUnreadable as exc:  # a recorded value this code cannot read
+            raise RunNeedsAttention(f"state '{self.s.current_state}': {exc}") from None
         except Exception as exc:
             raise UserCodeFailed(
                 f"state '{self.s.current_state}': {what} raised {type(exc).__name__}: {exc}"

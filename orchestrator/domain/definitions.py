@@ -36,6 +36,7 @@ from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.migrations import Migration, validate_migrations
 from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
+from orchestrator.domain.upcasting import check_upcasters, schema_version_of, upcasters_of
 from orchestrator.domain.vocabulary import OnCancel, OnExhausted, TimeoutKind
 from orchestrator.domain.waits import (
     Duration,
@@ -111,6 +112,10 @@ class Step:
     ``compensation`` (a :class:`Compensation` or an activity type) undoes the step's
     effect when the run fails or is cancelled after the step completed; ``irreversible``
     marks a step that cannot be undone (docs/sagas.md).
+
+    ``output`` is the pydantic model the step's result is read as: a result recorded
+    under an older ``schema_version`` of it is upgraded by its upcasters when read
+    (``ctx.results``; docs/schema-evolution.md).
     """
 
     name: str
@@ -126,6 +131,7 @@ class Step:
     local: bool = False
     compensation: Compensation | str | None = None
     irreversible: bool = False
+    output: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
@@ -179,7 +185,14 @@ class Step:
             out["compensation"] = self.undo.describe()
         if self.irreversible:
             out["irreversible"] = True
+        if self.output is not None:
+            out["output"] = _versioned_desc(self.output)
         return out
+
+    @property
+    def output_schema_version(self) -> int:
+        """The version results of this step are read as (0: unversioned)."""
+        return schema_version_of(self.output)
 
 
 def compensation_step(comp: Compensation, step: str) -> Step:
@@ -241,6 +254,18 @@ def _model_desc(model: type[BaseModel] | None) -> Any:
         "name": f"{model.__module__}.{model.__qualname__}",
         "schema": model.model_json_schema(),
     }
+
+
+def _versioned_desc(model: type[BaseModel]) -> dict[str, Any]:
+    """A recorded model's digest view: shape, version and the code of its upcasters."""
+    desc = _model_desc(model)
+    version = schema_version_of(model)
+    if version:
+        desc["schema_version"] = version
+        desc["upcasters"] = {
+            str(k): callable_fingerprint(fn) for k, fn in sorted(upcasters_of(model).items())
+        }
+    return desc  # type: ignore[no-any-return]
 
 
 class WorkflowDefinition:
@@ -345,6 +370,11 @@ class WorkflowDefinition:
         return f"workflow '{self.name}' v{self.version}"
 
     @property
+    def input_schema_version(self) -> int:
+        """The version a new run's input is recorded under (0: unversioned)."""
+        return schema_version_of(self.input_model)
+
+    @property
     def activity_types(self) -> frozenset[str]:
         """Every activity type the definition dispatches (steps and their status queries)."""
         steps = (*self.steps_by_name.values(), *self.compensation_steps.values())
@@ -372,6 +402,7 @@ class WorkflowDefinition:
                 raise DefinitionError(f"{self.label}: {what} must be a pydantic BaseModel class")
         if not states:
             raise DefinitionError(f"{self.label}: needs at least one state")
+        check_upcasters(self.input_model, f"{self.label}: input_model")
 
     def _check_target(self, state: str, target: str | None, what: str) -> None:
         if target is not None and target not in self.states:
@@ -462,6 +493,10 @@ class WorkflowDefinition:
             )
         if step.retry is not None and not isinstance(step.retry, RetryPolicy):
             raise DefinitionError(f"{what}: retry must be a RetryPolicy")
+        if step.output is not None:
+            if not (isinstance(step.output, type) and issubclass(step.output, BaseModel)):
+                raise DefinitionError(f"{what}: output must be a pydantic BaseModel class")
+            check_upcasters(step.output, f"{what}: output")
 
     def _topological(self, st: State) -> tuple[Step, ...]:
         done: list[Step] = []
@@ -527,7 +562,11 @@ class WorkflowDefinition:
             "name": self.name,
             "version": self.version,
             "initial": self.initial,
-            "input_model": _model_desc(self.input_model),
+            "input_model": (
+                _versioned_desc(self.input_model)
+                if schema_version_of(self.input_model)
+                else _model_desc(self.input_model)
+            ),
             "output_model": _model_desc(self.output_model),
             "states": states,
         }

@@ -105,6 +105,7 @@ def started(event: Envelope[Any]) -> WorkflowState:
         seq=event.seq,
         started_at=event.recorded_at,
         updated_at=event.recorded_at,
+        input_schema_version=p.input_schema_version,
     )
 
 
@@ -313,7 +314,7 @@ def _completed(
     if is_compensation(act.activity_id):
         compensation.on_completed(n, act.activity_id)
         return
-    n.mut_step_results()[act.step] = p.result_json
+    n.record_result(act.step, p.result_json, p.schema_version)
     step = lookup(n).steps_by_name.get(act.step)
     if step is not None and step.undo is not None:
         n.effects = (*n.effects, act.activity_id)
@@ -474,6 +475,7 @@ def _continued(
     _close(n, WorkflowStatus.RUNNING)
     n.__dict__.update(continued(n, p, env).__dict__)
     n.memo = {}  # the parsed input of the old run must not be read as the new one's
+    n.input_schema_version = lookup(n).input_schema_version
 
 
 def _completed_wf(

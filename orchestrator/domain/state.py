@@ -256,6 +256,14 @@ class WorkflowState:
     compensation: CompensationState | None = None
     started_at: int = 0
     updated_at: int = 0
+    #: Schema version the input was accepted under (0: unversioned; docs/schema-evolution.md).
+    input_schema_version: int = 0
+    #: Schema version of each step's latest result, when the handler declared one.
+    result_versions: dict[str, int] = field(default_factory=dict)
+    #: A stand-in held by a process without the run's definition: the keel.events offset
+    #: of the first event it could not fold (None: a real state). Never serialised; a
+    #: checkpoint neither writes it nor moves its partition's marker past that offset.
+    unfolded_from: int | None = field(default=None, compare=False, repr=False)
     #: Per-run cache (e.g. the parsed input model); shared by clones, never serialised.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: Timer id by purpose (derived from ``timers``: an armed timer's purpose is unique).
@@ -384,6 +392,13 @@ class WorkflowState:
     def mut_logical_attempts(self) -> dict[str, int]:
         return self._own("logical_attempts")  # type: ignore[no-any-return]
 
+    def record_result(self, step: str, result_json: str, schema_version: int) -> None:
+        """Keep a step's latest result and the schema version it was written under."""
+        self.mut_step_results()[step] = result_json
+        if schema_version or step in self.result_versions:
+            versions: dict[str, int] = self._own("result_versions")
+            versions[step] = schema_version
+
     def mut_signals(self) -> dict[str, tuple[str, ...]]:
         return self._own("signals")  # type: ignore[no-any-return]
 
@@ -439,6 +454,10 @@ class WorkflowState:
             d["human_tasks"] = [_human_dict(t) for t in self.human_tasks.values()]
         if self.run_base_seq:
             d["run_base_seq"] = self.run_base_seq
+        if self.input_schema_version:
+            d["input_schema_version"] = self.input_schema_version
+        if self.result_versions:
+            d["result_versions"] = self.result_versions
         if self.effects:
             d["effects"] = list(self.effects)
         if self.compensation is not None:
@@ -492,6 +511,8 @@ class WorkflowState:
             closed_correlations=tuple((x[0], x[1]) for x in d.get("closed_correlations", ())),
             human_tasks={t["task_id"]: _human_from(t) for t in d.get("human_tasks", ())},
             run_base_seq=d.get("run_base_seq", 0),
+            input_schema_version=d.get("input_schema_version", 0),
+            result_versions=dict(d.get("result_versions", {})),
             effects=tuple(d.get("effects", ())),
             compensation=_compensation_from(d.get("compensation")),
             started_at=d["started_at"],

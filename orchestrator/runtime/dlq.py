@@ -52,6 +52,7 @@ __all__ = [
     "LetterState",
     "list_letters",
     "redrive",
+    "redrive_letters",
 ]
 
 log = logging.getLogger("keel.dlq")
@@ -261,46 +262,85 @@ def redrive(settings: Settings, client: Any = None, letter_id: str = "") -> str:
     return done
 
 
+def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
+    """Send ``letters`` (open record letters, already listed) out again, each at most once:
+    one Redis claim per letter (a letter claimed elsewhere is skipped), then every claimed
+    record and its marker in one Kafka transaction. The ids sent, in order."""
+    at = now_ms()
+    r = _redis(settings)
+    keys = Keyspace(settings.topic_prefix)
+    claim = json.dumps({"at": at, "by": _operator()})
+    try:
+        mine = [x for x in letters if r.set(keys.redriven(x.id), claim, nx=True)]
+    except redis.RedisError as exc:
+        raise UnavailableError(
+            f"Redis did not answer ({type(exc).__name__}); no parked letter was redriven"
+        ) from None
+    if not mine:
+        return []
+    try:
+        _send(settings, mine, at, f"{settings.topic_prefix}.redrive.{mine[0].id}")
+    except KafkaException as exc:
+        r.delete(*(keys.redriven(x.id) for x in mine))  # nothing went out: give them back
+        raise UnavailableError(
+            f"parked letters not redriven (Kafka: {exc.args[0]}); nothing was written"
+        ) from None
+    return [x.id for x in mine]
+
+
 def _send_once(settings: Settings, letter: Letter, at: int) -> str:
     """The redriven record and its marker, in one Kafka transaction."""
-    codec = default_codec()
-    producer = transactional_producer(settings, f"{settings.topic_prefix}.redrive.{letter.id}")
+    return _send(settings, [letter], at, f"{settings.topic_prefix}.redrive.{letter.id}")
+
+
+def _send(settings: Settings, letters: list[Letter], at: int, txn_id: str) -> str:
+    """The redriven records and their markers, in one Kafka transaction."""
+    producer = transactional_producer(settings, txn_id)
     timeout = settings.admin_timeout_s
+    done = ""
     try:
         producer.begin_transaction()
-        if letter.kind == LetterKind.ACTIVITY:
-            assert letter.activity_id is not None
-            command: Envelope[Any] = Envelope(
-                message_id=f"redrive/{letter.id}",
-                workflow_id=letter.workflow_id,
-                run_id="",
-                seq=0,
-                type="RedriveActivity",
-                recorded_at=at,
-                payload=RedriveActivity(letter.activity_id),
-                correlation_id=letter.workflow_id,
-            )
-            producer.produce(
-                settings.topic("commands"),
-                key=letter.workflow_id.encode(),
-                value=codec.encode(command),
-            )
-            done = f"redrive of activity '{letter.activity_id}' sent to {letter.workflow_id}"
-        else:
-            key = letter.key if letter.key is not None else letter.workflow_id.encode() or None
-            producer.produce(letter.source_topic, key=key, value=letter.value)
-            done = f"record sent again to {letter.source_topic}"
-        producer.produce(
-            settings.topic("dlq"),
-            key=letter.id.encode(),
-            value=codec.encode(_marker(settings, letter, at)),
-            headers=[(MARKER_HEADER, letter.id.encode())],
-        )
+        for letter in letters:
+            done = _produce_one(settings, producer, letter, at)
         producer.commit_transaction(timeout)
     except KafkaException:
         with contextlib.suppress(KafkaException):
             producer.abort_transaction(timeout)
         raise
+    return done
+
+
+def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> str:
+    """Produce one letter's redrive and its marker (inside the caller's transaction)."""
+    codec = default_codec()
+    if letter.kind == LetterKind.ACTIVITY:
+        assert letter.activity_id is not None
+        command: Envelope[Any] = Envelope(
+            message_id=f"redrive/{letter.id}",
+            workflow_id=letter.workflow_id,
+            run_id="",
+            seq=0,
+            type="RedriveActivity",
+            recorded_at=at,
+            payload=RedriveActivity(letter.activity_id),
+            correlation_id=letter.workflow_id,
+        )
+        producer.produce(
+            settings.topic("commands"),
+            key=letter.workflow_id.encode(),
+            value=codec.encode(command),
+        )
+        done = f"redrive of activity '{letter.activity_id}' sent to {letter.workflow_id}"
+    else:
+        key = letter.key if letter.key is not None else letter.workflow_id.encode() or None
+        producer.produce(letter.source_topic, key=key, value=letter.value)
+        done = f"record sent again to {letter.source_topic}"
+    producer.produce(
+        settings.topic("dlq"),
+        key=letter.id.encode(),
+        value=codec.encode(_marker(settings, letter, at)),
+        headers=[(MARKER_HEADER, letter.id.encode())],
+    )
     return done
 
 

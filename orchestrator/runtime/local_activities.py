@@ -237,7 +237,7 @@ class LocalActivities:
             )
         finally:
             reset_current(token)
-        return CompleteActivity(s.activity_id, s.attempt, result)
+        return CompleteActivity(s.activity_id, s.attempt, result, handler.schema_version)
 
     def close(self) -> None:
         if self._loop is not None:

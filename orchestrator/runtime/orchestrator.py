@@ -39,6 +39,7 @@ from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.local_activities import LOCAL_BOUND_MS, LocalActivities
 from orchestrator.runtime.owned import OrchestratorStats, PartitionState
+from orchestrator.runtime.parked import ParkedRedrive
 from orchestrator.runtime.ports import CommandIntake, EventLog
 from orchestrator.runtime.recovery import (
     CHECKPOINT_KEY,
@@ -108,6 +109,8 @@ class Orchestrator:
         self._retry_recovery_at = 0.0
         self._last_poll = time.monotonic()
         self.state = "starting"
+        #: Redrives parked commands this process can decide (orchestrator/runtime/parked.py).
+        self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
         if adapters is None:
             adapters = self._kafka_adapters()
         intake, event_log = adapters
@@ -336,6 +339,8 @@ class Orchestrator:
             self._pending_recovery.update(owned)
             self._retry_recovery_at = time.monotonic() + 2.0
         self.state = "running"
+        if self.parked is not None:
+            self.parked.redrive_soon(owned)
         if self.on_assigned:
             self.on_assigned(owned)
 

@@ -9,7 +9,11 @@ record naming their count.
 
 A run whose history cannot be rebuilt (an event the current definition cannot fold,
 an undecodable record, a broken snapshot) is quarantined, never dropped: dropping it
-would let a repeated start open a second run at seq 1 in the same stream.
+would let a repeated start open a second run at seq 1 in the same stream. A live run of
+a version this process does not have is held as a stand-in instead (its commands are
+parked, orchestrator/domain/parking.py); a checkpoint never writes a stand-in and keeps
+its partition's marker before the stand-in's first unfolded event, so a process with the
+version folds the whole history.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ try:  # the package's name once the domain exports it; the decider module's unti
 except ImportError:  # pragma: no cover - depends on the domain layout
     from orchestrator.domain.decider import SUMMARY_EVENTS
 from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
+from orchestrator.domain.parking import stand_in
 from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
@@ -69,6 +74,8 @@ class Recovery:
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
         self.last_checkpoint = time.monotonic()
+        #: Per partition, the log offset a checkpoint marker may not pass (stand-ins).
+        self.held: dict[int, int] = {}
 
     # ------------------------------------------------------------------ rebuilding
     def recover(self, owned: list[int]) -> dict[int, PartitionState]:
@@ -102,27 +109,54 @@ class Recovery:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
         tails: dict[int, dict[str, list[tuple[str | None, bytes | None]]]] = {p: {} for p in owned}
+        firsts: dict[int, dict[str, int]] = {p: {} for p in owned}
         count = 0
         for rec in ctx.log.read(ctx.topics.events, starts, ctx.stopping):
             p = rec.partition
             result[p].events_end = rec.offset + 1
             wf = (rec.key or b"").decode("utf-8", "replace")
             tails[p].setdefault(wf, []).append((rec.header(TYPE_HEADER), rec.value))
+            firsts[p].setdefault(wf, rec.offset)
             count += 1
         for p, by_wf in tails.items():
             ps = result[p]
+            self.held.pop(p, None)
             for wf, records in by_wf.items():
                 if wf in ps.quarantined:
                     continue
+                base = None
                 try:
                     base = ps.get(wf)
                     state = self._rebuild(base, records)
                     if state is not base:
                         ps.put(wf, state)
                 except Exception as exc:  # any history this code cannot fold
-                    self._quarantine(ps, p, wf, f"cannot rebuild: {_one_line(exc)}")
+                    held = self._stand_in(base, records, firsts[p][wf])
+                    if held is None:
+                        self._quarantine(ps, p, wf, f"cannot rebuild: {_one_line(exc)}")
+                        continue
+                    log.warning("workflow %s runs a version this process lacks: held", wf)
+                    ps.put(wf, held)
+                    first = firsts[p][wf]
+                    self.held[p] = min(self.held.get(p, first), first)
         ctx.stats.recovered_events += count
         return result
+
+    def _stand_in(
+        self,
+        base: WorkflowState | None,
+        records: list[tuple[str | None, bytes | None]],
+        first_offset: int,
+    ) -> WorkflowState | None:
+        """The stand-in of a live run whose (name, version) this process lacks, else None."""
+        try:
+            events = [self.ctx.codec.decode(v) for _, v in records if v is not None]
+            state = stand_in(base, events, first_offset)
+        except Exception:
+            return None
+        if (state.name, state.version) in self.ctx.decider.definitions:
+            return None  # the definition is here: the history itself is broken
+        return state
 
     def _quarantine(self, ps: PartitionState, p: int, wf: str, reason: str) -> None:
         log.error("quarantined workflow %s on partition %d: %s", wf, p, reason)
@@ -249,12 +283,15 @@ class Recovery:
         try:
             for p, ps in touched.items():
                 for wf, state in ps.dirty.items():
+                    if state.unfolded_from is not None:
+                        continue  # a stand-in: the process with the version folds the events
                     self._write_state(p, wf, state.run_id, state.seq, state.to_json(), ps, now)
                 for wf in ps.dirty_quarantine:
                     reason = ps.quarantined.get(wf)
                     if reason is not None:
                         self._write_state(p, wf, "", 0, quarantine_json(reason), ps, now)
-                self._produce(p, CHECKPOINT_KEY, "", 0, "", ps.events_end, now)
+                marker = min(ps.events_end, self.held.get(p, ps.events_end))
+                self._produce(p, CHECKPOINT_KEY, "", 0, "", marker, now)
             ctx.log.commit({})
         except TxnAbortable as exc:
             log.warning("checkpoint aborted, will retry: %s", exc)

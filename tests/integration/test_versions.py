@@ -1,7 +1,8 @@
 """Pinned versions: runs keep the version they started on across a deploy of v2.
 
-20 runs start on v1 and wait; the orchestrator is restarted with code holding v1 and v2;
-the waiting runs finish on v1's path, new starts take v2 (or v1 when named). Then the
+100 runs start on v1 and wait; v2 is deployed mid-way (the orchestrator is restarted with
+code holding v1 and v2); the waiting runs finish on v1's path, new starts take v2 (or v1
+when named). A process without a run's version: tests/integration/test_parking.py. Then the
 whole topic replays identically with the new code (``keel replay-check --from-topic``).
 """
 
@@ -18,7 +19,7 @@ from tests.support import histories, wait_until
 
 APP_V1 = "tests.integration.versions_app:app_v1"
 APP = "tests.integration.versions_app:app"
-OLD, NEW = 20, 5
+OLD, NEW = 100, 20
 
 
 def _statuses(client: KeelClient, ids: list[str]) -> list[str]:
@@ -32,7 +33,7 @@ def test_runs_keep_their_version_across_a_deploy(settings, services) -> None:
     old = [f"old-{i}" for i in range(OLD)]
     for i, wf in enumerate(old):
         old_client.start("pinned", {"order": i}, wf)
-    wait_until(lambda: _statuses(old_client, old) == ["waiting"] * OLD, 90, "20 v1 runs waiting")
+    wait_until(lambda: _statuses(old_client, old) == ["waiting"] * OLD, 120, "v1 runs waiting")
     old_client.close()
 
     services.kill(before, sig=15)  # deploy: the new code holds v1 and v2

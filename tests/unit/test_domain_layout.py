@@ -39,6 +39,7 @@ LAYERS: dict[str, float] = {
     "migration_messages": 0.5,
     "messages": 1,
     "state": 2,
+    "upcasting": 1.5,
     "context": 3,
     "waits": 3.5,
     "policies": 3.7,

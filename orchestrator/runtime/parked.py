@@ -1,0 +1,82 @@
+"""Parked commands go out again by themselves once a process that has their version runs.
+
+A process without a run's version keeps the run's commands in ``keel.dlq`` with a reason
+starting ``parked:`` that names the run's (name, version) (orchestrator/domain/parking.py).
+When an orchestrator is assigned partitions (at start and on every rebalance), it looks
+for open parked letters of those partitions whose version it has, and redrives them the
+way ``keel dlq redrive`` does (a Redis claim each, then the records and their markers in
+one Kafka transaction; orchestrator/runtime/dlq.py), so each goes out at most once even
+when two processes look at the same time. The look happens on a background thread: the
+poll loop does not wait for the dlq to be read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Collection, Iterable
+
+from orchestrator.domain.parking import parked_version
+from orchestrator.runtime.dlq import Letter, LetterKind, LetterState, list_letters, redrive_letters
+from orchestrator.settings import Settings
+
+__all__ = ["ParkedRedrive", "parked_to_redrive"]
+
+log = logging.getLogger("keel.orchestrator")
+
+
+def parked_to_redrive(
+    letters: Iterable[Letter],
+    have: Collection[tuple[str, int]],
+    partitions: Collection[int],
+    commands_topic: str,
+) -> list[Letter]:
+    """The open parked letters of ``partitions`` whose (name, version) is in ``have``,
+    in dlq order (a run's commands keep their order)."""
+    out = []
+    for letter in letters:
+        if letter.kind != LetterKind.RECORD or letter.state != LetterState.OPEN:
+            continue
+        if letter.source_topic != commands_topic or letter.source_partition not in partitions:
+            continue
+        wanted = parked_version(letter.reason)
+        if wanted is not None and wanted in have:
+            out.append(letter)
+    return out
+
+
+class ParkedRedrive:
+    """Redrives the parked letters an orchestrator can now decide (see the module doc)."""
+
+    def __init__(self, settings: Settings, have: Collection[tuple[str, int]]) -> None:
+        self.settings = settings
+        self.have = frozenset(have)
+        self._lock = threading.Lock()
+        #: Letters redriven by this process (for health and tests).
+        self.redriven = 0
+
+    def redrive_soon(self, partitions: list[int]) -> threading.Thread:
+        """Look for parked letters of ``partitions`` on a background thread."""
+        thread = threading.Thread(
+            target=self.redrive, args=(partitions,), name="keel-parked-redrive", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def redrive(self, partitions: list[int]) -> list[str]:
+        """Redrive the parked letters of ``partitions`` this process can decide; their ids."""
+        with self._lock:  # one look at a time: a second assignment waits for the first
+            try:
+                letters = list_letters(self.settings, include_redriven=False)
+                due = parked_to_redrive(
+                    letters, self.have, set(partitions), self.settings.topic("commands")
+                )
+                if not due:
+                    return []
+                done = redrive_letters(self.settings, due)
+            except Exception as exc:  # the dlq or Redis unreachable: the operator can redrive
+                log.warning("parked commands not redriven (%s): %s", type(exc).__name__, exc)
+                return []
+            self.redriven += len(done)
+            log.info("redrove %d parked commands of partitions %s", len(done), partitions)
+            return done
