@@ -297,6 +297,8 @@ def _migrated(lookup: Any, n: WorkflowState, p: WorkflowMigrated, env: Envelope[
     data = json.loads(p.data_json)
     if DataKey.INPUT in data:
         n.input_json = canonical_json(data[DataKey.INPUT])
+        if lookup is not None:  # the migrated input was checked against the new model
+            n.input_schema_version = lookup(n).input_schema_version
     results = data.get(DataKey.RESULTS) or {}
     if results:
         kept = n.mut_step_results()
