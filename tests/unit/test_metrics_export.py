@@ -28,7 +28,7 @@ from orchestrator.runtime.metrics import (
 class Collector(BaseHTTPRequestHandler):
     received: list[tuple[str, bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         Collector.received.append((self.path, body))
         self.send_response(200)
