@@ -4,7 +4,8 @@
   each task the caller may decide carries its ``token`` (the decision link's secret part).
 * ``GET /tasks/{token}``: one task with its evidence and history.
 * ``POST /tasks/{token}/decision`` with ``{"decision": "approve"|"reject", "reason": str,
-  "operation_digest": <the digest shown with the task>}``.
+  "operation_digest": <the digest shown with the task>, "correction": <JSON>}``
+  (``correction``: a correction task's approval carries the corrected data).
 
 Every route needs ``Authorization: Bearer <actor token>`` (connectors/auth.py); 401 comes
 before anything about a task is looked at. What a decision answers comes from what the
@@ -34,8 +35,8 @@ __all__ = ["TaskApi"]
 
 log = logging.getLogger("keel.connector")
 
-#: The largest decision body read.
-MAX_DECISION_BYTES = 16 * 1024
+#: The largest decision body read (a correction task's body carries the corrected data).
+MAX_DECISION_BYTES = 64 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
@@ -139,13 +140,20 @@ class TaskApi:
         body = await _read_body(request)
         if isinstance(body, web.Response):
             return body
-        decision, reason, digest = body
+        decision, reason, digest, correction = body
         if not _TOKEN.match(token):
             # not a token Keel ever issues: nothing can have it
             return _error(404, "no human task has this token")
         try:
             outcome = await self._run(
-                self.desk.decide, token, actor.name, list(actor.roles), decision, reason, digest
+                self.desk.decide,
+                token,
+                actor.name,
+                list(actor.roles),
+                decision,
+                reason,
+                digest,
+                correction,
             )
         except UnavailableError as exc:
             return _unavailable(exc)
@@ -165,8 +173,11 @@ class TaskApi:
         return web.json_response(outcome.body(), status=outcome.http_status)
 
 
-async def _read_body(request: web.Request) -> tuple[str, str, str | None] | web.Response:
-    """``(decision, reason, operation digest)`` of a decision body, or the 4xx answer."""
+async def _read_body(
+    request: web.Request,
+) -> tuple[str, str, str | None, Any] | web.Response:
+    """``(decision, reason, operation digest, correction)`` of a decision body, or the 4xx
+    answer."""
     if request.content_length is not None and request.content_length > MAX_DECISION_BYTES:
         return _error(413, f"a decision body is at most {MAX_DECISION_BYTES:,} bytes")
     raw = await request.content.read(MAX_DECISION_BYTES + 1)
@@ -178,7 +189,7 @@ async def _read_body(request: web.Request) -> tuple[str, str, str | None] | web.
         return _error(400, f"the body is not JSON: {str(exc)[:200]}")
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object")
-    unknown = set(data) - {"decision", "reason", "operation_digest"}
+    unknown = set(data) - {"decision", "reason", "operation_digest", "correction"}
     if unknown:
         return _error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
     decision = data.get("decision")
@@ -194,7 +205,7 @@ async def _read_body(request: web.Request) -> tuple[str, str, str | None] | web.
         return _error(
             400, "an approval names the operation_digest it approves (shown with the task)"
         )
-    return str(decision), reason, digest
+    return str(decision), reason, digest, data.get("correction")
 
 
 def _unavailable(exc: Exception) -> web.Response:

@@ -1,7 +1,8 @@
 """Failure classes an activity handler raises, and how the worker maps the rest.
 
 * ``TransientError`` — may heal on its own (timeout, connection reset, 429, 5xx):
-  retried with backoff within the step's retry policy.
+  retried with backoff within the step's retry policy; ``retry_after_s`` (e.g. an HTTP
+  ``Retry-After``) is reported, and the orchestrator retries no earlier than that.
 * ``PermanentError`` — will fail the same way again (validation, schema, permission,
   business rule): never retried; the workflow takes its failure path.
 * ``OutcomeUnknownError`` — a write whose effect may or may not have happened: the
@@ -15,10 +16,13 @@ runs the same way on every retry) is permanent; every other exception is transie
 
 from __future__ import annotations
 
+import math
+
 from pydantic import ValidationError
 
 from orchestrator.app import UnknownActivityError
 from orchestrator.domain.errors import InvalidInputError
+from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.vocabulary import FailureClass
 
 #: Exceptions that mean a bug in the handler: a retry runs the same code the same way.
@@ -38,6 +42,10 @@ class ActivityError(Exception):
 
 class TransientError(ActivityError):
     failure_class = FailureClass.TRANSIENT
+
+    def __init__(self, message: str = "", retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class PermanentError(ActivityError):
@@ -75,3 +83,15 @@ def error_type(exc: BaseException) -> str:
     if isinstance(exc, ResultRefusedError):
         return exc.error_type
     return type(exc).__name__
+
+
+def retry_after_ms(exc: BaseException) -> int:
+    """The wait a transient failure asks for before the next attempt, in ms (0: none)."""
+    if not isinstance(exc, TransientError) or not exc.retry_after_s:
+        return 0
+    seconds = exc.retry_after_s
+    if seconds != seconds or seconds <= 0:  # NaN or nothing to wait
+        return 0
+    if seconds * 1000 >= MAX_DURATION_MS:
+        return MAX_DURATION_MS
+    return math.ceil(seconds * 1000)

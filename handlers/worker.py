@@ -41,7 +41,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.context import ActivityContext, reset_current, set_current
 from handlers.effects import EffectStore, RedisGate, Stopping
-from handlers.errors import classify, error_type
+from handlers.errors import classify, error_type, retry_after_ms
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
@@ -486,7 +486,12 @@ class Worker:
                 message,
             )
             return FailActivity(
-                t.activity_id, t.attempt, str(failure_class), error_type(exc), message
+                t.activity_id,
+                t.attempt,
+                str(failure_class),
+                error_type(exc),
+                message,
+                retry_after_ms(exc),
             )
         finally:
             reset_current(token)

@@ -8,8 +8,10 @@ risk flags, cache) or :func:`agent_step` (a bounded tool-using loop).
 from handlers.llm.agent import AgentCall, AgentExhausted, Exhaustion, StopReason, agent_step
 from handlers.llm.cache import CachePolicy, CacheStatus, content_hash
 from handlers.llm.node import (
+    INVALID_OUTPUT,
     InvalidModelOutput,
     LlmCall,
+    OnInvalid,
     RiskRule,
     confidence_below,
     has_flag,
@@ -30,6 +32,7 @@ from handlers.llm.store import LlmStore
 from handlers.llm.tools import Tool
 
 __all__ = [
+    "INVALID_OUTPUT",
     "AgentCall",
     "AgentExhausted",
     "CachePolicy",
@@ -42,6 +45,7 @@ __all__ = [
     "LlmRuntime",
     "LlmSettings",
     "LlmStore",
+    "OnInvalid",
     "OpenAIProvider",
     "Pricing",
     "PromptRegistry",

@@ -15,7 +15,11 @@ node's record as the activity result, which the history keeps in ``ActivityCompl
 ``{"output": ..., "flags": [...], "llm": {prompt, model, parameters, input digest, calls
 (raw output, validation, tokens, cost, latency, request id), cache}}``. Invalid output
 past the bound is :class:`InvalidModelOutput`, a permanent failure carrying the raw
-output; provider timeouts, 429 and 5xx are transient and follow the step's retry policy.
+output in its one-line message; with ``on_invalid=OnInvalid.FLAG`` the node instead
+completes with ``output: null``, the flag ``invalid_output`` and its whole record (every
+raw output and the validation errors), which a correction task shows as evidence
+(docs/llm-nodes.md). Provider timeouts, 429 and 5xx are transient and follow the step's
+retry policy (honouring Retry-After).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
@@ -49,8 +54,10 @@ from orchestrator.domain.errors import DefinitionError
 from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
 
 __all__ = [
+    "INVALID_OUTPUT",
     "InvalidModelOutput",
     "LlmCall",
+    "OnInvalid",
     "RiskRule",
     "UnknownNodeSpec",
     "confidence_below",
@@ -61,11 +68,20 @@ __all__ = [
 
 #: The flag recorded when a risk rule fires on a low confidence.
 LOW_CONFIDENCE = "low_confidence"
+#: The flag of a node that answered invalid output past its repairs (``OnInvalid.FLAG``).
+INVALID_OUTPUT = "invalid_output"
 _ONE_LINE_RAW = 240
 
 
 class InvalidModelOutput(PermanentError):
     """The model's answer was not valid JSON of the output schema, past the repair bound."""
+
+
+class OnInvalid(StrEnum):
+    """What an LLM node does with output still invalid after its repairs."""
+
+    FAIL = "fail"  # a permanent InvalidModelOutput failure (the message carries the raw output)
+    FLAG = "flag"  # complete with output null, flag invalid_output and the whole record
 
 
 class UnknownNodeSpec(PermanentError):
@@ -115,7 +131,8 @@ class LlmCall:
     (``temperature``, ``max_tokens``, ``seed``, ...); ``tools`` are the versioned tools
     whose results the input depends on (recorded, part of the cache key); ``cache`` only
     for read-only nodes; ``data_version`` names the version of the data the input was
-    read at (a constant, or a pure function of the context).
+    read at (a constant, or a pure function of the context); ``on_invalid`` what
+    happens past ``max_repairs`` (:class:`OnInvalid`).
     """
 
     name: str
@@ -131,12 +148,16 @@ class LlmCall:
     data_version: str | Callable[[Context], str] | None = None
     pricing: Pricing | None = None
     activity_type: str | None = None
+    on_invalid: OnInvalid = OnInvalid.FAIL
 
     def __post_init__(self) -> None:
         if not (isinstance(self.output, type) and issubclass(self.output, BaseModel)):
             raise DefinitionError(f"LLM node '{self.name}': output must be a pydantic model")
         if not isinstance(self.max_repairs, int) or not 0 <= self.max_repairs <= 10:
             raise DefinitionError(f"LLM node '{self.name}': max_repairs must be 0..10")
+        if self.on_invalid not in tuple(OnInvalid):
+            raise DefinitionError(f"LLM node '{self.name}': on_invalid must be 'fail' or 'flag'")
+        object.__setattr__(self, "on_invalid", OnInvalid(self.on_invalid))
         object.__setattr__(self, "parameters", dict(self.parameters))
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "risk", tuple(self.risk))
@@ -151,7 +172,7 @@ class LlmCall:
         return {"name": self.output.__name__, "version": version}
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": "llm",
             "name": self.name,
             "prompt": self.prompt.describe(),
@@ -164,6 +185,9 @@ class LlmCall:
             "cache": None if self.cache is None else self.cache.ttl_s,
             "pricing": None if self.pricing is None else [*vars(self.pricing).values()],
         }
+        if self.on_invalid is not OnInvalid.FAIL:  # absent by default: older digests hold
+            out["on_invalid"] = str(self.on_invalid)
+        return out
 
     @property
     def spec_digest(self) -> str:
@@ -364,8 +388,23 @@ async def run_call(call: LlmCall, payload: dict[str, Any]) -> dict[str, Any]:
             {"role": "assistant", "content": raw.get("content") or ""},
             repair_message(errors),
         ]
-    last_raw = json.dumps(calls[-1]["raw_output"])[:_ONE_LINE_RAW]
     spent = totals(calls)
+    if call.on_invalid is OnInvalid.FLAG:
+        return {
+            "output": None,
+            "flags": [INVALID_OUTPUT],
+            "llm": {
+                **record,
+                "calls": calls,
+                "validation": {"valid": False, "repairs": len(calls) - 1, "errors": errors},
+                **spent,
+                "cache": {
+                    "status": CacheStatus.MISS if cache_hash else CacheStatus.OFF,
+                    "key": cache_hash,
+                },
+            },
+        }
+    last_raw = json.dumps(calls[-1]["raw_output"])[:_ONE_LINE_RAW]
     raise InvalidModelOutput(
         f"LLM node '{call.name}': output invalid after {len(calls)} call(s) "
         f"({len(calls) - 1} repair(s), {spent['tokens']['total']} tokens); "

@@ -92,8 +92,7 @@ class ProviderUnavailable(TransientError):
     """Timeout, connection failure, 408/409/429 or 5xx: the same call may succeed later."""
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, retry_after_s)
 
 
 class ProviderRefused(PermanentError):

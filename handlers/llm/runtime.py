@@ -3,9 +3,11 @@
 :func:`obtain` is the heart of "never resampled by recovery": call ``index`` of an
 attempt is first looked up in the store; only when it is not there is the provider
 asked, and its raw response is stored (before anything is reported) and read back.
-A ``Retry-After`` the provider sent is stored too, and the next attempt of the same
-key waits it out before calling (the orchestrator's retry timer fires on its own
-schedule; docs/llm-nodes.md).
+A ``Retry-After`` the provider sent is reported with the transient failure (capped at
+``KEEL_LLM_MAX_RETRY_AFTER_S``): the orchestrator's retry timer fires no earlier than
+that. It is stored too (``llm:wait:<K>``), so a task delivered again before the delay
+is over (a worker crash after the report) fails again without calling the provider
+(docs/llm-nodes.md).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ log = logging.getLogger("keel.worker.llm")
 
 #: Characters of one raw output kept in a node's result (the store keeps it whole).
 MAX_RAW_IN_RECORD = 16 * 1024
+#: A stored Retry-After this close to its end is waited out, not reported again: the
+#: orchestrator's timer and this worker's clock may disagree by that much.
+CLOCK_SKEW_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,18 @@ def configure(rt: LlmRuntime | None) -> None:
     _runtime = rt
 
 
-async def _wait_until(ctx: ActivityContext, when: float, cap_s: float) -> None:
-    end = time.time() + min(max(0.0, when - time.time()), cap_s)
-    while (left := end - time.time()) > 0:
-        await asyncio.sleep(min(left, 0.2))
-        if ctx.heartbeat_ms:
-            ctx.heartbeat({"waiting_retry_after_s": round(left, 1)})
+async def _respect_retry_after(rt: LlmRuntime, key: str, index: int) -> None:
+    """Raise ``ProviderUnavailable`` while the provider's stated delay for ``key`` runs."""
+    left = await rt.store.not_before(key) - time.time()
+    if left <= 0:
+        return
+    if left <= CLOCK_SKEW_S:
+        await asyncio.sleep(left)
+        return
+    log.info("call %d of %s not made: Retry-After has %.1fs left", index, key, left)
+    raise ProviderUnavailable(
+        f"the provider asked to wait; {left:.1f}s of its Retry-After are left", left
+    )
 
 
 async def obtain(
@@ -104,14 +115,12 @@ async def obtain(
     stored = await rt.store.get_call(key, index)
     if stored is not None:
         return stored, True
-    not_before = await rt.store.not_before(key)
-    if not_before > time.time():
-        log.info("call %d of %s waits %.1fs (Retry-After)", index, key, not_before - time.time())
-        await _wait_until(ctx, not_before, rt.settings.max_retry_after_s)
+    await _respect_retry_after(rt, key, index)
     try:
         response = await rt.provider.complete(request)
     except ProviderUnavailable as exc:
         if exc.retry_after_s:
+            exc.retry_after_s = min(exc.retry_after_s, rt.settings.max_retry_after_s)
             await rt.store.set_not_before(key, time.time() + exc.retry_after_s)
         raise
     record = {"kind": "response", "index": index, "at": time.time(), **response.record()}

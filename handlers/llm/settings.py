@@ -51,7 +51,7 @@ class LlmSettings(BaseSettings):
     price_input_per_mtok: float = Field(default=0.0, ge=0, description="USD per 1M prompt tokens.")
     price_output_per_mtok: float = Field(default=0.0, ge=0, description="USD per 1M output tokens.")
     max_retry_after_s: float = Field(
-        default=300.0, ge=0, description="Longest Retry-After a worker waits out before a call."
+        default=300.0, ge=0, description="Longest Retry-After a worker reports."
     )
     test_pause_after_store_s: float = Field(
         default=0.0, ge=0, description="Tests only: pause after storing a fresh raw response."

@@ -159,17 +159,29 @@ def decide(
         str | None,
         typer.Option(help="The digest approved (default: the one `keel tasks show` shows)."),
     ] = None,
+    correction: Annotated[
+        str | None,
+        typer.Option(
+            help="A correction task's corrected data (with --approve): JSON text, @FILE "
+            "to read it from a file, or - to read it from stdin."
+        ),
+    ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the orchestrator.")] = 15.0,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     app: AppOption = DEFAULT_APP,
 ) -> None:
-    """Approve or reject a task as a configured actor; prints what the orchestrator decided."""
+    """Approve or reject a task as a configured actor; prints what the orchestrator decided.
+
+    A correction task's approval carries the corrected data (``--correction``), which
+    the orchestrator checks against the task's schema.
+    """
     from connectors.auth import Actors
-    from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.client import KeelClient, read_json_arg
     from orchestrator.runtime.task_decisions import TaskDesk
 
     if approve == reject:
         raise InvalidInputError("give exactly one of --approve and --reject")
+    corrected = None if correction is None else read_json_arg(correction, "--correction")
     settings = load_settings()
     actors = Actors.load(settings.actors_file)
     found = actors.get(actor)
@@ -194,6 +206,7 @@ def decide(
                 "approve" if approve else "reject",
                 reason,
                 operation_digest,
+                corrected,
             )
     finally:
         client.close()

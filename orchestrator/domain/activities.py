@@ -4,11 +4,14 @@ A transient failure is retried (same idempotency key, ``attempt + 1``) after a j
 backoff timer while the step's RetryPolicy allows it (``max_attempts``,
 ``max_elapsed``), then dead-lettered (``on_exhausted="dead_letter"``: the run needs
 attention until a ``RedriveActivity``) or failed (``"fail"``: the state's
-``on_failure`` path, else ``WorkflowFailed``). A permanent failure, or an error type in
-``non_retryable``, takes the failure path at once. An unknown outcome of a step with a
-``status_query`` runs that query first and never dispatches the write again before it
-answers: found -> the step completes with the found result; not found -> retry the same
-logical attempt; no answer -> ``WorkflowNeedsAttention`` until a ``ResolveActivity``.
+``on_failure`` path, else ``WorkflowFailed``). A failure that reports the service's
+``retry_after_ms`` (e.g. an HTTP ``Retry-After``) is retried no earlier than that,
+capped at ``MAX_RETRY_AFTER_MS``: the timer fires at ``max(backoff, retry_after)``. A
+permanent failure, or an error type in ``non_retryable``, takes the failure path at
+once. An unknown outcome of a step with a ``status_query`` runs that query first and
+never dispatches the write again before it answers: found -> the step completes with
+the found result; not found -> retry the same logical attempt; no answer ->
+``WorkflowNeedsAttention`` until a ``ResolveActivity``.
 Timeouts (schedule-to-start, start-to-close, heartbeat) are durable timers; a late
 report of an attempt that timed out is recorded once and changes nothing.
 
@@ -62,6 +65,7 @@ from orchestrator.domain.vocabulary import (
 
 __all__ = [
     "FAILURE_CLASSES",
+    "MAX_RETRY_AFTER_MS",
     "QUERY_RETRY",
     "QUERY_SEP",
     "RESOLUTIONS",
@@ -86,6 +90,9 @@ TIMEOUT_ERROR_TYPES: dict[str, str] = {
     TimeoutKind.START_TO_CLOSE: "StartToCloseTimeout",
     TimeoutKind.HEARTBEAT: "HeartbeatTimeout",
 }
+#: The longest wait a failure's ``retry_after_ms`` can impose on the next attempt (1 hour):
+#: a service asking for more is retried after this (docs/llm-nodes.md).
+MAX_RETRY_AFTER_MS = 3600 * 1000
 #: A status query's activity id is ``<activity id>/query/<attempt>``.
 QUERY_SEP = "/query/"
 
@@ -234,13 +241,24 @@ def on_fail(d: Decision, p: FailActivity) -> None:
             f"failure_class of activity '{p.activity_id}' must be one of "
             f"{', '.join(FAILURE_CLASSES)}; got '{p.failure_class[:100]}'"
         )
-    d.emit(ActivityFailed(p.activity_id, p.attempt, p.failure_class, p.error_type, p.message))
+    if isinstance(p.retry_after_ms, bool) or not isinstance(p.retry_after_ms, int):
+        raise CommandRejected(f"retry_after_ms of activity '{p.activity_id}' must be an int")
+    if p.retry_after_ms < 0:
+        raise CommandRejected(
+            f"retry_after_ms of activity '{p.activity_id}' must be >= 0; got {p.retry_after_ms}"
+        )
+    retry_after = min(p.retry_after_ms, MAX_RETRY_AFTER_MS)
+    d.emit(
+        ActivityFailed(
+            p.activity_id, p.attempt, p.failure_class, p.error_type, p.message, retry_after
+        )
+    )
     if late:
         return
     if act.parent is not None:
         _query_failed(d, d.s.activities[act.activity_id])
     else:
-        after_failure(d, d.s.activities[act.activity_id])
+        after_failure(d, d.s.activities[act.activity_id], retry_after)
 
 
 def on_heartbeat(d: Decision, p: HeartbeatActivity) -> None:
@@ -422,8 +440,11 @@ def on_activity_timer(d: Decision, purpose: TimerPurpose) -> None:
     after_failure(d, d.s.activities[act.activity_id])
 
 
-def after_failure(d: Decision, act: ActivityState) -> None:
-    """``act`` just failed or timed out (its failure fields say how): what next."""
+def after_failure(d: Decision, act: ActivityState, retry_after_ms: int = 0) -> None:
+    """``act`` just failed or timed out (its failure fields say how): what next.
+
+    ``retry_after_ms``: the failure asked the next attempt to wait at least this long.
+    """
     cls = act.failure_class or FailureClass.TRANSIENT
     error_type, message = act.error_type or "", act.error_message or ""
     step = step_of(d, act)
@@ -437,20 +458,22 @@ def after_failure(d: Decision, act: ActivityState) -> None:
             act, f"{label(act)} failed permanently: {error_type} (non-retryable): {message}"
         )
     else:
-        _retry_or_exhaust(d, act, policy, step)
+        _retry_or_exhaust(d, act, policy, step, retry_after_ms)
 
 
 def _retry_or_exhaust(
-    d: Decision, act: ActivityState, policy: RetryPolicy, step: Step | None
+    d: Decision, act: ActivityState, policy: RetryPolicy, step: Step | None, retry_after_ms: int = 0
 ) -> None:
-    """Retry transient trouble within the policy's bounds; past them, the step's
-    ``on_exhausted`` decides (dead letter or the failure path)."""
+    """Retry transient trouble within the policy's bounds, no earlier than
+    ``retry_after_ms``; past them, the step's ``on_exhausted`` decides (dead letter or
+    the failure path)."""
     error_type, message = act.error_type or "", act.error_message or ""
     n = act.attempt
     times = "attempt" if n == 1 else "attempts"
     why = f"after {n} {times}"
     if n - act.budget_base < policy.max_attempts:
-        fire_at = d.cmd.recorded_at + retry_delay_ms(policy, d.s.workflow_id, act.activity_id, n)
+        backoff = retry_delay_ms(policy, d.s.workflow_id, act.activity_id, n)
+        fire_at = d.cmd.recorded_at + max(backoff, retry_after_ms)
         limit = policy.max_elapsed_ms
         if limit is None or fire_at <= act.first_dispatch_at + limit:
             purpose = TimerPurpose.retry(act.activity_id)

@@ -73,7 +73,8 @@ class Context:
     every payload received so far (arrival order); ``visits`` counts entries per state;
     ``failures`` maps step name to its latest final failure (``failure_class``,
     ``error_type``, ``message``); ``human_tasks`` maps human task name to its latest
-    task (``status``, ``decision``, ``actor``, ``decided_at``, ``owner``, ``level``).
+    task (``status``, ``decision``, ``actor``, ``decided_at``, ``owner``, ``level``, and
+    ``correction``: a correction task's approved data, else None).
     """
 
     __slots__ = ("_defn", "_results", "_signals", "_state")
@@ -143,6 +144,7 @@ class Context:
                 "decided_at": task.decided_at,
                 "owner": task.owner,
                 "level": task.level,
+                "correction": json.loads(task.correction_json) if task.correction_json else None,
             }
         return out
 

@@ -8,6 +8,9 @@ checked again at decision time — the task is open, not expired by the decision
 clock, the token hash matches, the actor holds a qualifying role and, for an approval,
 the operation computed from the run's state now has the digest the approver saw — and
 recorded as ``HumanTaskDecided``; the run then goes to ``on_approve`` or ``on_reject``.
+A correction task (``HumanTask(correction=Model)``) records the model's JSON schema when it
+opens; its approval must carry data valid against the model (refused with the validation
+error otherwise), recorded in canonical form with the decision.
 An expiry records ``HumanTaskExpired`` and rejects, cancels or enters the named state:
 it never approves.
 
@@ -28,10 +31,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ValidationError
+
 from orchestrator.domain.activities import RunNeedsAttention, UserCodeFailed, check_computed
-from orchestrator.domain.definitions import HumanTask, State, WorkflowDefinition
+from orchestrator.domain.definitions import (
+    HumanTask,
+    State,
+    WorkflowDefinition,
+    format_validation_error,
+)
 from orchestrator.domain.errors import CommandRejected
 from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.messages import (
     DecideHumanTask,
     Envelope,
@@ -57,7 +68,7 @@ from orchestrator.domain.vocabulary import (
     PurposeKind,
     TimerPurpose,
 )
-from orchestrator.domain.waits import operation_digest, sha256_hex
+from orchestrator.domain.waits import correction_schema, operation_digest, sha256_hex
 
 __all__ = [
     "APPLIERS",
@@ -153,6 +164,10 @@ def open_task(d: Decision) -> None:
     expires_at = now + d.duration(task.expires, f"expiry of {what}")
     due_at = now + d.duration(task.due, f"due time of {what}") if task.due is not None else 0
     hasher = d.task_token_hash
+    schema_json = ""
+    if task.correction is not None:
+        schema_json = canonical_json(correction_schema(task.correction))
+        check_computed(schema_json, f"state '{st.name}': correction schema of {what}")
     d.emit(
         HumanTaskOpened(
             task_id=task_id,
@@ -169,6 +184,7 @@ def open_task(d: Decision) -> None:
             due_at=due_at,
             expires_at=expires_at,
             token_hash="" if hasher is None else hasher(task_id),
+            correction_schema_json=schema_json,
         )
     )
     base = f"{st.name}#{s.visit}"
@@ -308,6 +324,7 @@ def on_decide(d: Decision, p: DecideHumanTask) -> None:
             f"'{task.task_id}' ({', '.join(task.roles)}); {what} refused"
         )
     digest = p.operation_digest or task.operation_digest
+    correction = _correction(d, task, p, what)
     if p.decision == HumanDecision.APPROVE:
         digest = _approvable(d, task, p.operation_digest, what)
     d.emit(
@@ -319,9 +336,40 @@ def on_decide(d: Decision, p: DecideHumanTask) -> None:
             evidence_digest=task.evidence_digest,
             operation_digest=digest,
             decided_at=now,
+            correction_json=correction,
         )
     )
     d.advance()
+
+
+def _correction(d: Decision, task: HumanTaskState, p: DecideHumanTask, what: str) -> str:
+    """The correction to record: "" for a rejection or a plain task, else the approval's
+    data validated against the task's model, in canonical JSON."""
+    _, spec = _task_def(d)
+    model: type[BaseModel] | None = spec.correction
+    if model is None or p.decision != HumanDecision.APPROVE:
+        if p.correction_json:
+            kind = "a rejection" if model is not None else f"human task '{task.task_id}'"
+            raise CommandRejected(f"{kind} carries no correction; {what} refused")
+        return ""
+    if not p.correction_json:
+        raise CommandRejected(
+            f"human task '{task.task_id}' is a correction task: an approval carries the "
+            f"corrected data (JSON of {model.__name__}); {what} refused"
+        )
+    try:
+        data = loads_bounded(p.correction_json, "the correction")
+        value = model.model_validate(data)
+    except ValidationError as exc:
+        raise CommandRejected(
+            f"the correction of human task '{task.task_id}' is not a valid {model.__name__}: "
+            f"{format_validation_error(exc)}; {what} refused"
+        ) from None
+    except ValueError as exc:  # not JSON, or past a limit (LimitExceededError)
+        raise CommandRejected(
+            f"the correction of human task '{task.task_id}' is not JSON ({exc}); {what} refused"
+        ) from None
+    return canonical_json(value.model_dump(mode="json"))
 
 
 def _approvable(d: Decision, task: HumanTaskState, seen: str, what: str) -> str:
@@ -407,7 +455,14 @@ def _decided(lookup: Any, n: WorkflowState, p: HumanTaskDecided, env: Envelope[A
     status = _S.APPROVED if p.decision == HumanDecision.APPROVE else _S.REJECTED
     _put(
         n,
-        replace(task, status=status, decision=p.decision, actor=p.actor, decided_at=p.decided_at),
+        replace(
+            task,
+            status=status,
+            decision=p.decision,
+            actor=p.actor,
+            decided_at=p.decided_at,
+            correction_json=p.correction_json,
+        ),
     )
     _end_wait(n, p.decision)
     if env.causation_id is not None:

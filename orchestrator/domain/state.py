@@ -152,6 +152,8 @@ class HumanTaskState:
     decided_at: int | None = None
     #: What the expiry did (``reject``, ``cancel`` or a state name), once expired.
     expiry_outcome: str | None = None
+    #: A correction task's approved data, as recorded (canonical JSON; "": none).
+    correction_json: str = ""
 
     @property
     def is_open(self) -> bool:

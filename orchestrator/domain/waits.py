@@ -2,7 +2,8 @@
 
 A :class:`TimerWait` waits a duration; a :class:`SignalWait` waits for an external
 signal, optionally checked against a correlation; a :class:`HumanTask` waits for a
-qualified person to approve or reject one exact operation (docs/human-tasks.md).
+qualified person to approve or reject one exact operation (docs/human-tasks.md); with
+``correction`` it is a correction task, whose approval carries the corrected data.
 
 Each wait validates itself against the definition it belongs to and describes itself
 for the definition's digest; the description of a wait that uses none of the newer
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from orchestrator.domain.context import Context
 from orchestrator.domain.errors import DefinitionError
 from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
@@ -30,6 +33,7 @@ __all__ = [
     "HumanTask",
     "SignalWait",
     "TimerWait",
+    "correction_schema",
     "describe_wait",
     "duration_ms",
     "operation_digest",
@@ -143,6 +147,10 @@ class HumanTask:
     never an approval. ``on_approve`` is the state an approval leads to;
     ``on_reject`` the state a rejection (or a rejecting expiry) leads to, else the
     run fails.
+
+    ``correction`` (a pydantic model) makes it a correction task: an approval must
+    carry data valid against the model, which history records and later states read
+    as ``ctx.human_tasks[name]["correction"]``; a rejection carries none.
     """
 
     name: str
@@ -159,6 +167,7 @@ class HumanTask:
     escalations: Sequence[Escalation] = ()
     schema_version: int = 1
     policy_version: str = "1"
+    correction: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reminders", tuple(self.reminders))
@@ -166,6 +175,25 @@ class HumanTask:
 
 
 Wait = TimerWait | SignalWait | HumanTask
+
+
+def correction_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema a correction must satisfy (recorded when the task opens)."""
+    return model.model_json_schema()
+
+
+def _has_sensitive(schema: Any) -> bool:
+    """A field flagged ``keel_sensitive`` or typed ``Sensitive[...]`` (which admits a
+    ``SealedValue``): docs/secrets.md."""
+    if isinstance(schema, dict):
+        if schema.get("keel_sensitive") or "SealedValue" in schema.get("$defs", {}):
+            return True
+        return any(map(_has_sensitive, schema.values()))
+    if isinstance(schema, list):
+        return any(map(_has_sensitive, schema))
+    return False
+
+
 _EXPIRY = frozenset(OnExpiry)
 
 
@@ -192,7 +220,7 @@ def describe_wait(wait: Wait | None) -> Any:
         return out
     if isinstance(wait, HumanTask):
         owner = wait.owner
-        return {
+        desc: dict[str, Any] = {
             "human": wait.name,
             "role": wait.role,
             "owner": owner if isinstance(owner, str) else callable_fingerprint(owner),
@@ -207,6 +235,12 @@ def describe_wait(wait: Wait | None) -> Any:
             "escalations": [[duration_ms(e.after), e.owner, e.role] for e in wait.escalations],
             "versions": [wait.schema_version, wait.policy_version],
         }
+        if wait.correction is not None:  # absent otherwise: older digests hold
+            desc["correction"] = {
+                "model": wait.correction.__name__,
+                "schema": sha256_hex(canonical_json(correction_schema(wait.correction))),
+            }
+        return desc
     return None
 
 
@@ -284,6 +318,14 @@ def _validate_human(
         raise DefinitionError(f"{what}: schema_version must be an int")
     if not isinstance(task.policy_version, str) or not task.policy_version:
         raise DefinitionError(f"{what}: policy_version must be a non-empty string")
+    if task.correction is not None:
+        if not (isinstance(task.correction, type) and issubclass(task.correction, BaseModel)):
+            raise DefinitionError(f"{what}: correction must be a pydantic model")
+        if _has_sensitive(correction_schema(task.correction)):
+            raise DefinitionError(
+                f"{what}: correction model {task.correction.__name__} has a sensitive field; "
+                "a correction is recorded in the clear"
+            )
     expires = _check_duration(what, task.expires, "expires", positive=True)
     _check_duration(what, task.due, "due")
     for i, r in enumerate(task.reminders, 1):

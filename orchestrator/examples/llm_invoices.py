@@ -8,6 +8,10 @@ from the file ``KEEL_LLM_SCRIPT``. See docs/llm-nodes.md.
   versioned ``InvoiceFields`` schema (two repairs at most); a confidence below 0.8 is
   flagged and routed to ``review``, a total above 1000 to ``approval``, the rest to
   ``auto``. Invalid output past the repairs fails the run with the raw output.
+* ``invoice_extraction`` v2: the same, but invalid output past the repairs opens the
+  human correction task ``correct_extraction`` (role ``invoice-clerk``) with the raw
+  outputs, the validation errors and the document as evidence; its approval carries
+  the corrected ``InvoiceCorrection``, which is routed on like a valid extraction.
 * ``invoice_extraction_confirm`` v1: the same node, then a wait for signal ``confirm``
   before routing (a run that sits after its LLM node, for recovery drills).
 * ``invoice_classify`` v1..v4: a cached read-only node; each version changes one part
@@ -26,9 +30,11 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.llm import (
+    INVALID_OUTPUT,
     AgentCall,
     CachePolicy,
     LlmCall,
+    OnInvalid,
     Pricing,
     PromptTemplate,
     Tool,
@@ -47,6 +53,7 @@ from orchestrator.definitions import (
     Transition,
     WorkflowDefinition,
 )
+from orchestrator.domain import HumanTask
 
 __all__ = ["app"]
 
@@ -145,6 +152,135 @@ invoice_extraction = app.workflow(
             *ENDINGS,
         ],
         description="Extract an invoice with an LLM node and route it by total and risk.",
+    )
+)
+
+# ---------------------------------------------------------------------------
+# invoice_extraction v2: a human corrects what the model could not answer
+# ---------------------------------------------------------------------------
+
+
+class InvoiceCorrection(BaseModel):
+    """What the clerk of a correction task submits: the fields, no confidence."""
+
+    schema_version: ClassVar[int] = 1
+    model_config = ConfigDict(extra="forbid")
+    vendor: str = Field(min_length=1)
+    invoice_number: str = Field(min_length=1)
+    total: float = Field(ge=0)
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+
+
+extract_or_flag = LlmCall(
+    "extract_invoice",
+    prompt=EXTRACT_V1,
+    output=InvoiceFields,
+    model="keel-test-model",
+    parameters={"temperature": 0},
+    max_repairs=2,
+    risk=[confidence_below(0.8)],
+    pricing=Pricing(input_per_mtok=0.5, output_per_mtok=1.5),
+    on_invalid=OnInvalid.FLAG,
+)
+
+
+def _fields_v2(ctx: Context) -> dict[str, Any]:
+    """The extraction's fields: the human's correction when there is one."""
+    task = ctx.human_tasks.get("correct_extraction")
+    if task is not None and task["correction"] is not None:
+        return dict(task["correction"])
+    return dict(ctx.results["extract"]["output"])
+
+
+def _is_large_v2(ctx: Context) -> bool:
+    return bool(_fields_v2(ctx)["total"] > LARGE_TOTAL)
+
+
+def _routed_v2(route: str) -> Any:
+    def output(ctx: Context) -> dict[str, Any]:
+        fields = _fields_v2(ctx)
+        corrected = ctx.human_tasks.get("correct_extraction")
+        by = corrected["actor"] if corrected is not None else None
+        return {"route": route, "total": fields["total"], "vendor": fields["vendor"], "by": by}
+
+    output.__qualname__ = f"routed_v2_{route}"
+    return output
+
+
+def _correction_operation(ctx: Context) -> dict[str, Any]:
+    record = ctx.results["extract"]["llm"]
+    return {
+        "resource": "invoice.correct",
+        "arguments": {"workflow_id": ctx.workflow_id, "input_digest": record["input_digest"]},
+    }
+
+
+def _correction_evidence(ctx: Context) -> dict[str, Any]:
+    """The raw outputs, the validation errors and the input the model was given."""
+    record = ctx.results["extract"]["llm"]
+    return {
+        "document": ctx.input_dict["document"],
+        "raw_outputs": [c["raw_output"] for c in record["calls"]],
+        "errors": [c["errors"] for c in record["calls"]],
+        "request_ids": [c["request_id"] for c in record["calls"]],
+        "schema": record["schema"],
+        "prompt": record["prompt"],
+        "model": record["model"],
+    }
+
+
+def _not_extracted(ctx: Context) -> str:
+    if "extract" in ctx.failures:
+        return "extraction failed: " + ctx.failures["extract"]["message"]
+    task = ctx.human_tasks["correct_extraction"]
+    return f"the correction was {task['status']} by {task['actor'] or 'nobody'}"
+
+
+ROUTES_V2 = [
+    Transition("approval", when=_is_large_v2),
+    Transition("auto"),
+]
+
+invoice_extraction_v2 = app.workflow(
+    WorkflowDefinition(
+        "invoice_extraction",
+        2,
+        InvoiceDocument,
+        [
+            State(
+                "extract",
+                steps=[llm_step(app, "extract", extract_or_flag, input=_document, retry=LLM_RETRY)],
+                transitions=[
+                    Transition("needs_correction", when=has_flag("extract", INVALID_OUTPUT)),
+                    Transition("review", when=has_flag("extract", "low_confidence")),
+                    *ROUTES_V2,
+                ],
+                on_failure="not_extracted",
+            ),
+            State(
+                "needs_correction",
+                wait=HumanTask(
+                    "correct_extraction",
+                    role="invoice-clerk",
+                    owner="accounts-payable",
+                    operation=_correction_operation,
+                    evidence=_correction_evidence,
+                    on_approve="corrected",
+                    on_reject="not_extracted",
+                    expires=timedelta(days=3),
+                    correction=InvoiceCorrection,
+                ),
+            ),
+            State("corrected", transitions=ROUTES_V2),
+            State("review", complete=_routed_v2("review")),
+            State("approval", complete=_routed_v2("approval")),
+            State("auto", complete=_routed_v2("auto")),
+            State("not_extracted", fail=_not_extracted),
+        ],
+        description=(
+            "Extract an invoice with an LLM node; invalid output past the repairs goes to a "
+            "human correction task, whose corrected fields are routed like an extraction."
+        ),
     )
 )
 

@@ -5,8 +5,10 @@ committed (:meth:`~orchestrator.runtime.projection.Projection.write_guarded`). T
 projector folds each event once (it skips events at or below the sequence number the
 read model holds), so a replayed batch counts nothing twice; a rebuild of the read model
 does not count again either. Instruments come from the global meter provider: without one
-configured they cost nothing; :func:`configure_metrics` installs one (docs/llm-nodes.md,
-"Cost and provenance").
+configured they cost nothing; :func:`configure_metrics` installs an OTLP/HTTP one when the
+standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``) is
+set — the exporter reads the other ``OTEL_EXPORTER_OTLP_*`` and ``OTEL_METRIC_EXPORT_*``
+variables itself (docs/operations.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from enum import StrEnum
 
 from opentelemetry import metrics
 from opentelemetry.metrics import Counter, Meter
+from opentelemetry.sdk.metrics import MeterProvider
 
 from orchestrator.runtime.llm_usage import NodeUsage
 
 METER_NAME = "keel.llm"
+#: Either turns the OTLP exporter on (the standard OpenTelemetry variables).
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 class Instrument(StrEnum):
@@ -83,24 +88,27 @@ def llm_metrics() -> LlmMetrics:
         return _default
 
 
-def configure_metrics(service: str) -> bool:
-    """Install a meter provider when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the OTLP
-    metric exporter is installed; returns whether one was installed."""
-    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return False
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[import-not-found]
-            OTLPMetricExporter,
-        )
-    except ImportError:
-        return False
-    from opentelemetry.sdk.metrics import MeterProvider
+def otlp_meter_provider(service: str) -> MeterProvider | None:
+    """An OTLP/HTTP meter provider for ``service`` when an endpoint variable is set, else
+    None (metrics off)."""
+    if not any(os.environ.get(v) for v in ENDPOINT_VARS):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
 
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-    provider = MeterProvider(
+    return MeterProvider(
         metric_readers=[reader], resource=Resource.create({"service.name": service})
     )
+
+
+def configure_metrics(service: str) -> bool:
+    """Install the OTLP meter provider as the global one when an endpoint is set; returns
+    whether one was installed. Its reader exports every ``OTEL_METRIC_EXPORT_INTERVAL`` ms
+    (60 s by default) and once more at exit."""
+    provider = otlp_meter_provider(service)
+    if provider is None:
+        return False
     metrics.set_meter_provider(provider)
     return True

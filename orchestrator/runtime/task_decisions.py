@@ -11,7 +11,12 @@ command, watches two places until one answers:
 * ``keel.dlq`` from the offsets it had *before* sending, for the letter whose causation id
   is the command's message id → refused, with the orchestrator's reason.
 
-The message id is a function of (task, actor, decision, digest seen, reason), so a retried
+A correction task's approval carries the corrected data (``correction``, any JSON value):
+it is sent as ``correction_json`` and the orchestrator validates it against the task's
+model (docs/human-tasks.md, "Correction tasks").
+
+The message id is a function of (task, actor, decision, digest seen, reason, correction),
+so a retried
 request is ignored by the orchestrator even after the run finished. A decision the inbox
 already shows for the same actor is answered with that first result and nothing is sent.
 The HTTP status of a refusal is read from the orchestrator's reason (:func:`refusal_status`).
@@ -32,6 +37,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from orchestrator.codec import default_codec
+from orchestrator.domain.fingerprint import canonical_json
 from orchestrator.domain.messages import DeadLetter, DecideHumanTask
 from orchestrator.domain.vocabulary import HumanDecision
 from orchestrator.domain.waits import token_hash
@@ -96,10 +102,16 @@ class DecisionOutcome:
 
 
 def decision_message_id(
-    task_id: str, actor: str, decision: str, operation_digest: str, reason: str
+    task_id: str,
+    actor: str,
+    decision: str,
+    operation_digest: str,
+    reason: str,
+    correction_json: str = "",
 ) -> str:
     """The command's message id: the same request always has the same id."""
-    digest = hashlib.sha256(f"{operation_digest}\0{reason}".encode()).hexdigest()[:16]
+    text = f"{operation_digest}\0{reason}" + (f"\0{correction_json}" if correction_json else "")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     mid = f"decide/{task_id}/{actor}/{decision}/{digest}"
     if len(mid) > 400:
         whole = hashlib.sha256(f"{task_id}\0{actor}\0{decision}".encode()).hexdigest()
@@ -122,6 +134,10 @@ _REFUSALS: tuple[tuple[str, int], ...] = (
     ("actor roles must be", 400),
     ("a decision is 'approve' or 'reject'", 400),
     ("a decision names", 400),
+    ("is not a valid", 422),  # a correction that fails the task's model
+    ("the correction of human task", 400),  # not JSON
+    ("carries the corrected data", 400),
+    ("carries no correction", 400),
 )
 
 
@@ -222,8 +238,12 @@ class TaskDesk:
         decision: str,
         reason: str = "",
         operation_digest: str | None = None,
+        correction: Any = None,
     ) -> DecisionOutcome:
-        """Send one decision and wait for what the orchestrator made of it."""
+        """Send one decision and wait for what the orchestrator made of it.
+
+        ``correction``: the corrected data of a correction task's approval (None: none).
+        """
         th = token_hash(token)
         task = self.tasks.by_token_hash(th) if token else None
         if task is None:
@@ -236,7 +256,8 @@ class TaskDesk:
                 task,
             )
         seen = task["operation_digest"] if operation_digest is None else operation_digest
-        mid = decision_message_id(task["task_id"], actor, decision, seen, reason)
+        correction_json = "" if correction is None else canonical_json(correction)
+        mid = decision_message_id(task["task_id"], actor, decision, seen, reason, correction_json)
         payload = DecideHumanTask(
             task_id=task["task_id"],
             token_hash=th,
@@ -245,6 +266,7 @@ class TaskDesk:
             actor_roles_json=json.dumps(sorted(roles)),
             reason=reason,
             operation_digest=seen,
+            correction_json=correction_json,
         )
         watch = self._watch()
         try:

@@ -67,7 +67,7 @@ def completed_result(events: list, step_type: str = "ActivityCompleted") -> dict
 
 def test_a_valid_answer_is_recorded_and_routes_the_run(settings, llm, fake):
     fake.script([{"match": "doc-ok", "json": fields(total=4200.0)}])
-    llm.start("invoice_extraction", {"document": "doc-ok"}, workflow_id="ok-1")
+    llm.start("invoice_extraction", {"document": "doc-ok"}, workflow_id="ok-1", version=1)
     done = llm.wait("ok-1", 60)
     assert done["status"] == "completed"
     assert done["output"] == {"route": "approval", "total": 4200.0, "vendor": "ACME"}
@@ -88,7 +88,7 @@ def test_a_valid_answer_is_recorded_and_routes_the_run(settings, llm, fake):
 
 def test_low_confidence_is_flagged_and_the_definition_branches_on_it(settings, llm, fake):
     fake.script([{"match": "doc-unsure", "json": fields(confidence=0.4)}])
-    llm.start("invoice_extraction", {"document": "doc-unsure"}, workflow_id="unsure-1")
+    llm.start("invoice_extraction", {"document": "doc-unsure"}, workflow_id="unsure-1", version=1)
     done = llm.wait("unsure-1", 60)
     assert done["output"]["route"] == "review"
     assert completed_result(events_of(settings, "unsure-1"))["flags"] == ["low_confidence"]
@@ -97,7 +97,7 @@ def test_low_confidence_is_flagged_and_the_definition_branches_on_it(settings, l
 def test_malformed_twice_then_valid_makes_two_recorded_repairs(settings, llm, fake):
     fake.set_faults(malformed=1, wrong_schema=1)
     fake.script([{"match": "doc-repair", "json": fields()}])
-    llm.start("invoice_extraction", {"document": "doc-repair"}, workflow_id="repair-1")
+    llm.start("invoice_extraction", {"document": "doc-repair"}, workflow_id="repair-1", version=1)
     assert llm.wait("repair-1", 60)["status"] == "completed"
     events = events_of(settings, "repair-1")
     assert [e.type for e in events].count("ActivityScheduled") == 1, (
@@ -120,7 +120,7 @@ def test_malformed_twice_then_valid_makes_two_recorded_repairs(settings, llm, fa
 
 def test_malformed_past_the_bound_fails_permanently_with_the_raw_output(settings, llm, fake):
     fake.set_faults(malformed=-1)
-    llm.start("invoice_extraction", {"document": "doc-bad"}, workflow_id="bad-1")
+    llm.start("invoice_extraction", {"document": "doc-bad"}, workflow_id="bad-1", version=1)
     done = llm.wait("bad-1", 60)
     assert done["status"] == "failed"
     events = events_of(settings, "bad-1")
@@ -135,20 +135,31 @@ def test_malformed_past_the_bound_fails_permanently_with_the_raw_output(settings
 def test_429_with_retry_after_is_retried_as_transient_after_the_stated_delay(settings, llm, fake):
     fake.set_faults(status_429=1, retry_after_s=2)
     fake.script([{"match": "doc-busy", "json": fields()}])
-    llm.start("invoice_extraction", {"document": "doc-busy"}, workflow_id="busy-1")
+    llm.start("invoice_extraction", {"document": "doc-busy"}, workflow_id="busy-1", version=1)
     assert llm.wait("busy-1", 60)["status"] == "completed"
     events = events_of(settings, "busy-1")
     assert_sound_history("busy-1", events)
-    (failed,) = [e.payload for e in events if e.type == "ActivityFailed"]
+    (failed_env,) = [e for e in events if e.type == "ActivityFailed"]
+    failed = failed_env.payload
     assert failed.failure_class == "transient" and failed.attempt == 1
     assert "provider answered 429; Retry-After 2s" in failed.message
+    assert failed.retry_after_ms == 2000, "the worker reported the provider's Retry-After"
+    # the decider's retry timer waits it out (the policy's backoff alone is <= 100 ms)
+    timers = [e.payload for e in events if e.type == "TimerScheduled"]
+    (timer,) = [t for t in timers if t.purpose.startswith("retry:")]
+    assert timer.fire_at - failed_env.recorded_at == 2000
+    (fired,) = [
+        e for e in events if e.type == "TimerFired" and e.payload.timer_id == timer.timer_id
+    ]
+    (second_dispatch,) = [e for e in events if e.type == "ActivityScheduled"][1:]
+    assert fired.seq < second_dispatch.seq
     scheduled = [e.payload.attempt for e in events if e.type == "ActivityScheduled"]
     assert scheduled == [1, 2]
     assert [e.payload.attempt for e in events if e.type == "ActivityCompleted"] == [2]
     first, second = fake.requests()
     assert first["outcome"] == "429" and second["outcome"] == "scripted"
     assert first["call"] == second["call"] == "busy-1/llm.extract_invoice/1#0"
-    assert second["at"] - first["at"] >= 1.8, "the second call waited out Retry-After"
+    assert second["at"] - first["at"] >= 1.8, "the second call was made after Retry-After"
 
 
 def test_cache_hits_on_same_inputs_and_misses_on_any_version_change(settings, llm, fake):

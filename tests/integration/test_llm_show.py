@@ -45,7 +45,7 @@ def show_json(settings, wf: str) -> dict[str, Any]:
 def test_show_sums_tokens_and_cost_and_lists_each_nodes_provenance(settings, llm, fake):
     fake.set_faults(malformed=1)
     fake.script([{"match": "doc-cost", "json": fields()}])
-    llm.start("invoice_extraction", {"document": "doc-cost"}, workflow_id="cost-1")
+    llm.start("invoice_extraction", {"document": "doc-cost"}, workflow_id="cost-1", version=1)
     assert llm.wait("cost-1", 60)["status"] == "completed"
     rec = completed_result(events_of(settings, "cost-1"))["llm"]
     assert len(rec["calls"]) == 2 and rec["tokens"]["total"] > 0 and rec["cost_usd"] > 0

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, SecretStr
 
 from handlers.context import ActivityContext, reset_current, set_current
-from handlers.errors import FailureClass, classify
+from handlers.errors import FailureClass, classify, retry_after_ms
 from handlers.llm import (
     AgentCall,
     AgentExhausted,
@@ -34,6 +34,7 @@ from handlers.llm import (
     content_hash,
     llm_step,
 )
+from handlers.llm.node import INVALID_OUTPUT, OnInvalid
 from handlers.llm.providers import (
     OpenAIProvider,
     ProviderUnavailable,
@@ -306,6 +307,52 @@ def test_retry_after_is_stored_for_the_next_attempt():
     exc, _, store = run(app, "llm.x", payload, {"responses": [{"status": 429, "retry_after": 30}]})
     assert isinstance(exc, ProviderUnavailable) and classify(exc) == FailureClass.TRANSIENT
     assert store.waits["wf/llm.x/1"] > time.time() + 25
+    assert retry_after_ms(exc) == 30_000, "reported: the orchestrator's timer waits it out"
+    # delivered again before the delay is over (a crash after the report): no call is made
+    again, provider, _ = run(app, "llm.x", payload, {"default": {"json": GOOD}}, store)
+    assert isinstance(again, ProviderUnavailable) and provider.calls == 0
+    assert str(again).startswith("the provider asked to wait; ")
+    assert 25_000 < retry_after_ms(again) <= 30_000
+    store.waits["wf/llm.x/1"] = time.time() - 1  # the delay is over: the call is made
+    done, provider, _ = run(app, "llm.x", payload, {"default": {"json": GOOD}}, store)
+    assert provider.calls == 1 and done["output"] == GOOD
+
+
+def test_a_retry_after_longer_than_the_workers_cap_is_reported_capped():
+    app, _, payload = node_app()
+    script = {"responses": [{"status": 429, "retry_after": 9000}]}
+    exc, _, store = run(app, "llm.x", payload, script)
+    assert retry_after_ms(exc) == 300_000  # KEEL_LLM_MAX_RETRY_AFTER_S (300)
+    assert store.waits["wf/llm.x/1"] < time.time() + 301
+
+
+def test_invalid_past_the_bound_with_on_invalid_flag_completes_with_the_evidence():
+    app, call, payload = node_app(max_repairs=1, on_invalid=OnInvalid.FLAG)
+    script = {"responses": [{"content": "Sure! {vendor: ACME"}, {"json": {"vendor": "A"}}]}
+    result, provider, _ = run(app, "llm.x", payload, script)
+    assert provider.calls == 2
+    assert result["output"] is None and result["flags"] == [INVALID_OUTPUT]
+    record = result["llm"]
+    assert [c["raw_output"] for c in record["calls"]] == [
+        "Sure! {vendor: ACME",
+        '{"vendor": "A"}',
+    ]
+    assert record["calls"][0]["errors"][0].startswith("the answer is not JSON")
+    assert record["validation"] == {
+        "valid": False,
+        "repairs": 1,
+        "errors": [
+            "the answer does not match the schema: field 'confidence': Field required; "
+            "field 'total': Field required"
+        ],
+    }
+    assert record["tokens"]["total"] > 0 and record["cache"] == {"status": "off", "key": None}
+    # the policy is part of the spec, and the default leaves older specs as they were
+    _, failing, _ = node_app(max_repairs=1)
+    assert call.spec_digest != failing.spec_digest
+    assert "on_invalid" not in failing.describe() and call.describe()["on_invalid"] == "flag"
+    with pytest.raises(DefinitionError, match="on_invalid must be 'fail' or 'flag'"):
+        node_app(on_invalid="retry")
 
 
 # -- the agent -----------------------------------------------------------------------------
