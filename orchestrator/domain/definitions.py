@@ -36,7 +36,7 @@ from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.migrations import Migration, validate_migrations
 from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
-from orchestrator.domain.upcasting import check_upcasters, schema_version_of, upcasters_of
+from orchestrator.domain.upcasting import check_upcasters, describe_model, schema_version_of
 from orchestrator.domain.vocabulary import OnCancel, OnExhausted, TimeoutKind
 from orchestrator.domain.waits import (
     Duration,
@@ -186,7 +186,7 @@ class Step:
         if self.irreversible:
             out["irreversible"] = True
         if self.output is not None:
-            out["output"] = _versioned_desc(self.output)
+            out["output"] = describe_model(self.output)
         return out
 
     @property
@@ -245,27 +245,6 @@ class State:
         return (
             self.complete is not None or self.fail is not None or self.continue_as_new is not None
         )
-
-
-def _model_desc(model: type[BaseModel] | None) -> Any:
-    if model is None:
-        return None
-    return {
-        "name": f"{model.__module__}.{model.__qualname__}",
-        "schema": model.model_json_schema(),
-    }
-
-
-def _versioned_desc(model: type[BaseModel]) -> dict[str, Any]:
-    """A recorded model's digest view: shape, version and the code of its upcasters."""
-    desc = _model_desc(model)
-    version = schema_version_of(model)
-    if version:
-        desc["schema_version"] = version
-        desc["upcasters"] = {
-            str(k): callable_fingerprint(fn) for k, fn in sorted(upcasters_of(model).items())
-        }
-    return desc  # type: ignore[no-any-return]
 
 
 class WorkflowDefinition:
@@ -562,12 +541,8 @@ class WorkflowDefinition:
             "name": self.name,
             "version": self.version,
             "initial": self.initial,
-            "input_model": (
-                _versioned_desc(self.input_model)
-                if schema_version_of(self.input_model)
-                else _model_desc(self.input_model)
-            ),
-            "output_model": _model_desc(self.output_model),
+            "input_model": describe_model(self.input_model),
+            "output_model": describe_model(self.output_model, versioned=False),
             "states": states,
         }
         # newer options only when they differ from the default, so old digests hold

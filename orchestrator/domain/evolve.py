@@ -478,20 +478,6 @@ def _continued(
     n.input_schema_version = lookup(n).input_schema_version
 
 
-def _completed_wf(
-    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCompleted, env: Envelope[Any]
-) -> None:
-    _close(n, WorkflowStatus.COMPLETED)
-    n.output_json = p.output_json
-
-
-def _failed_wf(
-    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowFailed, env: Envelope[Any]
-) -> None:
-    _close(n, WorkflowStatus.FAILED)
-    n.failure_reason = p.reason
-
-
 def _compensation_started(
     lookup: DefinitionLookup, n: WorkflowState, p: CompensationStarted, env: Envelope[Any]
 ) -> None:
@@ -504,18 +490,14 @@ def _compensation_started(
     _remember(n, env)  # a cancel that began compensating: its redelivery writes nothing
 
 
-def _compensated_wf(
-    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCompensated, env: Envelope[Any]
-) -> None:
-    _close(n, WorkflowStatus.COMPENSATED)
-    n.failure_reason = p.reason
+def _ending(status: WorkflowStatus, field: str) -> Applier:
+    """The applier of a terminal event: close the run, keep the event's text in ``field``."""
 
+    def apply(lookup: DefinitionLookup, n: WorkflowState, p: Any, env: Envelope[Any]) -> None:
+        _close(n, status)
+        setattr(n, field, p.output_json if field == "output_json" else p.reason)
 
-def _compensation_failed_wf(
-    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCompensationFailed, env: Envelope[Any]
-) -> None:
-    _close(n, WorkflowStatus.COMPENSATION_FAILED)
-    n.failure_reason = p.reason
+    return apply
 
 
 def _cancelled_wf(
@@ -541,13 +523,13 @@ APPLIERS: dict[type, Applier] = {
     ActivityRedriven: _redriven,
     ActivityResolved: _resolved,
     WorkflowNeedsAttention: _needs_attention,
-    WorkflowCompleted: _completed_wf,
-    WorkflowFailed: _failed_wf,
+    WorkflowCompleted: _ending(WorkflowStatus.COMPLETED, "output_json"),
+    WorkflowFailed: _ending(WorkflowStatus.FAILED, "failure_reason"),
     WorkflowCancelled: _cancelled_wf,
     WorkflowContinuedAsNew: _continued,
     CompensationStarted: _compensation_started,
-    WorkflowCompensated: _compensated_wf,
-    WorkflowCompensationFailed: _compensation_failed_wf,
+    WorkflowCompensated: _ending(WorkflowStatus.COMPENSATED, "failure_reason"),
+    WorkflowCompensationFailed: _ending(WorkflowStatus.COMPENSATION_FAILED, "failure_reason"),
     **compensation.APPLIERS,
     **signals.APPLIERS,
     **human_tasks.APPLIERS,

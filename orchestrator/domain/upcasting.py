@@ -38,12 +38,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.domain.errors import DefinitionError
+from orchestrator.domain.fingerprint import callable_fingerprint
 
 __all__ = [
     "UPCAST_PREFIX",
     "SchemaUnreadable",
     "Upcaster",
     "check_upcasters",
+    "describe_model",
     "schema_version_of",
     "upcast",
     "upcasters_of",
@@ -147,3 +149,21 @@ def upcast(model: type[BaseModel] | None, recorded: int, data: Any, what: str) -
 
 def _name(model: type[BaseModel]) -> str:
     return getattr(model, "__qualname__", repr(model))
+
+
+def describe_model(model: type[BaseModel] | None, versioned: bool = True) -> Any:
+    """A model's digest view: its name and shape and, for a versioned recorded model,
+    its version and the code of its upcasters (an edited upcaster changes the digest)."""
+    if model is None:
+        return None
+    desc: dict[str, Any] = {
+        "name": f"{model.__module__}.{model.__qualname__}",
+        "schema": model.model_json_schema(),
+    }
+    version = schema_version_of(model) if versioned else 0
+    if version:
+        desc["schema_version"] = version
+        desc["upcasters"] = {
+            str(k): callable_fingerprint(fn) for k, fn in sorted(upcasters_of(model).items())
+        }
+    return desc
