@@ -94,6 +94,7 @@ def _fields(task: HumanTaskState, state: WorkflowState, at: int) -> dict[str, An
         "actor": task.actor or "",
         "decided_at": task.decided_at if task.decided_at is not None else "",
         "expiry_outcome": task.expiry_outcome or "",
+        "correction_json": task.correction_json,
         "run_status": str(state.status),
         "updated_at": at,
     }
@@ -117,6 +118,7 @@ def _opened(p: HumanTaskOpened, env: Envelope[Any]) -> dict[str, Any]:
         "due_at": p.due_at,
         "expires_at": p.expires_at,
         "token_hash": p.token_hash,
+        "correction_schema_json": p.correction_schema_json,
     }
 
 
@@ -208,10 +210,12 @@ def public_view(row: dict[str, str]) -> dict[str, Any]:
         value = row.get(name, "")
         return int(value) if value not in ("", None) else None
 
-    try:
-        evidence = loads_bounded(row.get("evidence_json") or "null", "evidence")
-    except ValueError:
-        evidence = row.get("evidence_json")
+    def parsed(name: str, what: str) -> Any:
+        try:
+            return loads_bounded(row.get(name) or "null", what)
+        except ValueError:
+            return row.get(name)
+
     return {
         "task_id": row.get("task_id"),
         "task_name": row.get("task_name"),
@@ -230,12 +234,14 @@ def public_view(row: dict[str, str]) -> dict[str, Any]:
         "operation_digest": row.get("operation_digest"),
         "schema_version": num("schema_version"),
         "policy_version": row.get("policy_version"),
-        "evidence": evidence,
+        "evidence": parsed("evidence_json", "evidence"),
         "evidence_digest": row.get("evidence_digest"),
         "decision": row.get("decision") or None,
         "actor": row.get("actor") or None,
         "decided_at": num("decided_at"),
         "expiry_outcome": row.get("expiry_outcome") or None,
+        "correction_schema": parsed("correction_schema_json", "correction schema"),
+        "correction": parsed("correction_json", "correction"),
         "run_status": row.get("run_status"),
     }
 

@@ -94,6 +94,16 @@ def test_malformed_past_the_bound_opens_a_correction_task_and_its_correction_com
     assert task.role == "invoice-clerk" and task.task_name == "correct_extraction"
     token = TaskTokens(SECRET.encode(), "test").issue(task.task_id)
 
+    # the inbox shows the clerk the form to fill in: the correction's JSON schema
+    def shown() -> Any:
+        auth = {"Authorization": f"Bearer {BEARERS['clara']}"}
+        status, body = request("GET", f"{url}/tasks/{token}", None, auth)
+        return body if status == 200 else None
+
+    view = wait_until(shown, 60, "the task in the inbox")
+    assert view["correction_schema"] == InvoiceCorrection.model_json_schema()
+    assert view["correction"] is None and view["status"] == "open"
+
     # an invalid correction is refused with the orchestrator's exact reason; nothing written
     what = f"approve of human task '{task.task_id}' by 'clara'"
     bad = {"vendor": "ACME", "invoice_number": "INV-77", "total": -3, "currency": "euro"}
