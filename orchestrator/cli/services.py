@@ -67,8 +67,10 @@ def orchestrator(
     orch = Orchestrator(settings, application, checkpoint_interval_s=checkpoint_interval)
     stoppables: list = [orch]
     if projector:
-        # Its health is in ``supervisor.health_of_all()`` for the process's status.
-        stoppables.append(Supervisor("projector", Projector(settings, application)).start())
+        # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
+        # fed this process's committed events in process (docs/performance.md).
+        feed = Projector(settings, application, committed=orch.committed)
+        stoppables.append(Supervisor("projector", feed).start())
     from orchestrator.sagas import sagas_of
 
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)

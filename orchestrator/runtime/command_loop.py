@@ -42,6 +42,7 @@ from orchestrator.domain.parking import PARKED, RunParked
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import TxnAbortable
+from orchestrator.runtime.committed import CommittedEvent, CommittedEvents
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import (
     check_record_size,
@@ -109,11 +110,31 @@ def _over_limits(payload: Any) -> str | None:
 MAX_LOCAL_ROUNDS = 32
 
 
+class _Sent:
+    """An event appended in the open transaction; its offset once Kafka reports it."""
+
+    __slots__ = ("envelope", "loop", "offset", "partition")
+
+    def __init__(self, loop: CommandLoop, partition: int, envelope: Envelope[Any]) -> None:
+        self.loop = loop
+        self.partition = partition
+        self.envelope = envelope
+        self.offset = -1
+
+    def __call__(self, partition: int, offset: int) -> None:
+        self.offset = offset
+        self.loop._on_event_delivered(partition, offset)
+
+
 class CommandLoop:
-    def __init__(self, ctx: RuntimeContext) -> None:
+    def __init__(self, ctx: RuntimeContext, committed: CommittedEvents | None = None) -> None:
         self.ctx = ctx
         #: Local activities scheduled by this batch's decisions, not run yet.
         self._local: list[LocalRun] = []
+        #: Where committed events go for an in-process projector (``committed.py``).
+        self.committed = committed
+        #: This batch's events, when a projector listens; published once committed.
+        self._sent: list[_Sent] | None = None
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -126,6 +147,8 @@ class CommandLoop:
         first: dict[int, int] = {}
         nxt: dict[int, int] = {}
         self._local = []
+        feed = self.committed
+        self._sent = [] if feed is not None and feed.listening else None
         began = time.perf_counter()
         ctx.log.begin()
         try:
@@ -143,9 +166,13 @@ class CommandLoop:
             ctx.log.commit(nxt)
         except TxnAbortable as exc:
             self._local = []
+            self._sent = None
             self._abort(exc, first, due)
             return False
         done = time.perf_counter()
+        sent, self._sent = self._sent, None
+        if sent and feed is not None:  # after the commit: only facts reach the projector
+            feed.publish([CommittedEvent(s.partition, s.offset, s.envelope) for s in sent])
         ctx.stats.commit_ms_total += (done - committing) * 1000
         ctx.stats.decide_ms_total += (committing - began) * 1000 - local_ms
         ctx.stats.transactions += 1
@@ -417,8 +444,14 @@ class CommandLoop:
         key = wf.encode()
         outs: list[Out] = []
         local: list[LocalRun] = []
+        sent: list[_Sent] | None = [] if self._sent is not None else None
         for ev in events:
             value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
+            on_delivered: DeliveryCallback = self._on_event_delivered
+            if sent is not None:
+                one = _Sent(self, p, ev)
+                sent.append(one)
+                on_delivered = one
             outs.append(
                 Out(
                     ctx.topics.events,
@@ -426,7 +459,7 @@ class CommandLoop:
                     key,
                     p,
                     ((TYPE_HEADER, ev.type.encode()), *headers),
-                    self._on_event_delivered,
+                    on_delivered,
                 )
             )
             if isinstance(ev.payload, ActivityScheduled):
@@ -437,6 +470,8 @@ class CommandLoop:
                     outs.append(self._task(ev, key, headers, now))
             elif isinstance(ev.payload, ActivityDeadLettered):
                 outs.append(self._activity_letter(ev, key, now))
+        if sent and self._sent is not None:  # all encoded and checked: they will be sent
+            self._sent.extend(sent)
         ctx.stats.events += len(events)
         ps.events_since_checkpoint += len(events)
         overlay[wf] = (p, new_state)

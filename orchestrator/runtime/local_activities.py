@@ -96,6 +96,7 @@ class LocalActivities:
         self._effects = effects
         self._gate: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: _Runner | None = None
         self.runs = 0
         self.overruns = 0
         self.run_ms = 0.0
@@ -135,16 +136,155 @@ class LocalActivities:
 
     # ------------------------------------------------------------------ running
     def run(self, runs: list[LocalRun]) -> list[CompleteActivity | FailActivity | None]:
-        """Run ``runs`` concurrently; each one's report, or None when the timer will fail it."""
+        """Run ``runs``; each one's report, or None when the timer will fail it.
+
+        Sync handlers run one after another on one runner thread (a thread hop per
+        round, not per run), each bounded from its own start; async handlers run
+        concurrently on a private event loop meanwhile.
+        """
         if not runs:
             return []
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
         began = time.perf_counter()
-        out = self._loop.run_until_complete(self._all(runs))
+        out: list[CompleteActivity | FailActivity | None] = [None] * len(runs)
+        jobs: list[_Job] = []
+        waiting: list[tuple[int, LocalRun]] = []
+        for i, r in enumerate(runs):
+            handler = self.app.handler(r.scheduled.activity_type)
+            if handler.is_async:
+                waiting.append((i, r))
+            else:
+                jobs.append(_Job(i, r, self._sync_call(r, handler), r.bound_ms / 1000))
+        if jobs:
+            runner = self._runner_for(jobs)
+        if waiting:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            reports = self._loop.run_until_complete(self._all([r for _, r in waiting]))
+            for (i, _), report in zip(waiting, reports, strict=True):
+                out[i] = report
+        while jobs:
+            done, overrun = runner.wait_round()
+            for job, (ok, value) in done:
+                out[job.index] = self._outcome(job.run, ok, value)
+            if overrun is None:
+                break
+            out[overrun.index] = self._overran(overrun.run)
+            jobs = jobs[jobs.index(overrun) + 1 :]  # the rest on a fresh runner
+            self._runner = None
+            if jobs:
+                runner = self._runner_for(jobs)
         self.run_ms += (time.perf_counter() - began) * 1000
         self.runs += len(runs)
-        return list(out)
+        return out
+
+    def _runner_for(self, jobs: list[_Job]) -> _Runner:
+        if self._runner is None or not self._runner.is_alive():
+            self._runner = _Runner()
+            self._runner.start()
+        self._runner.submit(jobs)
+        return self._runner
+
+    def _sync_call(self, r: LocalRun, handler: Any) -> Callable[[], str]:
+        """The run of a sync handler, with its activity context, for the runner thread."""
+        from handlers.context import reset_current, set_current
+        from handlers.effects import has_side_effect
+        from handlers.execution import execute, parse_input, result_json
+
+        s = r.scheduled
+        side_effect = has_side_effect(handler.fn)
+        ctx = self._context(r)
+        store: tuple[Any, Any] | Exception = (None, None)
+        if side_effect:  # opened here, on the orchestrator's thread, once
+            try:
+                store = self._store()
+            except Exception as exc:  # reported as the run's failure
+                store = exc
+
+        def call() -> str:
+            token = set_current(ctx)
+            try:
+                if not side_effect:
+                    arg = parse_input(handler, s.input_json)
+                    return result_json(handler, handler.fn(arg), side_effect=False)
+                if isinstance(store, Exception):
+                    raise store
+                effects, gate = store
+                return asyncio.run(
+                    execute(
+                        self.app,
+                        effects,
+                        gate,
+                        s.activity_type,
+                        s.input_json,
+                        s.idempotency_key,
+                        s.attempt,
+                    )
+                )
+            finally:
+                reset_current(token)
+
+        return call
+
+    @staticmethod
+    def _context(r: LocalRun) -> Any:
+        from handlers.context import ActivityContext
+
+        s = r.scheduled
+        return ActivityContext(
+            workflow_id=r.workflow_id,
+            activity_id=s.activity_id,
+            activity_type=s.activity_type,
+            attempt=s.attempt,
+            logical_attempt=s.logical_attempt,
+            idempotency_key=s.idempotency_key,
+            heartbeat_ms=0,
+            _send=lambda _details: None,  # a local step has no heartbeat timeout
+        )
+
+    def _outcome(self, r: LocalRun, ok: bool, value: Any) -> CompleteActivity | FailActivity:
+        """A sync run's report: its result, or its failure classified as a worker would."""
+        from handlers.effects import Stopping
+        from handlers.errors import classify, error_type, retry_after_ms
+        from handlers.execution import describe
+
+        s = r.scheduled
+        if ok:
+            version = self.app.handler(s.activity_type).schema_version
+            return CompleteActivity(s.activity_id, s.attempt, value, version)
+        if isinstance(value, Stopping):  # stopping while Redis is away: commit nothing
+            raise TxnAbortable(f"local activity {s.activity_id} abandoned: {value}") from value
+        return FailActivity(
+            s.activity_id,
+            s.attempt,
+            str(classify(value)),
+            error_type(value),
+            describe(value),
+            retry_after_ms(value),
+        )
+
+    def _overran(self, r: LocalRun) -> FailActivity | None:
+        """Past its bound: None when its start-to-close timer fails it, else a failure now."""
+        from handlers.effects import has_side_effect
+
+        s = r.scheduled
+        self.overruns += 1
+        log.warning(
+            "local activity %s of %s overran its %d ms bound%s",
+            s.activity_id,
+            r.workflow_id,
+            r.bound_ms,
+            "; its start-to-close timer will fail it" if r.timer_armed else "",
+        )
+        if r.timer_armed:
+            return None
+        side_effect = has_side_effect(self.app.handler(s.activity_type).fn)
+        return FailActivity(
+            s.activity_id,
+            s.attempt,
+            "unknown" if side_effect else "transient",
+            "StartToCloseTimeout",
+            f"local activity exceeded its in-process bound of {r.bound_ms} ms",
+        )
 
     async def _all(self, runs: list[LocalRun]) -> list[CompleteActivity | FailActivity | None]:
         return list(await asyncio.gather(*(self._one(r) for r in runs)))
@@ -161,29 +301,21 @@ class LocalActivities:
         return self._effects, self._gate
 
     async def _one(self, r: LocalRun) -> CompleteActivity | FailActivity | None:
-        from handlers.context import ActivityContext, reset_current, set_current
-        from handlers.effects import Stopping, has_side_effect
-        from handlers.errors import classify, error_type
-        from handlers.execution import describe, execute, parse_input, result_json
+        """An async handler's run on the private loop, bounded."""
+        from handlers.context import reset_current, set_current
+        from handlers.effects import has_side_effect
+        from handlers.execution import execute
 
         s = r.scheduled
         handler = self.app.handler(s.activity_type)
         side_effect = has_side_effect(handler.fn)
         effects: Any = None
         gate: Any = None
-        ctx = ActivityContext(
-            workflow_id=r.workflow_id,
-            activity_id=s.activity_id,
-            activity_type=s.activity_type,
-            attempt=s.attempt,
-            logical_attempt=s.logical_attempt,
-            idempotency_key=s.idempotency_key,
-            heartbeat_ms=0,
-            _send=lambda _details: None,  # a local step has no heartbeat timeout
-        )
-
-        def running() -> Any:
-            return execute(
+        token = set_current(self._context(r))
+        try:
+            if side_effect:  # only a @side_effect handler touches the effect store
+                effects, gate = self._store()
+            work = execute(
                 self.app,
                 effects,
                 gate,
@@ -192,54 +324,97 @@ class LocalActivities:
                 s.idempotency_key,
                 s.attempt,
             )
-
-        def in_thread() -> str:
-            # A sync handler would block the loop past any bound: it runs on a thread of
-            # its own (with the activity context), and is abandoned if it overruns.
-            inner = set_current(ctx)
-            try:
-                if not side_effect:
-                    arg = parse_input(handler, s.input_json)
-                    return result_json(handler, handler.fn(arg), side_effect=False)
-                return asyncio.run(running())
-            finally:
-                reset_current(inner)
-
-        token = set_current(ctx)
-        try:
-            if side_effect:  # only a @side_effect handler touches the effect store
-                effects, gate = self._store()
-            work = running() if handler.is_async else asyncio.to_thread(in_thread)
             result = await asyncio.wait_for(work, r.bound_ms / 1000)
         except TimeoutError:
-            self.overruns += 1
-            log.warning(
-                "local activity %s of %s overran its %d ms bound%s",
-                s.activity_id,
-                r.workflow_id,
-                r.bound_ms,
-                "; its start-to-close timer will fail it" if r.timer_armed else "",
-            )
-            if r.timer_armed:
-                return None
-            return FailActivity(
-                s.activity_id,
-                s.attempt,
-                "unknown" if side_effect else "transient",
-                "StartToCloseTimeout",
-                f"local activity exceeded its in-process bound of {r.bound_ms} ms",
-            )
-        except Stopping as exc:  # stopping while Redis is away: nothing may be committed
-            raise TxnAbortable(f"local activity {s.activity_id} abandoned: {exc}") from exc
+            return self._overran(r)
         except Exception as exc:
-            return FailActivity(
-                s.activity_id, s.attempt, str(classify(exc)), error_type(exc), describe(exc)
-            )
+            return self._outcome(r, False, exc)
         finally:
             reset_current(token)
-        return CompleteActivity(s.activity_id, s.attempt, result, handler.schema_version)
+        return self._outcome(r, True, result)
 
     def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    index: int
+    run: LocalRun
+    call: Callable[[], str]
+    bound_s: float
+
+
+class _Runner(threading.Thread):
+    """Runs rounds of sync local steps one after another, each bounded from its start.
+
+    The orchestrator's thread waits for the whole round, waking only at the current
+    step's deadline; a step past it is given up (it may still finish on this thread,
+    which then exits with its result unused) and the rest of the round goes to a new
+    runner.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(name="keel-local-activities", daemon=True)
+        self._cond = threading.Condition(threading.Lock())
+        self._queued: list[_Job] | None = None
+        self._outcomes: list[tuple[_Job, tuple[bool, Any]]] = []
+        self._running: _Job | None = None
+        self._began_at = 0.0
+        self._round_done = True
+        self._given_up = False
+
+    def submit(self, jobs: list[_Job]) -> None:
+        with self._cond:
+            self._queued, self._outcomes, self._round_done = jobs, [], False
+            self._cond.notify_all()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while self._queued is None and not self._given_up:
+                    self._cond.wait()
+                if self._given_up:
+                    return
+                jobs, self._queued = self._queued or [], None
+            for job in jobs:
+                with self._cond:
+                    if self._given_up:
+                        return
+                    self._running, self._began_at = job, time.monotonic()
+                try:
+                    outcome: tuple[bool, Any] = (True, job.call())
+                except Exception as exc:
+                    outcome = (False, exc)
+                with self._cond:
+                    if self._given_up:  # given up while it ran: its result is not ours
+                        return
+                    self._outcomes.append((job, outcome))
+            with self._cond:
+                self._running, self._round_done = None, True
+                self._cond.notify_all()
+
+    def wait_round(self) -> tuple[list[tuple[_Job, tuple[bool, Any]]], _Job | None]:
+        """The round's outcomes; and the step that overran (this runner is then closed)."""
+        with self._cond:
+            while not self._round_done:
+                job = self._running
+                if job is None:
+                    self._cond.wait(0.05)
+                    continue
+                left = self._began_at + job.bound_s - time.monotonic()
+                if left <= 0:
+                    self._given_up = True
+                    return list(self._outcomes), job
+                self._cond.wait(left)
+            return list(self._outcomes), None
+
+    def close(self) -> None:
+        with self._cond:
+            self._given_up = True
+            self._cond.notify_all()

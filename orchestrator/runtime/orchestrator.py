@@ -33,6 +33,7 @@ from orchestrator.codec import default_codec
 from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
 from orchestrator.runtime.budget import RetryBudget
 from orchestrator.runtime.command_loop import CommandLoop
+from orchestrator.runtime.committed import CommittedEvents, channel
 from orchestrator.runtime.context import RuntimeContext, Topics
 from orchestrator.runtime.envelopes import follow_up as _follow_up
 from orchestrator.runtime.health import StatusFile, status_path
@@ -86,6 +87,7 @@ class Orchestrator:
         hard_exit_on_stall: bool = True,
         local_activities: bool = True,
         local_bound_ms: int = LOCAL_BOUND_MS,
+        committed: CommittedEvents | None = None,
     ) -> None:
         self.settings = settings
         self.app = app
@@ -113,6 +115,8 @@ class Orchestrator:
         self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
         if adapters is None:
             adapters = self._kafka_adapters()
+            if committed is None:  # a projector thread of this process may listen
+                committed = channel(self.topics.events)
         intake, event_log = adapters
         self.ctx = RuntimeContext(
             decider=self.decider,
@@ -133,7 +137,9 @@ class Orchestrator:
                 stop=self._stop,
                 bound_ms=local_bound_ms,
             )
-        self.loop = CommandLoop(self.ctx)
+        #: Committed events for an in-process projector (``committed.py``), if any.
+        self.committed = committed
+        self.loop = CommandLoop(self.ctx, committed)
         self.recovery = Recovery(self.ctx)
 
     def _kafka_adapters(self) -> tuple[CommandIntake, EventLog]:
@@ -185,6 +191,8 @@ class Orchestrator:
         self.subscribe()
         log.info("orchestrator %s started on %s", self.instance_id, self.topics.commands)
         clean = True
+        if self.committed is not None:
+            self.committed.open_publisher()
         try:
             self.state = "running"
             while not self._stop.is_set():
@@ -201,6 +209,8 @@ class Orchestrator:
         except (ProducerReset, TxnAbortable) as exc:
             log.warning("final checkpoint skipped: %s", exc)
         finally:
+            if self.committed is not None:
+                self.committed.close_publisher()
             self.state = "stopped"
             status.maybe_write(force=True)
             self._close(clean)

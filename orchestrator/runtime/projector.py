@@ -14,6 +14,13 @@ the in-memory adapter in unit tests (``tests/unit/test_projector_loop.py``).
 
 While ``keel projections rebuild`` runs, live projectors hold their batch and wait; after
 it they drop their cache (the rebuild changed the epoch) and go on from Redis.
+
+Inside ``keel orchestrator`` the projector also listens to the orchestrator's committed
+events in-process (``committed.py``): it folds them as soon as their transaction commits,
+for the partitions its own group member holds, when they follow on from what the read
+model has for their workflow; the records are then skipped undecoded when the consumer
+reaches them. Anything else (a gap, a dropped hand-off, another process's partitions)
+is folded from the topic as before (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.broker_errors import Stopping
+from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
@@ -51,6 +59,15 @@ from orchestrator.settings import Settings
 log = logging.getLogger("keel.projector")
 
 CACHE_SIZE = 50_000
+#: How long the loop waits for committed events in-process before it polls the topic;
+#: shorter for a while after the topic brought events that were not folded in-process
+#: (another process's partitions), so those are not held up.
+IN_PROCESS_WAIT_S = 0.02
+TOPIC_ACTIVE_WAIT_S = 0.002
+TOPIC_ACTIVE_FOR_S = 1.0
+#: Offsets folded in-process that the consumer has not reached yet, per partition, kept
+#: at most (past it they are forgotten, and those records are decoded and skipped by seq).
+MAX_FOLDED_AHEAD = 100_000
 #: How often a running projector publishes its health to Redis, and how long it lasts.
 HEALTH_EVERY_S = 5.0
 HEALTH_TTL_S = 30
@@ -76,6 +93,7 @@ class Projector:
         app: KeelApp,
         *,
         adapters: tuple[EventFeed, ReadModelStore] | None = None,
+        committed: CommittedEvents | None = None,
     ) -> None:
         self.settings = settings
         self.decider = app.decider()
@@ -94,6 +112,15 @@ class Projector:
         self._subscribed = False
         self.task_keys = TaskKeys(self.keyspace)
         self.topic = settings.topic("events")
+        if committed is None and adapters is None:  # an orchestrator of this process may publish
+            committed = channel(self.topic)
+        #: The orchestrator's committed events, in-process (None: the topic only).
+        self.committed = committed
+        self._listening = False
+        #: Per partition: offsets folded in-process that the consumer has yet to reach.
+        self._folded: dict[int, set[int]] = {}
+        self.applied_in_process = 0
+        self._topic_fresh_at = 0.0
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
         self._epoch: str | None = None
@@ -121,6 +148,8 @@ class Projector:
             "last_applied_at": self.last_applied_at,
             "last_offsets": dict(self.last_offsets),
             "waiting_for_rebuild": self.waiting_for_rebuild,
+            "applied_in_process": self.applied_in_process,
+            "in_process_dropped": self.committed.dropped if self.committed is not None else 0,
         }
 
     @property
@@ -155,6 +184,9 @@ class Projector:
             self.feed = self._kafka_feed()
         self.feed.subscribe(self._reset, self._reset)
         self._subscribed = True
+        if self.committed is not None and not self._listening:
+            self.committed.listen()
+            self._listening = True
 
     def run(self) -> None:
         """Project until stopped. Raises what it cannot wait out (a supervisor restarts it).
@@ -171,8 +203,12 @@ class Projector:
                 except (_Stopping, Stopping):
                     break
         finally:
-            if self._stop.is_set() and self._given_feed is None and self.feed is not None:
-                self.feed.close()
+            if self._stop.is_set():
+                if self._listening and self.committed is not None:
+                    self.committed.unlisten()
+                    self._listening = False
+                if self._given_feed is None and self.feed is not None:
+                    self.feed.close()
 
     def step(self) -> int:
         """One poll; its batch folded, written, then its offsets committed. Events applied.
@@ -185,17 +221,29 @@ class Projector:
         if time.monotonic() - self._health_at > HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             self.publish_health()
+        applied = 0
+        timeout_s = 0.1
+        committed = self.committed
+        if self._listening and committed is not None and committed.publishing:
+            recent = time.monotonic() - self._topic_fresh_at < TOPIC_ACTIVE_FOR_S
+            wait_s = TOPIC_ACTIVE_WAIT_S if recent else IN_PROCESS_WAIT_S
+            applied = self.apply_committed(committed.take(wait_s))
+            timeout_s = 0.0
         try:
-            records = feed.poll(1000, 0.1)
+            records = feed.poll(1000, timeout_s)
         except ConsumerReset as exc:
             log.warning("the events consumer is unusable (%s); joining the group again", exc)
             self._cache.clear()
+            self._folded.clear()
             feed.recreate()
-            return 0
+            return applied
         if not records:
-            return 0
+            return applied
+        fresh = self._not_folded(records)
+        if fresh:
+            self._topic_fresh_at = time.monotonic()
         try:
-            applied = self.apply(records)
+            applied += self.apply(fresh) if fresh else 0
         except BaseException:
             self._rewind(feed, records)
             raise
@@ -222,6 +270,77 @@ class Projector:
     def _reset(self, partitions: list[int]) -> None:
         # Another projector may have written while we did not own these partitions.
         self._cache.clear()
+        for p in partitions:
+            self._folded.pop(p, None)
+
+    # ------------------------------------------------------------------ in-process
+    def _not_folded(self, records: list[Record]) -> list[Record]:
+        """``records`` less those already folded in-process (not decoded again)."""
+        folded = self._folded
+        if not folded:
+            return records
+        fresh: list[Record] = []
+        last: dict[int, int] = {}
+        for rec in records:
+            last[rec.partition] = rec.offset
+            done = folded.get(rec.partition)
+            if done and rec.offset in done:
+                continue
+            fresh.append(rec)
+        for p, offset in last.items():  # what the consumer passed can never come again
+            done = folded.get(p)
+            if done:
+                kept = {o for o in done if o > offset}
+                if kept:
+                    folded[p] = kept
+                else:
+                    del folded[p]
+        return fresh
+
+    def apply_committed(self, events: list[CommittedEvent]) -> int:
+        """Fold events the orchestrator of this process just committed; returns events applied.
+
+        Only the partitions this projector's group member holds (no other projector
+        writes them), and per workflow only events that follow on from the read model's
+        sequence number: a gap (the topic is behind, a hand-off was dropped) is left to
+        the topic. Their offsets are remembered so the consumer skips them undecoded.
+        """
+        owned = getattr(self.feed, "assignment", None)
+        if not events or not owned:
+            return 0
+        by_wf: dict[str, list[Envelope[Any]]] = {}
+        where: dict[str, list[tuple[int, int]]] = {}
+        for ev in events:
+            if ev.partition not in owned:
+                continue
+            wf = ev.envelope.workflow_id
+            by_wf.setdefault(wf, []).append(ev.envelope)
+            where.setdefault(wf, []).append((ev.partition, ev.offset))
+        if not by_wf:
+            return 0
+        missing = [wf for wf in by_wf if wf not in self._cache]
+        if missing:
+            self._cache.update(self.projection.load_states(missing))
+        for wf in list(by_wf):
+            state = self._cache.get(wf)
+            expected = (state.seq if state is not None else 0) + 1
+            new = [env for env in by_wf[wf] if env.seq >= expected]
+            if new and any(env.seq != expected + i for i, env in enumerate(new)):
+                del by_wf[wf]  # not next in line: the topic brings what is missing
+        applied, problems = self._apply_envelopes(by_wf, guarded=True)
+        for wf in by_wf:
+            if wf in problems:
+                continue
+            for p, offset in where[wf]:
+                if offset >= 0:
+                    done = self._folded.setdefault(p, set())
+                    if len(done) >= MAX_FOLDED_AHEAD:
+                        done.clear()
+                    done.add(offset)
+        self.applied_in_process += applied
+        if applied:
+            self.last_applied_at = now_ms()
+        return applied
 
     # ------------------------------------------------------------------ folding
     def _decode(self, records: Iterable[Record | Message]) -> dict[str, list[Envelope[Any]]]:
@@ -289,7 +408,14 @@ class Projector:
         ``guarded``: wait out a running rebuild and follow its epoch (live projectors);
         a rebuild applies unguarded, under its own lock.
         """
-        by_wf = self._decode(records)
+        return self._apply_envelopes(self._decode(records), guarded)[0]
+
+    def _apply_envelopes(
+        self, by_wf: dict[str, list[Envelope[Any]]], guarded: bool
+    ) -> tuple[int, dict[str, str]]:
+        """Fold and write decoded events; (events applied, workflows that could not be)."""
+        if not by_wf:
+            return 0, {}
         while True:
             updates, problems, tasks = self._fold(by_wf)
             if not updates:
@@ -316,7 +442,7 @@ class Projector:
             self._cache.popitem(last=False)
         applied = sum(len(lines) for _, lines, _ in updates.values())
         self.applied += applied
-        return applied
+        return applied, problems
 
     def _wait_for_rebuild(self) -> None:
         log.info("a rebuild of the read model is running; the projector waits")

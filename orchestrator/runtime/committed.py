@@ -1,0 +1,126 @@
+"""Committed events handed from the orchestrator to an in-process projector.
+
+The projector thread of ``keel orchestrator`` used to learn of each event by reading it
+back from ``keel.events``: one more fetch after the commit, and a second decode of every
+event. Now the orchestrator publishes what a transaction committed (the decoded
+envelopes, with their partitions and offsets) right after the commit returns, and the
+projector folds them at once (docs/performance.md, "The read model without the lag").
+
+The topic stays the source of truth: the projector still consumes it (a record it has
+already folded in-process is skipped without decoding) and commits its offsets there, so
+a crash, an overflow of this channel or a projector in another process loses nothing,
+and the read model stays rebuildable from the topic.
+
+A channel is per events topic and per process (:func:`channel`), like a logger: the
+orchestrator publishes only while a projector listens, and a channel never blocks its
+publisher — past ``max_events`` waiting, it drops what waits and the projector reads
+those events from the topic instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.domain.messages import Envelope
+
+__all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "channel"]
+
+#: Events a channel holds for a projector that fell behind before it drops them.
+MAX_WAITING_EVENTS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedEvent:
+    """One event of a committed transaction; ``offset`` is -1 when it is not known."""
+
+    partition: int
+    offset: int
+    envelope: Envelope[Any]
+
+
+class CommittedEvents:
+    """A bounded, never-blocking hand-off of committed events between two threads."""
+
+    def __init__(self, max_events: int = MAX_WAITING_EVENTS) -> None:
+        self.max_events = max_events
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting: deque[list[CommittedEvent]] = deque()
+        self._count = 0
+        self._listeners = 0
+        self._publishers = 0
+        #: Events dropped because nobody took them in time (the topic still has them).
+        self.dropped = 0
+        self.published = 0
+
+    @property
+    def listening(self) -> bool:
+        return self._listeners > 0
+
+    @property
+    def publishing(self) -> bool:
+        """An orchestrator of this process is running and publishes here."""
+        return self._publishers > 0
+
+    def open_publisher(self) -> None:
+        with self._cond:
+            self._publishers += 1
+
+    def close_publisher(self) -> None:
+        with self._cond:
+            self._publishers = max(0, self._publishers - 1)
+
+    def listen(self) -> None:
+        with self._cond:
+            self._listeners += 1
+
+    def unlisten(self) -> None:
+        with self._cond:
+            self._listeners = max(0, self._listeners - 1)
+            if not self._listeners:
+                self._drop()
+
+    def publish(self, events: list[CommittedEvent]) -> None:
+        """Hand over one transaction's events (in commit order); never blocks."""
+        if not events or not self._listeners:
+            return
+        with self._cond:
+            if self._count + len(events) > self.max_events:
+                self._drop()
+            self._waiting.append(events)
+            self._count += len(events)
+            self.published += len(events)
+            self._cond.notify_all()
+
+    def take(self, timeout_s: float) -> list[CommittedEvent]:
+        """Everything waiting (oldest first), after waiting up to ``timeout_s`` for some."""
+        with self._cond:
+            if not self._waiting and timeout_s > 0:
+                self._cond.wait(timeout_s)
+            if not self._waiting:
+                return []
+            batches, self._waiting = self._waiting, deque()
+            self._count = 0
+        if len(batches) == 1:
+            return batches[0]
+        return [ev for batch in batches for ev in batch]
+
+    def _drop(self) -> None:
+        self.dropped += self._count
+        self._waiting.clear()
+        self._count = 0
+
+
+_channels: dict[str, CommittedEvents] = {}
+_channels_lock = threading.Lock()
+
+
+def channel(events_topic: str) -> CommittedEvents:
+    """This process's channel of ``events_topic`` (created on first use)."""
+    with _channels_lock:
+        found = _channels.get(events_topic)
+        if found is None:
+            found = _channels[events_topic] = CommittedEvents()
+        return found
