@@ -20,6 +20,9 @@ from the file ``KEEL_LLM_SCRIPT``. See docs/llm-nodes.md.
 * ``vendor_check`` v1..v4: a bounded agent that looks vendors up with its tools; v1 stops
   at 3 steps, v2 at a 250-token budget, v3 at a $0.001 budget, v4 at a 1 s deadline.
   v1-v3 return a result flagged ``agent_exhausted`` (routed to ``escalate``); v4 fails.
+* ``vendor_check`` v5: v1's bound, but the exhaustion path escalates to a person: the
+  human task ``review_vendor`` (role ``vendor-manager``) with the agent's steps and stop
+  reason as evidence; an approval trusts the vendor, a rejection fails the run.
 """
 
 from __future__ import annotations
@@ -419,7 +422,10 @@ def _verdict(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _vendor_workflow(version: int, **bounds: Any) -> WorkflowDefinition:
+def _vendor_workflow(
+    version: int, escalation: list[State] | None = None, **bounds: Any
+) -> WorkflowDefinition:
+    """``escalation``: the states of the exhaustion path (default: end with the verdict)."""
     agent = AgentCall(
         "vendor_check",
         prompt=VENDOR_PROMPT,
@@ -445,7 +451,7 @@ def _vendor_workflow(version: int, **bounds: Any) -> WorkflowDefinition:
                     ],
                     on_failure="failed",
                 ),
-                State("escalate", complete=_verdict),
+                *(escalation or [State("escalate", complete=_verdict)]),
                 State("done", complete=_verdict),
                 State("failed", fail=_agent_failed),
             ],
@@ -462,3 +468,53 @@ vendor_v1 = _vendor_workflow(1, max_steps=3, on_exhausted="flag")
 vendor_v2 = _vendor_workflow(2, max_steps=20, max_tokens=250, on_exhausted="flag")
 vendor_v3 = _vendor_workflow(3, max_steps=20, max_cost_usd=0.001, on_exhausted="flag")
 vendor_v4 = _vendor_workflow(4, max_steps=20, deadline_s=1.0, on_exhausted="fail")
+
+
+def _vendor_operation(ctx: Context) -> dict[str, Any]:
+    return {"resource": "vendor.trust", "arguments": {"vendor": ctx.input_dict["vendor"]}}
+
+
+def _agent_evidence(ctx: Context) -> dict[str, Any]:
+    """What the agent did before it ran out: its stop reason, steps and refusals."""
+    record = ctx.results["check"]["llm"]
+    return {
+        "vendor": ctx.input_dict["vendor"],
+        "stop_reason": record["stop_reason"],
+        "steps": record["steps"],
+        "refused_tools": record.get("refused_tools", []),
+        "partial_verdict": ctx.results["check"]["output"],
+    }
+
+
+def _decided_by_person(ctx: Context) -> dict[str, Any]:
+    task = ctx.human_tasks["review_vendor"]
+    return {"vendor": ctx.input_dict["vendor"], "trusted": True, "by": task["actor"]}
+
+
+def _refused_by_person(ctx: Context) -> str:
+    task = ctx.human_tasks["review_vendor"]
+    return f"vendor refused by {task['actor'] or 'nobody'} ({task['status']})"
+
+
+vendor_v5 = _vendor_workflow(
+    5,
+    escalation=[
+        State(
+            "escalate",
+            wait=HumanTask(
+                "review_vendor",
+                role="vendor-manager",
+                owner="procurement",
+                operation=_vendor_operation,
+                evidence=_agent_evidence,
+                on_approve="trusted_by_person",
+                on_reject="refused",
+                expires=timedelta(days=2),
+            ),
+        ),
+        State("trusted_by_person", complete=_decided_by_person),
+        State("refused", fail=_refused_by_person),
+    ],
+    max_steps=3,
+    on_exhausted="flag",
+)

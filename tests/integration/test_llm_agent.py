@@ -8,9 +8,10 @@ import json
 import pytest
 
 from ops.fakes.openai_server import running
+from orchestrator.domain.messages import DecideHumanTask, HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.client import KeelClient
-from tests.support import histories
+from tests.support import histories, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +103,38 @@ def test_agent_answers_within_its_bounds(settings, llm, fake):
     assert done["state"] == "done"
     assert done["output"]["verdict"] == {"vendor": "ACME", "trusted": True}
     assert done["output"]["stop_reason"] == "answered" and done["output"]["flags"] == []
+
+
+def test_an_exhausted_agent_escalates_to_a_person_who_decides(settings, llm, fake):
+    """v5's exhaustion path is a human task: the agent's steps and stop reason are the
+    evidence, and the person's approval (not the model) ends the run."""
+    fake.script([LOOKUP], default=LOOKUP)
+    wf = "agent-escalated"
+    llm.start("vendor_check", {"vendor": "ACME"}, wf, 5)
+
+    def opened():
+        events = histories(settings).get(wf, [])
+        return next((e for e in events if isinstance(e.payload, HumanTaskOpened)), None)
+
+    task = wait_until(opened, 60, "the escalation task to open").payload
+    assert task.task_name == "review_vendor" and task.role == "vendor-manager"
+    evidence = json.loads(task.evidence_json)
+    assert evidence["stop_reason"] == "max_steps" and len(evidence["steps"]) == 3
+    assert evidence["steps"][0]["decision"]["tool_calls"][0]["tool"] == "registry_lookup"
+    assert len(fake.requests()) == 3, "the agent stops at its bound; nobody asks the model again"
+
+    llm.send(
+        wf,
+        DecideHumanTask(
+            task.task_id, "", "approve", "vera", '["vendor-manager"]', "checked by phone",
+            task.operation_digest,
+        ),
+    )  # fmt: skip
+    done = llm.wait(wf, 60)
+    assert done["status"] == "completed" and done["state"] == "trusted_by_person"
+    assert done["output"] == {"vendor": "ACME", "trusted": True, "by": "vera"}
+    decided = [
+        e.payload for e in histories(settings)[wf] if isinstance(e.payload, HumanTaskDecided)
+    ]
+    assert [(d.decision, d.actor) for d in decided] == [("approve", "vera")]
+    assert len(fake.requests()) == 3
