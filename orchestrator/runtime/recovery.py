@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.codec import DecodeError
@@ -31,6 +32,13 @@ from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
+from orchestrator.runtime.ports import Record
+from orchestrator.runtime.snapshot_records import (
+    SNAPSHOT_HEADER,
+    SnapshotKind,
+    read_snapshot_header,
+    snapshot_headers,
+)
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -71,8 +79,12 @@ class Recovery:
         self.last_checkpoint = time.monotonic()
 
     # ------------------------------------------------------------------ rebuilding
-    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
-        """Rebuild partitions from the newest checkpoint and the events after it."""
+    def recover(self, owned: list[int], *, use_snapshots: bool = True) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it.
+
+        ``use_snapshots=False`` folds every run from its events alone (``keel bench``'s
+        cold-rebuild figure; the result is the same).
+        """
         ctx = self.ctx
         result = {p: ctx.new_partition() for p in owned}
         starts: dict[int, int] = dict.fromkeys(owned, 0)
@@ -83,6 +95,8 @@ class Recovery:
             p = rec.partition
             if rec.value is None:
                 continue  # a tombstone
+            if rec.headers and self._restore(result[p], heads[p], rec):
+                continue
             try:
                 env = ctx.codec.decode(rec.value)
                 snap = env.payload
@@ -123,6 +137,34 @@ class Recovery:
                     self._quarantine(ps, p, wf, f"cannot rebuild: {_one_line(exc)}")
         ctx.stats.recovered_events += count
         return result
+
+    @staticmethod
+    def _restore(
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        rec: Record,
+    ) -> bool:
+        """A snapshot record restored from its header alone (``snapshot_records``); False
+        when it has none this code reads (then it is decoded as before)."""
+        raw = next((v for k, v in rec.headers if k == SNAPSHOT_HEADER), None)
+        key, value = rec.key, rec.value
+        if raw is None or not key or value is None:
+            return False
+        try:
+            wf = key.decode()
+            kind, fields = read_snapshot_header(raw)
+        except ValueError:  # UnicodeDecodeError, bad JSON, an unknown kind
+            return False
+        ps.quarantined.pop(wf, None)
+        heads.pop(wf, None)
+        if kind is SnapshotKind.LIVE:
+            ps.hold_unparsed(wf, value, fields)
+        else:
+            ps.live.pop(wf, None)
+            ps.unparsed.pop(wf, None)
+            ps.unparsed_timers.pop(wf, None)
+            ps.finished.restore(wf, fields, value)
+        return True
 
     def _quarantine(self, ps: PartitionState, p: int, wf: str, reason: str) -> None:
         log.error("quarantined workflow %s on partition %d: %s", wf, p, reason)
@@ -249,7 +291,9 @@ class Recovery:
         try:
             for p, ps in touched.items():
                 for wf, state in ps.dirty.items():
-                    self._write_state(p, wf, state.run_id, state.seq, state.to_json(), ps, now)
+                    self._write_state(
+                        p, wf, state.run_id, state.seq, state.to_json(), ps, now, state
+                    )
                 for wf in ps.dirty_quarantine:
                     reason = ps.quarantined.get(wf)
                     if reason is not None:
@@ -265,10 +309,19 @@ class Recovery:
         return True
 
     def _write_state(
-        self, p: int, wf: str, run_id: str, seq: int, js: str, ps: PartitionState, now: int
+        self,
+        p: int,
+        wf: str,
+        run_id: str,
+        seq: int,
+        js: str,
+        ps: PartitionState,
+        now: int,
+        state: WorkflowState | None = None,
     ) -> None:
         if len(js) <= CHUNK_CHARS:
-            self._produce(p, wf, run_id, seq, js, ps.events_end, now)
+            headers = snapshot_headers(state) if state is not None else ()
+            self._produce(p, wf, run_id, seq, js, ps.events_end, now, headers)
             return
         pieces = [js[i : i + CHUNK_CHARS] for i in range(0, len(js), CHUNK_CHARS)]
         for i, piece in enumerate(pieces):
@@ -277,8 +330,18 @@ class Recovery:
         self._produce(p, wf, run_id, seq, head, ps.events_end, now)
 
     def _produce(
-        self, p: int, key: str, run_id: str, seq: int, js: str, events_end: int, now: int
+        self,
+        p: int,
+        key: str,
+        run_id: str,
+        seq: int,
+        js: str,
+        events_end: int,
+        now: int,
+        headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         env = snapshot_envelope(key, run_id, seq, js, events_end, now)
         value = check_record_size(self.ctx.codec.encode(env), f"the snapshot of {key}")
-        self.ctx.log.append(self.ctx.topics.snapshots, value, key.encode(), partition=p)
+        self.ctx.log.append(
+            self.ctx.topics.snapshots, value, key.encode(), partition=p, headers=headers
+        )
