@@ -32,11 +32,10 @@ from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
-from orchestrator.runtime.ports import Record
 from orchestrator.runtime.snapshot_records import (
     SNAPSHOT_HEADER,
     SnapshotKind,
-    read_snapshot_header,
+    parse_snapshot_meta,
     snapshot_headers,
 )
 
@@ -66,6 +65,10 @@ TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 
+def _header(headers: tuple[tuple[str, bytes], ...]) -> bytes | None:
+    return next((v for k, v in headers if k == SNAPSHOT_HEADER), None)
+
+
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -79,39 +82,33 @@ class Recovery:
         self.last_checkpoint = time.monotonic()
 
     # ------------------------------------------------------------------ rebuilding
-    def recover(self, owned: list[int], *, use_snapshots: bool = True) -> dict[int, PartitionState]:
-        """Rebuild partitions from the newest checkpoint and the events after it.
-
-        ``use_snapshots=False`` folds every run from its events alone (``keel bench``'s
-        cold-rebuild figure; the result is the same).
-        """
+    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it."""
         ctx = self.ctx
         result = {p: ctx.new_partition() for p in owned}
         starts: dict[int, int] = dict.fromkeys(owned, 0)
         heads: dict[int, dict[str, tuple[int, int, int]]] = {p: {} for p in owned}
         chunks: dict[int, dict[str, tuple[int, int, str]]] = {p: {} for p in owned}
-        snapshots = ctx.log.read(ctx.topics.snapshots, dict.fromkeys(owned, 0), ctx.stopping)
-        for rec in snapshots:
-            p = rec.partition
-            if rec.value is None:
+        # Records with a snapshot header are restored after the read, all of a partition
+        # at once (the newest per key wins, in the order they were last written).
+        staged: dict[int, dict[bytes, tuple[bytes, bytes]]] = {p: {} for p in owned}
+        for rec in ctx.log.read(ctx.topics.snapshots, dict.fromkeys(owned, 0), ctx.stopping):
+            p, key, value, hs = rec.partition, rec.key, rec.value, rec.headers
+            if value is None:
                 continue  # a tombstone
-            if rec.headers and self._restore(result[p], heads[p], rec):
-                continue
-            try:
-                env = ctx.codec.decode(rec.value)
-                snap = env.payload
-                if not isinstance(snap, WorkflowSnapshot):
-                    raise DecodeError(f"{env.type} is not a snapshot")
-            except (DecodeError, ValueError) as exc:
-                log.error("unreadable snapshot at %s[%d]@%d: %s", rec.topic, p, rec.offset, exc)
-                continue
-            wf = env.workflow_id
-            if wf == CHECKPOINT_KEY:
-                starts[p] = snap.events_offset
-            elif wf.startswith(CHUNK_PREFIX):
-                chunks[p][wf] = (env.seq, snap.events_offset, snap.state_json)
-            else:
-                self._load_snapshot(result[p], heads[p], wf, env.seq, snap)
+            if key:
+                st = staged[p]
+                st.pop(key, None)  # newer than a staged record of the same key
+                if hs:
+                    raw = hs[0][1] if hs[0][0] == SNAPSHOT_HEADER else _header(hs)
+                    if raw is not None:
+                        st[key] = (raw, value)
+                        continue
+            self._load_record(
+                result[p], heads[p], chunks[p], starts, rec.topic, p, rec.offset, value
+            )
+        for p in owned:
+            self._restore(result[p], heads[p], chunks[p], starts, p, staged[p])
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
@@ -138,33 +135,72 @@ class Recovery:
         ctx.stats.recovered_events += count
         return result
 
-    @staticmethod
-    def _restore(
+    def _load_record(
+        self,
         ps: PartitionState,
         heads: dict[str, tuple[int, int, int]],
-        rec: Record,
-    ) -> bool:
-        """A snapshot record restored from its header alone (``snapshot_records``); False
-        when it has none this code reads (then it is decoded as before)."""
-        raw = next((v for k, v in rec.headers if k == SNAPSHOT_HEADER), None)
-        key, value = rec.key, rec.value
-        if raw is None or not key or value is None:
-            return False
+        chunks: dict[str, tuple[int, int, str]],
+        starts: dict[int, int],
+        topic: str,
+        p: int,
+        offset: int,
+        value: bytes,
+    ) -> None:
+        """One snapshot record decoded whole: a marker, a chunk, or a run's state."""
         try:
-            wf = key.decode()
-            kind, fields = read_snapshot_header(raw)
-        except ValueError:  # UnicodeDecodeError, bad JSON, an unknown kind
-            return False
-        ps.quarantined.pop(wf, None)
-        heads.pop(wf, None)
-        if kind is SnapshotKind.LIVE:
-            ps.hold_unparsed(wf, value, fields)
+            env = self.ctx.codec.decode(value)
+            snap = env.payload
+            if not isinstance(snap, WorkflowSnapshot):
+                raise DecodeError(f"{env.type} is not a snapshot")
+        except (DecodeError, ValueError) as exc:
+            log.error("unreadable snapshot at %s[%d]@%d: %s", topic, p, offset, exc)
+            return
+        wf = env.workflow_id
+        if wf == CHECKPOINT_KEY:
+            starts[p] = snap.events_offset
+        elif wf.startswith(CHUNK_PREFIX):
+            chunks[wf] = (env.seq, snap.events_offset, snap.state_json)
         else:
-            ps.live.pop(wf, None)
-            ps.unparsed.pop(wf, None)
-            ps.unparsed_timers.pop(wf, None)
-            ps.finished.restore(wf, fields, value)
-        return True
+            self._load_snapshot(ps, heads, wf, env.seq, snap)
+
+    def _restore(
+        self,
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        chunks: dict[str, tuple[int, int, str]],
+        starts: dict[int, int],
+        p: int,
+        staged: dict[bytes, tuple[bytes, bytes]],
+    ) -> None:
+        """Runs restored from their snapshot headers alone (``snapshot_records``); a
+        record whose header this code cannot read is decoded whole instead."""
+        if not staged:
+            return
+        try:  # one parse for the partition: far cheaper than one per record
+            metas: list[Any] = json.loads(b"[" + b",".join(r for r, _ in staged.values()) + b"]")
+            if len(metas) != len(staged):
+                raise ValueError("a header is not one JSON value")
+        except ValueError:
+            metas = [None] * len(staged)
+        for (key, (raw, value)), meta in zip(staged.items(), metas, strict=True):
+            try:
+                wf = key.decode()
+                kind, fields = parse_snapshot_meta(json.loads(raw) if meta is None else meta)
+            except ValueError:  # UnicodeDecodeError, bad JSON, an unknown kind
+                topic = self.ctx.topics.snapshots
+                self._load_record(ps, heads, chunks, starts, topic, p, -1, value)
+                continue
+            if ps.quarantined:
+                ps.quarantined.pop(wf, None)
+            if heads:
+                heads.pop(wf, None)
+            if kind is SnapshotKind.LIVE:
+                ps.hold_unparsed(wf, value, fields)
+            else:
+                ps.live.pop(wf, None)
+                ps.unparsed.pop(wf, None)
+                ps.unparsed_timers.pop(wf, None)
+                ps.finished.restore(wf, fields, value)
 
     def _quarantine(self, ps: PartitionState, p: int, wf: str, reason: str) -> None:
         log.error("quarantined workflow %s on partition %d: %s", wf, p, reason)

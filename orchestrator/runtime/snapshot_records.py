@@ -31,6 +31,7 @@ from orchestrator.domain.vocabulary import WorkflowStatus
 __all__ = [
     "SNAPSHOT_HEADER",
     "SnapshotKind",
+    "parse_snapshot_meta",
     "read_snapshot_header",
     "snapshot_headers",
     "snapshot_state_json",
@@ -72,24 +73,34 @@ def read_snapshot_header(raw: bytes) -> tuple[SnapshotKind, list[Any]]:
     ``fields`` is the timers ``[(timer_id, fire_at), ...]`` (earliest first) of a live
     run, or the identity fields after the kind of a finished one.
     """
-    meta = json.loads(raw)
+    return parse_snapshot_meta(json.loads(raw))
+
+
+def parse_snapshot_meta(meta: Any) -> tuple[SnapshotKind, list[Any]]:
+    """:func:`read_snapshot_header` of a header already parsed as JSON."""
     if not isinstance(meta, list) or not meta:
         raise ValueError("a snapshot header must be a non-empty JSON array")
-    kind = SnapshotKind(meta[0])
-    if kind is SnapshotKind.LIVE:
+    if meta[0] == "live":  # the common case first, without an enum lookup
         if len(meta) != 2 or not isinstance(meta[1], list):
             raise ValueError('a live snapshot header is ["live", timers]')
-        timers = [(str(t), int(at)) for t, at in meta[1]]
-        timers.sort(key=lambda x: (x[1], x[0]))
-        return kind, timers
-    if len(meta) != 9:
-        raise ValueError("a finished snapshot header has 9 fields")
+        try:
+            timers = [(str(t), int(at)) for t, at in meta[1]]
+        except TypeError as exc:
+            raise ValueError(f"unreadable timers in a snapshot header: {exc}") from None
+        if len(timers) > 1:
+            timers.sort(key=lambda x: (x[1], x[0]))
+        return SnapshotKind.LIVE, timers
+    if meta[0] != SnapshotKind.FINISHED or len(meta) != 9:
+        raise ValueError(f"unknown snapshot header kind {str(meta[0])[:40]!r}")
     run_id, name, version, digest, seq, status, started_at, updated_at = meta[1:]
     status = WorkflowStatus(status)
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"a finished snapshot header says {status}")
-    fields = [str(run_id), str(name), int(version), str(digest), int(seq), status]
-    return kind, [*fields, int(started_at), int(updated_at)]
+    try:
+        fields = [str(run_id), str(name), int(version), str(digest), int(seq), status]
+        return SnapshotKind.FINISHED, [*fields, int(started_at), int(updated_at)]
+    except TypeError as exc:
+        raise ValueError(f"unreadable identity in a snapshot header: {exc}") from None
 
 
 def snapshot_state_json(codec: Codec, wf: str, value: bytes) -> str:
