@@ -31,6 +31,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.log_scan import header_value, scan
 from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
 from orchestrator.runtime.snapshot_records import (
     SNAPSHOT_HEADER,
@@ -65,10 +66,6 @@ TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 
-def _header(headers: tuple[tuple[str, bytes], ...]) -> bytes | None:
-    return next((v for k, v in headers if k == SNAPSHOT_HEADER), None)
-
-
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -82,9 +79,14 @@ class Recovery:
         self.last_checkpoint = time.monotonic()
 
     # ------------------------------------------------------------------ rebuilding
-    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
-        """Rebuild partitions from the newest checkpoint and the events after it."""
+    def recover(self, owned: list[int], *, use_snapshots: bool = True) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it.
+
+        ``use_snapshots=False`` folds every run from its events alone, ignoring
+        ``keel.snapshots`` (the same result, slower: ``keel bench``'s cold rebuild).
+        """
         ctx = self.ctx
+        stop = ctx.stopping
         result = {p: ctx.new_partition() for p in owned}
         starts: dict[int, int] = dict.fromkeys(owned, 0)
         heads: dict[int, dict[str, tuple[int, int, int]]] = {p: {} for p in owned}
@@ -92,37 +94,46 @@ class Recovery:
         # Records with a snapshot header are restored after the read, all of a partition
         # at once (the newest per key wins, in the order they were last written).
         staged: dict[int, dict[bytes, tuple[bytes, bytes]]] = {p: {} for p in owned}
-        for rec in ctx.log.read(ctx.topics.snapshots, dict.fromkeys(owned, 0), ctx.stopping):
-            p, key, value, hs = rec.partition, rec.key, rec.value, rec.headers
+        topic = ctx.topics.snapshots
+        snapshots = scan(ctx.log, topic, dict.fromkeys(owned, 0), stop) if use_snapshots else ()
+        for p, offset, key, value, hs in snapshots:
             if value is None:
                 continue  # a tombstone
             if key:
                 st = staged[p]
                 st.pop(key, None)  # newer than a staged record of the same key
                 if hs:
-                    raw = hs[0][1] if hs[0][0] == SNAPSHOT_HEADER else _header(hs)
+                    raw = header_value(hs, SNAPSHOT_HEADER)
                     if raw is not None:
                         st[key] = (raw, value)
                         continue
-            self._load_record(
-                result[p], heads[p], chunks[p], starts, rec.topic, p, rec.offset, value
-            )
+            self._load_record(result[p], heads[p], chunks[p], starts, topic, p, offset, value)
         for p in owned:
             self._restore(result[p], heads[p], chunks[p], starts, p, staged[p])
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
-        tails: dict[int, dict[str, list[tuple[str | None, bytes | None]]]] = {p: {} for p in owned}
+        tails: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]] = {
+            p: {} for p in owned
+        }
+        ends = dict(starts)
         count = 0
-        for rec in ctx.log.read(ctx.topics.events, starts, ctx.stopping):
-            p = rec.partition
-            result[p].events_end = rec.offset + 1
-            wf = (rec.key or b"").decode("utf-8", "replace")
-            tails[p].setdefault(wf, []).append((rec.header(TYPE_HEADER), rec.value))
+        for p, offset, key, value, hs in scan(ctx.log, ctx.topics.events, starts, stop):
+            ends[p] = offset + 1
+            raw = header_value(hs, TYPE_HEADER) if hs else None
+            kind = raw.decode("utf-8", "replace") if raw is not None else None
+            by_wf = tails[p]
+            records = by_wf.get(key or b"")
+            if records is None:
+                by_wf[key or b""] = [(kind, value)]
+            else:
+                records.append((kind, value))
             count += 1
-        for p, by_wf in tails.items():
+        for p, by_key in tails.items():
             ps = result[p]
-            for wf, records in by_wf.items():
+            ps.events_end = ends[p]
+            for key, records in by_key.items():
+                wf = key.decode("utf-8", "replace")
                 if wf in ps.quarantined:
                     continue
                 try:
