@@ -32,6 +32,7 @@ Times on a shared machine are noisy; compare ratios within one run, not absolute
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import signal
@@ -43,6 +44,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +192,8 @@ def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
         KEEL_LOG_LEVEL="WARNING",
         KEEL_HOME=str(home),
         KEEL_STATUS_INTERVAL_S=str(STATUS_INTERVAL_S),
-        **extra,
     )
+    env.update(extra)
     return env
 
 
@@ -447,8 +449,25 @@ class _RestartRig:
         ckpt = ("--checkpoint-interval", str(CHECKPOINT_S))
         return _spawn(
             "orchestrator", self.settings, self.home, "--no-projector", *ckpt,
-            KEEL_INSTANCE_ID=self.label,
+            KEEL_INSTANCE_ID=self.label, KEEL_LOG_LEVEL="INFO",
         )  # fmt: skip
+
+    def timeline(self, restarted_at: int) -> dict[str, float]:
+        """Seconds from the restart to the new process's milestones, from its log: the
+        process up (imports, clients), the partitions assigned, the rebuild done."""
+        logs = sorted(self.home.glob("orchestrator-*.log"), key=lambda f: f.stat().st_mtime)
+        marks = {"started": "process_up_s", "assigned partitions": "rebuilt_s"}
+        out: dict[str, float] = {}
+        for line in logs[-1].read_text().splitlines() if logs else []:
+            try:
+                rec = json.loads(line)
+                at = datetime.fromisoformat(rec["ts"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            for needle, key in marks.items():
+                if needle in rec.get("msg", "") and key not in out:
+                    out[key] = round(at - restarted_at / 1000, 2)
+        return out
 
     def start(self, prefix: str, count: int, seconds: int, batch: int = 5000) -> None:
         """``count`` timer_demo runs of ``seconds``, ids ``<prefix>-<i>``."""
@@ -503,17 +522,56 @@ def run_recovery(settings: Settings, live: int, log: Log) -> dict[str, Any]:
         time.sleep(STATUS_INTERVAL_S * 3)
         rss_mb = rig.rss_mb()
         after = _status(rig.home)
+        timeline = rig.timeline(restarted_at)
+        log("cold rebuild: every run folded from keel.events alone")
+        cold = _cold_rebuild(rig.settings)
     finally:
         rig.close()
     return {
         "live_runs": live,
+        "topic_prefix": rig.settings.topic_prefix,
         "write_s": round(write_s, 1),
         "events_before_kill": status.get("events"),
         "first_decision_after_start_s": round(first_decision_s, 2),
+        **timeline,
         "rebuild_s": after.get("recovery_s"),
         "rss_mb": round(rss_mb, 1),
         "rss_mb_per_100k_live": round(rss_mb * 100_000 / live, 1),
         "live_workflows_after": after.get("live_workflows"),
+        **cold,
+    }
+
+
+def _cold_rebuild(settings: Settings) -> dict[str, float]:
+    """Every partition rebuilt in this process from ``keel.events`` alone (no snapshot):
+    events per second, the runs' states all folded (``cold_live_events_per_s``) or
+    summarized (``cold_finished_events_per_s``)."""
+    from ops.bench_app import app
+    from orchestrator.runtime.orchestrator import Orchestrator
+
+    orch = Orchestrator(settings, app, local_activities=False)
+    owned = list(range(settings.partitions))
+    began = time.monotonic()
+    if "use_snapshots" in inspect.signature(orch.recovery.recover).parameters:
+        parts = orch.recovery.recover(owned, use_snapshots=False)
+    else:  # a version before the option (a before/after comparison): hide the snapshots
+        read, snapshots = orch.ctx.log.read, orch.topics.snapshots
+
+        def events_only(topic: str, starts: Any, stop: Any = None) -> Any:
+            return iter(()) if topic == snapshots else read(topic, starts, stop)
+
+        orch.ctx.log.read = events_only  # type: ignore[method-assign]
+        began = time.monotonic()
+        parts = orch.recover(owned)
+    took = time.monotonic() - began
+    live = sum(ps.live_count() for ps in parts.values())
+    finished = sum(len(ps.finished) + len(ps.dirty) for ps in parts.values())
+    kind = "live" if live >= finished else "finished"
+    events = orch.stats.recovered_events
+    return {
+        f"cold_{kind}_events": events,
+        f"cold_{kind}_rebuild_s": round(took, 2),
+        f"cold_{kind}_events_per_s": round(events / took),
     }
 
 
@@ -539,6 +597,8 @@ def run_finished(settings: Settings, finished: int, log: Log) -> dict[str, Any]:
         rig.wait_for(lambda: "probe" in tail.ended_at, 600, "a run finished after the restart")
         time.sleep(STATUS_INTERVAL_S * 3)
         rss_restart_mb = rig.rss_mb()
+        log("cold rebuild: every run summarized from keel.events alone")
+        cold = _cold_rebuild(rig.settings)
     finally:
         rig.close()
     return {
@@ -548,6 +608,7 @@ def run_finished(settings: Settings, finished: int, log: Log) -> dict[str, Any]:
         "rss_after_mb": round(rss_mb, 1),
         "rss_after_restart_mb": round(rss_restart_mb, 1),
         "rss_growth_mb_per_10k_finished": round((rss_mb - rss_idle_mb) * 10_000 / finished, 1),
+        **cold,
     }
 
 

@@ -17,10 +17,13 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from orchestrator.codec import default_codec
 from orchestrator.domain.errors import KeelError
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.runtime.snapshot_records import snapshot_state_json
 
 __all__ = [
     "QUARANTINE_FIELD",
@@ -65,12 +68,19 @@ class _Identity:
 
 
 class FinishedRuns:
-    """Finished runs of one partition: recent summaries in an LRU, older ones as identities."""
+    """Finished runs of one partition: recent summaries in an LRU, older ones as identities.
+
+    A rebuild restores finished runs from their snapshot records' headers as identities;
+    the most recent ones also keep the record's bytes (``_packed``), decoded into the
+    summary when first asked for, so the LRU holds what it held before the restart.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._recent: OrderedDict[str, WorkflowState] = OrderedDict()
         self._old: dict[str, _Identity] = {}
+        #: Snapshot record bytes of recently restored runs (their identity is in _old).
+        self._packed: OrderedDict[str, bytes] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._recent) + len(self._old)
@@ -84,6 +94,7 @@ class FinishedRuns:
 
     def add(self, wf: str, summary: WorkflowState) -> None:
         self._old.pop(wf, None)
+        self._packed.pop(wf, None)
         self._recent[wf] = summary
         self._recent.move_to_end(wf)
         while len(self._recent) > self.capacity:
@@ -99,11 +110,48 @@ class FinishedRuns:
                 s.updated_at,
             )
 
+    def restore(self, wf: str, fields: list[Any], record: bytes | None = None) -> None:
+        """A finished run from its snapshot header's identity ``fields`` (in
+        ``snapshot_records`` order) and, for the most recent ones, the record's bytes."""
+        run_id, name, version, digest, seq, status, started_at, updated_at = fields
+        self._recent.pop(wf, None)
+        wf = sys.intern(wf)
+        self._old[wf] = _Identity(
+            str(run_id),
+            sys.intern(str(name)),
+            int(version),
+            sys.intern(str(digest)),
+            int(seq),
+            WorkflowStatus(status),
+            int(started_at),
+            int(updated_at),
+        )
+        self._packed.pop(wf, None)
+        if record is not None and self.capacity > 0:
+            self._packed[wf] = record
+            while len(self._packed) > self.capacity:
+                self._packed.popitem(last=False)
+
+    def discard(self, wf: str) -> None:
+        """Forget ``wf`` (a new run under its id is live)."""
+        self._recent.pop(wf, None)
+        self._old.pop(wf, None)
+        self._packed.pop(wf, None)
+
     def get(self, wf: str) -> WorkflowState | None:
         s = self._recent.get(wf)
         if s is not None:
             self._recent.move_to_end(wf)
             return s
+        record = self._packed.pop(wf, None)
+        if record is not None:
+            try:
+                s = WorkflowState.from_json(snapshot_state_json(default_codec(), wf, record))
+            except Exception:  # the identity below is all a finished run needs
+                s = None
+            if s is not None and s.is_terminal:
+                self.add(wf, s)
+                return s
         i = self._old.get(wf)
         if i is None:
             return None
@@ -137,10 +185,11 @@ class PartitionState:
     #: keel.events offset just past the last event known to be in the log.
     events_end: int = 0
     events_since_checkpoint: int = 0
-    #: Live runs restored from a snapshot and not used since: their state JSON, parsed
-    #: on first use. A rebuild decodes only what it needs, and a string is a fraction of
-    #: the memory of the state it holds.
-    unparsed: dict[str, str] = field(default_factory=dict)
+    #: Live runs restored from a snapshot and not used since: their state JSON (an old
+    #: snapshot) or their snapshot record's bytes (``snapshot_records``), decoded and
+    #: parsed on first use. A rebuild decodes only what it needs, and the text is a
+    #: fraction of the memory of the state it holds.
+    unparsed: dict[str, str | bytes] = field(default_factory=dict)
     #: Armed timers of the unparsed runs, read once when they were restored.
     unparsed_timers: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
@@ -159,7 +208,13 @@ class PartitionState:
         js = self.unparsed.pop(wf)
         self.unparsed_timers.pop(wf, None)
         try:
+            if isinstance(js, bytes):
+                js = snapshot_state_json(default_codec(), wf, js)
             state = WorkflowState.from_json(js)
+            if state.is_terminal or state.workflow_id != wf:
+                raise ValueError(
+                    f"the snapshot of a live run holds {state.status} {state.workflow_id!r}"
+                )
         except Exception as exc:  # never treat a broken run as absent: quarantine it
             reason = " ".join(str(exc).split())[:500] or type(exc).__name__
             self.quarantine(wf, f"unreadable snapshot: {reason}")
@@ -167,9 +222,12 @@ class PartitionState:
         self.live[wf] = state
         return state
 
-    def hold_unparsed(self, wf: str, state_json: str, timers: list[tuple[str, int]]) -> None:
-        """Keep a live run's snapshot as text until the run is used (see ``unparsed``)."""
+    def hold_unparsed(
+        self, wf: str, state_json: str | bytes, timers: list[tuple[str, int]]
+    ) -> None:
+        """Keep a live run's snapshot undecoded until the run is used (see ``unparsed``)."""
         self.live.pop(wf, None)
+        self.finished.discard(wf)
         self.unparsed[wf] = state_json
         if timers:
             self.unparsed_timers[wf] = timers

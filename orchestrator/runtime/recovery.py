@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.codec import DecodeError
@@ -35,7 +36,14 @@ from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
+from orchestrator.runtime.log_scan import header_value, scan
 from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
+from orchestrator.runtime.snapshot_records import (
+    SNAPSHOT_HEADER,
+    SnapshotKind,
+    parse_snapshot_meta,
+    snapshot_headers,
+)
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -78,50 +86,64 @@ class Recovery:
         self.held: dict[int, int] = {}
 
     # ------------------------------------------------------------------ rebuilding
-    def recover(self, owned: list[int]) -> dict[int, PartitionState]:
-        """Rebuild partitions from the newest checkpoint and the events after it."""
+    def recover(self, owned: list[int], *, use_snapshots: bool = True) -> dict[int, PartitionState]:
+        """Rebuild partitions from the newest checkpoint and the events after it.
+
+        ``use_snapshots=False`` folds every run from its events alone, ignoring
+        ``keel.snapshots`` (the same result, slower: ``keel bench``'s cold rebuild).
+        """
         ctx = self.ctx
+        stop = ctx.stopping
         result = {p: ctx.new_partition() for p in owned}
         starts: dict[int, int] = dict.fromkeys(owned, 0)
         heads: dict[int, dict[str, tuple[int, int, int]]] = {p: {} for p in owned}
         chunks: dict[int, dict[str, tuple[int, int, str]]] = {p: {} for p in owned}
-        snapshots = ctx.log.read(ctx.topics.snapshots, dict.fromkeys(owned, 0), ctx.stopping)
-        for rec in snapshots:
-            p = rec.partition
-            if rec.value is None:
+        # Records with a snapshot header are restored after the read, all of a partition
+        # at once (the newest per key wins, in the order they were last written).
+        staged: dict[int, dict[bytes, tuple[bytes, bytes]]] = {p: {} for p in owned}
+        topic = ctx.topics.snapshots
+        snapshots = scan(ctx.log, topic, dict.fromkeys(owned, 0), stop) if use_snapshots else ()
+        for p, offset, key, value, hs in snapshots:
+            if value is None:
                 continue  # a tombstone
-            try:
-                env = ctx.codec.decode(rec.value)
-                snap = env.payload
-                if not isinstance(snap, WorkflowSnapshot):
-                    raise DecodeError(f"{env.type} is not a snapshot")
-            except (DecodeError, ValueError) as exc:
-                log.error("unreadable snapshot at %s[%d]@%d: %s", rec.topic, p, rec.offset, exc)
-                continue
-            wf = env.workflow_id
-            if wf == CHECKPOINT_KEY:
-                starts[p] = snap.events_offset
-            elif wf.startswith(CHUNK_PREFIX):
-                chunks[p][wf] = (env.seq, snap.events_offset, snap.state_json)
-            else:
-                self._load_snapshot(result[p], heads[p], wf, env.seq, snap)
+            if key:
+                st = staged[p]
+                st.pop(key, None)  # newer than a staged record of the same key
+                if hs:
+                    raw = header_value(hs, SNAPSHOT_HEADER)
+                    if raw is not None:
+                        st[key] = (raw, value)
+                        continue
+            self._load_record(result[p], heads[p], chunks[p], starts, topic, p, offset, value)
+        for p in owned:
+            self._restore(result[p], heads[p], chunks[p], starts, p, staged[p])
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
-        tails: dict[int, dict[str, list[tuple[str | None, bytes | None]]]] = {p: {} for p in owned}
-        firsts: dict[int, dict[str, int]] = {p: {} for p in owned}
+        tails: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]] = {
+            p: {} for p in owned
+        }
+        firsts: dict[int, dict[bytes, int]] = {p: {} for p in owned}
+        ends = dict(starts)
         count = 0
-        for rec in ctx.log.read(ctx.topics.events, starts, ctx.stopping):
-            p = rec.partition
-            result[p].events_end = rec.offset + 1
-            wf = (rec.key or b"").decode("utf-8", "replace")
-            tails[p].setdefault(wf, []).append((rec.header(TYPE_HEADER), rec.value))
-            firsts[p].setdefault(wf, rec.offset)
+        for p, offset, key, value, hs in scan(ctx.log, ctx.topics.events, starts, stop):
+            ends[p] = offset + 1
+            raw = header_value(hs, TYPE_HEADER) if hs else None
+            kind = raw.decode("utf-8", "replace") if raw is not None else None
+            by_wf = tails[p]
+            records = by_wf.get(key or b"")
+            if records is None:
+                by_wf[key or b""] = [(kind, value)]
+                firsts[p][key or b""] = offset
+            else:
+                records.append((kind, value))
             count += 1
-        for p, by_wf in tails.items():
+        for p, by_key in tails.items():
             ps = result[p]
             self.held.pop(p, None)
-            for wf, records in by_wf.items():
+            ps.events_end = ends[p]
+            for key, records in by_key.items():
+                wf = key.decode("utf-8", "replace")
                 if wf in ps.quarantined:
                     continue
                 base = None
@@ -131,13 +153,13 @@ class Recovery:
                     if state is not base:
                         ps.put(wf, state)
                 except Exception as exc:  # any history this code cannot fold
-                    held = self._stand_in(base, records, firsts[p][wf])
+                    held = self._stand_in(base, records, firsts[p][key])
                     if held is None:
                         self._quarantine(ps, p, wf, f"cannot rebuild: {_one_line(exc)}")
                         continue
                     log.warning("workflow %s runs a version this process lacks: held", wf)
                     ps.put(wf, held)
-                    first = firsts[p][wf]
+                    first = firsts[p][key]
                     self.held[p] = min(self.held.get(p, first), first)
         ctx.stats.recovered_events += count
         return result
@@ -157,6 +179,73 @@ class Recovery:
         if (state.name, state.version) in self.ctx.decider.definitions:
             return None  # the definition is here: the history itself is broken
         return state
+
+    def _load_record(
+        self,
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        chunks: dict[str, tuple[int, int, str]],
+        starts: dict[int, int],
+        topic: str,
+        p: int,
+        offset: int,
+        value: bytes,
+    ) -> None:
+        """One snapshot record decoded whole: a marker, a chunk, or a run's state."""
+        try:
+            env = self.ctx.codec.decode(value)
+            snap = env.payload
+            if not isinstance(snap, WorkflowSnapshot):
+                raise DecodeError(f"{env.type} is not a snapshot")
+        except (DecodeError, ValueError) as exc:
+            log.error("unreadable snapshot at %s[%d]@%d: %s", topic, p, offset, exc)
+            return
+        wf = env.workflow_id
+        if wf == CHECKPOINT_KEY:
+            starts[p] = snap.events_offset
+        elif wf.startswith(CHUNK_PREFIX):
+            chunks[wf] = (env.seq, snap.events_offset, snap.state_json)
+        else:
+            self._load_snapshot(ps, heads, wf, env.seq, snap)
+
+    def _restore(
+        self,
+        ps: PartitionState,
+        heads: dict[str, tuple[int, int, int]],
+        chunks: dict[str, tuple[int, int, str]],
+        starts: dict[int, int],
+        p: int,
+        staged: dict[bytes, tuple[bytes, bytes]],
+    ) -> None:
+        """Runs restored from their snapshot headers alone (``snapshot_records``); a
+        record whose header this code cannot read is decoded whole instead."""
+        if not staged:
+            return
+        try:  # one parse for the partition: far cheaper than one per record
+            metas: list[Any] = json.loads(b"[" + b",".join(r for r, _ in staged.values()) + b"]")
+            if len(metas) != len(staged):
+                raise ValueError("a header is not one JSON value")
+        except ValueError:
+            metas = [None] * len(staged)
+        for (key, (raw, value)), meta in zip(staged.items(), metas, strict=True):
+            try:
+                wf = key.decode()
+                kind, fields = parse_snapshot_meta(json.loads(raw) if meta is None else meta)
+            except ValueError:  # UnicodeDecodeError, bad JSON, an unknown kind
+                topic = self.ctx.topics.snapshots
+                self._load_record(ps, heads, chunks, starts, topic, p, -1, value)
+                continue
+            if ps.quarantined:
+                ps.quarantined.pop(wf, None)
+            if heads:
+                heads.pop(wf, None)
+            if kind is SnapshotKind.LIVE:
+                ps.hold_unparsed(wf, value, fields)
+            else:
+                ps.live.pop(wf, None)
+                ps.unparsed.pop(wf, None)
+                ps.unparsed_timers.pop(wf, None)
+                ps.finished.restore(wf, fields, value)
 
     def _quarantine(self, ps: PartitionState, p: int, wf: str, reason: str) -> None:
         log.error("quarantined workflow %s on partition %d: %s", wf, p, reason)
@@ -285,7 +374,9 @@ class Recovery:
                 for wf, state in ps.dirty.items():
                     if state.unfolded_from is not None:
                         continue  # a stand-in: the process with the version folds the events
-                    self._write_state(p, wf, state.run_id, state.seq, state.to_json(), ps, now)
+                    self._write_state(
+                        p, wf, state.run_id, state.seq, state.to_json(), ps, now, state
+                    )
                 for wf in ps.dirty_quarantine:
                     reason = ps.quarantined.get(wf)
                     if reason is not None:
@@ -302,10 +393,19 @@ class Recovery:
         return True
 
     def _write_state(
-        self, p: int, wf: str, run_id: str, seq: int, js: str, ps: PartitionState, now: int
+        self,
+        p: int,
+        wf: str,
+        run_id: str,
+        seq: int,
+        js: str,
+        ps: PartitionState,
+        now: int,
+        state: WorkflowState | None = None,
     ) -> None:
         if len(js) <= CHUNK_CHARS:
-            self._produce(p, wf, run_id, seq, js, ps.events_end, now)
+            headers = snapshot_headers(state) if state is not None else ()
+            self._produce(p, wf, run_id, seq, js, ps.events_end, now, headers)
             return
         pieces = [js[i : i + CHUNK_CHARS] for i in range(0, len(js), CHUNK_CHARS)]
         for i, piece in enumerate(pieces):
@@ -314,8 +414,18 @@ class Recovery:
         self._produce(p, wf, run_id, seq, head, ps.events_end, now)
 
     def _produce(
-        self, p: int, key: str, run_id: str, seq: int, js: str, events_end: int, now: int
+        self,
+        p: int,
+        key: str,
+        run_id: str,
+        seq: int,
+        js: str,
+        events_end: int,
+        now: int,
+        headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         env = snapshot_envelope(key, run_id, seq, js, events_end, now)
         value = check_record_size(self.ctx.codec.encode(env), f"the snapshot of {key}")
-        self.ctx.log.append(self.ctx.topics.snapshots, value, key.encode(), partition=p)
+        self.ctx.log.append(
+            self.ctx.topics.snapshots, value, key.encode(), partition=p, headers=headers
+        )
