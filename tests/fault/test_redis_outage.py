@@ -95,6 +95,13 @@ def test_a_redis_outage_costs_no_attempt_no_dead_letter_and_no_duplicate(
     services.kill(worker, 15)
     assert worker.returncode == 0, worker.log_path.read_text()[-2000:]
     worker = services.start("worker", KEEL_REDIS_URL=own_redis.url)
+    # The new worker must meet the outage too (its redelivered tasks wait at the gate),
+    # however slowly it starts on a loaded machine; only then does Redis come back.
+    wait_until(
+        lambda: "effect claims paused" in worker.log_path.read_text(),
+        120,
+        "the new worker to pause",
+    )
     time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - outage_began)))
     own_redis.start()
 
