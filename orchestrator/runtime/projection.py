@@ -182,7 +182,7 @@ class Projection:
         self.url = url
         self.lock_key = f"{self.ks.read_model}rebuild:lock"
         self.epoch_key = f"{self.ks.read_model}rebuild:epoch"
-        self._guarded_write = client.register_script(_GUARDED_WRITE_LUA)
+        self._guarded_write: Any = None  # the Lua script, registered on first use
 
     @classmethod
     def from_url(cls, url: str, topic_prefix: str) -> Projection:
@@ -334,6 +334,8 @@ class Projection:
         for args in commands:
             argv.append(len(args))
             argv.extend(args)
+        if self._guarded_write is None:
+            self._guarded_write = self.r.register_script(_GUARDED_WRITE_LUA)
         reply = self._guarded_write(keys=[self.lock_key, self.epoch_key], args=argv)
         self._raise_refusal([_text(x) or "" for x in reply], expected)
 
