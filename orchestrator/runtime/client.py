@@ -396,8 +396,12 @@ class KeelClient:
         deadline = began + timeout_s
         stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
         watch = self.watch
-        if not watch.watching(workflow_id) and watch.begin(workflow_id):
-            watch.confirm(min(timeout_s, self.settings.admin_timeout_s))
+        if not watch.watching(workflow_id):
+            found = self.projection.get(workflow_id)
+            if found is not None and found["status"] in stops:
+                return found  # already over: no subscription needed
+            if watch.begin(workflow_id):
+                watch.confirm(min(timeout_s, self.settings.admin_timeout_s))
         try:
             while True:
                 found = self.projection.get(workflow_id)
