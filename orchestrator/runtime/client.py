@@ -247,12 +247,11 @@ class KeelClient:
             return StartResult(wf, existing["run_id"], existed=True)
         input_obj = self.sealed_input(definition.input_model, input_obj)
         input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
-        if watching:
-            # Active before the command exists, so the new row's announcement is heard.
-            self.watch.confirm(self.settings.admin_timeout_s)
         mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
         if confirm_timeout_s is None:
             return StartResult(wf, mid, existed=False, confirmed=False)
+        if watching:  # the answer came while Kafka acknowledged the command
+            self.watch.confirm(self.settings.admin_timeout_s)
         run_id = self._await_run(wf, confirm_timeout_s)
         if run_id is None:
             raise UnavailableError(
@@ -263,22 +262,25 @@ class KeelClient:
         return StartResult(wf, run_id, existed=run_id != mid)
 
     def _await_run(self, workflow_id: str, timeout_s: float) -> str | None:
-        """The run id the read model shows for ``workflow_id`` (None: not within the time)."""
+        """The run id the read model shows for ``workflow_id`` (None: not within the time).
+
+        The row is read first (once the subscription is active, so a row created after
+        that read is announced), then on each announcement or every 50 ms.
+        """
         began = time.monotonic()
         deadline = began + timeout_s
         while True:
-            now = time.monotonic()
-            if self.watch.watching(workflow_id):
-                note = self.watch.next(min(deadline - now, WATCHED_POLL_S))
-                if note and isinstance(note.get("run_id"), str):
-                    return str(note["run_id"])
             found = self.projection.get(workflow_id)
             now = time.monotonic()
             if found is not None:
                 return str(found["run_id"])
             if now > deadline:
                 return None
-            if not self.watch.watching(workflow_id):
+            if self.watch.watching(workflow_id):
+                note = self.watch.next(min(deadline - now, WATCHED_POLL_S))
+                if note and isinstance(note.get("run_id"), str):
+                    return str(note["run_id"])
+            else:
                 time.sleep(_poll_delay(now - began, 0.05))
 
     def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
