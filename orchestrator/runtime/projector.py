@@ -124,6 +124,12 @@ class Projector:
         #: Per partition: offsets folded in-process that the consumer has yet to reach.
         self._folded: dict[int, set[int]] = {}
         self.applied_in_process = 0
+        #: Commit (the orchestrator's hand-off) to read model written, summed over the
+        #: in-process batches that wrote something, and their count (docs/performance.md).
+        self.in_process_lag_ms_total = 0.0
+        #: The part of it before the projector took the events (its thread's wake-up).
+        self.in_process_wake_ms_total = 0.0
+        self.in_process_batches = 0
         self._topic_fresh_at = 0.0
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
@@ -153,6 +159,9 @@ class Projector:
             "last_offsets": dict(self.last_offsets),
             "waiting_for_rebuild": self.waiting_for_rebuild,
             "applied_in_process": self.applied_in_process,
+            "in_process_batches": self.in_process_batches,
+            "in_process_lag_ms_total": round(self.in_process_lag_ms_total, 3),
+            "in_process_wake_ms_total": round(self.in_process_wake_ms_total, 3),
             "in_process_dropped": self.committed.dropped if self.committed is not None else 0,
         }
 
@@ -231,7 +240,13 @@ class Projector:
         if self._listening and committed is not None and committed.publishing:
             recent = time.monotonic() - self._topic_fresh_at < TOPIC_ACTIVE_FOR_S
             wait_s = TOPIC_ACTIVE_WAIT_S if recent else IN_PROCESS_WAIT_S
-            applied = self.apply_committed(committed.take(wait_s))
+            events = committed.take(wait_s)
+            taken_at = time.monotonic()
+            applied = self.apply_committed(events)
+            if applied:
+                self.in_process_batches += 1
+                self.in_process_wake_ms_total += 1000 * (taken_at - committed.taken_since)
+                self.in_process_lag_ms_total += 1000 * (time.monotonic() - committed.taken_since)
             timeout_s = 0.0
         try:
             records = feed.poll(1000, timeout_s)
