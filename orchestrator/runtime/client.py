@@ -40,6 +40,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.projection import Projection
+from orchestrator.runtime.row_watch import RowWatch
 from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
 from orchestrator.settings import Settings, redact
 
@@ -99,6 +100,9 @@ def parse_json(text: str, what: str) -> Any:
 #: ~0.1 ms on loopback, and most runs of a few local steps end within this window.
 CLOSE_POLL_S = 0.002
 CLOSE_POLL_FOR_S = 0.25
+#: While the projector's announcements are heard (``row_watch.py``), the row is still read
+#: this often at least: pub/sub is not durable, so it is the fallback, not the signal.
+WATCHED_POLL_S = 0.05
 
 
 def _poll_delay(elapsed_s: float, slowest_s: float) -> float:
@@ -118,6 +122,8 @@ class KeelClient:
         self._errors: list[str] = []
         self._tracer = tracing.tracer()
         self._seal_keys: SealKeys | None = None
+        #: The row changes the projector announces (``start`` and ``wait`` listen there).
+        self.watch = RowWatch(self.projection)
 
     @property
     def seal_keys(self) -> SealKeys:
@@ -226,10 +232,16 @@ class KeelClient:
         model shows the workflow: the run id it holds is the true run, and it is new
         exactly when it is this command's id. ``confirm_timeout_s=None`` returns at once
         with ``confirmed=False`` (the run id is then only this command's id).
+
+        The client subscribes to the row's changes before it looks at the row, so the
+        projector's announcement of the new row wakes it (``row_watch.py``); the row is
+        still read now and then in case an announcement is lost. The subscription is kept
+        for a :meth:`wait` on the same workflow.
         """
         wf = check_workflow_id(workflow_id) if workflow_id is not None else None
         definition = self.app.validate_start(name, version, input_obj)
         wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
+        watching = confirm_timeout_s is not None and self.watch.begin(wf)
         existing = self.projection.get(wf)
         if existing is not None:
             return StartResult(wf, existing["run_id"], existed=True)
@@ -238,24 +250,38 @@ class KeelClient:
         mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
         if confirm_timeout_s is None:
             return StartResult(wf, mid, existed=False, confirmed=False)
-        found = self._await_row(wf, confirm_timeout_s)
-        if found is None:
+        if watching:  # the answer came while Kafka acknowledged the command
+            self.watch.confirm(self.settings.admin_timeout_s)
+        run_id = self._await_run(wf, confirm_timeout_s)
+        if run_id is None:
             raise UnavailableError(
                 f"start of '{wf}' was sent (command {mid}) but the read model did not show "
                 f"the workflow within {confirm_timeout_s:g}s; is an orchestrator running? "
                 f"`keel workflow show {wf}` tells when it does"
             )
-        return StartResult(wf, found["run_id"], existed=found["run_id"] != mid)
+        return StartResult(wf, run_id, existed=run_id != mid)
 
-    def _await_row(self, workflow_id: str, timeout_s: float) -> dict[str, Any] | None:
+    def _await_run(self, workflow_id: str, timeout_s: float) -> str | None:
+        """The run id the read model shows for ``workflow_id`` (None: not within the time).
+
+        The row is read first (once the subscription is active, so a row created after
+        that read is announced), then on each announcement or every 50 ms.
+        """
         began = time.monotonic()
         deadline = began + timeout_s
         while True:
             found = self.projection.get(workflow_id)
             now = time.monotonic()
-            if found is not None or now > deadline:
-                return found
-            time.sleep(_poll_delay(now - began, 0.05))
+            if found is not None:
+                return str(found["run_id"])
+            if now > deadline:
+                return None
+            if self.watch.watching(workflow_id):
+                note = self.watch.next(min(deadline - now, WATCHED_POLL_S))
+                if note and isinstance(note.get("run_id"), str):
+                    return str(note["run_id"])
+            else:
+                time.sleep(_poll_delay(now - began, 0.05))
 
     def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
         """Start many workflows ``(workflow_id, input)`` with one flush (tests, benchmarks).
@@ -362,24 +388,43 @@ class KeelClient:
     ) -> dict[str, Any]:
         """Block until the workflow ends (or ``timeout_s``); returns its projection.
 
-        With ``stop_on_attention`` it also returns when the run needs an operator.
+        With ``stop_on_attention`` it also returns when the run needs an operator. It
+        reads the row after subscribing to its changes (``row_watch.py``) and again on
+        each change announced, and at least every ``max(poll_s, 50 ms)`` in case an
+        announcement is lost; without announcements (Redis pub/sub unavailable) it polls,
+        every 2 ms at first, then backing off to ``poll_s``.
         """
         began = time.monotonic()
         deadline = began + timeout_s
         stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
-        while True:
+        watch = self.watch
+        if not watch.watching(workflow_id):
             found = self.projection.get(workflow_id)
             if found is not None and found["status"] in stops:
-                return found
-            now = time.monotonic()
-            if now > deadline:
-                status = found["status"] if found else "not started yet"
-                raise KeelError(
-                    f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
-                    f"(status: {status})"
-                )
-            time.sleep(_poll_delay(now - began, poll_s))
+                return found  # already over: no subscription needed
+            if watch.begin(workflow_id):
+                watch.confirm(min(timeout_s, self.settings.admin_timeout_s))
+        try:
+            while True:
+                found = self.projection.get(workflow_id)
+                if found is not None and found["status"] in stops:
+                    return found
+                now = time.monotonic()
+                if now > deadline:
+                    status = found["status"] if found else "not started yet"
+                    raise KeelError(
+                        f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
+                        f"(status: {status})"
+                    )
+                delay = _poll_delay(now - began, poll_s)
+                if watch.watching(workflow_id):
+                    watch.next(min(deadline - now, max(delay, WATCHED_POLL_S)))
+                else:
+                    time.sleep(delay)
+        finally:
+            watch.end()
 
     def close(self) -> None:
+        self.watch.close()
         if self._producer is not None:
             self._producer.flush(5)

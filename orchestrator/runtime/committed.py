@@ -20,6 +20,7 @@ those events from the topic instead.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,11 @@ class CommittedEvents:
         self.max_events = max_events
         self._cond = threading.Condition(threading.Lock())
         self._waiting: deque[list[CommittedEvent]] = deque()
+        #: ``time.monotonic()`` of each waiting batch's publication (oldest first).
+        self._published_at: deque[float] = deque()
+        #: When the oldest batch the last :meth:`take` returned was published (the
+        #: projector's in-process lag is measured from it).
+        self.taken_since = 0.0
         self._count = 0
         self._listeners = 0
         self._publishers = 0
@@ -90,6 +96,7 @@ class CommittedEvents:
             if self._count + len(events) > self.max_events:
                 self._drop()
             self._waiting.append(events)
+            self._published_at.append(time.monotonic())
             self._count += len(events)
             self.published += len(events)
             self._cond.notify_all()
@@ -102,6 +109,8 @@ class CommittedEvents:
             if not self._waiting:
                 return []
             batches, self._waiting = self._waiting, deque()
+            self.taken_since = self._published_at[0]
+            self._published_at.clear()
             self._count = 0
         if len(batches) == 1:
             return batches[0]
@@ -110,6 +119,7 @@ class CommittedEvents:
     def _drop(self) -> None:
         self.dropped += self._count
         self._waiting.clear()
+        self._published_at.clear()
         self._count = 0
 
 

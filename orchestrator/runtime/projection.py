@@ -45,6 +45,47 @@ class RebuildRunning(KeelError):
     """A rebuild holds the read model; live projectors wait for it to finish."""
 
 
+class SeqConflict(Exception):
+    """Rows that did not hold the sequence number the writer expected (another writer, or
+    a row assumed new that exists): reload them and fold again."""
+
+    def __init__(self, workflow_ids: list[str]) -> None:
+        super().__init__(", ".join(workflow_ids))
+        self.workflow_ids = workflow_ids
+
+
+#: The guarded write in one round trip: refuse while a rebuild holds the lock
+#: (``rebuild``) or after one changed the epoch (``epoch``), refuse if a row's ``seq`` is
+#: not the one expected (``seq`` and the rows' keys), else run the queued commands.
+#: ARGV: epoch ('' for none), guard count, (row key, expected seq or ''), command count,
+#: then per command its argument count and arguments. Atomic like MULTI/EXEC.
+_GUARDED_WRITE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'rebuild'} end
+local current = redis.call('GET', KEYS[2]) or ''
+if current ~= ARGV[1] then return {'epoch', current} end
+local i = 3
+local conflicts = {'seq'}
+for _ = 1, tonumber(ARGV[2]) do
+  local have = redis.call('HGET', ARGV[i], 'seq') or ''
+  if have ~= ARGV[i + 1] then conflicts[#conflicts + 1] = ARGV[i] end
+  i = i + 2
+end
+if #conflicts > 1 then return conflicts end
+local commands = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, commands do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + 1 + n
+end
+return {'ok'}
+"""
+
+#: A command with more arguments than this is not passed through the script (Lua's
+#: ``unpack`` has a stack bound); such a batch is written with WATCH and MULTI instead.
+_MAX_SCRIPT_COMMAND_ARGS = 4000
+
+
 class EpochChanged(Exception):
     """The read model was rebuilt since this writer's cache was filled."""
 
@@ -99,6 +140,10 @@ def reachable(url: str) -> Iterator[None]:
         raise UnavailableError(f"Redis at {redact(url)} did not answer: {exc}") from None
 
 
+def _seq_text(seq: int | None) -> str | None:
+    return None if seq is None else str(seq)
+
+
 def _attention(state: WorkflowState) -> str:
     """Why the run needs an operator: its own reason, else the activities waiting on one."""
     if state.attention_reason:
@@ -137,6 +182,7 @@ class Projection:
         self.url = url
         self.lock_key = f"{self.ks.read_model}rebuild:lock"
         self.epoch_key = f"{self.ks.read_model}rebuild:epoch"
+        self._guarded_write: Any = None  # the Lua script, registered on first use
 
     @classmethod
     def from_url(cls, url: str, topic_prefix: str) -> Projection:
@@ -147,6 +193,11 @@ class Projection:
 
     def k_history(self, wf: str) -> str:
         return self.ks.history(wf)
+
+    def changes_channel(self, wf: str) -> str:
+        """The pub/sub channel on which a live projector announces a change of the row's
+        status (its creation included), atomically with the write: ``wait`` listens there."""
+        return f"{self.ks.read_model}changed:{wf}"
 
     def k_llm(self, wf: str) -> str:
         """The provenance list of the workflow's completed LLM nodes (read-model space)."""
@@ -241,28 +292,87 @@ class Projection:
             tasks.queue(pipe)
         pipe.execute()
 
-    def write_guarded(self, updates: Updates, epoch: str | None, tasks: Any = None) -> None:
+    def write_guarded(
+        self,
+        updates: Updates,
+        epoch: str | None,
+        tasks: Any = None,
+        expected: Mapping[str, int | None] | None = None,
+    ) -> None:
         """:meth:`write` for a live projector whose cache belongs to rebuild ``epoch``.
 
         The write happens only while no rebuild holds the lock (else
-        :class:`RebuildRunning`) and the epoch is unchanged (else :class:`EpochChanged`);
-        both are checked atomically with the write (``WATCH``).
+        :class:`RebuildRunning`), the epoch is unchanged (else :class:`EpochChanged`) and
+        each row named in ``expected`` holds that sequence number (``None``: no row; else
+        :class:`SeqConflict`); all of it is checked atomically with the write, in one
+        round trip (a Lua script). Each row whose status changes (or that is created) is
+        announced on its :meth:`changes_channel` in the same step.
         """
+        pipe = self.r.pipeline(transaction=False)
+        usages = self._queue_updates(pipe, updates)
+        if tasks:
+            tasks.queue(pipe)
+        for wf, (state, _, old_status) in updates.items():
+            if old_status != state.status:
+                note = {"run_id": state.run_id, "status": str(state.status), "seq": state.seq}
+                pipe.publish(self.changes_channel(wf), json.dumps(note))
+        commands = [args for args, _ in pipe.command_stack]
+        pipe.reset()
+        if any(len(args) > _MAX_SCRIPT_COMMAND_ARGS for args in commands):
+            self._write_watched(commands, epoch, expected or {})
+        else:
+            self._write_scripted(commands, epoch, expected or {})
+        self._record_metrics(updates, usages)
+
+    def _write_scripted(
+        self, commands: list[tuple[Any, ...]], epoch: str | None, expected: Mapping[str, Any]
+    ) -> None:
+        argv: list[Any] = [epoch or "", len(expected)]
+        for wf, seq in expected.items():
+            argv += [self.k_wf(wf), "" if seq is None else str(seq)]
+        argv.append(len(commands))
+        for args in commands:
+            argv.append(len(args))
+            argv.extend(args)
+        if self._guarded_write is None:
+            self._guarded_write = self.r.register_script(_GUARDED_WRITE_LUA)
+        reply = self._guarded_write(keys=[self.lock_key, self.epoch_key], args=argv)
+        self._raise_refusal([_text(x) or "" for x in reply], expected)
+
+    def _raise_refusal(self, reply: list[str], expected: Mapping[str, Any]) -> None:
+        if reply[0] == "rebuild":
+            raise RebuildRunning("a rebuild of the read model is running")
+        if reply[0] == "epoch":
+            raise EpochChanged(reply[1] or None)
+        if reply[0] == "seq":
+            by_key = {self.k_wf(wf): wf for wf in expected}
+            raise SeqConflict([by_key.get(k, k) for k in reply[1:]])
+
+    def _write_watched(
+        self, commands: list[tuple[Any, ...]], epoch: str | None, expected: Mapping[str, Any]
+    ) -> None:
+        """The same checks and writes with WATCH and MULTI (a command too long for Lua)."""
+        rows = [self.k_wf(wf) for wf in expected]
         with self.r.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(self.lock_key, self.epoch_key)
+                    pipe.watch(self.lock_key, self.epoch_key, *rows)
                     lock, current = pipe.mget(self.lock_key, self.epoch_key)
                     if lock:
                         raise RebuildRunning("a rebuild of the read model is running")
                     if current != epoch:
                         raise EpochChanged(_text(current))
+                    conflicts = [
+                        wf
+                        for wf, seq in expected.items()
+                        if _text(pipe.hget(self.k_wf(wf), "seq")) != _seq_text(seq)
+                    ]
+                    if conflicts:
+                        raise SeqConflict(conflicts)
                     pipe.multi()
-                    usages = self._queue_updates(pipe, updates)
-                    if tasks:
-                        tasks.queue(pipe)
+                    for args in commands:
+                        pipe.execute_command(*args)
                     pipe.execute()
-                    self._record_metrics(updates, usages)
                     return
                 except redis.WatchError:
                     continue
