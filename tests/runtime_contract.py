@@ -24,7 +24,7 @@ from orchestrator.runtime.ports import (
     Record,
     RecordRefused,
 )
-from orchestrator.runtime.projection import EpochChanged
+from orchestrator.runtime.projection import EpochChanged, SeqConflict
 
 
 class Harness:
@@ -223,3 +223,19 @@ class RuntimeContract:
         with pytest.raises(EpochChanged):
             store.write_guarded({"wf-s": (state, lines, None)}, "another-epoch")
         assert [h["seq"] for h in store.history("wf-s")] == [1, 2]
+
+    def test_a_store_writes_only_over_the_seq_the_writer_expected(self, harness: Any):
+        """The projector folds a run whose events start at seq 1 as new without reading
+        its row: the store itself must refuse the write if the row exists after all."""
+        store = harness.store()
+        first = WorkflowState("wf-q", "run-1", "three_step", 1, "d", "{}", seq=1)
+        one = [json.dumps({"seq": 1, "type": "A"})]
+        store.write_guarded({"wf-q": (first, one, None)}, None, expected={"wf-q": None})
+        later = WorkflowState("wf-q", "run-1", "three_step", 1, "d", "{}", seq=2)
+        two = [json.dumps({"seq": 2, "type": "B"})]
+        with pytest.raises(SeqConflict) as refused:
+            store.write_guarded({"wf-q": (later, two, None)}, None, expected={"wf-q": None})
+        assert refused.value.workflow_ids == ["wf-q"]
+        assert [h["seq"] for h in store.history("wf-q")] == [1], "a refused write writes nothing"
+        store.write_guarded({"wf-q": (later, two, None)}, None, expected={"wf-q": 1})
+        assert [h["seq"] for h in store.history("wf-q")] == [1, 2]

@@ -18,7 +18,9 @@ space     keys                                              rebuilt by / lifetim
 ========  ===============================================  ==========================
 
 The read model also holds ``rm:rebuild:lock``, ``rm:rebuild:epoch`` (a rebuild's lock and
-generation) and ``rm:health:projector:<instance>``.
+generation) and ``rm:health:projector:<instance>``. ``rm:changed:<id>`` is a pub/sub
+*channel*, not a key: the projector announces each change of a row's status on it in the
+same step as the write, and a waiting client subscribes (so a clear never touches it).
 
 Only the read model (``rm``) is ever cleared in bulk.
 """

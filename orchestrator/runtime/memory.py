@@ -35,7 +35,7 @@ from orchestrator.runtime.ports import (
     Record,
     RecordRefused,
 )
-from orchestrator.runtime.projection import EpochChanged, RebuildRunning
+from orchestrator.runtime.projection import EpochChanged, RebuildRunning, SeqConflict
 
 __all__ = [
     "MemoryBroker",
@@ -366,13 +366,24 @@ class MemoryReadModel:
             self.tasks.append(tasks)
 
     def write_guarded(
-        self, updates: Mapping[str, Any], epoch: str | None, tasks: Any = None
+        self,
+        updates: Mapping[str, Any],
+        epoch: str | None,
+        tasks: Any = None,
+        expected: Mapping[str, int | None] | None = None,
     ) -> None:
         if self.rebuilding:
             raise RebuildRunning("a rebuild of the read model is running")
         if epoch != self.epoch:
             raise EpochChanged(self.epoch)
+        stale = [wf for wf, seq in (expected or {}).items() if self._seq(wf) != seq]
+        if stale:
+            raise SeqConflict(stale)
         self.write(updates, tasks)
+
+    def _seq(self, wf: str) -> int | None:
+        row = self.rows.get(wf)
+        return None if row is None or "seq" not in row else int(row["seq"])
 
     def mark_error(self, wf: str, reason: str) -> None:
         self.rows.setdefault(wf, {})["projection_error"] = reason

@@ -247,9 +247,15 @@ class ReadModelStore(Protocol):
     def write(self, updates: Mapping[str, Any], tasks: Any = None) -> None: ...
 
     def write_guarded(
-        self, updates: Mapping[str, Any], epoch: str | None, tasks: Any = None
+        self,
+        updates: Mapping[str, Any],
+        epoch: str | None,
+        tasks: Any = None,
+        expected: Mapping[str, int | None] | None = None,
     ) -> None:
-        """``write`` unless a rebuild runs (``RebuildRunning``) or ran (``EpochChanged``)."""
+        """``write`` unless a rebuild runs (``RebuildRunning``) or ran (``EpochChanged``),
+        or a row named in ``expected`` does not hold that seq (``None``: no row;
+        ``SeqConflict``), all checked atomically with the write."""
         ...
 
     def mark_error(self, wf: str, reason: str) -> None: ...

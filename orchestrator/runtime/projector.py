@@ -110,9 +110,6 @@ class Projector:
         else:
             self._given_feed, self.projection = adapters
         self.feed: EventFeed | None = self._given_feed
-        #: The store checks each row's sequence number with the write (Redis): a workflow
-        #: whose events start at seq 1 is then folded as new without reading its row first.
-        self._checks_seq = isinstance(self.projection, Projection)
         self._subscribed = False
         self.task_keys = TaskKeys(self.keyspace)
         self.topic = settings.topic("events")
@@ -390,7 +387,7 @@ class Projector:
         here is seq 1 is taken as new without a read (the write refuses it if a row
         exists: :class:`SeqConflict`, and the batch is folded again after a read).
         """
-        optimistic = assume_new and self._checks_seq
+        optimistic = assume_new  # the store checks each row's seq with the write
         missing = [
             wf
             for wf, events in by_wf.items()
@@ -456,11 +453,9 @@ class Projector:
             try:
                 if not guarded:
                     store.write(updates, tasks)
-                elif isinstance(store, Projection):
+                else:
                     expected = {wf: self._seq_of(wf) for wf in updates}
                     store.write_guarded(updates, self._epoch, tasks, expected=expected)
-                else:
-                    self.projection.write_guarded(updates, self._epoch, tasks)
                 break
             except SeqConflict as conflict:
                 log.info("read-model rows changed under the projector: %s", conflict)
