@@ -548,7 +548,7 @@ def _dumps(value: Any) -> str:
 #: The JSON of recently written activities, by identity (the entry keeps the object
 #: alive, so its id cannot be reused while cached). Cleared when full: only a cache.
 _ACTIVITY_JSON: dict[int, tuple[ActivityState, str]] = {}
-_ACTIVITY_JSON_MAX = 16384
+_ACTIVITY_JSON_MAX = 8192
 
 
 def _activity_json(act: ActivityState) -> str:
