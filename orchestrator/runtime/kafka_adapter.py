@@ -592,10 +592,6 @@ def _close_quietly(consumer: Consumer) -> None:
         log.warning("closing a failed consumer: %s", exc)
 
 
-def _delivery(callback: DeliveryCallback) -> Callable[[KafkaError | None, Message], None]:
-    return _Delivery(callback)
-
-
 class _Delivery:
     """A delivery report handler: the record's partition and offset to ``callback``."""
 
