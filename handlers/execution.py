@@ -63,6 +63,20 @@ def use_seal_keys(keys: SealKeys | None) -> None:
     _seal_keys = keys
 
 
+#: Whether a model has sensitive fields, per model class: walking a model's fields on
+#: every task cost the worker ~15 % of its time (docs/performance.md, "Throughput").
+_SENSITIVE: dict[type[BaseModel], bool] = {}
+
+
+def _has_sensitive(model: type[BaseModel] | None) -> bool:
+    if model is None:
+        return False
+    known = _SENSITIVE.get(model)
+    if known is None:
+        known = _SENSITIVE[model] = bool(sensitive_paths(model))
+    return known
+
+
 class EffectBook(Protocol):
     """The effect records a side-effect task goes through (``effects.EffectStore``: Redis)."""
 
@@ -152,7 +166,7 @@ def parse_input(handler: ActivityHandler, input_json: str) -> Any:
     except (ValueError, RecursionError) as exc:
         raise BadTaskInput(f"{what} is not valid JSON: {exc}") from None
     try:
-        if sensitive_paths(handler.output_model):
+        if _has_sensitive(handler.output_model):
             seal_keys()  # a missing key fails the task here, before any side effect
         if contains_sealed(raw):  # opened only here, for the handler (docs/secrets.md)
             raw = seal_keys().unseal_tree(raw)
@@ -176,7 +190,7 @@ def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str
         if handler.output_model is not None and not isinstance(raw, handler.output_model):
             result = handler.output_model.model_validate(raw)
         text = result.model_dump_json() if isinstance(result, BaseModel) else json.dumps(result)
-        if sensitive_paths(handler.output_model):  # sealed before it is reported or stored
+        if _has_sensitive(handler.output_model):  # sealed before it is reported or stored
             data = seal_keys().seal_fields(handler.output_model, json.loads(text))
             text = json.dumps(data, separators=(",", ":"))
         check_json_text(text, "the result", MAX_PAYLOAD_BYTES)

@@ -416,6 +416,9 @@ class WorkflowState:
     # -- snapshots ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        return self._to_dict(activities=True)
+
+    def _to_dict(self, *, activities: bool) -> dict[str, Any]:
         d = {
             "format": _FORMAT,
             "workflow_id": self.workflow_id,
@@ -431,7 +434,9 @@ class WorkflowState:
             "visits": self.visits,
             "steps_remaining": sorted(self.steps_remaining),
             "wait": None if self.wait is None else _slots_dict(self.wait),
-            "activities": [_activity_dict(a) for a in self.activities.values()],
+            "activities": (
+                [_activity_dict(a) for a in self.activities.values()] if activities else None
+            ),
             "in_flight": sorted(self.in_flight),
             "step_results": self.step_results,
             "logical_attempts": self.logical_attempts,
@@ -445,6 +450,8 @@ class WorkflowState:
             "started_at": self.started_at,
             "updated_at": self.updated_at,
         }
+        if not activities:
+            del d["activities"]
         if self.attention_reason is not None:
             d["attention_reason"] = self.attention_reason
         # newer fields only when set, so the snapshots of older runs stay as they were
@@ -475,7 +482,15 @@ class WorkflowState:
         return d
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """``to_dict`` as sorted, compact JSON; each activity's part is encoded once.
+
+        Activities are immutable, and a state is written after every batch that touches
+        it (read model, snapshots), so the part of an unchanged activity is reused.
+        ``"activities"`` sorts before every other key, so its part leads the object.
+        """
+        rest = _dumps(self._to_dict(activities=False))
+        parts = ",".join([_activity_json(a) for a in self.activities.values()])
+        return '{"activities":[' + parts + "]," + rest[1:]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WorkflowState:
@@ -524,6 +539,27 @@ class WorkflowState:
     @classmethod
     def from_json(cls, s: str | bytes) -> WorkflowState:
         return cls.from_dict(json.loads(s))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+#: The JSON of recently written activities, by identity (the entry keeps the object
+#: alive, so its id cannot be reused while cached). Cleared when full: only a cache.
+_ACTIVITY_JSON: dict[int, tuple[ActivityState, str]] = {}
+_ACTIVITY_JSON_MAX = 8192
+
+
+def _activity_json(act: ActivityState) -> str:
+    hit = _ACTIVITY_JSON.get(id(act))
+    if hit is not None and hit[0] is act:
+        return hit[1]
+    text = _dumps(_activity_dict(act))
+    if len(_ACTIVITY_JSON) >= _ACTIVITY_JSON_MAX:
+        _ACTIVITY_JSON.clear()
+    _ACTIVITY_JSON[id(act)] = (act, text)
+    return text
 
 
 def _slots_dict(obj: Any) -> dict[str, Any]:

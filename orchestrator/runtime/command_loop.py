@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -110,6 +110,27 @@ def _over_limits(payload: Any) -> str | None:
 MAX_LOCAL_ROUNDS = 32
 
 
+def _at(cmd: Envelope[Any], now: int) -> Envelope[Any]:
+    """``cmd`` stamped ``now`` (``dataclasses.replace`` without its per-call field walk)."""
+    return Envelope(
+        cmd.message_id,
+        cmd.workflow_id,
+        cmd.run_id,
+        cmd.seq,
+        cmd.type,
+        now,
+        cmd.payload,
+        cmd.causation_id,
+        cmd.correlation_id,
+        cmd.traceparent,
+    )
+
+
+#: Home partitions of recent keys: ``murmur2`` in Python costs more than the lookup, and
+#: a workflow's key comes back with every report. Cleared when full (it is only a cache).
+_HOME_CACHE_MAX = 65536
+
+
 class _Sent:
     """An event appended in the open transaction; its offset once Kafka reports it."""
 
@@ -135,6 +156,7 @@ class CommandLoop:
         self.committed = committed
         #: This batch's events, when a projector listens; published once committed.
         self._sent: list[_Sent] | None = None
+        self._homes: dict[tuple[bytes, int], int] = {}
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -329,7 +351,12 @@ class CommandLoop:
         if rec.key != key:
             shown = rec.key[:80].decode("utf-8", "replace")
             return env, f"record key '{shown}' differs from the envelope's workflow id '{wf}'"
-        home = partition_for(key, self.ctx.intake.partition_count())
+        count = self.ctx.intake.partition_count()
+        home = self._homes.get((key, count))
+        if home is None:
+            if len(self._homes) >= _HOME_CACHE_MAX:
+                self._homes.clear()
+            home = self._homes[key, count] = partition_for(key, count)
         if home != rec.partition:
             return env, (
                 f"record arrived on partition {rec.partition}, but workflow '{wf}' "
@@ -396,6 +423,8 @@ class CommandLoop:
     def _apply(
         self, p: int, cmd: Envelope[Any], overlay: Overlay, now: int, rec: Record | None
     ) -> list[Out]:
+        if not tracing.enabled():  # no exporter: no span, the context passes on as is
+            return self._decide(p, cmd, overlay, now, rec, cmd.traceparent)[0]
         attributes = {"keel.workflow_id": cmd.workflow_id, "keel.command": cmd.type}
         with tracing.span(
             f"keel.command {cmd.type}", cmd.traceparent, SpanKind.CONSUMER, attributes
@@ -422,7 +451,7 @@ class CommandLoop:
         # The decision's clock is when this orchestrator takes the command, not when a
         # client wrote it: a command that waited in Kafka (an orchestrator down, a lag)
         # must not find its timeouts already expired, nor a skewed client move them.
-        taken = cmd if cmd.recorded_at == now else replace(cmd, recorded_at=now)
+        taken = cmd if cmd.recorded_at == now else _at(cmd, now)
         kept: list[Out] = []
         try:
             new_state, events = ctx.decider.handle(state, taken, now)
