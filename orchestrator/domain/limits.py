@@ -11,6 +11,7 @@ belong in object storage: pass a reference (a URL and a digest), not the bytes.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from orchestrator.domain.errors import LimitExceededError
@@ -35,6 +36,8 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 64
 #: Digits of one JSON integer (beyond 2**53 JSON numbers are not portable anyway).
 MAX_INT_DIGITS = 64
+#: A run of digits longer than any integer Keel accepts (a cheap pre-check).
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
 #: Events in one run's history; past it the run needs attention (continue-as-new instead).
 MAX_HISTORY_EVENTS = 50_000
 #: Encoded payload bytes of one run's history.
@@ -93,7 +96,13 @@ def _parse_int(what: str) -> Any:
 def loads_bounded(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
     """Parse JSON ``text`` within every limit; ``LimitExceededError`` or ``ValueError`` else."""
     check_payload_size(text, what, limit)
-    _check_depth(text, what)
+    if not isinstance(text, str):  # bytes: the careful path
+        _check_depth(text.decode("utf-8", "replace"), what)
+        return json.loads(text, parse_int=_parse_int(what))
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest deeper
+        _check_depth(text, what)
+    if _LONG_DIGITS.search(text) is None:  # no integer can be too long: the plain decoder
+        return json.loads(text)
     return json.loads(text, parse_int=_parse_int(what))
 
 
