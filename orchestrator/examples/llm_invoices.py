@@ -27,6 +27,7 @@ from the file ``KEEL_LLM_SCRIPT``. See docs/llm-nodes.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -174,17 +175,8 @@ class InvoiceCorrection(BaseModel):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
 
 
-extract_or_flag = LlmCall(
-    "extract_invoice",
-    prompt=EXTRACT_V1,
-    output=InvoiceFields,
-    model="keel-test-model",
-    parameters={"temperature": 0},
-    max_repairs=2,
-    risk=[confidence_below(0.8)],
-    pricing=Pricing(input_per_mtok=0.5, output_per_mtok=1.5),
-    on_invalid=OnInvalid.FLAG,
-)
+#: The same node, but invalid output past the repairs completes flagged (v2's correction path).
+extract_or_flag = replace(extract, on_invalid=OnInvalid.FLAG)
 
 
 def _fields_v2(ctx: Context) -> dict[str, Any]:

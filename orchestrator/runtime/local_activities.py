@@ -188,7 +188,7 @@ class LocalActivities:
         """The run of a sync handler, with its activity context, for the runner thread."""
         from handlers.context import reset_current, set_current
         from handlers.effects import has_side_effect
-        from handlers.execution import execute, parse_input, result_json
+        from handlers.execution import parse_input, result_json
 
         s = r.scheduled
         side_effect = has_side_effect(handler.fn)
@@ -209,17 +209,7 @@ class LocalActivities:
                 if isinstance(store, Exception):
                     raise store
                 effects, gate = store
-                return asyncio.run(
-                    execute(
-                        self.app,
-                        effects,
-                        gate,
-                        s.activity_type,
-                        s.input_json,
-                        s.idempotency_key,
-                        s.attempt,
-                    )
-                )
+                return asyncio.run(self._execution(s, effects, gate))
             finally:
                 reset_current(token)
 
@@ -239,6 +229,14 @@ class LocalActivities:
             idempotency_key=s.idempotency_key,
             heartbeat_ms=0,
             _send=lambda _details: None,  # a local step has no heartbeat timeout
+        )
+
+    def _execution(self, s: ActivityScheduled, effects: Any, gate: Any) -> Any:
+        """The worker's own code path for one attempt (a coroutine), keyed by its K."""
+        from handlers.execution import execute
+
+        return execute(
+            self.app, effects, gate, s.activity_type, s.input_json, s.idempotency_key, s.attempt
         )
 
     def _outcome(self, r: LocalRun, ok: bool, value: Any) -> CompleteActivity | FailActivity:
@@ -304,7 +302,6 @@ class LocalActivities:
         """An async handler's run on the private loop, bounded."""
         from handlers.context import reset_current, set_current
         from handlers.effects import has_side_effect
-        from handlers.execution import execute
 
         s = r.scheduled
         handler = self.app.handler(s.activity_type)
@@ -315,15 +312,7 @@ class LocalActivities:
         try:
             if side_effect:  # only a @side_effect handler touches the effect store
                 effects, gate = self._store()
-            work = execute(
-                self.app,
-                effects,
-                gate,
-                s.activity_type,
-                s.input_json,
-                s.idempotency_key,
-                s.attempt,
-            )
+            work = self._execution(s, effects, gate)
             result = await asyncio.wait_for(work, r.bound_ms / 1000)
         except TimeoutError:
             return self._overran(r)
