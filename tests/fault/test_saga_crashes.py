@@ -100,17 +100,23 @@ def test_sigkills_mid_compensation_undo_every_effect_exactly_once(
     expected_keys = {k: 1 for _, keys in cancelled_trips.values() for k in keys}
     assert books["cancellations"] == expected_keys
     assert len(expected_keys) == 2 * len(declined)
-    # the saga: exactly one follow-up start per compensated trip, each run once
-    starts = [
-        e
-        for e in decode_all(
-            read_topic(settings.kafka_servers, settings.topic("commands"), settings.partitions)
+
+    # the saga: exactly one follow-up start per compensated trip, each run once. The saga
+    # manager reacts to the compensations asynchronously: wait for its last start first,
+    # and check again once every follow-up ran (a late duplicate would show then).
+    def saga_starts() -> Counter[str]:
+        records = read_topic(
+            settings.kafka_servers, settings.topic("commands"), settings.partitions
         )
-        if isinstance(e.payload, StartWorkflow) and e.message_id.startswith("saga/")
-    ]
-    assert Counter(e.workflow_id for e in starts) == Counter(
-        followup_id(wf) for wf in cancelled_trips
-    )
+        return Counter(
+            e.workflow_id
+            for e in decode_all(records)
+            if isinstance(e.payload, StartWorkflow) and e.message_id.startswith("saga/")
+        )
+
+    expected = Counter(followup_id(wf) for wf in cancelled_trips)
+    wait_until(lambda: saga_starts().total() >= expected.total(), 120, "the saga's starts")
+    assert saga_starts() == expected
     wait_until(
         lambda: all(
             (client.projection.status(followup_id(wf)) == "completed") for wf in cancelled_trips
@@ -118,3 +124,4 @@ def test_sigkills_mid_compensation_undo_every_effect_exactly_once(
         300,
         "every follow-up completed",
     )
+    assert saga_starts() == expected
