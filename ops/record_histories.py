@@ -269,6 +269,22 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
 }
 
 
+def recording_env(settings: Settings, secret: str, **extra: str) -> dict[str, str]:
+    """The environment of the recording's processes: this machine's, minus any KEEL_*
+    of the caller, plus the recording's servers, prefix and a throwaway task-token key
+    (the corpus holds only the hashes of tokens issued under it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
+        KEEL_REDIS_URL=settings.redis,
+        KEEL_TOPIC_PREFIX=settings.topic_prefix,
+        KEEL_PARTITIONS=str(settings.partitions),
+        KEEL_TASK_TOKEN_SECRET=secret,
+        **extra,
+    )
+    return env
+
+
 def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict[str, int]:
     """Run the scenarios on the real stack; write one history file per scenario."""
     out.mkdir(parents=True, exist_ok=True)
@@ -277,16 +293,8 @@ def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict
     secret = secrets.token_hex(32)
     tokens = TaskTokens(secret.encode(), "the recording")
     with _fake("ledger") as ledger_url, _fake("booking") as booking_url:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-        env.update(
-            KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-            KEEL_REDIS_URL=settings.redis,
-            KEEL_TOPIC_PREFIX=settings.topic_prefix,
-            KEEL_PARTITIONS=str(settings.partitions),
-            KEEL_LEDGER_URL=ledger_url,
-            # a throwaway key: the corpus holds only the hashes of tokens issued under it
-            KEEL_TASK_TOKEN_SECRET=secret,
-            KEEL_BOOKING_URL=booking_url,
+        env = recording_env(
+            settings, secret, KEEL_LEDGER_URL=ledger_url, KEEL_BOOKING_URL=booking_url
         )
         with (
             _process(["orchestrator", "orchestrator"], env, logs / "orchestrator.log"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.fakes.openai_server import running
-from ops.record_histories import WAIT_S, _process
+from ops.record_histories import WAIT_S, _process, recording_env
 from ops.topics import create_topics
 from orchestrator.examples.llm_invoices import app
 from orchestrator.runtime.client import KeelClient
@@ -89,15 +88,7 @@ def record(settings: Settings, out: Path) -> int:
     secret = secrets.token_hex(32)
     tokens = TaskTokens(secret.encode(), "the recording")
     with running() as fake:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-        env.update(
-            KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-            KEEL_REDIS_URL=settings.redis,
-            KEEL_TOPIC_PREFIX=settings.topic_prefix,
-            KEEL_PARTITIONS=str(settings.partitions),
-            KEEL_TASK_TOKEN_SECRET=secret,  # throwaway: the corpus holds only token hashes
-            KEEL_LLM_BASE_URL=fake.api_root,
-        )
+        env = recording_env(settings, secret, KEEL_LLM_BASE_URL=fake.api_root)
         with (
             _process(["orchestrator", "orchestrator", "--app", APP], env, logs / "orch.log"),
             _process(["orchestrator", "worker", "--app", APP], env, logs / "worker.log"),
