@@ -6,6 +6,11 @@ every URL password redacted); 2 a usage error (typer's usage text); 3 the thing 
 about is not well (``workflow start --wait`` ended otherwise than completed,
 ``infra status`` unhealthy); 130 interrupted. Anything else is a bug and keeps its
 traceback.
+
+Start-up carries only what the command run needs: the command modules import typer, rich
+and the standard library at the top, and the runtime, clients and settings inside the
+command bodies, so ``keel orchestrator`` reaches its broker without loading the client,
+the connector or the local-stack tooling (docs/performance.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -26,8 +31,6 @@ from orchestrator.cli import (
     versioning,
     workflow,
 )
-from orchestrator.domain.errors import KeelError
-from orchestrator.settings import redact
 
 app = typer.Typer(
     name="keel",
@@ -62,16 +65,22 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 def error_line(exc: BaseException) -> str:
     """The one line an expected failure prints: no newline, no password."""
+    from orchestrator.settings import redact
+
     return "error: " + " ".join(redact(str(exc)).split())
+
+
+def _expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is a :class:`KeelError` (imported here: only a failure pays for it)."""
+    from orchestrator.domain.errors import KeelError
+
+    return isinstance(exc, KeelError)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         code = app(args=argv, prog_name="keel", standalone_mode=False)
-    except KeelError as exc:
-        err_console.print(error_line(exc), markup=False)
-        sys.exit(EXIT_ERROR)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted", markup=False)
         sys.exit(EXIT_INTERRUPTED)
@@ -84,6 +93,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             err_console.print(f"error: {exc.format_message()}", markup=False)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a KeelError is expected; anything else is a bug
+        if not _expected(exc):
+            raise
+        err_console.print(error_line(exc), markup=False)
+        sys.exit(EXIT_ERROR)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

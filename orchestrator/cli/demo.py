@@ -11,8 +11,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.settings import load_settings
-
 DEFAULT_SIZE = 300  # about 15 s on 2 cores
 
 
@@ -27,6 +25,7 @@ def demo(
     KEEL_REDIS_URL. Exits 1 if any invariant failed.
     """
     from ops.demo import run_demo
+    from orchestrator.settings import load_settings
 
     console = Console(highlight=False, width=None)
     code = run_demo(load_settings(), size, console)

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import psutil
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ops.local import LocalStack, StackStatus
-from ops.topics import create_topics
-from orchestrator.settings import load_settings, redact
+if TYPE_CHECKING:
+    from ops.local import StackStatus
 
 infra_app = typer.Typer(help="Local Kafka (KRaft) and Redis for a laptop, tests and benchmarks.")
 topics_app = typer.Typer(help="Topic provisioning.")
@@ -23,6 +21,8 @@ console = Console(highlight=False, emoji=False)
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
+    from orchestrator.settings import redact
+
     if as_json:
         typer.echo(json.dumps(status.to_json()))
         return
@@ -49,6 +49,9 @@ def up(
     json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Fetch Kafka once, start the broker(s) and Redis; return when both answer."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     stack = LocalStack(load_settings(), brokers=brokers)
     was_running = stack.status().running
     status = stack.up()
@@ -67,6 +70,8 @@ def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]
     died, or it is not running (recovering, resetting); a process that is gone (stopped,
     or killed) is listed as such and is no problem of the running stack.
     """
+    import psutil
+
     now = time.time() if now is None else now
     rows = []
     for path in sorted((home / "status").glob("*.json")):
@@ -127,6 +132,9 @@ def _print_services(rows: list[dict[str, Any]]) -> None:
 @infra_app.command("status")
 def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the local stack's processes and the health Keel's services last reported."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     current = LocalStack(settings).status()
     services = service_health(settings.home)
@@ -142,6 +150,9 @@ def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
 @infra_app.command("down")
 def down() -> None:
     """Stop the local stack by its recorded PIDs and wait for every process to exit."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     stopped = LocalStack(load_settings()).down()
     if stopped:
         console.print("stopped: " + ", ".join(f"{r.role} (pid {r.pid})" for r in stopped))
@@ -152,6 +163,9 @@ def down() -> None:
 @infra_app.command("fetch")
 def fetch() -> None:
     """Fetch the pinned Kafka jars from Maven Central into KEEL_HOME (once)."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     path = LocalStack(load_settings()).fetch_kafka()
     console.print(f"Kafka jars in {path}")
 
@@ -163,6 +177,9 @@ def topics_create(
     ] = None,
 ) -> None:
     """Create Keel's topics if missing (idempotent) and report them."""
+    from ops.topics import create_topics
+    from orchestrator.settings import load_settings
+
     settings = load_settings() if partitions is None else load_settings(partitions=partitions)
     reports = create_topics(settings)
     table = Table("topic", "partitions", "state")

@@ -1,4 +1,9 @@
-"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``."""
+"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``.
+
+Each command imports the runtime it runs inside its body: a service process loads what
+its own loop needs and nothing of the other commands (the orchestrator, say, no client,
+connector or local-stack tooling).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,15 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.app import KeelApp, load_app
-from orchestrator.runtime.logs import configure_logging
-from orchestrator.runtime.metrics import configure_metrics
-from orchestrator.runtime.supervisor import Supervisor
-from orchestrator.runtime.tracing import configure_tracing
-from orchestrator.settings import load_settings
+if TYPE_CHECKING:
+    from orchestrator.app import KeelApp
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
@@ -33,6 +34,8 @@ projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
 
 def app_from(spec: str) -> KeelApp:
     """The application named by ``--app`` (``AppLoadError``, a ``ConfigError``, else)."""
+    from orchestrator.app import load_app
+
     return load_app(spec)
 
 
@@ -56,8 +59,14 @@ def orchestrator(
     ] = 30.0,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.orchestrator import Orchestrator
     from orchestrator.runtime.projector import Projector
+    from orchestrator.runtime.supervisor import Supervisor
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.sagas import sagas_of
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-orchestrator")
@@ -71,8 +80,6 @@ def orchestrator(
         # fed this process's committed events in process (docs/performance.md).
         feed = Projector(settings, application, committed=orch.committed)
         stoppables.append(Supervisor("projector", feed).start())
-    from orchestrator.sagas import sagas_of
-
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
         from orchestrator.sagas.manager import SagaManager
 
@@ -84,6 +91,9 @@ def orchestrator(
 def worker(app: AppOption = DEFAULT_APP) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-worker")
@@ -94,7 +104,11 @@ def worker(app: AppOption = DEFAULT_APP) -> None:
 
 def projector(app: AppOption = DEFAULT_APP) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.projector import Projector
+    from orchestrator.runtime.supervisor import Supervisor
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_metrics("keel-projector")
@@ -111,6 +125,7 @@ def rebuild(app: AppOption = DEFAULT_APP) -> None:
     Safe while services run: live projectors pause until it ends, then reload.
     """
     from orchestrator.runtime.projector import Projector
+    from orchestrator.settings import load_settings
 
     p = Projector(load_settings(), app_from(app))
     total, took = p.rebuild()
@@ -124,6 +139,7 @@ def projections_status(
 ) -> None:
     """Each live projector's health (published every few seconds), and any rebuild running."""
     from orchestrator.runtime.projection import Projection
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     projection = Projection.from_url(settings.redis, settings.topic_prefix)
@@ -161,6 +177,7 @@ def dev(
     """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
     from ops.topics import create_topics
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     if not settings.bootstrap_servers:
@@ -207,6 +224,7 @@ def bench(
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from ops.bench import run_bench, run_finished, run_recovery
     from ops.local import LocalStack
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     if not settings.bootstrap_servers:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,17 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.domain.errors import (
-    CommandRejected,
-    ConfigError,
-    InvalidInputError,
-    KeelError,
-    NotFoundError,
-)
-from orchestrator.domain.waits import token_hash
-from orchestrator.runtime.projection import reachable, redis_client
-from orchestrator.runtime.tasks_projection import TasksView
-from orchestrator.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.settings import Settings
 
 tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
 console = Console(highlight=False, emoji=False)
@@ -39,6 +32,9 @@ _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(settings: Settings) -> TasksView:
+    from orchestrator.runtime.projection import redis_client
+    from orchestrator.runtime.tasks_projection import TasksView
+
     return TasksView(redis_client(settings.redis), settings.topic_prefix)
 
 
@@ -49,6 +45,9 @@ def _when(ms: int | None) -> str:
 
 
 def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
+    from orchestrator.domain.errors import NotFoundError
+    from orchestrator.domain.waits import token_hash
+
     task = view.by_token_hash(token_hash(token_or_id)) if _TOKEN.match(token_or_id) else None
     task = task or view.get(token_or_id)
     if task is None:
@@ -58,6 +57,8 @@ def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
 
 def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     """The task's token, when this process holds the deployment's key (else None)."""
+    from orchestrator.domain.errors import ConfigError
+    from orchestrator.domain.waits import token_hash
     from orchestrator.runtime.task_tokens import load_task_tokens
 
     try:
@@ -76,6 +77,9 @@ def list_(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Open human tasks by due time: owner, escalation level, workflow, evidence."""
+    from orchestrator.runtime.projection import reachable
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     with reachable(settings.redis):
         rows = _view(settings).list(owner=owner, role=role, include_closed=all_)
@@ -103,6 +107,9 @@ def show(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One task: evidence, operation digest, decision, and its history."""
+    from orchestrator.runtime.projection import reachable
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     view = _view(settings)
     with reachable(settings.redis):
@@ -176,8 +183,18 @@ def decide(
     the orchestrator checks against the task's schema.
     """
     from connectors.auth import Actors
+    from orchestrator.domain.errors import (
+        CommandRejected,
+        ConfigError,
+        InvalidInputError,
+        KeelError,
+        NotFoundError,
+    )
     from orchestrator.runtime.client import KeelClient, read_json_arg
+    from orchestrator.runtime.projection import reachable
     from orchestrator.runtime.task_decisions import TaskDesk
+    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.settings import load_settings
 
     if approve == reject:
         raise InvalidInputError("give exactly one of --approve and --reject")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,15 +21,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.domain.replay import RunReport, replay_history
-from orchestrator.errors import KeelError
-from orchestrator.runtime.history_io import (
-    read_history_dir,
-    read_topic_history,
-    write_history,
-)
-from orchestrator.runtime.task_tokens import recorded_token_hashes
-from orchestrator.settings import load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.domain.replay import RunReport
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -46,6 +40,12 @@ def replay_check(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
+    from orchestrator.domain.replay import replay_history
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.history_io import read_history_dir, read_topic_history
+    from orchestrator.runtime.task_tokens import recorded_token_hashes
+    from orchestrator.settings import load_settings
+
     if from_topic == (histories is not None):
         raise KeelError("give exactly one of --from-topic and --histories DIR")
     if histories is not None:
@@ -133,6 +133,10 @@ def export(
     ] = True,
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.history_io import read_topic_history, write_history
+    from orchestrator.settings import load_settings
+
     envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)
     found = {e.workflow_id for e in envelopes}
     missing = [w for w in workflow_ids if w not in found]

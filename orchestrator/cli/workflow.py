@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,9 +17,9 @@ from rich.table import Table
 
 from orchestrator.cli.migrations import migrate
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.runtime.client import KeelClient, read_json_arg
-from orchestrator.runtime.tracing import configure_tracing
-from orchestrator.settings import load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.client import KeelClient
 
 workflow_app = typer.Typer(help="Start, inspect, signal, cancel and migrate workflows.")
 workflow_app.command("migrate")(migrate)
@@ -32,6 +32,10 @@ JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from s
 
 
 def _client(app: str) -> KeelClient:
+    from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.settings import load_settings
+
     configure_tracing("keel-cli")
     return KeelClient(load_settings(), app_from(app))
 
@@ -62,6 +66,8 @@ def start(
 
     The run reported is the true one: the command waits until the read model shows it.
     """
+    from orchestrator.runtime.client import read_json_arg
+
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
     result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
@@ -185,6 +191,8 @@ def signal_(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
+    from orchestrator.runtime.client import read_json_arg
+
     payload_obj = read_json_arg(payload, "--payload")
     mid = _client(app).signal(workflow_id, name, payload_obj, tuple(sensitive or ()))
     console.print(f"signal '{name}' sent to {workflow_id} ({mid})", markup=False)
