@@ -7,10 +7,11 @@ about is not well (``workflow start --wait`` ended otherwise than completed,
 ``infra status`` unhealthy); 130 interrupted. Anything else is a bug and keeps its
 traceback.
 
-Start-up carries only what the command run needs: the command modules import typer, rich
-and the standard library at the top, and the runtime, clients and settings inside the
-command bodies, so ``keel orchestrator`` reaches its broker without loading the client,
-the connector or the local-stack tooling (docs/performance.md, "Recovery").
+Start-up carries only what the command run needs: the command modules import typer and
+the standard library at the top, rich on first output (``output.py``), and the runtime,
+clients and settings inside the command bodies, so ``keel orchestrator`` reaches its
+broker without loading the client, the connector, the local-stack tooling or rich
+(docs/performance.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from orchestrator.cli import (
     connector,
@@ -31,6 +31,7 @@ from orchestrator.cli import (
     versioning,
     workflow,
 )
+from orchestrator.cli.output import LazyConsole
 
 app = typer.Typer(
     name="keel",
@@ -57,7 +58,7 @@ app.command("dev")(services.dev)
 app.command("bench")(services.bench)
 app.command("demo")(demo.demo)
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 #: Exit statuses of ``keel``.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

@@ -7,14 +7,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 dlq_app = typer.Typer(help="Dead letters: activities past their bounds, unprocessable records.")
-console = Console(highlight=False)
+console = LazyConsole(highlight=False)
 
 
 @dlq_app.command("list")
@@ -33,7 +31,7 @@ def list_(
     if json_:
         typer.echo(json.dumps([x.to_json() for x in shown]))
         return
-    table = Table("id", "kind", "state", "workflow", "time (UTC)", "reason")
+    table = new_table("id", "kind", "state", "workflow", "time (UTC)", "reason")
     for x in shown:
         when = datetime.fromtimestamp(x.recorded_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(

@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+from orchestrator.cli.output import LazyConsole, escape, new_table
 
 if TYPE_CHECKING:
     from ops.local import StackStatus
 
 infra_app = typer.Typer(help="Local Kafka (KRaft) and Redis for a laptop, tests and benchmarks.")
 topics_app = typer.Typer(help="Topic provisioning.")
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
@@ -31,7 +30,7 @@ def _print_status(status: StackStatus, as_json: bool, headline: str | None = Non
     if not status.processes:
         console.print("no local stack is running")
         return
-    table = Table("role", "node", "pid", "port", "healthy")
+    table = new_table("role", "node", "pid", "port", "healthy")
     for p in status.processes:
         mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
         table.add_row(p.role, str(p.node_id or "-"), str(p.pid), str(p.port), mark)
@@ -110,7 +109,7 @@ def _verdict(row: dict[str, Any]) -> str:
 def _print_services(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    table = Table(
+    table = new_table(
         "service", "partitions", "last commit", "resets", "stalled", "quarantined", "health"
     )
     for r in rows:
@@ -182,7 +181,7 @@ def topics_create(
 
     settings = load_settings() if partitions is None else load_settings(partitions=partitions)
     reports = create_topics(settings)
-    table = Table("topic", "partitions", "state")
+    table = new_table("topic", "partitions", "state")
     for r in reports:
         table.add_row(r.name, str(r.partitions), "created" if r.created else "exists")
     console.print(table)

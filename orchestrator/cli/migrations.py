@@ -15,14 +15,14 @@ import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
+from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
     from orchestrator.runtime.migrations import MigrationPlan
 
-console = Console(highlight=False, emoji=False, soft_wrap=True)
+console = LazyConsole(highlight=False, emoji=False, soft_wrap=True)
 
 
 def migrate(

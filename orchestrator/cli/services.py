@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+from orchestrator.cli.output import LazyConsole, escape, new_table
 
 if TYPE_CHECKING:
     from orchestrator.app import KeelApp
@@ -28,7 +27,7 @@ DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
     str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
 ]
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
 
 
@@ -151,7 +150,7 @@ def projections_status(
         console.print("a rebuild of the read model is running")
     if not status["projectors"]:
         console.print("no projector reported in the last 30s")
-    table = Table("instance", "alive", "applied", "skipped", "last applied (UTC)", "last error")
+    table = new_table("instance", "alive", "applied", "skipped", "last applied (UTC)", "last error")
     for p in status["projectors"]:
         when = p.get("last_applied_at")
         shown = (
@@ -222,6 +221,8 @@ def bench(
     ] = None,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
+    from rich.console import Console
+
     from ops.bench import run_bench, run_finished, run_recovery
     from ops.local import LocalStack
     from orchestrator.settings import load_settings

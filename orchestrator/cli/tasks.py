@@ -13,10 +13,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
     from orchestrator.settings import Settings
 
 tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 #: ``decide`` sent the decision but the orchestrator did not answer in time.
 EXIT_PENDING = 3
@@ -86,7 +84,7 @@ def list_(
     if json_:
         typer.echo(json.dumps(rows))
         return
-    table = Table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
+    table = new_table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
     for t in rows:
         evidence = json.dumps(t["evidence"])
         table.add_row(
@@ -142,7 +140,7 @@ def show(
         )
     if task.get("token"):
         console.print(f"token: {task['token']}", markup=False)
-    table = Table("seq", "time (UTC)", "event", "details")
+    table = new_table("seq", "time (UTC)", "event", "details")
     for h in task["history"]:
         data = {k: v for k, v in h["data"].items() if k not in ("task_id", "evidence")}
         text = ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v not in (None, ""))

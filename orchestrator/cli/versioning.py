@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
     from orchestrator.domain.replay import RunReport
 
-console = Console(highlight=False, soft_wrap=True)
+console = LazyConsole(highlight=False, soft_wrap=True)
 
 
 def replay_check(
@@ -81,7 +79,7 @@ def _print(reports: list[RunReport], source: str) -> None:
     by_def: dict[tuple[str, int], list[RunReport]] = {}
     for r in reports:
         by_def.setdefault((r.name, r.version), []).append(r)
-    table = Table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
+    table = new_table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
     for (name, version), rs in sorted(by_def.items()):
         table.add_row(
             escape(name or "?"),

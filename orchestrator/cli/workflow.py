@@ -11,11 +11,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from orchestrator.cli.migrations import migrate
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
 
 workflow_app = typer.Typer(help="Start, inspect, signal, cancel and migrate workflows.")
 workflow_app.command("migrate")(migrate)
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 #: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).
 EXIT_NOT_COMPLETED = 3
@@ -126,7 +124,7 @@ def show(
             markup=False,
         )
     _print_llm(view["llm"])
-    table = Table("seq", "time (UTC)", "event", "details")
+    table = new_table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(str(h["seq"]), when, _text(h["type"]), _text(_summary(h["data"])))
@@ -169,7 +167,7 @@ def list_(
     if json_:
         typer.echo(json.dumps(rows))
         return
-    table = Table("workflow", "name", "version", "status")
+    table = new_table("workflow", "name", "version", "status")
     for r in rows:
         table.add_row(
             _text(r["workflow_id"]), _text(r["name"]), str(r["version"]), _text(r["status"])

@@ -20,8 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Code no service command runs: the client and its helpers, the operator tools, the
-#: local-stack tooling and the connector (and aiohttp, which only the connector and
-#: an application's own activities use).
+#: local-stack tooling, the connector (and aiohttp, which only the connector and an
+#: application's own activities use), and rich, which only prints tables and errors.
 NOT_FOR_SERVICES = (
     "aiohttp",
     "confluent_kafka.admin",
@@ -33,10 +33,11 @@ NOT_FOR_SERVICES = (
     "orchestrator.runtime.history_io",
     "orchestrator.runtime.migrations",
     "orchestrator.runtime.task_decisions",
+    "rich",
 )
 
-#: What ``keel --help`` and the command table need is typer and rich: no settings, no
-#: domain, no Kafka, Redis or OpenTelemetry.
+#: What the command table needs is typer: no settings, no domain, no Kafka, Redis or
+#: OpenTelemetry (``keel --help`` then loads rich itself, to render the help).
 NOT_FOR_THE_COMMAND_TABLE = (
     "confluent_kafka",
     "opentelemetry",
@@ -44,6 +45,7 @@ NOT_FOR_THE_COMMAND_TABLE = (
     "orchestrator.settings",
     "pydantic_settings",
     "redis",
+    "rich",
 )
 
 PROBE = """
