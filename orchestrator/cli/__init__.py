@@ -6,6 +6,12 @@ every URL password redacted); 2 a usage error (typer's usage text); 3 the thing 
 about is not well (``workflow start --wait`` ended otherwise than completed,
 ``infra status`` unhealthy); 130 interrupted. Anything else is a bug and keeps its
 traceback.
+
+Start-up carries only what the command run needs: the command modules import typer and
+the standard library at the top, rich on first output (``output.py``), and the runtime,
+clients and settings inside the command bodies, so ``keel orchestrator`` reaches its
+broker without loading the client, the connector, the local-stack tooling or rich
+(docs/performance.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from orchestrator.cli import (
     connector,
@@ -26,8 +31,7 @@ from orchestrator.cli import (
     versioning,
     workflow,
 )
-from orchestrator.domain.errors import KeelError
-from orchestrator.settings import redact
+from orchestrator.cli.output import LazyConsole
 
 app = typer.Typer(
     name="keel",
@@ -54,7 +58,7 @@ app.command("dev")(services.dev)
 app.command("bench")(services.bench)
 app.command("demo")(demo.demo)
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 #: Exit statuses of ``keel``.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -62,16 +66,22 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 def error_line(exc: BaseException) -> str:
     """The one line an expected failure prints: no newline, no password."""
+    from orchestrator.settings import redact
+
     return "error: " + " ".join(redact(str(exc)).split())
+
+
+def _expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is a :class:`KeelError` (imported here: only a failure pays for it)."""
+    from orchestrator.domain.errors import KeelError
+
+    return isinstance(exc, KeelError)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         code = app(args=argv, prog_name="keel", standalone_mode=False)
-    except KeelError as exc:
-        err_console.print(error_line(exc), markup=False)
-        sys.exit(EXIT_ERROR)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted", markup=False)
         sys.exit(EXIT_INTERRUPTED)
@@ -84,6 +94,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             err_console.print(f"error: {exc.format_message()}", markup=False)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a KeelError is expected; anything else is a bug
+        if not _expected(exc):
+            raise
+        err_console.print(error_line(exc), markup=False)
+        sys.exit(EXIT_ERROR)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Annotated
 
 import typer
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.errors import ConfigError, KeelError
-from orchestrator.runtime.logs import configure_logging
-from orchestrator.runtime.tracing import configure_tracing
-from orchestrator.settings import load_settings
 
 
 def _pause_after_ack() -> float:
     from connectors.service import PAUSE_AFTER_ACK_ENV
+    from orchestrator.errors import ConfigError
 
     raw = os.environ.get(PAUSE_AFTER_ACK_ENV, "")
     try:
@@ -40,7 +36,13 @@ def connector(
     ] = 10.0,
 ) -> None:
     """Run the connector: signed webhooks in, commands to Kafka (GET /healthz, POST /webhooks/S)."""
+    import asyncio
+
     from connectors.service import Connector, serve
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-connector")

@@ -9,9 +9,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
-
-from orchestrator.settings import load_settings
 
 DEFAULT_SIZE = 300  # about 15 s on 2 cores
 
@@ -26,7 +23,10 @@ def demo(
     Needs Kafka and Redis: `keel infra up` first, or KEEL_BOOTSTRAP_SERVERS and
     KEEL_REDIS_URL. Exits 1 if any invariant failed.
     """
+    from rich.console import Console
+
     from ops.demo import run_demo
+    from orchestrator.settings import load_settings
 
     console = Console(highlight=False, width=None)
     code = run_demo(load_settings(), size, console)

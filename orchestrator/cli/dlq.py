@@ -7,17 +7,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.errors import KeelError
-from orchestrator.runtime.client import KeelClient, parse_json
-from orchestrator.settings import load_settings
 
 dlq_app = typer.Typer(help="Dead letters: activities past their bounds, unprocessable records.")
-console = Console(highlight=False)
+console = LazyConsole(highlight=False)
 
 
 @dlq_app.command("list")
@@ -29,13 +24,14 @@ def list_(
 ) -> None:
     """Open dead letters, oldest first (``--all``: redriven ones too)."""
     from orchestrator.runtime.dlq import list_letters
+    from orchestrator.settings import load_settings
 
     letters = list_letters(load_settings())
     shown = [x for x in letters if all_ or x.state == "open"]
     if json_:
         typer.echo(json.dumps([x.to_json() for x in shown]))
         return
-    table = Table("id", "kind", "state", "workflow", "time (UTC)", "reason")
+    table = new_table("id", "kind", "state", "workflow", "time (UTC)", "reason")
     for x in shown:
         when = datetime.fromtimestamp(x.recorded_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
@@ -51,6 +47,7 @@ def list_(
 def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
     from orchestrator.runtime.dlq import redrive as do_redrive
+    from orchestrator.settings import load_settings
 
     console.print(escape(do_redrive(load_settings(), None, letter_id)))
 
@@ -71,6 +68,10 @@ def resolve(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.client import KeelClient, parse_json
+    from orchestrator.settings import load_settings
+
     chosen = [o for o in (found is not None, not_found, failed is not None) if o]
     if len(chosen) != 1:
         raise KeelError("give exactly one of --found JSON, --not-found, --failed REASON")

@@ -5,24 +5,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import psutil
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from ops.local import LocalStack, StackStatus
-from ops.topics import create_topics
-from orchestrator.settings import load_settings, redact
+from orchestrator.cli.output import LazyConsole, escape, new_table
+
+if TYPE_CHECKING:
+    from ops.local import StackStatus
 
 infra_app = typer.Typer(help="Local Kafka (KRaft) and Redis for a laptop, tests and benchmarks.")
 topics_app = typer.Typer(help="Topic provisioning.")
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
+    from orchestrator.settings import redact
+
     if as_json:
         typer.echo(json.dumps(status.to_json()))
         return
@@ -31,7 +30,7 @@ def _print_status(status: StackStatus, as_json: bool, headline: str | None = Non
     if not status.processes:
         console.print("no local stack is running")
         return
-    table = Table("role", "node", "pid", "port", "healthy")
+    table = new_table("role", "node", "pid", "port", "healthy")
     for p in status.processes:
         mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
         table.add_row(p.role, str(p.node_id or "-"), str(p.pid), str(p.port), mark)
@@ -49,6 +48,9 @@ def up(
     json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Fetch Kafka once, start the broker(s) and Redis; return when both answer."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     stack = LocalStack(load_settings(), brokers=brokers)
     was_running = stack.status().running
     status = stack.up()
@@ -67,6 +69,8 @@ def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]
     died, or it is not running (recovering, resetting); a process that is gone (stopped,
     or killed) is listed as such and is no problem of the running stack.
     """
+    import psutil
+
     now = time.time() if now is None else now
     rows = []
     for path in sorted((home / "status").glob("*.json")):
@@ -105,7 +109,7 @@ def _verdict(row: dict[str, Any]) -> str:
 def _print_services(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    table = Table(
+    table = new_table(
         "service", "partitions", "last commit", "resets", "stalled", "quarantined", "health"
     )
     for r in rows:
@@ -127,6 +131,9 @@ def _print_services(rows: list[dict[str, Any]]) -> None:
 @infra_app.command("status")
 def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the local stack's processes and the health Keel's services last reported."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     current = LocalStack(settings).status()
     services = service_health(settings.home)
@@ -142,6 +149,9 @@ def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
 @infra_app.command("down")
 def down() -> None:
     """Stop the local stack by its recorded PIDs and wait for every process to exit."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     stopped = LocalStack(load_settings()).down()
     if stopped:
         console.print("stopped: " + ", ".join(f"{r.role} (pid {r.pid})" for r in stopped))
@@ -152,6 +162,9 @@ def down() -> None:
 @infra_app.command("fetch")
 def fetch() -> None:
     """Fetch the pinned Kafka jars from Maven Central into KEEL_HOME (once)."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
     path = LocalStack(load_settings()).fetch_kafka()
     console.print(f"Kafka jars in {path}")
 
@@ -163,9 +176,12 @@ def topics_create(
     ] = None,
 ) -> None:
     """Create Keel's topics if missing (idempotent) and report them."""
+    from ops.topics import create_topics
+    from orchestrator.settings import load_settings
+
     settings = load_settings() if partitions is None else load_settings(partitions=partitions)
     reports = create_topics(settings)
-    table = Table("topic", "partitions", "state")
+    table = new_table("topic", "partitions", "state")
     for r in reports:
         table.add_row(r.name, str(r.partitions), "created" if r.created else "exists")
     console.print(table)

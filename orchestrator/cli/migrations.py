@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import getpass
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
+from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.domain.errors import InvalidInputError
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.migrations import MigrationPlan, Outcome, plan, select, send
-from orchestrator.settings import load_settings
 
-console = Console(highlight=False, emoji=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from orchestrator.runtime.migrations import MigrationPlan
+
+console = LazyConsole(highlight=False, emoji=False, soft_wrap=True)
 
 
 def migrate(
@@ -50,6 +49,11 @@ def migrate(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Move live runs to another version of their workflow (recorded: who, why)."""
+    from orchestrator.domain.errors import InvalidInputError
+    from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.migrations import Outcome, plan, select, send
+    from orchestrator.settings import load_settings
+
     if to_version < 1:
         raise InvalidInputError("--to-version N is required (a version >= 1)")
     if (workflow_id is None) == (name is None):
@@ -104,6 +108,8 @@ def _out(json_: bool, obj: dict, text: str) -> None:
 
 
 def _print_plans(plans: list[MigrationPlan]) -> None:
+    from orchestrator.runtime.migrations import Outcome
+
     if len(plans) > 1:
         by_position: dict[tuple[str, str], int] = {}
         for p in plans:

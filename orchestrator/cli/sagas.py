@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from orchestrator.cli.services import DEFAULT_APP, AppOption, _stop_on_signals, app_from
-from orchestrator.runtime.logs import configure_logging
-from orchestrator.runtime.supervisor import Supervisor
-from orchestrator.settings import load_settings
 
 
 def sagas(app: AppOption = DEFAULT_APP) -> None:
     """Run the saga manager: workflow events in, commands out, exactly once."""
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.sagas.manager import SagaManager
+    from orchestrator.settings import load_settings
 
     configure_logging()
     supervised = Supervisor("sagas", SagaManager(load_settings(), app_from(app))).start()

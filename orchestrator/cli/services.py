@@ -1,4 +1,9 @@
-"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``."""
+"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``.
+
+Each command imports the runtime it runs inside its body: a service process loads what
+its own loop needs and nothing of the other commands (the orchestrator, say, no client,
+connector or local-stack tooling).
+"""
 
 from __future__ import annotations
 
@@ -9,30 +14,27 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.app import KeelApp, load_app
-from orchestrator.runtime.logs import configure_logging
-from orchestrator.runtime.metrics import configure_metrics
-from orchestrator.runtime.supervisor import Supervisor
-from orchestrator.runtime.tracing import configure_tracing
-from orchestrator.settings import load_settings
+from orchestrator.cli.output import LazyConsole, escape, new_table
+
+if TYPE_CHECKING:
+    from orchestrator.app import KeelApp
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
     str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
 ]
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
 
 
 def app_from(spec: str) -> KeelApp:
     """The application named by ``--app`` (``AppLoadError``, a ``ConfigError``, else)."""
+    from orchestrator.app import load_app
+
     return load_app(spec)
 
 
@@ -56,8 +58,14 @@ def orchestrator(
     ] = 30.0,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.orchestrator import Orchestrator
     from orchestrator.runtime.projector import Projector
+    from orchestrator.runtime.supervisor import Supervisor
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.sagas import sagas_of
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-orchestrator")
@@ -71,8 +79,6 @@ def orchestrator(
         # fed this process's committed events in process (docs/performance.md).
         feed = Projector(settings, application, committed=orch.committed)
         stoppables.append(Supervisor("projector", feed).start())
-    from orchestrator.sagas import sagas_of
-
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
         from orchestrator.sagas.manager import SagaManager
 
@@ -84,6 +90,9 @@ def orchestrator(
 def worker(app: AppOption = DEFAULT_APP) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-worker")
@@ -94,7 +103,11 @@ def worker(app: AppOption = DEFAULT_APP) -> None:
 
 def projector(app: AppOption = DEFAULT_APP) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.runtime.logs import configure_logging
+    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.projector import Projector
+    from orchestrator.runtime.supervisor import Supervisor
+    from orchestrator.settings import load_settings
 
     configure_logging()
     configure_metrics("keel-projector")
@@ -111,6 +124,7 @@ def rebuild(app: AppOption = DEFAULT_APP) -> None:
     Safe while services run: live projectors pause until it ends, then reload.
     """
     from orchestrator.runtime.projector import Projector
+    from orchestrator.settings import load_settings
 
     p = Projector(load_settings(), app_from(app))
     total, took = p.rebuild()
@@ -124,6 +138,7 @@ def projections_status(
 ) -> None:
     """Each live projector's health (published every few seconds), and any rebuild running."""
     from orchestrator.runtime.projection import Projection
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     projection = Projection.from_url(settings.redis, settings.topic_prefix)
@@ -135,7 +150,7 @@ def projections_status(
         console.print("a rebuild of the read model is running")
     if not status["projectors"]:
         console.print("no projector reported in the last 30s")
-    table = Table("instance", "alive", "applied", "skipped", "last applied (UTC)", "last error")
+    table = new_table("instance", "alive", "applied", "skipped", "last applied (UTC)", "last error")
     for p in status["projectors"]:
         when = p.get("last_applied_at")
         shown = (
@@ -161,6 +176,7 @@ def dev(
     """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
     from ops.topics import create_topics
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     if not settings.bootstrap_servers:
@@ -205,8 +221,11 @@ def bench(
     ] = None,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
+    from rich.console import Console
+
     from ops.bench import run_bench, run_finished, run_recovery
     from ops.local import LocalStack
+    from orchestrator.settings import load_settings
 
     settings = load_settings()
     if not settings.bootstrap_servers:

@@ -10,28 +10,19 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.domain.errors import (
-    CommandRejected,
-    ConfigError,
-    InvalidInputError,
-    KeelError,
-    NotFoundError,
-)
-from orchestrator.domain.waits import token_hash
-from orchestrator.runtime.projection import reachable, redis_client
-from orchestrator.runtime.tasks_projection import TasksView
-from orchestrator.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.settings import Settings
 
 tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 #: ``decide`` sent the decision but the orchestrator did not answer in time.
 EXIT_PENDING = 3
@@ -39,6 +30,9 @@ _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(settings: Settings) -> TasksView:
+    from orchestrator.runtime.projection import redis_client
+    from orchestrator.runtime.tasks_projection import TasksView
+
     return TasksView(redis_client(settings.redis), settings.topic_prefix)
 
 
@@ -49,6 +43,9 @@ def _when(ms: int | None) -> str:
 
 
 def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
+    from orchestrator.domain.errors import NotFoundError
+    from orchestrator.domain.waits import token_hash
+
     task = view.by_token_hash(token_hash(token_or_id)) if _TOKEN.match(token_or_id) else None
     task = task or view.get(token_or_id)
     if task is None:
@@ -58,6 +55,8 @@ def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
 
 def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     """The task's token, when this process holds the deployment's key (else None)."""
+    from orchestrator.domain.errors import ConfigError
+    from orchestrator.domain.waits import token_hash
     from orchestrator.runtime.task_tokens import load_task_tokens
 
     try:
@@ -76,13 +75,16 @@ def list_(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Open human tasks by due time: owner, escalation level, workflow, evidence."""
+    from orchestrator.runtime.projection import reachable
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     with reachable(settings.redis):
         rows = _view(settings).list(owner=owner, role=role, include_closed=all_)
     if json_:
         typer.echo(json.dumps(rows))
         return
-    table = Table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
+    table = new_table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
     for t in rows:
         evidence = json.dumps(t["evidence"])
         table.add_row(
@@ -103,6 +105,9 @@ def show(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One task: evidence, operation digest, decision, and its history."""
+    from orchestrator.runtime.projection import reachable
+    from orchestrator.settings import load_settings
+
     settings = load_settings()
     view = _view(settings)
     with reachable(settings.redis):
@@ -135,7 +140,7 @@ def show(
         )
     if task.get("token"):
         console.print(f"token: {task['token']}", markup=False)
-    table = Table("seq", "time (UTC)", "event", "details")
+    table = new_table("seq", "time (UTC)", "event", "details")
     for h in task["history"]:
         data = {k: v for k, v in h["data"].items() if k not in ("task_id", "evidence")}
         text = ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v not in (None, ""))
@@ -176,8 +181,18 @@ def decide(
     the orchestrator checks against the task's schema.
     """
     from connectors.auth import Actors
+    from orchestrator.domain.errors import (
+        CommandRejected,
+        ConfigError,
+        InvalidInputError,
+        KeelError,
+        NotFoundError,
+    )
     from orchestrator.runtime.client import KeelClient, read_json_arg
+    from orchestrator.runtime.projection import reachable
     from orchestrator.runtime.task_decisions import TaskDesk
+    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.settings import load_settings
 
     if approve == reject:
         raise InvalidInputError("give exactly one of --approve and --reject")

@@ -13,25 +13,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.domain.replay import RunReport, replay_history
-from orchestrator.errors import KeelError
-from orchestrator.runtime.history_io import (
-    read_history_dir,
-    read_topic_history,
-    write_history,
-)
-from orchestrator.runtime.task_tokens import recorded_token_hashes
-from orchestrator.settings import load_settings
 
-console = Console(highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from orchestrator.domain.replay import RunReport
+
+console = LazyConsole(highlight=False, soft_wrap=True)
 
 
 def replay_check(
@@ -46,6 +38,12 @@ def replay_check(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
+    from orchestrator.domain.replay import replay_history
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.history_io import read_history_dir, read_topic_history
+    from orchestrator.runtime.task_tokens import recorded_token_hashes
+    from orchestrator.settings import load_settings
+
     if from_topic == (histories is not None):
         raise KeelError("give exactly one of --from-topic and --histories DIR")
     if histories is not None:
@@ -81,7 +79,7 @@ def _print(reports: list[RunReport], source: str) -> None:
     by_def: dict[tuple[str, int], list[RunReport]] = {}
     for r in reports:
         by_def.setdefault((r.name, r.version), []).append(r)
-    table = Table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
+    table = new_table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
     for (name, version), rs in sorted(by_def.items()):
         table.add_row(
             escape(name or "?"),
@@ -133,6 +131,10 @@ def export(
     ] = True,
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
+    from orchestrator.errors import KeelError
+    from orchestrator.runtime.history_io import read_topic_history, write_history
+    from orchestrator.settings import load_settings
+
     envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)
     found = {e.workflow_id for e in envelopes}
     missing = [w for w in workflow_ids if w not in found]

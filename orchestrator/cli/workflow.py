@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from orchestrator.cli.migrations import migrate
+from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
-from orchestrator.runtime.client import KeelClient, read_json_arg
-from orchestrator.runtime.tracing import configure_tracing
-from orchestrator.settings import load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.client import KeelClient
 
 workflow_app = typer.Typer(help="Start, inspect, signal, cancel and migrate workflows.")
 workflow_app.command("migrate")(migrate)
-console = Console(highlight=False, emoji=False)
+console = LazyConsole(highlight=False, emoji=False)
 
 #: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).
 EXIT_NOT_COMPLETED = 3
@@ -32,6 +30,10 @@ JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from s
 
 
 def _client(app: str) -> KeelClient:
+    from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.tracing import configure_tracing
+    from orchestrator.settings import load_settings
+
     configure_tracing("keel-cli")
     return KeelClient(load_settings(), app_from(app))
 
@@ -62,6 +64,8 @@ def start(
 
     The run reported is the true one: the command waits until the read model shows it.
     """
+    from orchestrator.runtime.client import read_json_arg
+
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
     result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
@@ -120,7 +124,7 @@ def show(
             markup=False,
         )
     _print_llm(view["llm"])
-    table = Table("seq", "time (UTC)", "event", "details")
+    table = new_table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(str(h["seq"]), when, _text(h["type"]), _text(_summary(h["data"])))
@@ -163,7 +167,7 @@ def list_(
     if json_:
         typer.echo(json.dumps(rows))
         return
-    table = Table("workflow", "name", "version", "status")
+    table = new_table("workflow", "name", "version", "status")
     for r in rows:
         table.add_row(
             _text(r["workflow_id"]), _text(r["name"]), str(r["version"]), _text(r["status"])
@@ -185,6 +189,8 @@ def signal_(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
+    from orchestrator.runtime.client import read_json_arg
+
     payload_obj = read_json_arg(payload, "--payload")
     mid = _client(app).signal(workflow_id, name, payload_obj, tuple(sensitive or ()))
     console.print(f"signal '{name}' sent to {workflow_id} ({mid})", markup=False)
