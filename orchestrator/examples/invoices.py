@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.context import activity
@@ -58,6 +57,8 @@ class StatusQuery(BaseModel):
 @side_effect
 async def post_to_ledger(invoice: Invoice) -> Posting:
     """POST the posting with the activity's idempotency key; classify what went wrong."""
+    import aiohttp  # on use: the orchestrator loads this app without calling it
+
     key = activity().idempotency_key
     body = invoice.model_dump()
     timeout = aiohttp.ClientTimeout(total=LEDGER_TIMEOUT_S)
@@ -90,6 +91,8 @@ async def post_to_ledger(invoice: Invoice) -> Posting:
 @app.activity("ledger_posting_status", input=StatusQuery)
 async def ledger_posting_status(query: StatusQuery) -> dict[str, Any]:
     """The status query of ``post_to_ledger``: did the posting with this key happen?"""
+    import aiohttp  # on use: the orchestrator loads this app without calling it
+
     url = f"{ledger_url()}/postings/{quote(query.idempotency_key, safe='')}"
     timeout = aiohttp.ClientTimeout(total=LEDGER_TIMEOUT_S)
     try:

@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.context import activity
@@ -73,6 +72,8 @@ async def _post(path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST with the activity's idempotency key; HTTP outcomes as Keel failure classes:
     429/5xx/refused connection transient, other 4xx permanent, a timeout or a connection
     lost after sending unknown (the status query then asks before anything is resent)."""
+    import aiohttp  # on use: the orchestrator loads this app without calling it
+
     key = activity().idempotency_key
     timeout = aiohttp.ClientTimeout(total=BOOKING_TIMEOUT_S)
     try:
@@ -123,6 +124,8 @@ async def cancel_reservation(req: CancelRequest) -> dict[str, Any]:
 @app.activity("booking_status", input=StatusQuery)
 async def booking_status(query: StatusQuery) -> dict[str, Any]:
     """The status query of every booking write: did the request with this key happen?"""
+    import aiohttp  # on use: the orchestrator loads this app without calling it
+
     url = f"{booking_url()}/requests/{quote(query.idempotency_key, safe='')}"
     timeout = aiohttp.ClientTimeout(total=BOOKING_TIMEOUT_S)
     try:
