@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from orchestrator.errors import KeelError
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, broker_properties
 
 OPS_DIR = Path(__file__).resolve().parent
 POM = OPS_DIR / "kafka" / "pom.xml"
@@ -43,6 +43,22 @@ INSTALL_HINTS = {
 _quiet_client_log = logging.getLogger("keel.ops.librdkafka")
 _quiet_client_log.addHandler(logging.NullHandler())
 _quiet_client_log.propagate = False
+
+
+#: server.properties the local stack's layout depends on: never taken from the user.
+TOPOLOGY_PROPERTIES = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "controller.quorum.voters",
+        "listeners",
+        "advertised.listeners",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "log.dirs",
+    }
+)
 
 
 class InfraError(KeelError):
@@ -324,6 +340,14 @@ class LocalStack:
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
         }
+        extra = broker_properties(self.settings.kafka_broker_properties)
+        owned = sorted(set(extra) & TOPOLOGY_PROPERTIES)
+        if owned:
+            raise InfraError(
+                f"KEEL_KAFKA_BROKER_PROPERTIES may not set {', '.join(owned)}: "
+                "keel infra lays out the cluster itself"
+            )
+        lines.update(extra)
         return "".join(f"{k}={v}\n" for k, v in lines.items())
 
     def _prepare_kafka_storage(self, java: str, libs: Path, reformat: bool = True) -> None:

@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     kafka_heap: str = Field(
         default="1g", pattern=r"^[0-9]+[mMgG]$", description="JVM heap of each local broker."
     )
+    kafka_broker_properties: str = Field(
+        default="",
+        description=(
+            "Extra server.properties of the local broker(s), 'key=value' entries separated "
+            "by ';' (e.g. for a measurement: docs/performance.md). Topology keys are refused."
+        ),
+    )
     instance_id: str = Field(
         default="",
         pattern=r"^[A-Za-z0-9._-]{0,100}$",
@@ -141,6 +148,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"{server!r} is not host:port")
         return value
 
+    @field_validator("kafka_broker_properties")
+    @classmethod
+    def _properties_are_key_value(cls, value: str) -> str:
+        broker_properties(value)
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:
@@ -173,6 +186,23 @@ class Settings(BaseSettings):
         if kind not in TOPIC_KINDS:
             raise KeyError(f"unknown topic kind {kind!r}; expected one of {TOPIC_KINDS}")
         return f"{self.topic_prefix}.{kind}"
+
+
+_PROPERTY_KEY = re.compile(r"^[a-z][a-z0-9._-]{0,200}$")
+
+
+def broker_properties(text: str) -> dict[str, str]:
+    """``key=value;key=value`` as a dict; a malformed entry is a ``ValueError`` naming it."""
+    out: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        key, sep, value = entry.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not _PROPERTY_KEY.match(key):
+            raise ValueError(f"{entry!r} is not key=value with a lower-case property key")
+        if any(c in value for c in "\n\r\\"):
+            raise ValueError(f"the value of {key} may not hold a line break or a backslash")
+        out[key] = value
+    return out
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -46,6 +46,12 @@ def test_environment_overrides(monkeypatch):
             "http://x",
             "invalid setting KEEL_REDIS_URL=http://x: Value error, must start with redis://, rediss:// or unix://",
         ),
+        (
+            "KEEL_KAFKA_BROKER_PROPERTIES",
+            "num.io.threads",
+            "invalid setting KEEL_KAFKA_BROKER_PROPERTIES=num.io.threads: Value error, "
+            "'num.io.threads' is not key=value with a lower-case property key",
+        ),
     ],
 )
 def test_bad_values_name_the_variable(monkeypatch, var, value, expected):
@@ -107,4 +113,23 @@ def test_logs_redact_passwords_and_refuse_a_bad_level(monkeypatch):
         configure_logging()
     assert str(info.value) == (
         "invalid setting KEEL_LOG_LEVEL=loud: expected one of debug, info, warning, error, critical"
+    )
+
+
+def test_extra_broker_properties_reach_the_local_broker_and_topology_keys_are_refused(tmp_path):
+    from ops.local import InfraError, LocalStack
+
+    props = "transaction.partition.verification.enable=false; num.io.threads = 4"
+    stack = LocalStack(Settings(home=tmp_path, kafka_broker_properties=props))
+    lines = stack._server_properties(1).splitlines()
+    assert "transaction.partition.verification.enable=false" in lines
+    assert "num.io.threads=4" in lines
+    assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in lines
+
+    bad = LocalStack(Settings(home=tmp_path, kafka_broker_properties="log.dirs=/tmp/x;node.id=7"))
+    with pytest.raises(InfraError) as info:
+        bad._server_properties(1)
+    assert str(info.value) == (
+        "KEEL_KAFKA_BROKER_PROPERTIES may not set log.dirs, node.id: "
+        "keel infra lays out the cluster itself"
     )
