@@ -14,7 +14,11 @@ inside the orchestrator), in the same run:
   from ``keel.events`` (``events``); p50 and p99;
 * throughput: N workflows started at once, until the last terminal event;
 * latency at half of the remote peak: starts paced at half the measured throughput;
-* throughput with the projector off (the orchestrator restarted with ``--no-projector``);
+* throughput with the projector off (the orchestrator restarted with ``--no-projector``),
+  and with it in a process of its own (``keel projector`` beside that orchestrator);
+* Kafka's own floor beside them (``ops/kafka_floor.py``): one bare transactional hop
+  with Keel's client settings, and the rate a Python consumer reads the events topic at;
+  ``ratios`` divides Keel's figures by them;
 * per-hop timings from the orchestrator's counters (status file): commit per
   transaction, decide per command, intake lag (command written -> decided), and the
   worker's part of a remote activity (decided -> report written -> decided, minus the
@@ -51,6 +55,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from ops import kafka_floor
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
@@ -89,7 +94,7 @@ class _RssSampler(threading.Thread):
             for role, pid in list(self.pids.items()):
                 try:
                     proc = psutil.Process(pid)
-                    self.peak[role] = max(self.peak[role], proc.memory_info().rss / 2**20)
+                    self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
                     times = proc.cpu_times()
                     self.cpu_s[role] = times.user + times.system
                 except psutil.NoSuchProcess:
@@ -268,6 +273,11 @@ class Bench:
         self.tail.start()
         self.orch = self._orchestrator(projector=True)
         self.worker = _spawn("worker", self.settings, self.home)
+        self.projector: subprocess.Popen | None = None
+        #: Whether a projector runs (in the orchestrator or beside it).
+        self.projecting = True
+        #: Runs per second until the read model showed every run finished, per phase.
+        self.read_model_rates: dict[str, float] = {}
         self.sampler = _RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
         self.sampler.start()
 
@@ -282,20 +292,27 @@ class Bench:
         self.orch.wait(60)
         self.orch = self._orchestrator(projector=projector)
         self.sampler.pids["orchestrator"] = self.orch.pid
+        self.projecting = projector or self.projector is not None
+
+    def start_projector_process(self) -> None:
+        """A standalone ``keel projector`` beside an orchestrator started ``--no-projector``."""
+        self.projector = _spawn("projector", self.settings, self.home)
+        self.sampler.pids["projector"] = self.projector.pid
+        self.projecting = True
 
     def warm(self, name: str, n: int = 20) -> None:
         ids = [f"warm-{name}-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
         self.client.start_many(name, [(wf, {"n": 1}) for wf in ids])
         self.tail.wait_for(set(ids), 180)
 
-    def light(self, name: str, count: int, rate: float) -> dict[str, Any]:
+    def light(self, name: str, count: int, rate: float, tag: str = "") -> dict[str, Any]:
         """One at a time, as ``keel workflow start --wait`` would: rm and events latency."""
         rm: list[float] = []
         ev: list[float] = []
         before = _fresh_status(self.home)
         trips = len(self.tail.round_trips)
         for i in range(count):
-            wf = f"light-{name}-{i}"
+            wf = f"light-{name}-{tag}{i}"
             began = now_ms()
             self.client.start(name, {"n": i % 100}, workflow_id=wf)
             self.client.wait(wf, 60)
@@ -317,11 +334,36 @@ class Bench:
         }
 
     def throughput(self, name: str, count: int, tag: str) -> float:
+        """Runs per second until the last terminal event; with a projector running, the
+        rate until the read model shows every run finished goes in ``read_model_rates``."""
         ids = [f"load-{tag}-{i}" for i in range(count)]
         began = time.monotonic()
         self.client.start_many(name, [(wf, {"n": i % 100}) for i, wf in enumerate(ids)])
         self.tail.wait_for(set(ids), 900)
-        return count / (time.monotonic() - began)
+        rate = count / (time.monotonic() - began)
+        if self.projecting:
+            self._read_model_shows(ids, 900)
+            self.read_model_rates[tag] = count / (time.monotonic() - began)
+        return rate
+
+    def _read_model_shows(self, ids: list[str], timeout_s: float) -> None:
+        from orchestrator.domain import TERMINAL_STATUSES
+
+        done = {str(status) for status in TERMINAL_STATUSES}
+        pending = set(ids)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} runs never finished in the read model")
+            rm = self.client.projection
+            pipe = rm.r.pipeline(transaction=False)
+            order = sorted(pending)
+            for wf in order:
+                pipe.hget(rm.k_wf(wf), "status")
+            statuses = pipe.execute()
+            pending -= {wf for wf, st in zip(order, statuses, strict=True) if st in done}
+            if pending:
+                time.sleep(0.02)
 
     def paced(self, name: str, rate: float, seconds: float, tag: str) -> dict[str, float]:
         """Starts paced at ``rate``/s for ``seconds``: events latency from the send."""
@@ -346,7 +388,7 @@ class Bench:
 
     def close(self) -> None:
         self.sampler.stop()
-        for proc in (self.orch, self.worker):
+        for proc in (self.orch, self.worker, *([self.projector] if self.projector else [])):
             if proc.poll() is None:
                 proc.kill()
             proc.wait(30)
@@ -365,6 +407,8 @@ def one_run(
         for name, key in ((REMOTE, "remote"), (LOCAL, "local")):
             log(f"light load, {name}: {light} workflows, one at a time, <= {light_rate:g}/s")
             out[f"light_{key}"] = b.light(name, light, light_rate)
+        log(f"Kafka's floor: {light} bare transactional hops, one at a time")
+        out["kafka_floor"] = kafka_floor.hop(b.settings, count=light, gap_s=1 / light_rate)
         log(f"throughput, projector on: {workflows} workflows at once")
         cpu0 = b.sampler.cpu_mark()
         out["throughput_remote"] = b.throughput(REMOTE, workflows, "remote")
@@ -380,6 +424,12 @@ def one_run(
         b.warm(REMOTE)
         out["throughput_remote_no_projector"] = b.throughput(REMOTE, workflows, "remote-np")
         out["throughput_local_no_projector"] = b.throughput(LOCAL, workflows, "local-np")
+        log("throughput, projector in a process of its own")
+        b.start_projector_process()
+        b.warm(REMOTE)
+        out["throughput_remote_projector_process"] = b.throughput(REMOTE, workflows, "remote-pp")
+        out["throughput_local_projector_process"] = b.throughput(LOCAL, workflows, "local-pp")
+        out["read_model_throughput"] = {k: round(v, 2) for k, v in b.read_model_rates.items()}
         out["cpu_ms_per_workflow"] = {r: 1000 * c / workflows for r, c in cpu.items()}
         out["peak_rss_mb"] = dict(b.sampler.peak)
     finally:
@@ -394,6 +444,19 @@ def one_run(
     rebuild_s = time.monotonic() - t0
     out["rebuild_events_per_s"] = cold.stats.recovered_events / rebuild_s
     out["rebuilt_events"] = cold.stats.recovered_events
+    ceiling = kafka_floor.read_ceiling(b.settings, b.settings.topic("events"))
+    out["read_ceiling_events_per_s"] = ceiling["records_per_s"]
+    floor = out["kafka_floor"]["hop_p50_ms"]
+    out["ratios"] = {  # what Keel adds over Kafka alone, in this run (docs/performance.md)
+        "local_events_p50_over_kafka_hop": round(out["light_local"]["events_p50_ms"] / floor, 2),
+        "local_rm_p50_over_kafka_hop": round(out["light_local"]["rm_p50_ms"] / floor, 2),
+        "rebuild_over_read_ceiling": round(
+            out["rebuild_events_per_s"] / max(1.0, ceiling["records_per_s"]), 2
+        ),
+        "projector_process_over_thread_local": round(
+            out["throughput_local_projector_process"] / out["throughput_local"], 2
+        ),
+    }
     return out
 
 

@@ -58,12 +58,32 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "throughput_local",
         "throughput_remote_no_projector",
         "throughput_local_no_projector",
+        "throughput_remote_projector_process",
+        "throughput_local_projector_process",
         "rebuild_events_per_s",
+        "read_ceiling_events_per_s",
     ):
         assert isinstance(result[key], float | int), key
     for key in ("half_peak_remote", "half_peak_local"):
         assert {"rate_per_s", "events_p50_ms", "events_p99_ms"} <= set(result[key])
-    assert set(result["peak_rss_mb"]) == {"orchestrator", "worker"}
+    assert set(result["peak_rss_mb"]) == {"orchestrator", "worker", "projector"}
+    # with a projector (thread or process): the rate until the read model showed every run
+    assert set(result["read_model_throughput"]) == {"remote", "local", "remote-pp", "local-pp"}
+    assert set(result["kafka_floor"]) == {
+        "client_ack_ms",
+        "intake_ms",
+        "send_offsets_ms",
+        "commit_ms",
+        "visible_ms",
+        "hop_p50_ms",
+        "hop_p99_ms",
+    }
+    assert set(result["ratios"]) == {
+        "local_events_p50_over_kafka_hop",
+        "local_rm_p50_over_kafka_hop",
+        "rebuild_over_read_ceiling",
+        "projector_process_over_thread_local",
+    }
     assert result["partitions"] == 4
 
 
