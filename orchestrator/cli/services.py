@@ -223,7 +223,8 @@ def bench(
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from rich.console import Console
 
-    from ops.bench import run_bench, run_finished, run_recovery
+    from ops.bench import run_bench
+    from ops.bench_restart import run_finished, run_recovery
     from ops.local import LocalStack
     from orchestrator.settings import load_settings
 
