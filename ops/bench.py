@@ -348,12 +348,12 @@ class Bench:
         from orchestrator.domain import TERMINAL_STATUSES
 
         done = {str(status) for status in TERMINAL_STATUSES}
+        rm = self.client.projection
         pending = set(ids)
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(pending)} runs never finished in the read model")
-            rm = self.client.projection
             pipe = rm.r.pipeline(transaction=False)
             order = sorted(pending)
             for wf in order:
