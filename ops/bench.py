@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -186,18 +185,12 @@ class _EventTail(threading.Thread):
 
 
 def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-        KEEL_PARTITIONS=str(settings.partitions),
-        KEEL_LOG_LEVEL="WARNING",
-        KEEL_HOME=str(home),
-        KEEL_STATUS_INTERVAL_S=str(STATUS_INTERVAL_S),
-    )
-    env.update(extra)
-    return env
+    defaults = {
+        "KEEL_LOG_LEVEL": "WARNING",
+        "KEEL_HOME": str(home),
+        "KEEL_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S),
+    }
+    return settings.child_environment(**(defaults | extra))
 
 
 def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) -> subprocess.Popen:

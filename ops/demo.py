@@ -142,17 +142,8 @@ class Processes:
     ledger: subprocess.Popen[str] | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-        env.update(
-            KEEL_BOOTSTRAP_SERVERS=self.settings.kafka_servers,
-            KEEL_REDIS_URL=self.settings.redis,
-            KEEL_TOPIC_PREFIX=self.settings.topic_prefix,
-            KEEL_PARTITIONS=str(self.settings.partitions),
-            KEEL_LEDGER_URL=self.ledger_url,
-            KEEL_LOG_LEVEL="INFO",
-            **extra,
-        )
-        return env
+        defaults = {"KEEL_LEDGER_URL": self.ledger_url, "KEEL_LOG_LEVEL": "INFO"}
+        return self.settings.child_environment(**(defaults | extra))
 
     def start_ledger(self) -> str:
         self.ledger = subprocess.Popen(

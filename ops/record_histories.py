@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import signal
 import subprocess
@@ -273,16 +272,7 @@ def recording_env(settings: Settings, secret: str, **extra: str) -> dict[str, st
     """The environment of the recording's processes: this machine's, minus any KEEL_*
     of the caller, plus the recording's servers, prefix and a throwaway task-token key
     (the corpus holds only the hashes of tokens issued under it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-        KEEL_PARTITIONS=str(settings.partitions),
-        KEEL_TASK_TOKEN_SECRET=secret,
-        **extra,
-    )
-    return env
+    return settings.child_environment(KEEL_TASK_TOKEN_SECRET=secret, **extra)
 
 
 def record(settings: Settings, out: Path, only: list[str] | None = None) -> dict[str, int]:

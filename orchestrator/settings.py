@@ -7,6 +7,7 @@ the variable that carries it, instead of surfacing later as a broker error.
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import cached_property
 from pathlib import Path
@@ -180,6 +181,20 @@ class Settings(BaseSettings):
     def redis(self) -> str:
         """The Redis URL to use: the configured one or the local stack's."""
         return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def child_environment(self, **extra: str) -> dict[str, str]:
+        """The environment for a Keel process started on these servers and topics: this
+        process's, minus its ``KEEL_*`` (they could point elsewhere), plus the servers,
+        prefix and partitions of these settings, then ``extra``."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        env.update(
+            KEEL_BOOTSTRAP_SERVERS=self.kafka_servers,
+            KEEL_REDIS_URL=self.redis,
+            KEEL_TOPIC_PREFIX=self.topic_prefix,
+            KEEL_PARTITIONS=str(self.partitions),
+        )
+        env.update(extra)
+        return env
 
     def topic(self, kind: str) -> str:
         """Full topic name for one of ``TOPIC_KINDS``."""

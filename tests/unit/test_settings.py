@@ -133,3 +133,23 @@ def test_extra_broker_properties_reach_the_local_broker_and_topology_keys_are_re
         "KEEL_KAFKA_BROKER_PROPERTIES may not set log.dirs, node.id: "
         "keel infra lays out the cluster itself"
     )
+
+
+def test_a_child_environment_points_at_these_settings_and_drops_the_callers_keel_vars(
+    monkeypatch,
+):
+    monkeypatch.setenv("KEEL_TOPIC_PREFIX", "elsewhere")
+    monkeypatch.setenv("KEEL_INSTANCE_ID", "parent")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    s = Settings(
+        bootstrap_servers="10.0.0.1:9092", redis_url="redis://r:1/0", topic_prefix="t", partitions=4
+    )
+    env = s.child_environment(KEEL_LOG_LEVEL="WARNING", KEEL_PARTITIONS="8")
+    assert {k: v for k, v in env.items() if k.startswith("KEEL_")} == {
+        "KEEL_BOOTSTRAP_SERVERS": "10.0.0.1:9092",
+        "KEEL_REDIS_URL": "redis://r:1/0",
+        "KEEL_TOPIC_PREFIX": "t",
+        "KEEL_PARTITIONS": "8",
+        "KEEL_LOG_LEVEL": "WARNING",
+    }
+    assert env["PATH"] == "/usr/bin"
