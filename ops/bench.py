@@ -52,7 +52,6 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ops import kafka_floor
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
@@ -390,6 +389,8 @@ class Bench:
 def one_run(
     base: Settings, workflows: int, light: int, light_rate: float, log: Log
 ) -> dict[str, Any]:
+    from ops import kafka_floor  # it shares this module's helpers
+
     b = Bench(base, log)
     out: dict[str, Any] = {}
     try:

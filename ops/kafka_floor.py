@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ops.bench import _percentile
 from orchestrator.runtime.kafka import (
     consumer_config,
     producer_config,
@@ -40,11 +41,6 @@ __all__ = ["hop", "read_ceiling"]
 EVENTS_PER_HOP = 9
 EVENT_BYTES = 300
 COMMAND_BYTES = 200
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class _Watch(threading.Thread):
