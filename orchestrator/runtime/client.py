@@ -124,6 +124,8 @@ class KeelClient:
         self._seal_keys: SealKeys | None = None
         #: The row changes the projector announces (``start`` and ``wait`` listen there).
         self.watch = RowWatch(self.projection)
+        #: The row the last confirmed start read, so a ``wait`` right after needs no read.
+        self._last_row: tuple[str, dict[str, Any]] | None = None
 
     @property
     def seal_keys(self) -> SealKeys:
@@ -150,7 +152,9 @@ class KeelClient:
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(producer_config(self.settings))
+            # No linger: a command is sent the moment it is produced, so what the caller
+            # does until the flush (e.g. subscribing on Redis) overlaps Kafka's round trip.
+            self._producer = Producer(producer_config(self.settings, **{"linger.ms": 0}))
         return self._producer
 
     def send(self, workflow_id: str, payload: Any) -> str:
@@ -225,32 +229,36 @@ class KeelClient:
         version: int | None = None,
         confirm_timeout_s: float | None = 60.0,
     ) -> StartResult:
-        """Start ``name``; an id that already has a run keeps it and nothing new is written.
+        """Start ``name``; an id that already has a run keeps it and no new run is recorded.
 
         The orchestrator makes the StartWorkflow command's message id the run id of a new
-        run, so after sending, the client waits (up to ``confirm_timeout_s``) until the read
-        model shows the workflow: the run id it holds is the true run, and it is new
-        exactly when it is this command's id. ``confirm_timeout_s=None`` returns at once
-        with ``confirmed=False`` (the run id is then only this command's id).
+        run and ignores a start for an id it knows, so after sending, the client waits (up
+        to ``confirm_timeout_s``) until the read model shows the workflow: the run id it
+        holds is the true run, and it is new exactly when it is this command's id.
 
-        The client subscribes to the row's changes before it looks at the row, so the
-        projector's announcement of the new row wakes it (``row_watch.py``); the row is
-        still read now and then in case an announcement is lost. The subscription is kept
-        for a :meth:`wait` on the same workflow.
+        The command goes out first; the subscription to the row's changes is asked for
+        while Kafka acknowledges it, and the row is read only once the subscription is
+        active, so the projector's announcement of the new row wakes the client
+        (``row_watch.py``) and nothing sits between the call and the send but validation.
+        ``confirm_timeout_s=None`` returns at once with ``confirmed=False``: the read model
+        is then looked at before sending, and the run id is this command's id unless it
+        already showed the workflow.
         """
         wf = check_workflow_id(workflow_id) if workflow_id is not None else None
         definition = self.app.validate_start(name, version, input_obj)
         wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
-        watching = confirm_timeout_s is not None and self.watch.begin(wf)
-        existing = self.projection.get(wf)
-        if existing is not None:
-            return StartResult(wf, existing["run_id"], existed=True)
         input_obj = self.sealed_input(definition.input_model, input_obj)
         input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
-        mid = self._send(wf, StartWorkflow(definition.name, definition.version, input_json))
+        command = StartWorkflow(definition.name, definition.version, input_json)
         if confirm_timeout_s is None:
-            return StartResult(wf, mid, existed=False, confirmed=False)
-        if watching:  # the answer came while Kafka acknowledged the command
+            existing = self.projection.get(wf)
+            if existing is not None:
+                return StartResult(wf, existing["run_id"], existed=True)
+            return StartResult(wf, self._send(wf, command), existed=False, confirmed=False)
+        mid = self._send(wf, command, flush=False)
+        watching = self.watch.begin(wf)  # on Redis while Kafka acknowledges the command
+        self._flush()
+        if watching:
             self.watch.confirm(self.settings.admin_timeout_s)
         run_id = self._await_run(wf, confirm_timeout_s)
         if run_id is None:
@@ -273,6 +281,7 @@ class KeelClient:
             found = self.projection.get(workflow_id)
             now = time.monotonic()
             if found is not None:
+                self._last_row = (workflow_id, found)
                 return str(found["run_id"])
             if now > deadline:
                 return None
@@ -397,6 +406,9 @@ class KeelClient:
         began = time.monotonic()
         deadline = began + timeout_s
         stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
+        last, self._last_row = self._last_row, None
+        if last is not None and last[0] == workflow_id and last[1]["status"] in stops:
+            return last[1]  # the start that confirmed it already read it over
         watch = self.watch
         if not watch.watching(workflow_id):
             found = self.projection.get(workflow_id)

@@ -11,7 +11,8 @@ the callers still read the row now and then: the announcement only makes them fa
 (docs/performance.md, "The result pushed to the client").
 
 One subscription at a time per client, kept from a start to the ``wait`` that follows
-it; announcements of an earlier workflow still in flight are ignored by channel.
+it and until the next row is watched; announcements of an earlier workflow still in
+flight are ignored by channel.
 """
 
 from __future__ import annotations
@@ -94,13 +95,9 @@ class RowWatch:
         return None
 
     def end(self) -> None:
-        """Stop watching (not waiting for the answer); the connection is kept for reuse."""
-        if self._pubsub is not None and self._channel is not None and not self.broken:
-            try:
-                self._pubsub.unsubscribe(self._channel)
-            except redis.RedisError as exc:
-                self._fail(exc)
-        self._channel, self._confirmed = None, False
+        """Done waiting. The subscription is kept (no Redis call): the next :meth:`begin`
+        of another row drops it, one of the same row reuses it, :meth:`close` ends it;
+        announcements on it meanwhile are read past by channel."""
 
     def close(self) -> None:
         if self._pubsub is not None:

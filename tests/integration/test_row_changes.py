@@ -146,3 +146,30 @@ def test_each_status_change_is_announced_and_wakes_a_waiting_client(settings, cl
     assert done.wait(10), "the announcement woke the waiting client"
     thread.join()
     assert (got[0]["status"], got[0]["output"]) == ("completed", {"ok": 1})
+
+
+def test_a_start_whose_row_is_already_over_hands_that_row_to_the_wait(settings, client):
+    """The start sends first and reads the row once subscribed; a finished row it read
+    is the wait's answer, with no second read of Redis."""
+    store = Projection.from_url(settings.redis, settings.topic_prefix)
+    done = _state("wf-over", 3, status="completed")
+    store.write_guarded({"wf-over": (done, _lines(1, 2, 3), None)}, None)
+
+    started = client.start("three_step", {"n": 1}, "wf-over")
+    assert (started.run_id, started.existed) == ("run-1", True)
+
+    reads: list[str] = []
+    real_get = client.projection.get
+
+    def counted(wf: str):
+        reads.append(wf)
+        return real_get(wf)
+
+    client.projection.get = counted  # type: ignore[method-assign]
+    try:
+        row = client.wait("wf-over", 5)
+    finally:
+        client.projection.get = real_get  # type: ignore[method-assign]
+    assert reads == []
+    assert (row["status"], row["seq"], row["run_id"]) == ("completed", 3, "run-1")
+    assert client.wait("wf-over", 5) == row  # a second wait reads the row again
