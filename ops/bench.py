@@ -60,7 +60,7 @@ from orchestrator.domain.messages import (
     WorkflowStarted,
 )
 from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.kafka import consume_batch, consumer_config, now_ms
+from orchestrator.runtime.kafka import consume_batch, consumer_config
 from orchestrator.settings import Settings
 
 REMOTE = "three_step"
@@ -110,16 +110,15 @@ class _EventTail(threading.Thread):
     def __init__(self, settings: Settings) -> None:
         super().__init__(daemon=True)
         self.codec = default_codec()
+        # Keel's own consumer settings, as a user's reader of keel.events has them; a
+        # shorter fetch wait here only adds fetch requests to the broker the run measures.
         self.consumer = Consumer(
-            consumer_config(
-                settings,
-                f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}",
-                **{"fetch.wait.max.ms": 1},
-            )
+            consumer_config(settings, f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}")
         )
         topic = settings.topic("events")
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
-        self.seen_at: dict[str, int] = {}  # workflow -> when this tail read its terminal event
+        #: workflow -> when this tail read its terminal event (:func:`_clock_ms`)
+        self.seen_at: dict[str, float] = {}
         self.ended_at: dict[str, int] = {}  # workflow -> the terminal event's recorded_at
         self.started_at: dict[str, int] = {}
         self.scheduled: dict[str, int] = {}  # activity id -> ActivityScheduled recorded_at
@@ -133,7 +132,7 @@ class _EventTail(threading.Thread):
         try:
             while not self._stop_evt.is_set():
                 msgs = consume_batch(self.consumer, 2000, 0.05)
-                seen = now_ms()
+                seen = _clock_ms()
                 for msg in msgs:
                     err, value = msg.error(), msg.value()
                     if err is not None:
@@ -150,7 +149,7 @@ class _EventTail(threading.Thread):
         finally:
             self.consumer.close()
 
-    def _note(self, env: Any, seen: int) -> None:
+    def _note(self, env: Any, seen: float) -> None:
         self.events += 1
         p = env.payload
         wf = env.workflow_id
@@ -201,6 +200,11 @@ def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) ->
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
+
+
+def _clock_ms() -> float:
+    """Monotonic milliseconds with sub-ms resolution, for client-observed latencies."""
+    return time.perf_counter() * 1000
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -303,10 +307,10 @@ class Bench:
         trips = len(self.tail.round_trips)
         for i in range(count):
             wf = f"light-{name}-{tag}{i}"
-            began = now_ms()
+            began = _clock_ms()
             self.client.start(name, {"n": i % 100}, workflow_id=wf)
             self.client.wait(wf, 60)
-            rm.append(now_ms() - began)
+            rm.append(_clock_ms() - began)
             self.tail.wait_for({wf}, 60)
             ev.append(self.tail.seen_at[wf] - began)
             time.sleep(max(0.0, 1 / rate - rm[-1] / 1000))
@@ -358,7 +362,7 @@ class Bench:
     def paced(self, name: str, rate: float, seconds: float, tag: str) -> dict[str, float]:
         """Starts paced at ``rate``/s for ``seconds``: events latency from the send."""
         count = max(10, int(rate * seconds))
-        sent: dict[str, int] = {}
+        sent: dict[str, float] = {}
         began = time.monotonic()
         for i in range(count):
             wf = f"paced-{tag}-{i}"
@@ -367,7 +371,7 @@ class Bench:
             if wait > 0:
                 time.sleep(wait)
             self.client.start_many(name, [(wf, {"n": i % 100})])
-            sent[wf] = now_ms()
+            sent[wf] = _clock_ms()
         self.tail.wait_for(set(sent), 300)
         lat = [self.tail.seen_at[wf] - t for wf, t in sent.items()]
         return {
