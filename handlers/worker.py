@@ -154,7 +154,8 @@ class Worker:
         self._undelivered: list[tuple[Record, DeliveryError]] = []
 
     def _kafka_adapters(self) -> tuple[TaskIntake, OutcomeSink]:
-        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake, KafkaOutcomeSink
+        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
+        from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
 
         intake = KafkaGroupIntake(
             self.settings,

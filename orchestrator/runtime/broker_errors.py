@@ -35,6 +35,7 @@ from confluent_kafka import KafkaError, KafkaException
 from orchestrator.domain.errors import KeelError, UnavailableError
 
 __all__ = [
+    "CALL_GRACE_S",
     "BoundedCaller",
     "BrokerErrorKind",
     "CallStalled",
@@ -47,6 +48,10 @@ __all__ = [
 
 log = logging.getLogger("keel.kafka")
 T = TypeVar("T")
+
+#: Extra seconds a client call may take past the timeout it was given before it is
+#: abandoned (librdkafka sometimes overruns its own timeout; see the module docstring).
+CALL_GRACE_S = 15.0
 
 
 class BrokerErrorKind(StrEnum):

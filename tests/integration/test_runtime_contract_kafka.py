@@ -6,12 +6,8 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.runtime.kafka import to_record
-from orchestrator.runtime.kafka_adapter import (
-    KafkaCommandIntake,
-    KafkaEventLog,
-    KafkaGroupIntake,
-    KafkaOutcomeSink,
-)
+from orchestrator.runtime.kafka_adapter import KafkaCommandIntake, KafkaEventLog, KafkaGroupIntake
+from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
 from orchestrator.runtime.projection import redis_client
 from orchestrator.runtime.projector import RedisReadModelStore
 from tests.runtime_contract import Harness, RuntimeContract

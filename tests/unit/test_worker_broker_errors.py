@@ -16,7 +16,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from orchestrator.domain.errors import UnavailableError
 from orchestrator.runtime.broker_errors import Stopping
-from orchestrator.runtime.kafka_adapter import KafkaGroupIntake, KafkaOutcomeSink
+from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
+from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
 from orchestrator.runtime.ports import ConsumerReset
 from orchestrator.settings import Settings
 
@@ -122,13 +123,9 @@ class StuckProducer:
         return 3
 
 
-def test_a_stalled_flush_abandons_the_producer_and_counts_its_records_unacknowledged(
-    monkeypatch,
-):
-    import orchestrator.runtime.kafka_adapter as adapter
-
-    monkeypatch.setattr(adapter, "CALL_GRACE_S", 0.02)
+def test_a_stalled_flush_abandons_the_producer_and_counts_its_records_unacknowledged():
     sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    sink.call_grace_s = 0.02
     sink.caller.slice_s = 0.005
     stuck = StuckProducer()
     sink._producer = stuck  # type: ignore[assignment]

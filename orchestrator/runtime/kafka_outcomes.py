@@ -1,0 +1,117 @@
+"""The worker's outcome writer: a plain idempotent producer of reports and letters.
+
+Not transactional: the orchestrator decides a report once per message id, so a batch
+whose flush is not acknowledged is simply run again. The flush goes through
+a :class:`BoundedCaller`, like every blocking call of the Kafka adapter
+(``kafka_adapter.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from orchestrator.runtime.broker_errors import CALL_GRACE_S, BoundedCaller, CallStalled, Stopping
+from orchestrator.runtime.kafka import BATCHED_LINGER_MS, producer_config
+from orchestrator.runtime.ports import DeliveryError, FailureCallback, RecordRefused
+from orchestrator.settings import Settings
+
+__all__ = ["KafkaOutcomeSink"]
+
+log = logging.getLogger("keel.kafka")
+
+
+class KafkaOutcomeSink:
+    """An idempotent, non-transactional producer; ``flush`` is bounded and stoppable.
+
+    A flush stalled past its bound abandons the producer (a new one serves the next
+    records) and counts every record it held as unacknowledged, so the batch runs again.
+    """
+
+    def __init__(self, settings: Settings, *, stopping: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.stopping = stopping
+        self.caller = BoundedCaller("keel-outcomes", stopping)
+        #: Seconds a flush may take past its own timeout before it is abandoned.
+        self.call_grace_s = CALL_GRACE_S
+        self.stalled_calls = 0
+        self._producer: Producer | None = None
+        self._abandoned: list[Producer] = []
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            # every batch of reports ends in ``flush``, which sends what lingers at once
+            config = producer_config(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
+            self._producer = Producer(config)
+        return self._producer
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        *,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_failed: FailureCallback | None = None,
+    ) -> None:
+        p = self.producer
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                return
+            if on_failed is None:  # nothing to run again: say so loudly
+                log.error("a record to %s was not delivered: %s", topic, err)
+                return
+            retriable = bool(err.retriable()) or err.code() == KafkaError._MSG_TIMED_OUT
+            on_failed(DeliveryError(str(err), retriable))
+
+        while True:
+            try:
+                p.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=list(headers) or None,
+                    on_delivery=delivered,
+                )
+                return
+            except BufferError:
+                if self.stopping():
+                    raise Stopping("stopped while the producer queue was full") from None
+                p.poll(0.05)
+            except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
+                raise RecordRefused(
+                    f"Kafka refused a record of {len(value):,} bytes to {topic}: {exc}"
+                ) from None
+
+    def poll(self) -> None:
+        if self._producer is not None:
+            self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> int:
+        if self._producer is None:
+            return 0
+        p = self._producer
+        try:
+            return int(
+                self.caller.call("flush", lambda: p.flush(timeout_s), timeout_s + self.call_grace_s)
+            )
+        except CallStalled as exc:
+            self.stalled_calls += 1
+            log.warning("%s; a new producer takes over", exc)
+            self._abandoned.append(p)
+            self._producer = None
+            return max(1, len(p))
+
+    def close(self) -> None:
+        """Deliver what is queued (bounded, whatever the stop flag says), then let go."""
+        if self._producer is not None and not self.stalled_calls:
+            p = self._producer
+            try:
+                self.caller.call("flush", lambda: p.flush(5), 8, stoppable=False)
+            except Exception as exc:
+                log.warning("closing the producer: %s", exc)
+        self.caller.close()
