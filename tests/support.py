@@ -57,20 +57,10 @@ class Services:
     """
 
     def __init__(self, settings, log_dir, **extra_env: str) -> None:
-        import os
-
         self.settings = settings
         self.log_dir = log_dir
         self.procs: list = []
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-        self.env.update(
-            KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-            KEEL_REDIS_URL=settings.redis,
-            KEEL_TOPIC_PREFIX=settings.topic_prefix,
-            KEEL_PARTITIONS=str(settings.partitions),
-            KEEL_LOG_LEVEL="INFO",
-            **extra_env,
-        )
+        self.env = settings.child_environment(KEEL_LOG_LEVEL="INFO", **extra_env)
 
     def start(self, role: str, *args: str, **env: str):
         import subprocess

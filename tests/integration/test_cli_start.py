@@ -6,7 +6,6 @@ Real broker, real Redis, a real orchestrator process (``tests.support.Services``
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,15 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 def _popen(settings, *args: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-    )
     return subprocess.Popen(
         [sys.executable, "-m", "orchestrator", *args],
-        env=env,
+        env=settings.child_environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -99,12 +92,7 @@ def test_inputs_from_a_file_and_stdin_and_signal_names_checked(
     assert from_file.returncode == 0, from_file.stderr
     assert json.loads(from_file.stdout)["output"] == {"result": 4 + 6 + 9}
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-    )
+    env = settings.child_environment()
     from_stdin = subprocess.run(
         [sys.executable, "-m", "orchestrator", "workflow", "start", "document_review",
          "--id", "review-stdin", "--input", "-"],

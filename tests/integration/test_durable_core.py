@@ -16,15 +16,7 @@ pytestmark = pytest.mark.integration
 
 def keel(settings, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
     """Run the real `keel` CLI against the test's servers and topic prefix."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-        **extra_env,
-    )
+    env = settings.child_environment(**extra_env)
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         env=env,

@@ -9,7 +9,6 @@ skipped for its workflow and the projector goes on.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -27,13 +26,7 @@ pytestmark = pytest.mark.integration
 
 
 def keel(settings, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=settings.kafka_servers,
-        KEEL_REDIS_URL=settings.redis,
-        KEEL_TOPIC_PREFIX=settings.topic_prefix,
-        **extra_env,
-    )
+    env = settings.child_environment(**extra_env)
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         env=env,
