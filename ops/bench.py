@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import statistics
 import subprocess
@@ -208,10 +209,12 @@ def _clock_ms() -> float:
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile: the smallest value with at least ``q`` of the
+    values at or below it (the p99 of 100 values is the 99th, not the largest)."""
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, min(len(ordered), math.ceil(q * len(ordered))) - 1)]
 
 
 def _status(home: Path) -> dict[str, Any]:
