@@ -408,27 +408,54 @@ class Projector:
         folded = []
         for wf, events in by_wf.items():
             old = self._cache.get(wf)
-            state = old
-            lines: list[str] = []
-            applied: list[Envelope[Any]] = []
-            for env in events:
-                if state is not None and env.seq <= state.seq:
-                    continue
-                try:
-                    state = self.decider.evolve(state, env)
-                    lines.append(json.dumps(history_entry(env), default=str))
-                    applied.append(env)
-                except Exception as exc:
-                    problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]
-                    self.skipped += 1
-                    self.last_skip = f"{wf}: {problems[wf]}"
-                    log.error("cannot project %s: %s", wf, problems[wf])
-                    break
+            state, lines, applied = self._fold_one(wf, old, events, problems)
             if state is None or not lines:
                 continue
             updates[wf] = (state, lines, old.status if old else None)
             folded.append((old, state, applied, lines))
         return updates, problems, task_writes(self.task_keys, folded)
+
+    def _fold_one(
+        self,
+        wf: str,
+        old: WorkflowState | None,
+        events: list[Envelope[Any]],
+        problems: dict[str, str],
+    ) -> tuple[WorkflowState | None, list[str], list[Envelope[Any]]]:
+        """One workflow's new state, history lines and events folded (those after ``old``).
+
+        Folded with one scratch copy (``Decider.fold``: one clone per batch, not one per
+        event); should an event fail, again one by one, so the events before it are kept
+        and the failing one is named in ``problems``.
+        """
+        applied: list[Envelope[Any]] = []
+        last = old.seq if old is not None else 0
+        for env in events:
+            if env.seq > last:
+                applied.append(env)
+                last = env.seq
+        try:
+            state = self.decider.fold(applied, old) if applied else old
+            return state, [json.dumps(history_entry(e), default=str) for e in applied], applied
+        except Exception:
+            pass  # the event-by-event fold below names the event
+        state = old
+        lines: list[str] = []
+        applied = []
+        for env in events:
+            if state is not None and env.seq <= state.seq:
+                continue
+            try:
+                state = self.decider.evolve(state, env)
+                lines.append(json.dumps(history_entry(env), default=str))
+                applied.append(env)
+            except Exception as exc:
+                problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]
+                self.skipped += 1
+                self.last_skip = f"{wf}: {problems[wf]}"
+                log.error("cannot project %s: %s", wf, problems[wf])
+                break
+        return state, lines, applied
 
     def apply(self, records: Iterable[Record | Message], guarded: bool = True) -> int:
         """Fold a batch of event records into the read model; returns events applied.
