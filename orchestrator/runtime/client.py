@@ -40,6 +40,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
 from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.projection import Projection
+from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.row_watch import RowWatch
 from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
 from orchestrator.settings import Settings, redact
@@ -288,6 +289,9 @@ class KeelClient:
             if self.watch.watching(workflow_id):
                 note = self.watch.next(min(deadline - now, WATCHED_POLL_S))
                 if note and isinstance(note.get("run_id"), str):
+                    row = announced_row(workflow_id, note)
+                    if row is not None:
+                        self._last_row = (workflow_id, row)
                     return str(note["run_id"])
             else:
                 time.sleep(_poll_delay(now - began, 0.05))
@@ -398,27 +402,33 @@ class KeelClient:
         """Block until the workflow ends (or ``timeout_s``); returns its projection.
 
         With ``stop_on_attention`` it also returns when the run needs an operator. It
-        reads the row after subscribing to its changes (``row_watch.py``) and again on
-        each change announced, and at least every ``max(poll_s, 50 ms)`` in case an
-        announcement is lost; without announcements (Redis pub/sub unavailable) it polls,
-        every 2 ms at first, then backing off to ``poll_s``.
+        reads the row after subscribing to its changes (``row_watch.py``); each change
+        announced carries the row as written (``read_model_rows.py``; read if it does
+        not), and it reads at least every ``max(poll_s, 50 ms)`` in case an announcement
+        is lost; without announcements (Redis pub/sub unavailable) it polls, every 2 ms
+        at first, then backing off to ``poll_s``.
         """
         began = time.monotonic()
         deadline = began + timeout_s
         stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
         last, self._last_row = self._last_row, None
-        if last is not None and last[0] == workflow_id and last[1]["status"] in stops:
+        if last is not None and last[0] != workflow_id:
+            last = None
+        if last is not None and last[1]["status"] in stops:
             return last[1]  # the start that confirmed it already read it over
         watch = self.watch
         if not watch.watching(workflow_id):
+            last = None  # seen before this subscription: changes since may be unannounced
             found = self.projection.get(workflow_id)
             if found is not None and found["status"] in stops:
                 return found  # already over: no subscription needed
             if watch.begin(workflow_id):
                 watch.confirm(min(timeout_s, self.settings.admin_timeout_s))
+        # Seen since the subscription became active (by the start): each later change is
+        # announced, so it need not be read again.
+        found = last[1] if last is not None else self.projection.get(workflow_id)
         try:
             while True:
-                found = self.projection.get(workflow_id)
                 if found is not None and found["status"] in stops:
                     return found
                 now = time.monotonic()
@@ -429,10 +439,15 @@ class KeelClient:
                         f"(status: {status})"
                     )
                 delay = _poll_delay(now - began, poll_s)
+                announced = None
                 if watch.watching(workflow_id):
-                    watch.next(min(deadline - now, max(delay, WATCHED_POLL_S)))
+                    note = watch.next(min(deadline - now, max(delay, WATCHED_POLL_S)))
+                    announced = announced_row(workflow_id, note)
                 else:
                     time.sleep(delay)
+                # The announced row was read after the write that changed it, and changes
+                # are announced in order, so it is as fresh as a read (no read needed).
+                found = announced if announced is not None else self.projection.get(workflow_id)
         finally:
             watch.end()
 

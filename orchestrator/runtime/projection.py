@@ -29,6 +29,7 @@ from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
+from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.runtime.sealing import mask
 from orchestrator.settings import redact
 
@@ -53,33 +54,6 @@ class SeqConflict(Exception):
         super().__init__(", ".join(workflow_ids))
         self.workflow_ids = workflow_ids
 
-
-#: The guarded write in one round trip: refuse while a rebuild holds the lock
-#: (``rebuild``) or after one changed the epoch (``epoch``), refuse if a row's ``seq`` is
-#: not the one expected (``seq`` and the rows' keys), else run the queued commands.
-#: ARGV: epoch ('' for none), guard count, (row key, expected seq or ''), command count,
-#: then per command its argument count and arguments. Atomic like MULTI/EXEC.
-_GUARDED_WRITE_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'rebuild'} end
-local current = redis.call('GET', KEYS[2]) or ''
-if current ~= ARGV[1] then return {'epoch', current} end
-local i = 3
-local conflicts = {'seq'}
-for _ = 1, tonumber(ARGV[2]) do
-  local have = redis.call('HGET', ARGV[i], 'seq') or ''
-  if have ~= ARGV[i + 1] then conflicts[#conflicts + 1] = ARGV[i] end
-  i = i + 2
-end
-if #conflicts > 1 then return conflicts end
-local commands = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, commands do
-  local n = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + n))
-  i = i + 1 + n
-end
-return {'ok'}
-"""
 
 #: A command with more arguments than this is not passed through the script (Lua's
 #: ``unpack`` has a stack bound); such a batch is written with WATCH and MULTI instead.
@@ -315,7 +289,9 @@ class Projection:
         for wf, (state, _, old_status) in updates.items():
             if old_status != state.status:
                 note = {"run_id": state.run_id, "status": str(state.status), "seq": state.seq}
-                pipe.publish(self.changes_channel(wf), json.dumps(note))
+                pipe.execute_command(
+                    ANNOUNCE, self.changes_channel(wf), self.k_wf(wf), json.dumps(note)
+                )
         commands = [args for args, _ in pipe.command_stack]
         pipe.reset()
         if any(len(args) > _MAX_SCRIPT_COMMAND_ARGS for args in commands):
@@ -335,7 +311,7 @@ class Projection:
             argv.append(len(args))
             argv.extend(args)
         if self._guarded_write is None:
-            self._guarded_write = self.r.register_script(_GUARDED_WRITE_LUA)
+            self._guarded_write = self.r.register_script(GUARDED_WRITE_LUA)
         reply = self._guarded_write(keys=[self.lock_key, self.epoch_key], args=argv)
         self._raise_refusal([_text(x) or "" for x in reply], expected)
 
@@ -370,7 +346,9 @@ class Projection:
                     if conflicts:
                         raise SeqConflict(conflicts)
                     pipe.multi()
-                    for args in commands:
+                    for args in commands:  # announced without the row: a plain PUBLISH
+                        if args[0] == ANNOUNCE:
+                            args = ("PUBLISH", args[1], args[3])
                         pipe.execute_command(*args)
                     pipe.execute()
                     return
@@ -460,26 +438,10 @@ class Projection:
 
     # ------------------------------------------------------------------ reads
     def get(self, wf: str) -> dict[str, Any] | None:
-        h = self._call(lambda: self.r.hgetall(self.k_wf(wf)))
-        if not h:
+        values = self._call(lambda: self.r.hmget(self.k_wf(wf), ROW_FIELDS))
+        if values[0] is None:  # no run id: no row
             return None
-        return {
-            "workflow_id": wf,
-            "run_id": h["run_id"],
-            "name": h["name"],
-            "version": int(h["version"]),
-            "status": h["status"],
-            "state": h["state"] or None,
-            "output": mask(json.loads(h["output_json"])) if h["output_json"] else None,
-            "failure_reason": h["failure_reason"] or None,
-            "seq": int(h["seq"]),
-            "started_at": int(h["started_at"]),
-            "updated_at": int(h["updated_at"]),
-            "projection_error": h.get("projection_error") or None,
-            "attention_reason": h.get("attention_reason") or None,
-            "run_base_seq": int(h.get("run_base_seq") or 0),
-            "human_tasks": json.loads(h.get("human_tasks_json") or "[]"),
-        }
+        return row_view(wf, dict(zip(ROW_FIELDS, values, strict=True)))
 
     def llm_usage(self, wf: str) -> dict[str, Any]:
         """Tokens, cost and cache hits of the workflow's model calls, and one provenance

@@ -19,6 +19,7 @@ from orchestrator.domain.state import WorkflowState
 from orchestrator.examples import app as example_app
 from orchestrator.runtime.projection import EpochChanged, Projection, RebuildRunning, SeqConflict
 from orchestrator.runtime.projector import Projector
+from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
 from orchestrator.runtime.row_watch import RowWatch
 
 pytestmark = pytest.mark.integration
@@ -74,6 +75,8 @@ def test_the_guarded_write_checks_lock_epoch_and_each_rows_seq_atomically(settin
 
 def test_a_command_too_long_for_the_script_is_written_with_watch_and_multi(settings):
     store = Projection.from_url(settings.redis, settings.topic_prefix)
+    watch = RowWatch(store)
+    assert watch.begin("wf-long") and watch.confirm(5)
     many = list(range(1, 4102))
     store.write_guarded(
         {"wf-long": (_state("wf-long", 4101), _lines(*many), None)},
@@ -81,6 +84,10 @@ def test_a_command_too_long_for_the_script_is_written_with_watch_and_multi(setti
         expected={"wf-long": None},
     )
     assert len(store.history("wf-long")) == 4101
+    assert watch.next(5) == {"run_id": "run-1", "status": "running", "seq": 4101}, (
+        "announced as a plain note: the client reads the row"
+    )
+    watch.close()
     with pytest.raises(SeqConflict):
         store.write_guarded(
             {"wf-long": (_state("wf-long", 4101), _lines(*many), None)},
@@ -115,7 +122,10 @@ def test_each_status_change_is_announced_and_wakes_a_waiting_client(settings, cl
     watch = RowWatch(store)
     assert watch.begin("wf-n") and watch.confirm(5)
     store.write_guarded({"wf-n": (_state("wf-n", 1), _lines(1), None)}, None)
-    assert watch.next(5) == {"run_id": "run-1", "status": "running", "seq": 1}
+    note = watch.next(5)
+    assert (note["run_id"], note["status"], note["seq"]) == ("run-1", "running", 1)
+    assert announced_row("wf-n", note) == store.get("wf-n"), "the row as written rides along"
+    assert set(note["row"]) <= set(ROW_FIELDS), "no state_json, no usage sums"
     store.write_guarded({"wf-n": (_state("wf-n", 2), _lines(2), "running")}, None)
     assert watch.next(0.2) is None, "no status change, no announcement"
     watch.close()
@@ -173,3 +183,78 @@ def test_a_start_whose_row_is_already_over_hands_that_row_to_the_wait(settings, 
     assert reads == []
     assert (row["status"], row["seq"], row["run_id"]) == ("completed", 3, "run-1")
     assert client.wait("wf-over", 5) == row  # a second wait reads the row again
+
+
+def _frozen_reads(client, wf: str):
+    """Make every read of ``wf``'s row by ``client`` return the row as it is now."""
+    seen = client.projection.get(wf)
+    reads: list[str] = []
+
+    def frozen(asked: str):
+        reads.append(asked)
+        return seen
+
+    client.projection.get = frozen  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_waiting_client_takes_the_finished_row_from_the_announcement(settings, client):
+    """The announcement carries the row read after the write, so ``wait`` ends on it:
+    here the client's own reads are frozen on the running row and cannot end it."""
+    store = Projection.from_url(settings.redis, settings.topic_prefix)
+    store.write_guarded({"wf-c": (_state("wf-c", 1), _lines(1), None)}, None)
+    store.mark_error("wf-c", "event 1 skipped: unreadable")
+    reads = _frozen_reads(client, "wf-c")
+    done = threading.Event()
+    got: list[dict] = []
+
+    def waiter() -> None:
+        got.append(client.wait("wf-c", 30, poll_s=30))
+        done.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert not done.wait(0.3)
+    assert reads, "the waiter read the (running) row once subscribed"
+    final = WorkflowState(
+        "wf-c",
+        "run-1",
+        "three_step",
+        1,
+        "d",
+        "{}",
+        seq=2,
+        status="completed",
+        output_json='{"ok": 2}',
+    )
+    store.write_guarded({"wf-c": (final, _lines(2), "running")}, None)
+    assert done.wait(10), "the announced row ended the wait"
+    thread.join()
+    assert (got[0]["status"], got[0]["output"], got[0]["seq"]) == ("completed", {"ok": 2}, 2)
+    assert got[0]["projection_error"] == "event 1 skipped: unreadable", (
+        "read after the write: fields the batch did not write are there too"
+    )
+
+
+def test_a_row_past_the_size_cap_is_announced_without_it_and_read(settings, client):
+    store = Projection.from_url(settings.redis, settings.topic_prefix)
+    watch = RowWatch(store)
+    assert watch.begin("wf-big") and watch.confirm(5)
+    big = '{"text": "%s"}' % ("x" * ROW_NOTE_MAX_BYTES)
+    final = WorkflowState(
+        "wf-big",
+        "run-1",
+        "three_step",
+        1,
+        "d",
+        "{}",
+        seq=1,
+        status="completed",
+        output_json=big,
+    )
+    store.write_guarded({"wf-big": (final, _lines(1), None)}, None)
+    note = watch.next(5)
+    assert note == {"run_id": "run-1", "status": "completed", "seq": 1}
+    watch.close()
+    row = client.wait("wf-big", 5)
+    assert row["output"] == {"text": "x" * ROW_NOTE_MAX_BYTES}
