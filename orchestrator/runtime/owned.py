@@ -246,14 +246,17 @@ class PartitionState:
     def live_count(self) -> int:
         return len(self.live) + len(self.unparsed)
 
-    def put(self, wf: str, state: WorkflowState, *, dirty: bool = True) -> None:
-        """Hold ``state`` as the run's current state (a finished run: its summary)."""
+    def put(
+        self, wf: str, state: WorkflowState, *, dirty: bool = True, summarized: bool = False
+    ) -> None:
+        """Hold ``state`` as the run's current state (a finished run: its summary, which
+        ``summarized`` says it is already, as a rebuild's are)."""
         if wf in self.unparsed:
             self.unparsed.pop(wf)
             self.unparsed_timers.pop(wf, None)
         if state.is_terminal:
             self.live.pop(wf, None)
-            summary = state.summary()
+            summary = state if summarized else state.summary()
             if dirty:
                 self.dirty[wf] = summary
             else:

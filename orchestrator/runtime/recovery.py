@@ -18,10 +18,12 @@ version folds the whole history.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.codec import DecodeError
@@ -71,6 +73,24 @@ TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a rebuild.
+
+    A rebuild allocates hundreds of thousands of objects that all stay alive (the
+    records of the tail, then the states); the collector's passes over them free nothing
+    and took a quarter of a cold rebuild (docs/performance.md, "Cold rebuild"). What
+    the rebuild leaves as garbage is freed by reference counting or by the next pass.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -92,6 +112,10 @@ class Recovery:
         ``use_snapshots=False`` folds every run from its events alone, ignoring
         ``keel.snapshots`` (the same result, slower: ``keel bench``'s cold rebuild).
         """
+        with _collector_paused():
+            return self._recover(owned, use_snapshots)
+
+    def _recover(self, owned: list[int], use_snapshots: bool) -> dict[int, PartitionState]:
         ctx = self.ctx
         stop = ctx.stopping
         result = {p: ctx.new_partition() for p in owned}
@@ -126,15 +150,24 @@ class Recovery:
         firsts: dict[int, dict[bytes, int]] = {p: {} for p in owned}
         ends = dict(starts)
         count = 0
+        kinds: dict[bytes, str] = {}  # one str per event type, not one per record
         for p, offset, key, value, hs in scan(ctx.log, ctx.topics.events, starts, stop):
             ends[p] = offset + 1
-            raw = header_value(hs, TYPE_HEADER) if hs else None
-            kind = raw.decode("utf-8", "replace") if raw is not None else None
-            by_wf = tails[p]
-            records = by_wf.get(key or b"")
+            raw = (
+                (hs[0][1] if hs[0][0] == TYPE_HEADER else header_value(hs, TYPE_HEADER))
+                if hs
+                else None
+            )
+            kind = None
+            if raw is not None:
+                kind = kinds.get(raw)
+                if kind is None:
+                    kind = kinds.setdefault(raw, raw.decode("utf-8", "replace"))
+            key = key or b""
+            records = tails[p].get(key)
             if records is None:
-                by_wf[key or b""] = [(kind, value)]
-                firsts[p][key or b""] = offset
+                tails[p][key] = [(kind, value)]
+                firsts[p][key] = offset
             else:
                 records.append((kind, value))
             count += 1
@@ -150,8 +183,8 @@ class Recovery:
                 try:
                     base = ps.get(wf)
                     state = self._rebuild(base, records)
-                    if state is not base:
-                        ps.put(wf, state)
+                    if state is not base:  # a finished one is its summary already
+                        ps.put(wf, state, summarized=True)
                 except Exception as exc:  # any history this code cannot fold
                     held = self._stand_in(base, records, firsts[p][key])
                     if held is None:
@@ -338,9 +371,7 @@ class Recovery:
         if types[-1] in TERMINAL_TYPES and None not in types and starts_here:
             needed = [event(v) for t, v in records if t in SUMMARY_TYPES]
             return decider.summarize(base, needed)  # type: ignore[no-any-return]
-        state = base
-        for _, value in records:
-            state = decider.evolve(state, event(value))
+        state = decider.fold((event(v) for _, v in records), base)  # one copy, not one per event
         if state is None:
             raise DecodeError("no events")
         return state.summary() if state.is_terminal else state
