@@ -194,7 +194,7 @@ class CommandLoop:
         done = time.perf_counter()
         sent, self._sent = self._sent, None
         if sent and feed is not None:  # after the commit: only facts reach the projector
-            feed.publish([CommittedEvent(s.partition, s.offset, s.envelope) for s in sent])
+            feed.publish(_committed(sent, overlay))
         ctx.stats.commit_ms_total += (done - committing) * 1000
         ctx.stats.decide_ms_total += (committing - began) * 1000 - local_ms
         ctx.stats.transactions += 1
@@ -567,3 +567,19 @@ class CommandLoop:
         ps = self.ctx.partitions.get(p)
         if ps is not None and offset >= ps.events_end:
             ps.events_end = offset + 1
+
+
+def _committed(sent: list[_Sent], overlay: Overlay) -> list[CommittedEvent]:
+    """The transaction's events for the projector, each run's last one with the run's
+    state after it (``CommittedEvent.state``); not a stand-in's, which is no fold."""
+    last: dict[str, int] = {s.envelope.workflow_id: i for i, s in enumerate(sent)}
+    out = []
+    for i, s in enumerate(sent):
+        state = None
+        wf = s.envelope.workflow_id
+        if last[wf] == i and wf in overlay:
+            final = overlay[wf][1]
+            if final.seq == s.envelope.seq and final.unfolded_from is None:
+                state = final
+        out.append(CommittedEvent(s.partition, s.offset, s.envelope, state))
+    return out

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.domain.messages import Envelope
+from orchestrator.domain.state import WorkflowState
 
 __all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "channel"]
 
@@ -35,11 +36,17 @@ MAX_WAITING_EVENTS = 50_000
 
 @dataclass(frozen=True, slots=True)
 class CommittedEvent:
-    """One event of a committed transaction; ``offset`` is -1 when it is not known."""
+    """One event of a committed transaction; ``offset`` is -1 when it is not known.
+
+    ``state`` is the run's state after this event when the orchestrator hands it over
+    (on the last event of each run in a transaction): the fold of the run's events, which
+    the projector then need not compute again. States are sealed, never mutated.
+    """
 
     partition: int
     offset: int
     envelope: Envelope[Any]
+    state: WorkflowState | None = None
 
 
 class CommittedEvents:

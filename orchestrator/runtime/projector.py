@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Message
@@ -121,6 +121,8 @@ class Projector:
         #: Per partition: offsets folded in-process that the consumer has yet to reach.
         self._folded: dict[int, set[int]] = {}
         self.applied_in_process = 0
+        #: Runs whose new state came with the hand-off, so were not folded again.
+        self.folds_taken = 0
         #: Commit (the orchestrator's hand-off) to read model written, summed over the
         #: in-process batches that wrote something, and their count (docs/performance.md).
         self.in_process_lag_ms_total = 0.0
@@ -341,7 +343,8 @@ class Projector:
             new = [env for env in by_wf[wf] if env.seq >= expected]
             if new and any(env.seq != expected + i for i, env in enumerate(new)):
                 del by_wf[wf]  # not next in line: the topic brings what is missing
-        applied, problems = self._apply_envelopes(by_wf, guarded=True)
+        decided = {ev.envelope.workflow_id: ev.state for ev in events if ev.state is not None}
+        applied, problems = self._apply_envelopes(by_wf, guarded=True, decided=decided)
         for wf in by_wf:
             if wf in problems:
                 continue
@@ -397,7 +400,10 @@ class Projector:
             self._cache.update(self.projection.load_states(missing))
 
     def _fold(
-        self, by_wf: dict[str, list[Envelope[Any]]], assume_new: bool = True
+        self,
+        by_wf: dict[str, list[Envelope[Any]]],
+        assume_new: bool = True,
+        decided: Mapping[str, WorkflowState] | None = None,
     ) -> tuple[dict[str, Update], dict[str, str], TaskWrites]:
         """New states and history lines per workflow, and the human-task inbox's changes;
         a workflow that fails is skipped."""
@@ -408,7 +414,8 @@ class Projector:
         folded = []
         for wf, events in by_wf.items():
             old = self._cache.get(wf)
-            state, lines, applied = self._fold_one(wf, old, events, problems)
+            known = decided.get(wf) if decided else None
+            state, lines, applied = self._fold_one(wf, old, events, problems, known)
             if state is None or not lines:
                 continue
             updates[wf] = (state, lines, old.status if old else None)
@@ -421,22 +428,30 @@ class Projector:
         old: WorkflowState | None,
         events: list[Envelope[Any]],
         problems: dict[str, str],
+        known: WorkflowState | None = None,
     ) -> tuple[WorkflowState | None, list[str], list[Envelope[Any]]]:
         """One workflow's new state, history lines and events folded (those after ``old``).
 
-        Folded with one scratch copy (``Decider.fold``: one clone per batch, not one per
-        event); should an event fail, again one by one, so the events before it are kept
-        and the failing one is named in ``problems``.
+        ``known``, the orchestrator's state after the last of ``events``, is taken as the
+        fold when the events follow on from ``old`` without a gap (it is their fold).
+        Otherwise they are folded with one scratch copy (``Decider.fold``: one clone per
+        batch, not one per event); should an event fail, again one by one, so the events
+        before it are kept and the failing one is named in ``problems``.
         """
         applied: list[Envelope[Any]] = []
-        last = old.seq if old is not None else 0
+        first = last = old.seq if old is not None else 0
         for env in events:
             if env.seq > last:
                 applied.append(env)
                 last = env.seq
         try:
-            state = self.decider.fold(applied, old) if applied else old
-            return state, [json.dumps(history_entry(e), default=str) for e in applied], applied
+            folded: WorkflowState | None = old
+            if known is not None and applied and known.seq == last == first + len(applied):
+                self.folds_taken += 1
+                folded = known
+            elif applied:
+                folded = self.decider.fold(applied, old)
+            return folded, [json.dumps(history_entry(e), default=str) for e in applied], applied
         except Exception:
             pass  # the event-by-event fold below names the event
         state = old
@@ -466,14 +481,21 @@ class Projector:
         return self._apply_envelopes(self._decode(records), guarded)[0]
 
     def _apply_envelopes(
-        self, by_wf: dict[str, list[Envelope[Any]]], guarded: bool
+        self,
+        by_wf: dict[str, list[Envelope[Any]]],
+        guarded: bool,
+        decided: Mapping[str, WorkflowState] | None = None,
     ) -> tuple[int, dict[str, str]]:
-        """Fold and write decoded events; (events applied, workflows that could not be)."""
+        """Fold and write decoded events; (events applied, workflows that could not be).
+
+        ``decided``: runs' states after their last event here, as the orchestrator of
+        this process decided them (``CommittedEvent.state``).
+        """
         if not by_wf:
             return 0, {}
         assume_new = True
         while True:
-            updates, problems, tasks = self._fold(by_wf, assume_new)
+            updates, problems, tasks = self._fold(by_wf, assume_new, decided or {})
             if not updates:
                 break
             store = self.projection

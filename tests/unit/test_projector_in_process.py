@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.runtime.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.projector import Projector
+from tests.integration import local_app
 from tests.unit.runtime_support import MemoryRig
 
 GROUP = "mem.projector"
@@ -40,9 +43,10 @@ class CountingCodec:
 
 
 class Rig:
-    def __init__(self, tmp_path, committed: CommittedEvents | None = None) -> None:
+    def __init__(self, tmp_path, committed: CommittedEvents | None = None, app: Any = None) -> None:
         self.committed = committed if committed is not None else CommittedEvents()
-        self.orch = MemoryRig(tmp_path, committed=self.committed)
+        kw: dict[str, Any] = {} if app is None else {"app": app}
+        self.orch = MemoryRig(tmp_path, committed=self.committed, **kw)
         self.broker = self.orch.broker
         self.events = self.orch.topics.events
         self.feed = OwnedFeed(self.broker, self.events, GROUP)
@@ -156,3 +160,57 @@ def test_a_full_channel_drops_what_waits_and_never_blocks_the_orchestrator():
     assert [e.offset for e in ch.take(0)] == [2, 3]
     assert ch.dropped == 2
     assert channel("a.events") is channel("a.events") is not channel("b.events")
+
+
+CORPORA = {
+    "examples": (
+        None,
+        [
+            ("wf-three", "three_step", {"n": 2}),
+            ("wf-timer", "timer_demo", {"seconds": 0}),
+            ("wf-review", "document_review", {"document": "a"}),
+            ("wf-parallel", "parallel_checks", {"n": 3}),
+        ],
+    ),
+    "local": (
+        local_app.app,
+        [
+            ("wf-local", "three_step_local", {"n": 2}),
+            ("wf-mixed", "mixed_local_remote", {"n": 1}),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+def test_the_orchestrators_states_are_taken_and_equal_the_topics_fold(tmp_path, corpus):
+    """The hand-off carries each run's state after its last event; the projector takes
+    it instead of folding, and every row, whole state included, equals one folded from
+    the topic alone (signals, timers, parallel steps, local and remote activities)."""
+    app, starts = CORPORA[corpus]
+    rig = Rig(tmp_path, app=app)
+    for wf, name, inp in starts:
+        rig.orch.start(wf, name, inp)
+    rig.orch.run()
+    if corpus == "examples":
+        rig.orch.signal("wf-review", "documents_added", {"document": "b"})
+        rig.orch.run()
+    while rig.projector.step():
+        pass
+    assert rig.projector.folds_taken >= len(starts)
+    assert rig.projector.applied_in_process == len(rig.orch.events())
+    other_store = MemoryReadModel(rig.broker)
+    other = Projector(
+        rig.orch.orch.settings,
+        rig.orch.app,
+        adapters=(OwnedFeed(rig.broker, rig.events, "mem.other"), other_store),
+    )
+    other.subscribe()
+    while other.step():
+        pass
+    assert other.folds_taken == 0, "the topic alone carries no state"
+    for wf, _, _ in starts:
+        mine, theirs = rig.store.get(wf), other_store.get(wf)
+        assert mine is not None and mine == theirs, wf
+        assert rig.store.states[wf] == other_store.states[wf], f"{wf}: the whole state"
+        assert rig.store.history(wf) == other_store.history(wf)
