@@ -394,8 +394,15 @@ class Bench:
 
 
 def one_run(
-    base: Settings, workflows: int, light: int, light_rate: float, log: Log
+    base: Settings,
+    workflows: int,
+    light: int,
+    light_rate: float,
+    log: Log,
+    light_only: bool = False,
 ) -> dict[str, Any]:
+    """One run of every phase; ``light_only``: the light-load phases and Kafka's floor
+    alone (~40 s: for comparing latency, interleaved, on a noisy machine)."""
     from ops import kafka_floor  # it shares this module's helpers
 
     b = Bench(base, log)
@@ -408,6 +415,8 @@ def one_run(
             out[f"light_{key}"] = b.light(name, light, light_rate)
         log(f"Kafka's floor: {light} bare transactional hops, one at a time")
         out["kafka_floor"] = kafka_floor.hop(b.settings, count=light, gap_s=1 / light_rate)
+        if light_only:
+            return _with_ratios(out)
         log(f"throughput, projector on: {workflows} workflows at once")
         cpu0 = b.sampler.cpu_mark()
         out["throughput_remote"] = b.throughput(REMOTE, workflows, "remote")
@@ -445,17 +454,24 @@ def one_run(
     out["rebuilt_events"] = cold.stats.recovered_events
     ceiling = kafka_floor.read_ceiling(b.settings, b.settings.topic("events"))
     out["read_ceiling_events_per_s"] = ceiling["records_per_s"]
+    return _with_ratios(out)
+
+
+def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with what Keel adds over Kafka alone, in this run (docs/performance.md)."""
     floor = out["kafka_floor"]["hop_p50_ms"]
-    out["ratios"] = {  # what Keel adds over Kafka alone, in this run (docs/performance.md)
+    ratios = {
         "local_events_p50_over_kafka_hop": round(out["light_local"]["events_p50_ms"] / floor, 2),
         "local_rm_p50_over_kafka_hop": round(out["light_local"]["rm_p50_ms"] / floor, 2),
-        "rebuild_over_read_ceiling": round(
-            out["rebuild_events_per_s"] / max(1.0, ceiling["records_per_s"]), 2
-        ),
-        "projector_process_over_thread_local": round(
-            out["throughput_local_projector_process"] / out["throughput_local"], 2
-        ),
     }
+    if "rebuild_events_per_s" in out:
+        ratios["rebuild_over_read_ceiling"] = round(
+            out["rebuild_events_per_s"] / max(1.0, out["read_ceiling_events_per_s"]), 2
+        )
+        ratios["projector_process_over_thread_local"] = round(
+            out["throughput_local_projector_process"] / out["throughput_local"], 2
+        )
+    out["ratios"] = ratios
     return out
 
 
@@ -468,12 +484,18 @@ def _median(values: list[Any]) -> Any:
 
 
 def run_bench(
-    settings: Settings, workflows: int, runs: int, light: int, light_rate: float, log: Log
+    settings: Settings,
+    workflows: int,
+    runs: int,
+    light: int,
+    light_rate: float,
+    log: Log,
+    light_only: bool = False,
 ) -> dict[str, Any]:
     results = []
     for i in range(runs):
         log(f"run {i + 1}/{runs}")
-        results.append(one_run(settings, workflows, light, light_rate, log))
+        results.append(one_run(settings, workflows, light, light_rate, log, light_only))
         log(json.dumps(_median([results[-1]])))
     summary: dict[str, Any] = _median(results)
     summary.update(
@@ -498,6 +520,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--light-rate", type=float, default=20.0)
     parser.add_argument("--recovery", type=int, default=0, metavar="N")
     parser.add_argument("--finished", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--light-only", action="store_true", help="the light-load phases and Kafka's floor only"
+    )
     args = parser.parse_args(argv)
     settings = load_settings()
 
@@ -511,7 +536,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.finished:
         result = run_finished(settings, args.finished, log)
     else:
-        result = run_bench(settings, args.workflows, args.runs, args.light, args.light_rate, log)
+        result = run_bench(
+            settings, args.workflows, args.runs, args.light, args.light_rate, log, args.light_only
+        )
     print(json.dumps(result), flush=True)
 
 

@@ -219,6 +219,9 @@ def bench(
         int | None,
         typer.Option(help="Instead: N runs to their end; orchestrator RSS, then after restart."),
     ] = None,
+    light_only: Annotated[
+        bool, typer.Option(help="Only the light-load phases and Kafka's floor (~40 s a run).")
+    ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from rich.console import Console
@@ -237,5 +240,7 @@ def bench(
     elif finished is not None:
         result = run_finished(settings, finished, lambda m: err.print(m))
     else:
-        result = run_bench(settings, workflows, runs, light, light_rate, lambda m: err.print(m))
+        result = run_bench(
+            settings, workflows, runs, light, light_rate, lambda m: err.print(m), light_only
+        )
     typer.echo(json.dumps(result))

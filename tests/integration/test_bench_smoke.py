@@ -87,6 +87,18 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
     assert result["partitions"] == 4
 
 
+def test_bench_light_only_runs_the_light_phases_and_kafkas_floor(settings):
+    result = _bench(settings, "--light-only", "--runs", "1", "--light", "3")
+    for key in ("light_remote", "light_local"):
+        assert set(result[key]) >= LIGHT_KEYS, key
+    assert "hop_p50_ms" in result["kafka_floor"]
+    assert "throughput_local" not in result and "rebuild_events_per_s" not in result
+    assert set(result["ratios"]) == {
+        "local_events_p50_over_kafka_hop",
+        "local_rm_p50_over_kafka_hop",
+    }
+
+
 def test_bench_recovery_reports_the_first_decision_and_rss(settings):
     result = _bench(settings, "--recovery", "40")
     assert result["live_runs"] == 40
