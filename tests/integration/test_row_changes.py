@@ -25,8 +25,27 @@ from orchestrator.runtime.row_watch import RowWatch
 pytestmark = pytest.mark.integration
 
 
-def _state(wf: str, seq: int, status: str = "running") -> WorkflowState:
-    return WorkflowState(wf, "run-1", "three_step", 1, "d", "{}", seq=seq, status=status)
+def _state(
+    wf: str, seq: int, status: str = "running", output_json: str | None = None
+) -> WorkflowState:
+    return WorkflowState(
+        wf, "run-1", "three_step", 1, "d", "{}", seq=seq, status=status, output_json=output_json
+    )
+
+
+def _waiting(client, wf: str) -> tuple[threading.Thread, threading.Event, list[dict]]:
+    """``client.wait(wf)`` in a thread, its fallback read 30 s away: only an
+    announcement can end it in time."""
+    done = threading.Event()
+    got: list[dict] = []
+
+    def waiter() -> None:
+        got.append(client.wait(wf, 30, poll_s=30))
+        done.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    return thread, done, got
 
 
 def _lines(*seqs: int) -> list[str]:
@@ -131,27 +150,9 @@ def test_each_status_change_is_announced_and_wakes_a_waiting_client(settings, cl
     watch.close()
 
     store.write_guarded({"wf-w": (_state("wf-w", 1), _lines(1), None)}, None)
-    done = threading.Event()
-    got: list[dict] = []
-
-    def waiter() -> None:
-        got.append(client.wait("wf-w", 30, poll_s=30))  # the fallback read is 30 s away
-        done.set()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
+    thread, done, got = _waiting(client, "wf-w")
     assert not done.wait(0.3)
-    final = WorkflowState(
-        "wf-w",
-        "run-1",
-        "three_step",
-        1,
-        "d",
-        "{}",
-        seq=2,
-        status="completed",
-        output_json='{"ok": 1}',
-    )
+    final = _state("wf-w", 2, "completed", '{"ok": 1}')
     store.write_guarded({"wf-w": (final, _lines(2), "running")}, None)
     assert done.wait(10), "the announcement woke the waiting client"
     thread.join()
@@ -205,28 +206,10 @@ def test_a_waiting_client_takes_the_finished_row_from_the_announcement(settings,
     store.write_guarded({"wf-c": (_state("wf-c", 1), _lines(1), None)}, None)
     store.mark_error("wf-c", "event 1 skipped: unreadable")
     reads = _frozen_reads(client, "wf-c")
-    done = threading.Event()
-    got: list[dict] = []
-
-    def waiter() -> None:
-        got.append(client.wait("wf-c", 30, poll_s=30))
-        done.set()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
+    thread, done, got = _waiting(client, "wf-c")
     assert not done.wait(0.3)
     assert reads, "the waiter read the (running) row once subscribed"
-    final = WorkflowState(
-        "wf-c",
-        "run-1",
-        "three_step",
-        1,
-        "d",
-        "{}",
-        seq=2,
-        status="completed",
-        output_json='{"ok": 2}',
-    )
+    final = _state("wf-c", 2, "completed", '{"ok": 2}')
     store.write_guarded({"wf-c": (final, _lines(2), "running")}, None)
     assert done.wait(10), "the announced row ended the wait"
     thread.join()
@@ -241,17 +224,7 @@ def test_a_row_past_the_size_cap_is_announced_without_it_and_read(settings, clie
     watch = RowWatch(store)
     assert watch.begin("wf-big") and watch.confirm(5)
     big = '{"text": "%s"}' % ("x" * ROW_NOTE_MAX_BYTES)
-    final = WorkflowState(
-        "wf-big",
-        "run-1",
-        "three_step",
-        1,
-        "d",
-        "{}",
-        seq=1,
-        status="completed",
-        output_json=big,
-    )
+    final = _state("wf-big", 1, "completed", big)
     store.write_guarded({"wf-big": (final, _lines(1), None)}, None)
     note = watch.next(5)
     assert note == {"run_id": "run-1", "status": "completed", "seq": 1}

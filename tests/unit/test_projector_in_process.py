@@ -74,6 +74,20 @@ class Rig:
         return self.broker.committed.get((GROUP, self.events, partition_for(wf.encode(), 4)))
 
 
+def _from_the_topic(rig: Rig) -> tuple[Projector, MemoryReadModel]:
+    """A second projector, of its own group, that folds the topic alone to its end."""
+    store = MemoryReadModel(rig.broker)
+    other = Projector(
+        rig.orch.orch.settings,
+        rig.orch.app,
+        adapters=(OwnedFeed(rig.broker, rig.events, "mem.other"), store),
+    )
+    other.subscribe()
+    while other.step():
+        pass
+    return other, store
+
+
 def test_committed_events_are_folded_in_process_and_skipped_undecoded_on_the_topic(tmp_path):
     rig = Rig(tmp_path)
     rig.orch.start("wf-1", "three_step", {"n": 2})
@@ -135,15 +149,7 @@ def test_the_in_process_read_model_equals_one_built_from_the_topic(tmp_path):
     while rig.projector.step():
         pass
     assert rig.projector.applied_in_process == len(rig.orch.events())
-    other_store = MemoryReadModel(rig.broker)
-    other = Projector(
-        rig.orch.orch.settings,
-        rig.orch.app,
-        adapters=(OwnedFeed(rig.broker, rig.events, "mem.other"), other_store),
-    )
-    other.subscribe()
-    while other.step():
-        pass
+    _, other_store = _from_the_topic(rig)
     for i in range(6):
         wf = f"wf-{i}"
         assert rig.store.get(wf) == other_store.get(wf)
@@ -199,15 +205,7 @@ def test_the_orchestrators_states_are_taken_and_equal_the_topics_fold(tmp_path, 
         pass
     assert rig.projector.folds_taken >= len(starts)
     assert rig.projector.applied_in_process == len(rig.orch.events())
-    other_store = MemoryReadModel(rig.broker)
-    other = Projector(
-        rig.orch.orch.settings,
-        rig.orch.app,
-        adapters=(OwnedFeed(rig.broker, rig.events, "mem.other"), other_store),
-    )
-    other.subscribe()
-    while other.step():
-        pass
+    other, other_store = _from_the_topic(rig)
     assert other.folds_taken == 0, "the topic alone carries no state"
     for wf, _, _ in starts:
         mine, theirs = rig.store.get(wf), other_store.get(wf)
