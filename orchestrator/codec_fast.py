@@ -118,15 +118,18 @@ def _write_code(expr: str, t: Any, var: str, lines: list[str], indent: str) -> N
         lines.append(f"{indent}else:")
         lines.append(f"{indent}    b += {some_b!r}")
         indent += "    "
+    # ``write_long``'s own first step inlined: one lookup for 0..8191, no call.
     if prim == "string":
         lines.append(f"{indent}{var} = {var}.encode()")
-        lines.append(f"{indent}b += _long(len({var})); b += {var}")
+        lines.append(f"{indent}n = len({var})")
+        lines.append(f"{indent}b += _small[n] if n < 8192 else _long(n); b += {var}")
     elif prim == "bytes":
-        lines.append(f"{indent}b += _long(len({var})); b += {var}")
+        lines.append(f"{indent}n = len({var})")
+        lines.append(f"{indent}b += _small[n] if n < 8192 else _long(n); b += {var}")
     elif prim == "boolean":
         lines.append(f"{indent}b += b'\\x01' if {var} else b'\\x00'")
     else:
-        lines.append(f"{indent}b += _long({var})")
+        lines.append(f"{indent}b += _small[{var}] if 0 <= {var} < 8192 else _long({var})")
 
 
 def _read_prim(prim: str, var: str, lines: list[str], indent: str) -> None:
@@ -219,7 +222,7 @@ def _compile_writer(
             expr = f"p.{pf['name']}" if pf["name"] in own else "None"
             _write_code(expr, pf["type"], "v", lines, "    ")
     lines.append("    return bytes(b)")
-    scope: dict[str, Any] = {"_long": write_long}
+    scope: dict[str, Any] = {"_long": write_long, "_small": _SMALL}
     exec("\n".join(lines), scope)  # source built here from the schema only
     return scope["write"]  # type: ignore[no-any-return]
 

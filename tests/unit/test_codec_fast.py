@@ -18,7 +18,16 @@ from orchestrator.codec_fast import read_long, write_long
 from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope, TimerFired
 
 _INTS = [0, 1, -1, 63, 64, -64, -65, 8191, 8192, -8192, 2**31 - 1, -(2**31), 2**40, 2**63 - 1]
-_TEXTS = ["", "a", "é", "wf-ingest-000042/embed_documents/1", "日本語 ✓", "x" * 300]
+_TEXTS = [
+    "",
+    "a",
+    "é",
+    "wf-ingest-000042/embed_documents/1",
+    "日本語 ✓",
+    "x" * 300,
+    "y" * 8191,
+    "z" * 8192,
+]
 
 
 def _value(t: Any, rnd: random.Random, null: bool) -> Any:
