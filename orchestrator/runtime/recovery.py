@@ -153,11 +153,7 @@ class Recovery:
         kinds: dict[bytes, str] = {}  # one str per event type, not one per record
         for p, offset, key, value, hs in scan(ctx.log, ctx.topics.events, starts, stop):
             ends[p] = offset + 1
-            raw = (
-                (hs[0][1] if hs[0][0] == TYPE_HEADER else header_value(hs, TYPE_HEADER))
-                if hs
-                else None
-            )
+            raw = header_value(hs, TYPE_HEADER) if hs else None
             kind = None
             if raw is not None:
                 kind = kinds.get(raw)
