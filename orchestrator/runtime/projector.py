@@ -495,7 +495,7 @@ class Projector:
             return 0, {}
         assume_new = True
         while True:
-            updates, problems, tasks = self._fold(by_wf, assume_new, decided or {})
+            updates, problems, tasks = self._fold(by_wf, assume_new, decided)
             if not updates:
                 break
             store = self.projection
