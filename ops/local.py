@@ -340,6 +340,13 @@ class LocalStack:
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
         }
+        if n > 1:
+            # ``down`` stops every node at once, and each broker's controlled shutdown needs
+            # a controller quorum to approve it. After the first "still waiting" answer a
+            # broker asks again only every heartbeat interval (2 s by default), by which
+            # time its peers' controllers may have left and it would wait for a quorum that
+            # is gone. Asking every 200 ms gets every approval while the quorum stands.
+            lines["broker.heartbeat.interval.ms"] = 200
         extra = broker_properties(self.settings.kafka_broker_properties)
         owned = sorted(set(extra) & TOPOLOGY_PROPERTIES)
         if owned:
