@@ -55,6 +55,7 @@ from orchestrator.runtime.local_activities import LocalRun
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import DeliveryCallback, Record
 from orchestrator.runtime.recovery import TYPE_HEADER
+from orchestrator.runtime.tail_records import armed_header
 
 __all__ = ["CommandLoop", "Out"]
 
@@ -474,8 +475,11 @@ class CommandLoop:
         outs: list[Out] = []
         local: list[LocalRun] = []
         sent: list[_Sent] | None = [] if self._sent is not None else None
-        for ev in events:
+        # The decision's last event says what a rebuild needs of a live run (tail_records).
+        last = len(events) - 1 if not new_state.is_terminal else -1
+        for i, ev in enumerate(events):
             value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
+            kind = (TYPE_HEADER, ev.type.encode())
             on_delivered: DeliveryCallback = self._on_event_delivered
             if sent is not None:
                 one = _Sent(self, p, ev)
@@ -487,7 +491,7 @@ class CommandLoop:
                     value,
                     key,
                     p,
-                    ((TYPE_HEADER, ev.type.encode()), *headers),
+                    (kind, *headers) if i != last else (kind, armed_header(new_state), *headers),
                     on_delivered,
                 )
             )

@@ -67,6 +67,8 @@ __all__ = [
 log = logging.getLogger("keel.orchestrator")
 
 TXN_TIMEOUT_S = 30.0
+#: How long each loop iteration folds runs a rebuild deferred (``tail_records``).
+DEFERRED_FOLD_S = 0.005
 
 
 class Orchestrator:
@@ -248,6 +250,9 @@ class Orchestrator:
             self._recover_pending()
         wait_ms = ctx.timers.next_due_in_ms(now_ms())
         timeout = 0.1 if wait_ms is None else min(0.1, wait_ms / 1000)
+        deferring = self._deferring
+        if deferring:
+            timeout = 0.0  # folds are waiting: poll, and fold between the batches
         records = ctx.intake.poll(self.batch_size, timeout)
         self._last_poll = time.monotonic()
         now = now_ms()
@@ -255,8 +260,22 @@ class Orchestrator:
         records = [r for r in records if r.partition in ctx.partitions]
         if (records or due) and self.loop.transact(records, due, now):
             ctx.stats.last_commit_at = time.time()
+        if deferring:
+            self._fold_deferred()
         if self.recovery.due(self.checkpoint_interval_s, self.checkpoint_events):
             self.checkpoint()
+
+    @property
+    def _deferring(self) -> bool:
+        return any(ps.deferred for ps in self.ctx.partitions.values())
+
+    def _fold_deferred(self) -> None:
+        """Fold some of the runs a rebuild deferred (``tail_records``), a few ms at a time
+        between batches, so the checkpoint marker soon passes their events."""
+        for ps in self.ctx.partitions.values():
+            if ps.deferred:
+                ps.fold_deferred(DEFERRED_FOLD_S)
+                return
 
     def checkpoint(self) -> None:
         if self.recovery.checkpoint():

@@ -12,10 +12,12 @@ every command with the reason, so a repeated start never opens a second run at s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,8 +192,19 @@ class PartitionState:
     #: parsed on first use. A rebuild decodes only what it needs, and the text is a
     #: fraction of the memory of the state it holds.
     unparsed: dict[str, str | bytes] = field(default_factory=dict)
-    #: Armed timers of the unparsed runs, read once when they were restored.
+    #: Armed timers of the unparsed and deferred runs, read once when they were restored.
     unparsed_timers: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    #: Live runs whose tail a rebuild kept undecoded (``tail_records``): their base (a
+    #: state, an unparsed snapshot or none), their events' bytes and the offset of the
+    #: first, folded on first use or by :meth:`fold_deferred`. A checkpoint marker stays
+    #: before the earliest (:meth:`deferred_from`).
+    deferred: dict[str, tuple[WorkflowState | str | bytes | None, list[bytes | None], int]] = field(
+        default_factory=dict
+    )
+    #: How a deferred run is folded (set by the rebuild that defers one).
+    fold_tail: Callable[[WorkflowState | None, list[bytes | None]], WorkflowState] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.finished = FinishedRuns(self.finished_capacity)
@@ -202,11 +215,18 @@ class PartitionState:
             return state
         if wf in self.unparsed:
             return self._parse(wf)
+        if wf in self.deferred:
+            return self._fold(wf)
         return self.dirty.get(wf) or self.finished.get(wf)
 
     def _parse(self, wf: str) -> WorkflowState:
         js = self.unparsed.pop(wf)
         self.unparsed_timers.pop(wf, None)
+        state = self._from_snapshot(wf, js)
+        self.live[wf] = state
+        return state
+
+    def _from_snapshot(self, wf: str, js: str | bytes) -> WorkflowState:
         try:
             if isinstance(js, bytes):
                 js = snapshot_state_json(default_codec(), wf, js)
@@ -216,11 +236,70 @@ class PartitionState:
                     f"the snapshot of a live run holds {state.status} {state.workflow_id!r}"
                 )
         except Exception as exc:  # never treat a broken run as absent: quarantine it
-            reason = " ".join(str(exc).split())[:500] or type(exc).__name__
-            self.quarantine(wf, f"unreadable snapshot: {reason}")
+            self.quarantine(wf, f"unreadable snapshot: {_reason(exc)}")
             raise KeelError(f"workflow '{wf}' is quarantined: unreadable snapshot") from exc
-        self.live[wf] = state
         return state
+
+    def _fold(self, wf: str) -> WorkflowState:
+        """A deferred run folded now: held live and written by the next checkpoint."""
+        base, values, _ = self.deferred.pop(wf)
+        self.unparsed_timers.pop(wf, None)
+        if isinstance(base, str | bytes):
+            base = self._from_snapshot(wf, base)
+        try:
+            assert self.fold_tail is not None, "a run was deferred without a way to fold it"
+            state = self.fold_tail(base, values)
+        except Exception as exc:  # what the rebuild would have quarantined, now
+            self.quarantine(wf, f"cannot rebuild: {_reason(exc)}")
+            raise KeelError(f"workflow '{wf}' is quarantined: cannot rebuild") from exc
+        self.put(wf, state)
+        return state
+
+    def defer(
+        self,
+        wf: str,
+        records: list[tuple[str | None, bytes | None]],
+        first: int,
+        timers: list[tuple[str, int]],
+    ) -> bool:
+        """Hold a live run's tail undecoded with its armed timers (see ``deferred``).
+
+        False (nothing held) when the run's base is a finished run: the rebuild's own
+        path handles that.
+        """
+        if wf in self.dirty or wf in self.finished:
+            return False
+        base: WorkflowState | str | bytes | None = self.live.pop(wf, None)
+        if base is None:
+            base = self.unparsed.pop(wf, None)
+        self.deferred[wf] = (base, [v for _, v in records], first)
+        if timers:
+            self.unparsed_timers[wf] = timers
+        else:
+            self.unparsed_timers.pop(wf, None)
+        return True
+
+    def deferred_from(self) -> int | None:
+        """The log offset of the earliest deferred event, if any run is deferred."""
+        if not self.deferred:
+            return None
+        return min(first for _, _, first in self.deferred.values())
+
+    def fold_deferred(self, budget_s: float) -> int:
+        """Fold deferred runs for about ``budget_s`` seconds; how many were folded.
+
+        Runs that cannot be folded are quarantined here, as on first use.
+        """
+        deadline = time.monotonic() + budget_s
+        done = 0
+        while self.deferred:
+            wf = next(iter(self.deferred))
+            with contextlib.suppress(KeelError):
+                self._fold(wf)
+            done += 1
+            if not done % 16 and time.monotonic() >= deadline:
+                break
+        return done
 
     def hold_unparsed(
         self, wf: str, state_json: str | bytes, timers: list[tuple[str, int]]
@@ -228,6 +307,7 @@ class PartitionState:
         """Keep a live run's snapshot undecoded until the run is used (see ``unparsed``)."""
         self.live.pop(wf, None)
         self.finished.discard(wf)
+        self.deferred.pop(wf, None)
         self.unparsed[wf] = state_json
         if timers:
             self.unparsed_timers[wf] = timers
@@ -244,15 +324,16 @@ class PartitionState:
                 yield wf, timer_id, fire_at
 
     def live_count(self) -> int:
-        return len(self.live) + len(self.unparsed)
+        return len(self.live) + len(self.unparsed) + len(self.deferred)
 
     def put(
         self, wf: str, state: WorkflowState, *, dirty: bool = True, summarized: bool = False
     ) -> None:
         """Hold ``state`` as the run's current state (a finished run: its summary, which
         ``summarized`` says it is already, as a rebuild's are)."""
-        if wf in self.unparsed:
-            self.unparsed.pop(wf)
+        if wf in self.unparsed or wf in self.deferred:
+            self.unparsed.pop(wf, None)
+            self.deferred.pop(wf, None)
             self.unparsed_timers.pop(wf, None)
         if state.is_terminal:
             self.live.pop(wf, None)
@@ -278,6 +359,7 @@ class PartitionState:
     def quarantine(self, wf: str, reason: str, *, dirty: bool = True) -> None:
         self.live.pop(wf, None)
         self.unparsed.pop(wf, None)
+        self.deferred.pop(wf, None)
         self.unparsed_timers.pop(wf, None)
         self.dirty.pop(wf, None)
         self.quarantined[wf] = reason
@@ -285,10 +367,16 @@ class PartitionState:
             self.dirty_quarantine.add(wf)
 
     def live_states(self) -> Iterator[tuple[str, WorkflowState]]:
-        """Every live run's state (parses the unparsed ones; ``timers`` does not)."""
-        for wf in list(self.unparsed):
-            self._parse(wf)
+        """Every live run's state (parses the unparsed and deferred ones; ``timers`` does
+        not); a run that cannot be parsed is quarantined and left out."""
+        self._materialize()
         yield from self.live.items()
+
+    def _materialize(self) -> None:
+        for wf in list(self.unparsed):
+            with contextlib.suppress(KeelError):
+                self._parse(wf)
+        self.fold_deferred(float("inf"))
 
     def count(self) -> int:
         finished_dirty = sum(1 for s in self.dirty.values() if s.is_terminal)
@@ -297,8 +385,7 @@ class PartitionState:
     @property
     def workflows(self) -> dict[str, WorkflowState]:
         """Every run held in full (live, awaiting checkpoint, recent finished); for tests."""
-        for wf in list(self.unparsed):
-            self._parse(wf)
+        self._materialize()
         out = dict(self.finished._recent)
         out.update(self.dirty)
         out.update(self.live)
@@ -328,3 +415,7 @@ class OrchestratorStats:
     intake_lag_n: int = 0
     local_activities: int = 0
     local_overruns: int = 0
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500] or type(exc).__name__

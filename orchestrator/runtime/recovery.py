@@ -46,6 +46,7 @@ from orchestrator.runtime.snapshot_records import (
     parse_snapshot_meta,
     snapshot_headers,
 )
+from orchestrator.runtime.tail_records import ARMED_HEADER, parse_armed
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -148,6 +149,7 @@ class Recovery:
             p: {} for p in owned
         }
         firsts: dict[int, dict[bytes, int]] = {p: {} for p in owned}
+        lasts: dict[int, dict[bytes, Any]] = {p: {} for p in owned}  # each run's last headers
         ends = dict(starts)
         count = 0
         kinds: dict[bytes, str] = {}  # one str per event type, not one per record
@@ -166,14 +168,21 @@ class Recovery:
                 firsts[p][key] = offset
             else:
                 records.append((kind, value))
+            lasts[p][key] = hs
             count += 1
         for p, by_key in tails.items():
             ps = result[p]
             self.held.pop(p, None)
             ps.events_end = ends[p]
+            deferrable = self._deferrable(by_key, lasts[p])
+            if deferrable:
+                ps.fold_tail = self._fold_tail
             for key, records in by_key.items():
                 wf = key.decode("utf-8", "replace")
                 if wf in ps.quarantined:
+                    continue
+                timers = deferrable.get(key)
+                if timers is not None and ps.defer(wf, records, firsts[p][key], timers):
                     continue
                 base = None
                 try:
@@ -192,6 +201,56 @@ class Recovery:
                     self.held[p] = min(self.held.get(p, first), first)
         ctx.stats.recovered_events += count
         return result
+
+    def _deferrable(
+        self, by_key: dict[bytes, list[tuple[str | None, bytes | None]]], lasts: dict[bytes, Any]
+    ) -> dict[bytes, list[tuple[str, int]]]:
+        """The live runs of a partition's tail whose folds can wait, with their armed timers.
+
+        A run qualifies when its last event carries the armed header (``tail_records``)
+        of a definition this process has; every header of the partition is parsed at
+        once. Runs that ended, lack the header or name a missing version are folded now.
+        """
+        found: list[tuple[bytes, bytes]] = []
+        for key, records in by_key.items():
+            last = records[-1][0]
+            if last is None or last in TERMINAL_TYPES:
+                continue
+            raw = header_value(lasts[key], ARMED_HEADER) if lasts[key] else None
+            if raw is not None:
+                found.append((key, raw))
+        if not found:
+            return {}
+        try:  # one parse for the partition: far cheaper than one per record
+            metas: list[Any] = json.loads(b"[" + b",".join(r for _, r in found) + b"]")
+            if len(metas) != len(found):
+                raise ValueError("a header is not one JSON value")
+        except ValueError:
+            metas = [None] * len(found)
+        definitions = self.ctx.decider.definitions
+        out: dict[bytes, list[tuple[str, int]]] = {}
+        for (key, raw), meta in zip(found, metas, strict=True):
+            try:
+                name, version, timers = parse_armed(json.loads(raw) if meta is None else meta)
+            except ValueError:
+                continue
+            if (name, version) in definitions:
+                out[key] = timers
+        return out
+
+    def _fold_tail(self, base: WorkflowState | None, values: list[bytes | None]) -> WorkflowState:
+        """A deferred run's state: its base folded with its tail's events (on first use)."""
+        decode = self.ctx.codec.decode
+
+        def event(value: bytes | None) -> Any:
+            if value is None:
+                raise DecodeError("an event record has no value")
+            return decode(value)
+
+        state = self.ctx.decider.fold((event(v) for v in values), base)
+        if state is None:
+            raise DecodeError("no events")
+        return state  # type: ignore[no-any-return]
 
     def _stand_in(
         self,
@@ -409,6 +468,9 @@ class Recovery:
                     if reason is not None:
                         self._write_state(p, wf, "", 0, quarantine_json(reason), ps, now)
                 marker = min(ps.events_end, self.held.get(p, ps.events_end))
+                deferred = ps.deferred_from()
+                if deferred is not None:  # their events are in no snapshot yet
+                    marker = min(marker, deferred)
                 self._produce(p, CHECKPOINT_KEY, "", 0, "", marker, now)
             ctx.log.commit({})
         except TxnAbortable as exc:
