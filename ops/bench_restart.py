@@ -176,7 +176,10 @@ def _cold_rebuild(settings: Settings) -> dict[str, float]:
         parts = orch.recover(owned)
     took = time.monotonic() - began
     live = sum(ps.live_count() for ps in parts.values())
-    finished = sum(len(ps.finished) + len(ps.dirty) for ps in parts.values())
+    finished = sum(
+        len(ps.finished) + len(ps.dirty) + getattr(ps, "deferred_finished", 0)
+        for ps in parts.values()
+    )
     kind = "live" if live >= finished else "finished"
     events = orch.stats.recovered_events
     # The folds a rebuild deferred (recovery.py, tail_records.py) are paid after it, a

@@ -475,8 +475,8 @@ class CommandLoop:
         outs: list[Out] = []
         local: list[LocalRun] = []
         sent: list[_Sent] | None = [] if self._sent is not None else None
-        # The decision's last event says what a rebuild needs of a live run (tail_records).
-        last = len(events) - 1 if not new_state.is_terminal else -1
+        # The decision's last event says what a rebuild needs of the run (tail_records).
+        last = len(events) - 1
         for i, ev in enumerate(events):
             value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
             kind = (TYPE_HEADER, ev.type.encode())

@@ -13,11 +13,13 @@ every command with the reason, so a repeated start never opens a second run at s
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +31,11 @@ from orchestrator.runtime.snapshot_records import snapshot_state_json
 
 __all__ = [
     "QUARANTINE_FIELD",
+    "DeferredTail",
     "FinishedRuns",
     "OrchestratorStats",
     "PartitionState",
+    "collector_paused",
     "quarantine_json",
     "quarantine_reason",
 ]
@@ -53,6 +57,24 @@ def quarantine_reason(state_json: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a rebuild.
+
+    A rebuild allocates hundreds of thousands of objects that all stay alive (the
+    records of the tail, then the states); the collector's passes over them free nothing
+    and took a quarter of a cold rebuild (docs/performance.md, "Cold rebuild"). What
+    the rebuild leaves as garbage is freed by reference counting or by the next pass.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +193,21 @@ class FinishedRuns:
         )
 
 
+#: A deferred run's records as a rebuild read them: ``(event type, value)`` in log order.
+TailRecords = list[tuple[str | None, bytes | None]]
+
+
+@dataclass(slots=True)
+class DeferredTail:
+    """A run a rebuild holds undecoded: its base (a state, an unparsed snapshot or none),
+    its tail's records, the log offset of the first, and whether it ended."""
+
+    base: WorkflowState | str | bytes | None
+    records: TailRecords
+    first: int
+    finished: bool
+
+
 @dataclass
 class PartitionState:
     """One owned partition: live runs, finished runs, quarantined runs, checkpoint progress."""
@@ -194,15 +231,15 @@ class PartitionState:
     unparsed: dict[str, str | bytes] = field(default_factory=dict)
     #: Armed timers of the unparsed and deferred runs, read once when they were restored.
     unparsed_timers: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    #: Live runs whose tail a rebuild kept undecoded (``tail_records``): their base (a
-    #: state, an unparsed snapshot or none), their events' bytes and the offset of the
-    #: first, folded on first use or by :meth:`fold_deferred`. A checkpoint marker stays
-    #: before the earliest (:meth:`deferred_from`).
-    deferred: dict[str, tuple[WorkflowState | str | bytes | None, list[bytes | None], int]] = field(
-        default_factory=dict
-    )
-    #: How a deferred run is folded (set by the rebuild that defers one).
-    fold_tail: Callable[[WorkflowState | None, list[bytes | None]], WorkflowState] | None = field(
+    #: Runs whose tail a rebuild kept undecoded (``tail_records``), folded on first use or
+    #: by :meth:`fold_deferred`. A checkpoint marker stays before the earliest
+    #: (:meth:`deferred_from`).
+    deferred: dict[str, DeferredTail] = field(default_factory=dict)
+    #: How many of the deferred runs have ended (they are not live).
+    deferred_finished: int = 0
+    #: How a deferred run is rebuilt from its base and its tail's records (set by the
+    #: rebuild that defers one); a finished run comes back as its summary.
+    fold_tail: Callable[[WorkflowState | None, TailRecords], WorkflowState] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -241,28 +278,34 @@ class PartitionState:
         return state
 
     def _fold(self, wf: str) -> WorkflowState:
-        """A deferred run folded now: held live and written by the next checkpoint."""
-        base, values, _ = self.deferred.pop(wf)
+        """A deferred run folded now: held (a finished one as its summary) and written by
+        the next checkpoint."""
+        tail = self._undefer(wf)
+        assert tail is not None, f"workflow '{wf}' is not deferred"
         self.unparsed_timers.pop(wf, None)
+        base = tail.base
         if isinstance(base, str | bytes):
             base = self._from_snapshot(wf, base)
         try:
             assert self.fold_tail is not None, "a run was deferred without a way to fold it"
-            state = self.fold_tail(base, values)
+            state = self.fold_tail(base, tail.records)
         except Exception as exc:  # what the rebuild would have quarantined, now
             self.quarantine(wf, f"cannot rebuild: {_reason(exc)}")
             raise KeelError(f"workflow '{wf}' is quarantined: cannot rebuild") from exc
-        self.put(wf, state)
+        self.put(wf, state, summarized=True)
         return state
 
+    def _undefer(self, wf: str) -> DeferredTail | None:
+        tail = self.deferred.pop(wf, None)
+        if tail is not None and tail.finished:
+            self.deferred_finished -= 1
+        return tail
+
     def defer(
-        self,
-        wf: str,
-        records: list[tuple[str | None, bytes | None]],
-        first: int,
-        timers: list[tuple[str, int]],
+        self, wf: str, records: TailRecords, first: int, timers: list[tuple[str, int]] | None
     ) -> bool:
-        """Hold a live run's tail undecoded with its armed timers (see ``deferred``).
+        """Hold a run's tail undecoded (see ``deferred``): a live run with its armed
+        ``timers``, a finished one (``timers`` None) until its summary is needed.
 
         False (nothing held) when the run's base is a finished run: the rebuild's own
         path handles that.
@@ -272,7 +315,10 @@ class PartitionState:
         base: WorkflowState | str | bytes | None = self.live.pop(wf, None)
         if base is None:
             base = self.unparsed.pop(wf, None)
-        self.deferred[wf] = (base, [v for _, v in records], first)
+        self._undefer(wf)
+        finished = timers is None
+        self.deferred[wf] = DeferredTail(base, records, first, finished)
+        self.deferred_finished += finished
         if timers:
             self.unparsed_timers[wf] = timers
         else:
@@ -283,7 +329,7 @@ class PartitionState:
         """The log offset of the earliest deferred event, if any run is deferred."""
         if not self.deferred:
             return None
-        return min(first for _, _, first in self.deferred.values())
+        return min(tail.first for tail in self.deferred.values())
 
     def fold_deferred(self, budget_s: float) -> int:
         """Fold deferred runs for about ``budget_s`` seconds; how many were folded.
@@ -292,13 +338,14 @@ class PartitionState:
         """
         deadline = time.monotonic() + budget_s
         done = 0
-        while self.deferred:
-            wf = next(iter(self.deferred))
-            with contextlib.suppress(KeelError):
-                self._fold(wf)
-            done += 1
-            if not done % 16 and time.monotonic() >= deadline:
-                break
+        with collector_paused():  # as for the rebuild itself
+            while self.deferred:
+                wf = next(iter(self.deferred))
+                with contextlib.suppress(KeelError):
+                    self._fold(wf)
+                done += 1
+                if not done % 16 and time.monotonic() >= deadline:
+                    break
         return done
 
     def hold_unparsed(
@@ -307,7 +354,7 @@ class PartitionState:
         """Keep a live run's snapshot undecoded until the run is used (see ``unparsed``)."""
         self.live.pop(wf, None)
         self.finished.discard(wf)
-        self.deferred.pop(wf, None)
+        self._undefer(wf)
         self.unparsed[wf] = state_json
         if timers:
             self.unparsed_timers[wf] = timers
@@ -324,7 +371,7 @@ class PartitionState:
                 yield wf, timer_id, fire_at
 
     def live_count(self) -> int:
-        return len(self.live) + len(self.unparsed) + len(self.deferred)
+        return len(self.live) + len(self.unparsed) + len(self.deferred) - self.deferred_finished
 
     def put(
         self, wf: str, state: WorkflowState, *, dirty: bool = True, summarized: bool = False
@@ -333,7 +380,7 @@ class PartitionState:
         ``summarized`` says it is already, as a rebuild's are)."""
         if wf in self.unparsed or wf in self.deferred:
             self.unparsed.pop(wf, None)
-            self.deferred.pop(wf, None)
+            self._undefer(wf)
             self.unparsed_timers.pop(wf, None)
         if state.is_terminal:
             self.live.pop(wf, None)
@@ -359,7 +406,7 @@ class PartitionState:
     def quarantine(self, wf: str, reason: str, *, dirty: bool = True) -> None:
         self.live.pop(wf, None)
         self.unparsed.pop(wf, None)
-        self.deferred.pop(wf, None)
+        self._undefer(wf)
         self.unparsed_timers.pop(wf, None)
         self.dirty.pop(wf, None)
         self.quarantined[wf] = reason
@@ -379,7 +426,9 @@ class PartitionState:
         self.fold_deferred(float("inf"))
 
     def count(self) -> int:
-        finished_dirty = sum(1 for s in self.dirty.values() if s.is_terminal)
+        finished_dirty = (
+            sum(1 for s in self.dirty.values() if s.is_terminal) + self.deferred_finished
+        )
         return self.live_count() + finished_dirty + len(self.finished) + len(self.quarantined)
 
     @property

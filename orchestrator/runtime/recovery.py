@@ -18,12 +18,10 @@ version folds the whole history.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.codec import DecodeError
@@ -39,7 +37,12 @@ from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.log_scan import header_value, scan
-from orchestrator.runtime.owned import PartitionState, quarantine_json, quarantine_reason
+from orchestrator.runtime.owned import (
+    PartitionState,
+    collector_paused,
+    quarantine_json,
+    quarantine_reason,
+)
 from orchestrator.runtime.snapshot_records import (
     SNAPSHOT_HEADER,
     SnapshotKind,
@@ -74,24 +77,6 @@ TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a rebuild.
-
-    A rebuild allocates hundreds of thousands of objects that all stay alive (the
-    records of the tail, then the states); the collector's passes over them free nothing
-    and took a quarter of a cold rebuild (docs/performance.md, "Cold rebuild"). What
-    the rebuild leaves as garbage is freed by reference counting or by the next pass.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -113,7 +98,7 @@ class Recovery:
         ``use_snapshots=False`` folds every run from its events alone, ignoring
         ``keel.snapshots`` (the same result, slower: ``keel bench``'s cold rebuild).
         """
-        with _collector_paused():
+        with collector_paused():
             return self._recover(owned, use_snapshots)
 
     def _recover(self, owned: list[int], use_snapshots: bool) -> dict[int, PartitionState]:
@@ -176,13 +161,12 @@ class Recovery:
             ps.events_end = ends[p]
             deferrable = self._deferrable(by_key, lasts[p])
             if deferrable:
-                ps.fold_tail = self._fold_tail
+                ps.fold_tail = self._rebuild
             for key, records in by_key.items():
                 wf = key.decode("utf-8", "replace")
                 if wf in ps.quarantined:
                     continue
-                timers = deferrable.get(key)
-                if timers is not None and ps.defer(wf, records, firsts[p][key], timers):
+                if key in deferrable and ps.defer(wf, records, firsts[p][key], deferrable[key]):
                     continue
                 base = None
                 try:
@@ -204,53 +188,38 @@ class Recovery:
 
     def _deferrable(
         self, by_key: dict[bytes, list[tuple[str | None, bytes | None]]], lasts: dict[bytes, Any]
-    ) -> dict[bytes, list[tuple[str, int]]]:
-        """The live runs of a partition's tail whose folds can wait, with their armed timers.
+    ) -> dict[bytes, list[tuple[str, int]] | None]:
+        """The runs of a partition's tail whose rebuild can wait: a live one's armed
+        timers, None for one that ended.
 
         A run qualifies when its last event carries the armed header (``tail_records``)
         of a definition this process has; every header of the partition is parsed at
-        once. Runs that ended, lack the header or name a missing version are folded now.
+        once. Runs without the header or of a missing version are rebuilt now.
         """
-        found: list[tuple[bytes, bytes]] = []
+        found: list[tuple[bytes, bytes, bool]] = []
         for key, records in by_key.items():
-            last = records[-1][0]
-            if last is None or last in TERMINAL_TYPES:
-                continue
-            raw = header_value(lasts[key], ARMED_HEADER) if lasts[key] else None
+            hs = lasts[key]
+            raw = header_value(hs, ARMED_HEADER) if hs else None
             if raw is not None:
-                found.append((key, raw))
+                found.append((key, raw, records[-1][0] in TERMINAL_TYPES))
         if not found:
             return {}
         try:  # one parse for the partition: far cheaper than one per record
-            metas: list[Any] = json.loads(b"[" + b",".join(r for _, r in found) + b"]")
+            metas: list[Any] = json.loads(b"[" + b",".join(r for _, r, _ in found) + b"]")
             if len(metas) != len(found):
                 raise ValueError("a header is not one JSON value")
         except ValueError:
             metas = [None] * len(found)
         definitions = self.ctx.decider.definitions
-        out: dict[bytes, list[tuple[str, int]]] = {}
-        for (key, raw), meta in zip(found, metas, strict=True):
+        out: dict[bytes, list[tuple[str, int]] | None] = {}
+        for (key, raw, ended), meta in zip(found, metas, strict=True):
             try:
                 name, version, timers = parse_armed(json.loads(raw) if meta is None else meta)
             except ValueError:
                 continue
             if (name, version) in definitions:
-                out[key] = timers
+                out[key] = None if ended else timers
         return out
-
-    def _fold_tail(self, base: WorkflowState | None, values: list[bytes | None]) -> WorkflowState:
-        """A deferred run's state: its base folded with its tail's events (on first use)."""
-        decode = self.ctx.codec.decode
-
-        def event(value: bytes | None) -> Any:
-            if value is None:
-                raise DecodeError("an event record has no value")
-            return decode(value)
-
-        state = self.ctx.decider.fold((event(v) for v in values), base)
-        if state is None:
-            raise DecodeError("no events")
-        return state  # type: ignore[no-any-return]
 
     def _stand_in(
         self,

@@ -1,18 +1,19 @@
 """What an event record in ``keel.events`` says in its Kafka header, so a rebuild can hold
-a live run's tail undecoded.
+a run's tail undecoded.
 
-The last event of every decision that leaves a run live carries :data:`ARMED_HEADER`, a
-short JSON array ``[name, version, [[timer_id, fire_at], ...]]``: the run's definition
-and its armed timers after the decision. A rebuild from the log (``recovery.py``) that
-finds it on a live run's last event, with that definition here, arms the timers and
-keeps the run's events as bytes (``PartitionState.deferred``); they are decoded and
-folded when a command or timer touches the run, or in the background soon after the
-rebuild (``Orchestrator.step``), and until then the partition's checkpoint marker stays
-before them. It is the snapshot header's idea (``snapshot_records``) applied to the tail.
+The last event of every decision carries :data:`ARMED_HEADER`, a short JSON array
+``[name, version, [[timer_id, fire_at], ...]]``: the run's definition and its armed
+timers after the decision (none once it ended). A rebuild from the log (``recovery.py``)
+that finds it on a run's last event, with that definition here, keeps the run's records
+as bytes (``PartitionState.deferred``) and, for a live run, arms the timers. They are
+decoded and folded (a finished run: summarized) when a command or timer touches the
+run, or in the background soon after the rebuild (``Orchestrator.step``); until then
+the partition's checkpoint marker stays before them, so a crash reads them again. It is
+the snapshot header's idea (``snapshot_records``) applied to the tail.
 
-An event without the header (written before it existed, or by a decision that finished
-the run) takes the eager path; a header this code cannot read too. See
-docs/performance.md ("Cold rebuild").
+An event without the header (written before it existed) takes the eager path; a header
+this code cannot read, or one naming a version this process lacks (a stand-in), too.
+See docs/performance.md ("Cold rebuild").
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ ARMED_HEADER = "keel.armed"
 
 
 def armed_header(state: WorkflowState) -> tuple[str, bytes]:
-    """The header for the last event of a decision that leaves ``state`` live."""
+    """The header for the last event of a decision that leaves the run in ``state``."""
     timers = state.timers
-    if not timers:  # most decisions: no timer armed, no sort and no list to build
+    if not timers or state.is_terminal:  # most decisions: no timer armed, nothing to sort
         return ARMED_HEADER, json.dumps([state.name, state.version, []]).encode()
     armed = [[t, at] for t, at in state.pending_timers()]
     return ARMED_HEADER, json.dumps([state.name, state.version, armed]).encode()

@@ -61,6 +61,7 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "throughput_remote_projector_process",
         "throughput_local_projector_process",
         "rebuild_events_per_s",
+        "rebuild_deferred_folds_s",
         "read_ceiling_events_per_s",
     ):
         assert isinstance(result[key], float | int), key
@@ -105,3 +106,6 @@ def test_bench_recovery_reports_the_first_decision_and_rss(settings):
     assert result["live_workflows_after"] == 41  # the 40 and the probe
     for key in ("first_decision_after_start_s", "rss_mb", "rss_mb_per_100k_live", "rebuild_s"):
         assert isinstance(result[key], float | int), key
+    # Every run's last event came back through Kafka with its armed header: all deferred.
+    assert result["cold_live_deferred_runs"] == 41
+    assert isinstance(result["cold_live_deferred_folds_s"], float | int)

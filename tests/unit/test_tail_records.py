@@ -55,39 +55,47 @@ def test_a_decisions_last_event_says_what_a_rebuild_needs(tmp_path):
         for rec in rig.broker.records(rig.topics.events)
         if ARMED_HEADER in dict(rec.headers)
     ]
-    # Only the sleeper's decisions leave it live; the finished run's last one ends it.
     last = [meta for key, meta in armed if key == b"sleeper-0"][-1]
     assert parse_armed(last) == (state.name, state.version, state.pending_timers())
     assert len(state.pending_timers()) == 1
+    # A run that ended has no timer left; its last event still names its definition.
     events = [r for r in rig.broker.records(rig.topics.events) if r.key == b"done-0"]
-    assert ARMED_HEADER not in dict(events[-1].headers)
     assert dict(events[-1].headers)[TYPE_HEADER] == b"WorkflowCompleted"
+    meta = parse_armed(json.loads(dict(events[-1].headers)[ARMED_HEADER]))
+    assert meta == (state.name, state.version, [])
+    # One header per decision: on its last event only.
+    decisions = [
+        r for r in rig.broker.records(rig.topics.events) if ARMED_HEADER in dict(r.headers)
+    ]
+    assert 0 < len(decisions) < len(rig.broker.records(rig.topics.events))
 
 
-def test_a_rebuild_from_the_log_decodes_no_event_of_a_live_run(tmp_path, monkeypatch):
+def test_a_rebuild_from_the_log_decodes_no_event(tmp_path, monkeypatch):
     rig = MemoryRig(tmp_path)
     _sleepers(rig, 6, finished=3)
     want = _full_folds(rig)
     decodes = _count_decodes(monkeypatch)
     rebuilt = rig.new_orchestrator().recovery.recover(list(range(P)), use_snapshots=False)
-    finished_decodes = decodes[0]
+    assert decodes[0] == 0  # the timers are armed from the headers alone
     deferred = {wf for ps in rebuilt.values() for wf in ps.deferred}
-    assert deferred == {f"sleeper-{i}" for i in range(6)}
-    # Only the finished runs' summary events were decoded (three each, at most).
-    assert 0 < finished_decodes <= 3 * 3
+    assert (
+        deferred == set(want) == {f"sleeper-{i}" for i in range(6)} | {"done-0", "done-1", "done-2"}
+    )
+    assert sum(ps.live_count() for ps in rebuilt.values()) == 6
+    assert sum(ps.count() for ps in rebuilt.values()) == 9
     armed = sorted(t for ps in rebuilt.values() for t in ps.timers())
-    states = {wf: rebuilt[partition_for(wf.encode(), P)] for wf in deferred}
-    assert decodes[0] == finished_decodes  # arming the timers decoded nothing either
     want_timers = []
-    for env_wf in sorted(deferred):
-        events = rig.events(env_wf)
-        want_timers += [(env_wf, t, at) for t, at in rig.orch.decider.fold(events).pending_timers()]
+    for wf in sorted(deferred):
+        state = rig.orch.decider.fold(rig.events(wf))
+        if not state.is_terminal:
+            want_timers += [(wf, t, at) for t, at in state.pending_timers()]
     assert armed == sorted(want_timers) and len(armed) == 6
-    assert set(states) == deferred
     for wf, js in want.items():
         assert rebuilt[partition_for(wf.encode(), P)].get(wf).to_json() == js, wf
     assert not any(ps.deferred for ps in rebuilt.values())
-    assert decodes[0] > finished_decodes  # the folds happened on use
+    assert decodes[0] > 0  # the folds happened on use
+    assert sum(ps.live_count() for ps in rebuilt.values()) == 6
+    assert sum(ps.count() for ps in rebuilt.values()) == 9
 
 
 def test_deferred_runs_keep_the_checkpoint_marker_before_their_events(tmp_path):
@@ -98,9 +106,9 @@ def test_deferred_runs_keep_the_checkpoint_marker_before_their_events(tmp_path):
     second.ctx.partitions.update(second.recovery.recover(list(range(P)), use_snapshots=False))
     p, ps = next((p, ps) for p, ps in second.partitions.items() if len(ps.deferred) >= 2)
     first = ps.deferred_from()
-    assert first == min(off for _, _, off in ps.deferred.values())
+    assert first == min(tail.first for tail in ps.deferred.values())
     # One run is used (folded, dirty); the checkpoint writes it but may not pass the others.
-    used = max(ps.deferred, key=lambda wf: ps.deferred[wf][2])  # its events after the marker
+    used = max(ps.deferred, key=lambda wf: ps.deferred[wf].first)  # its events after the marker
     ps.get(used)
     assert second.recovery.checkpoint()
     assert _markers(rig)[p] == ps.deferred_from() <= ps.events_end
@@ -109,7 +117,7 @@ def test_deferred_runs_keep_the_checkpoint_marker_before_their_events(tmp_path):
     third.ctx.partitions.update(third.recovery.recover([p]))
     again = third.partitions[p]
     assert set(again.deferred) == set(ps.deferred) | {used}
-    assert isinstance(again.deferred[used][0], bytes)  # its snapshot, the tail after it
+    assert isinstance(again.deferred[used].base, bytes)  # its snapshot, the tail after it
     assert again.get(used).to_json() == want[used]
     # Folded in the background, then checkpointed: the marker passes every event.
     assert again.fold_deferred(float("inf")) >= 1 and not again.deferred
@@ -124,7 +132,7 @@ def test_deferred_runs_keep_the_checkpoint_marker_before_their_events(tmp_path):
 
 def test_the_loop_folds_deferred_runs_between_batches(tmp_path):
     rig = MemoryRig(tmp_path)
-    _sleepers(rig, 8)
+    _sleepers(rig, 8, finished=4)
     want = _full_folds(rig)
     fresh = rig.new_orchestrator()  # no checkpoint was written: the rebuild is the log's
     fresh.step()  # assignment: the rebuild defers
@@ -135,7 +143,8 @@ def test_the_loop_folds_deferred_runs_between_batches(tmp_path):
     assert not any(ps.deferred for ps in fresh.partitions.values())
     for wf, js in want.items():
         ps = fresh.partitions[partition_for(wf.encode(), P)]
-        assert wf in ps.live and wf in ps.dirty
+        assert wf in ps.dirty  # the next checkpoint writes it
+        assert (wf in ps.live) is wf.startswith("sleeper")
         assert ps.get(wf).to_json() == js
 
 
@@ -191,3 +200,18 @@ def test_a_header_the_rebuild_cannot_use_folds_the_run_now(tmp_path, armed):
     assert "sleeper-0" not in rebuilt[p].deferred
     assert "sleeper-0" in rebuilt[p].live
     assert rebuilt[p].get("sleeper-0").to_json() == want["sleeper-0"]
+
+
+def test_a_start_for_a_deferred_finished_run_never_opens_a_second_run(tmp_path):
+    rig = MemoryRig(tmp_path)
+    _sleepers(rig, 0, finished=1)
+    before = _records_of(rig, "done-0")
+    fresh = rig.new_orchestrator()
+    fresh.step()  # assignment: the rebuild defers the finished run
+    ps = fresh.partitions[partition_for(b"done-0", P)]
+    assert "done-0" in ps.deferred and ps.live_count() == 0
+    rig.start("done-0", "timer_demo", {"seconds": 0}, mid="done-0/again")
+    fresh.step()
+    assert _records_of(rig, "done-0") == before
+    assert "done-0" not in ps.deferred
+    assert str(ps.get("done-0").status) == "completed"
