@@ -415,7 +415,11 @@ class Orchestrator:
             ),
             "last_poll_age_s": round(time.monotonic() - self._last_poll, 3),
             "live_workflows": sum(ps.live_count() for ps in ctx.partitions.values()),
-            "finished_workflows": sum(len(ps.finished) for ps in ctx.partitions.values()),
+            "finished_workflows": sum(
+                len(ps.finished) + ps.deferred_finished for ps in ctx.partitions.values()
+            ),
+            # Runs a rebuild holds undecoded until they are folded (tail_records).
+            "deferred_workflows": sum(len(ps.deferred) for ps in ctx.partitions.values()),
             "quarantined": quarantined[:100],
             "transactions": s.transactions,
             "aborts": s.aborts,

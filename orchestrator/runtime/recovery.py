@@ -77,6 +77,16 @@ TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 
+#: What ``Recovery._read_tail`` returns (see there).
+_Tail = tuple[
+    dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]],
+    dict[int, dict[bytes, int]],
+    dict[int, dict[bytes, Any]],
+    dict[int, int],
+    int,
+]
+
+
 def _one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -130,31 +140,7 @@ class Recovery:
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
-        tails: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]] = {
-            p: {} for p in owned
-        }
-        firsts: dict[int, dict[bytes, int]] = {p: {} for p in owned}
-        lasts: dict[int, dict[bytes, Any]] = {p: {} for p in owned}  # each run's last headers
-        ends = dict(starts)
-        count = 0
-        kinds: dict[bytes, str] = {}  # one str per event type, not one per record
-        for p, offset, key, value, hs in scan(ctx.log, ctx.topics.events, starts, stop):
-            ends[p] = offset + 1
-            raw = header_value(hs, TYPE_HEADER) if hs else None
-            kind = None
-            if raw is not None:
-                kind = kinds.get(raw)
-                if kind is None:
-                    kind = kinds.setdefault(raw, raw.decode("utf-8", "replace"))
-            key = key or b""
-            records = tails[p].get(key)
-            if records is None:
-                tails[p][key] = [(kind, value)]
-                firsts[p][key] = offset
-            else:
-                records.append((kind, value))
-            lasts[p][key] = hs
-            count += 1
+        tails, firsts, lasts, ends, count = self._read_tail(starts, stop)
         for p, by_key in tails.items():
             ps = result[p]
             self.held.pop(p, None)
@@ -186,6 +172,43 @@ class Recovery:
         ctx.stats.recovered_events += count
         return result
 
+    def _read_tail(self, starts: dict[int, int], stop: Any) -> _Tail:
+        """The events after the checkpoint, grouped by run: per partition, each run's
+        ``(type, value)`` records, its first offset and its last event's headers; each
+        partition's end offset; the count."""
+        tails: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]] = {
+            p: {} for p in starts
+        }
+        firsts: dict[int, dict[bytes, int]] = {p: {} for p in starts}
+        lasts: dict[int, dict[bytes, Any]] = {p: {} for p in starts}
+        ends = dict(starts)
+        count = 0
+        kinds: dict[bytes, str] = {}  # one str per event type, not one per record
+        current = -1
+        runs: dict[bytes, list[tuple[str | None, bytes | None]]] = {}
+        first: dict[bytes, int] = {}
+        last: dict[bytes, Any] = {}
+        for p, offset, key, value, hs in scan(self.ctx.log, self.ctx.topics.events, starts, stop):
+            if p != current:  # records come in runs of one partition: look its maps up once
+                current, runs, first, last = p, tails[p], firsts[p], lasts[p]
+            ends[p] = offset + 1
+            raw = header_value(hs, TYPE_HEADER) if hs else None
+            kind = None
+            if raw is not None:
+                kind = kinds.get(raw)
+                if kind is None:
+                    kind = kinds.setdefault(raw, raw.decode("utf-8", "replace"))
+            key = key or b""
+            records = runs.get(key)
+            if records is None:
+                runs[key] = [(kind, value)]
+                first[key] = offset
+            else:
+                records.append((kind, value))
+            last[key] = hs
+            count += 1
+        return tails, firsts, lasts, ends, count
+
     def _deferrable(
         self, by_key: dict[bytes, list[tuple[str | None, bytes | None]]], lasts: dict[bytes, Any]
     ) -> dict[bytes, list[tuple[str, int]] | None]:
@@ -204,21 +227,29 @@ class Recovery:
                 found.append((key, raw, records[-1][0] in TERMINAL_TYPES))
         if not found:
             return {}
-        try:  # one parse for the partition: far cheaper than one per record
-            metas: list[Any] = json.loads(b"[" + b",".join(r for _, r, _ in found) + b"]")
-            if len(metas) != len(found):
+        # Many runs share a header (every finished run of a definition, live ones with no
+        # timer): each distinct one is parsed once, all of them in one JSON call.
+        distinct = list(dict.fromkeys(raw for _, raw, _ in found))
+        try:
+            metas: list[Any] = json.loads(b"[" + b",".join(distinct) + b"]")
+            if len(metas) != len(distinct):
                 raise ValueError("a header is not one JSON value")
         except ValueError:
-            metas = [None] * len(found)
+            metas = [None] * len(distinct)
         definitions = self.ctx.decider.definitions
-        out: dict[bytes, list[tuple[str, int]] | None] = {}
-        for (key, raw, ended), meta in zip(found, metas, strict=True):
+        usable: dict[bytes, list[tuple[str, int]]] = {}
+        for raw, meta in zip(distinct, metas, strict=True):
             try:
                 name, version, timers = parse_armed(json.loads(raw) if meta is None else meta)
             except ValueError:
                 continue
             if (name, version) in definitions:
-                out[key] = None if ended else timers
+                usable[raw] = timers
+        out: dict[bytes, list[tuple[str, int]] | None] = {}
+        for key, raw, ended in found:
+            armed = usable.get(raw)
+            if armed is not None:
+                out[key] = None if ended else armed
         return out
 
     def _stand_in(

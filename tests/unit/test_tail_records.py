@@ -136,11 +136,16 @@ def test_the_loop_folds_deferred_runs_between_batches(tmp_path):
     want = _full_folds(rig)
     fresh = rig.new_orchestrator()  # no checkpoint was written: the rebuild is the log's
     fresh.step()  # assignment: the rebuild defers
+    health = fresh.health()
+    assert (health["deferred_workflows"], health["live_workflows"]) == (12, 8)
+    assert health["finished_workflows"] == 4
     for _ in range(50):
         if not any(ps.deferred for ps in fresh.partitions.values()):
             break
         fresh.step()
     assert not any(ps.deferred for ps in fresh.partitions.values())
+    health = fresh.health()
+    assert (health["deferred_workflows"], health["live_workflows"]) == (0, 8)
     for wf, js in want.items():
         ps = fresh.partitions[partition_for(wf.encode(), P)]
         assert wf in ps.dirty  # the next checkpoint writes it
