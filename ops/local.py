@@ -446,10 +446,11 @@ class LocalStack:
                 return status
             for record in self._records():
                 if not self._alive(record):
-                    raise InfraError(
-                        f"{record.role} (pid {record.pid}) exited during start; "
-                        f"last log line: {_last_line(Path(record.log))}"
-                    )
+                    why = _last_line(Path(record.log))
+                    if record.node_id is not None:  # a broker logs its failure to server.log
+                        server_log = self.node_dir(record.node_id) / "logs" / "server.log"
+                        why = _first_error(server_log) or why
+                    raise InfraError(f"{record.role} (pid {record.pid}) exited during start: {why}")
             if time.monotonic() > deadline:
                 sick = [p.role for p in status.processes if not p.healthy]
                 raise InfraError(f"stack not healthy after {timeout_s:.0f}s: {', '.join(sick)}")
@@ -555,6 +556,26 @@ def _kafka_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _first_error(path: Path) -> str | None:
+    """A broker log's first ERROR line and the innermost cause logged under it (a port
+    taken shows as ``... Caused by: java.net.BindException: Address already in use``)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for i, line in enumerate(lines):
+        if "] ERROR " in line:
+            message = line.split("] ERROR ", 1)[1]
+            causes = []
+            for follow in lines[i + 1 :]:
+                if follow.startswith("["):
+                    break
+                if follow.startswith("Caused by: "):
+                    causes.append(follow)
+            return f"{message}; {causes[-1]}" if causes else message
+    return None
 
 
 def _last_line(path: Path) -> str:

@@ -25,8 +25,9 @@ from tests.support import Services, assert_sound_history, histories, wait_until
 pytestmark = pytest.mark.fault
 
 #: The first port tried for the test's own broker (client port, controller port + 1);
-#: below Linux's ephemeral range, so a restarted broker never finds its port taken.
-KAFKA_PORT = 47392
+#: below Linux's ephemeral range (32768-60999), so no client's outgoing connection can
+#: hold it when the broker binds (47392 once could, and the broker failed to start).
+KAFKA_PORT = 28392
 
 
 def _free_port_pair(first: int) -> int:
@@ -41,7 +42,7 @@ def _free_port_pair(first: int) -> int:
 def own_broker(tmp_path_factory):
     home = tmp_path_factory.mktemp("stall-stack")
     port = _free_port_pair(KAFKA_PORT)
-    stack = LocalStack(stack_settings(home, port, 46399), with_redis=False)
+    stack = LocalStack(stack_settings(home, port, 28399), with_redis=False)
     stack.up(timeout_s=180)
     try:
         yield stack
