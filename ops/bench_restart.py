@@ -29,6 +29,7 @@ from ops.bench import (
     _EventTail,
     _spawn,
     _status,
+    fold_deferred_s,
 )
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.kafka import now_ms
@@ -182,14 +183,8 @@ def _cold_rebuild(settings: Settings) -> dict[str, float]:
     )
     kind = "live" if live >= finished else "finished"
     events = orch.stats.recovered_events
-    # The folds a rebuild deferred (recovery.py, tail_records.py) are paid after it, a
-    # few ms at a time between batches: timed here too, so the whole cost shows.
     deferred = sum(len(getattr(ps, "deferred", ())) for ps in parts.values())
-    began = time.monotonic()
-    for ps in parts.values():
-        if deferred:
-            ps.fold_deferred(float("inf"))
-    folds_s = time.monotonic() - began
+    folds_s = fold_deferred_s(parts)
     return {
         f"cold_{kind}_events": events,
         f"cold_{kind}_rebuild_s": round(took, 2),

@@ -25,7 +25,7 @@ from orchestrator.domain.state import WorkflowState
 
 __all__ = ["ARMED_HEADER", "armed_header", "parse_armed"]
 
-#: The header of a decision's last event that says what a rebuild needs of a live run.
+#: The header of a decision's last event that says what a rebuild needs of the run.
 ARMED_HEADER = "keel.armed"
 
 
