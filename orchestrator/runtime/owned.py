@@ -35,6 +35,7 @@ __all__ = [
     "FinishedRuns",
     "OrchestratorStats",
     "PartitionState",
+    "TailRecords",
     "collector_paused",
     "quarantine_json",
     "quarantine_reason",

@@ -39,6 +39,7 @@ from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.log_scan import header_value, scan
 from orchestrator.runtime.owned import (
     PartitionState,
+    TailRecords,
     collector_paused,
     quarantine_json,
     quarantine_reason,
@@ -79,7 +80,7 @@ SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
 
 #: What ``Recovery._read_tail`` returns (see there).
 _Tail = tuple[
-    dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]],
+    dict[int, dict[bytes, TailRecords]],
     dict[int, dict[bytes, int]],
     dict[int, dict[bytes, Any]],
     dict[int, int],
@@ -176,16 +177,14 @@ class Recovery:
         """The events after the checkpoint, grouped by run: per partition, each run's
         ``(type, value)`` records, its first offset and its last event's headers; each
         partition's end offset; the count."""
-        tails: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]] = {
-            p: {} for p in starts
-        }
+        tails: dict[int, dict[bytes, TailRecords]] = {p: {} for p in starts}
         firsts: dict[int, dict[bytes, int]] = {p: {} for p in starts}
         lasts: dict[int, dict[bytes, Any]] = {p: {} for p in starts}
         ends = dict(starts)
         count = 0
         kinds: dict[bytes, str] = {}  # one str per event type, not one per record
         current = -1
-        runs: dict[bytes, list[tuple[str | None, bytes | None]]] = {}
+        runs: dict[bytes, TailRecords] = {}
         first: dict[bytes, int] = {}
         last: dict[bytes, Any] = {}
         for p, offset, key, value, hs in scan(self.ctx.log, self.ctx.topics.events, starts, stop):
@@ -210,7 +209,7 @@ class Recovery:
         return tails, firsts, lasts, ends, count
 
     def _deferrable(
-        self, by_key: dict[bytes, list[tuple[str | None, bytes | None]]], lasts: dict[bytes, Any]
+        self, by_key: dict[bytes, TailRecords], lasts: dict[bytes, Any]
     ) -> dict[bytes, list[tuple[str, int]] | None]:
         """The runs of a partition's tail whose rebuild can wait: a live one's armed
         timers, None for one that ended.
@@ -255,7 +254,7 @@ class Recovery:
     def _stand_in(
         self,
         base: WorkflowState | None,
-        records: list[tuple[str | None, bytes | None]],
+        records: TailRecords,
         first_offset: int,
     ) -> WorkflowState | None:
         """The stand-in of a live run whose (name, version) this process lacks, else None."""
@@ -403,9 +402,7 @@ class Recovery:
                 except Exception as exc:
                     self._quarantine(ps, -1, wf, f"unreadable snapshot: {_one_line(exc)}")
 
-    def _rebuild(
-        self, base: WorkflowState | None, records: list[tuple[str | None, bytes | None]]
-    ) -> WorkflowState:
+    def _rebuild(self, base: WorkflowState | None, records: TailRecords) -> WorkflowState:
         """One workflow from its snapshot (if any) and its events after the checkpoint.
 
         A run that ended is summarized from the few events that matter, without folding
