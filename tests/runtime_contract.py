@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
+from orchestrator.runtime.log_scan import group_runs
 from orchestrator.runtime.ports import (
     CommandIntake,
     DeliveryError,
@@ -25,6 +26,9 @@ from orchestrator.runtime.ports import (
     RecordRefused,
 )
 from orchestrator.runtime.projection import EpochChanged, SeqConflict
+
+#: The event type header a rebuild groups by (``recovery.TYPE_HEADER``).
+TYPE = "keel.type"
 
 
 class Harness:
@@ -106,6 +110,63 @@ class RuntimeContract:
         log.append(harness.events, b"committed", b"wf", partition=0)
         log.commit({})
         assert [r.value for r in log.read(harness.events, {0: 0})] == [b"committed"]
+        log.close()
+
+    def test_a_rebuild_reads_the_tail_grouped_by_run_in_log_order(self, harness: Any):
+        """``log_scan.group_runs``: on Kafka it takes the consumer's batches itself, so
+        this pins it to what the generic path makes of ``EventLog.read``."""
+        events = harness.events
+        log = harness.log(None, "contract-tail")
+        log.begin()
+        log.append(events, b"aborted", b"wf-a", partition=2, headers=[(TYPE, b"X")])
+        log.flush()
+        log.abort()
+        armed = [(TYPE, b"ActivityScheduled"), ("keel.armed", b'["x",1,[]]')]
+        writes = [
+            (b"a1", b"wf-a", 2, [(TYPE, b"WorkflowStarted")]),
+            (b"b1", b"wf-b", 2, [(TYPE, b"WorkflowStarted")]),
+            (b"a2", b"wf-a", 2, armed),
+            (b"c1", b"wf-c", 3, [("other", b"1"), (TYPE, b"WorkflowStarted")]),
+            (b"c2", b"wf-c", 3, []),
+        ]
+        log.begin()
+        for value, key, partition, headers in writes:
+            log.append(events, value, key, partition=partition, headers=headers)
+        log.commit({})
+        log.flush()
+        at = {r.value: r.offset for r in log.read(events, {2: 0, 3: 0})}
+        assert set(at) == {b"a1", b"b1", b"a2", b"c1", b"c2"}
+
+        groups = group_runs(log, events, {1: 0, 2: 0, 3: 0}, None, TYPE)
+        assert groups.records == {
+            1: {},
+            2: {
+                b"wf-a": [("WorkflowStarted", b"a1"), ("ActivityScheduled", b"a2")],
+                b"wf-b": [("WorkflowStarted", b"b1")],
+            },
+            3: {b"wf-c": [("WorkflowStarted", b"c1"), (None, b"c2")]},
+        }
+        assert groups.firsts == {
+            1: {},
+            2: {b"wf-a": at[b"a1"], b"wf-b": at[b"b1"]},
+            3: {b"wf-c": at[b"c1"]},
+        }
+        lasts = {p: {k: list(hs) for k, hs in by.items()} for p, by in groups.lasts.items()}
+        assert lasts == {
+            1: {},
+            2: {b"wf-a": armed, b"wf-b": [(TYPE, b"WorkflowStarted")]},
+            3: {b"wf-c": []},
+        }
+        assert groups.ends == {1: 0, 2: at[b"a2"] + 1, 3: at[b"c2"] + 1}
+        assert groups.count == 5
+
+        later = group_runs(log, events, {2: at[b"a2"]}, None, TYPE)
+        assert later.records == {2: {b"wf-a": [("ActivityScheduled", b"a2")]}}
+        assert (later.firsts, later.ends, later.count) == (
+            {2: {b"wf-a": at[b"a2"]}},
+            {2: at[b"a2"] + 1},
+            1,
+        )
         log.close()
 
     def test_intake_offsets_commit_with_the_transaction_and_rewind_to_them(self, harness: Any):

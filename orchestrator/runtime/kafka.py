@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import (
@@ -169,6 +169,13 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
     }
 
 
+#: What one fetch of a rebuild's reader may take per partition. The client's default
+#: (1 MiB) held a cold read of ``keel.events`` to ~200k records/s; 8 MiB gave ~340k on the
+#: same topic (docs/performance.md, "Cold rebuild"). A bulk read only: the intakes keep
+#: the default, their fetches are small.
+READ_PARTITION_FETCH_BYTES = 8 * 2**20
+
+
 def read_partitions(
     settings: Settings,
     topic: str,
@@ -178,11 +185,30 @@ def read_partitions(
     timeout_s: float = 120.0,
     stop: Callable[[], bool] | None = None,
 ) -> Iterable[Message]:
-    """Every committed record of the given partitions from their start offsets to the end.
+    """Every committed record of the given partitions from their start offsets to the end,
+    one at a time (``read_batches``)."""
+    for records in read_batches(
+        settings, topic, starts, batch=batch, timeout_s=timeout_s, stop=stop
+    ):
+        yield from records
+
+
+def read_batches(
+    settings: Settings,
+    topic: str,
+    starts: dict[int, int],
+    *,
+    batch: int = 1000,
+    timeout_s: float = 120.0,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[list[Message]]:
+    """Every committed record of the given partitions from their start offsets to the end,
+    in the batches the consumer hands over (records only: no error or EOF message).
 
     "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
     Used to rebuild state, so it raises rather than silently stopping short; ``stop``
-    (when given and true) ends the read with ``broker_errors.Stopping``.
+    (when given and true) ends the read with ``broker_errors.Stopping``. A rebuild takes
+    the batches whole: one Python call per record fewer (docs/performance.md).
     """
     if not starts:
         return
@@ -190,7 +216,11 @@ def read_partitions(
         consumer_config(
             settings,
             f"{settings.topic_prefix}.reader",
-            **{"enable.partition.eof": True, "fetch.wait.max.ms": 50},
+            **{
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 50,
+                "max.partition.fetch.bytes": READ_PARTITION_FETCH_BYTES,
+            },
         )
     )
     try:
@@ -202,14 +232,19 @@ def read_partitions(
                 raise Stopping(f"stopped while reading {topic}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} {sorted(pending)} took over {timeout_s}s")
-            for msg in consume_batch(consumer, batch, 0.2):
-                err = msg.error()
-                if err is None:
-                    yield msg
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                elif not err.retriable():
-                    raise KafkaException(err)
+            msgs = consume_batch(consumer, batch, 0.2)
+            records = [m for m in msgs if m.error() is None]
+            if len(records) != len(msgs):
+                for msg in msgs:
+                    err = msg.error()
+                    if err is None:
+                        continue
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    elif not err.retriable():
+                        raise KafkaException(err)
+            if records:
+                yield records
     finally:
         consumer.close()
 

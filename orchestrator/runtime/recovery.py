@@ -36,7 +36,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.log_scan import header_value, scan
+from orchestrator.runtime.log_scan import RunGroups, group_runs, header_value, scan
 from orchestrator.runtime.owned import (
     PartitionState,
     TailRecords,
@@ -76,16 +76,6 @@ TYPE_HEADER = "keel.type"
 TERMINAL_TYPES = frozenset(cls.__name__ for cls in TERMINAL_EVENTS)
 #: The events ``Decider.summarize`` needs to rebuild a finished run.
 SUMMARY_TYPES = frozenset(cls.__name__ for cls in SUMMARY_EVENTS)
-
-
-#: What ``Recovery._read_tail`` returns (see there).
-_Tail = tuple[
-    dict[int, dict[bytes, TailRecords]],
-    dict[int, dict[bytes, int]],
-    dict[int, dict[bytes, Any]],
-    dict[int, int],
-    int,
-]
 
 
 def _one_line(exc: BaseException, limit: int = 500) -> str:
@@ -141,11 +131,12 @@ class Recovery:
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
-        tails, firsts, lasts, ends, count = self._read_tail(starts, stop)
-        for p, by_key in tails.items():
+        tail = self._read_tail(starts, stop)
+        firsts, lasts = tail.firsts, tail.lasts
+        for p, by_key in tail.records.items():
             ps = result[p]
             self.held.pop(p, None)
-            ps.events_end = ends[p]
+            ps.events_end = tail.ends[p]
             deferrable = self._deferrable(by_key, lasts[p])
             if deferrable:
                 ps.fold_tail = self._rebuild
@@ -170,43 +161,12 @@ class Recovery:
                     ps.put(wf, held)
                     first = firsts[p][key]
                     self.held[p] = min(self.held.get(p, first), first)
-        ctx.stats.recovered_events += count
+        ctx.stats.recovered_events += tail.count
         return result
 
-    def _read_tail(self, starts: dict[int, int], stop: Any) -> _Tail:
-        """The events after the checkpoint, grouped by run: per partition, each run's
-        ``(type, value)`` records, its first offset and its last event's headers; each
-        partition's end offset; the count."""
-        tails: dict[int, dict[bytes, TailRecords]] = {p: {} for p in starts}
-        firsts: dict[int, dict[bytes, int]] = {p: {} for p in starts}
-        lasts: dict[int, dict[bytes, Any]] = {p: {} for p in starts}
-        ends = dict(starts)
-        count = 0
-        kinds: dict[bytes, str] = {}  # one str per event type, not one per record
-        current = -1
-        runs: dict[bytes, TailRecords] = {}
-        first: dict[bytes, int] = {}
-        last: dict[bytes, Any] = {}
-        for p, offset, key, value, hs in scan(self.ctx.log, self.ctx.topics.events, starts, stop):
-            if p != current:  # records come in runs of one partition: look its maps up once
-                current, runs, first, last = p, tails[p], firsts[p], lasts[p]
-            ends[p] = offset + 1
-            raw = header_value(hs, TYPE_HEADER) if hs else None
-            kind = None
-            if raw is not None:
-                kind = kinds.get(raw)
-                if kind is None:
-                    kind = kinds.setdefault(raw, raw.decode("utf-8", "replace"))
-            key = key or b""
-            records = runs.get(key)
-            if records is None:
-                runs[key] = [(kind, value)]
-                first[key] = offset
-            else:
-                records.append((kind, value))
-            last[key] = hs
-            count += 1
-        return tails, firsts, lasts, ends, count
+    def _read_tail(self, starts: dict[int, int], stop: Any) -> RunGroups:
+        """The events after the checkpoint, grouped by run (``log_scan.group_runs``)."""
+        return group_runs(self.ctx.log, self.ctx.topics.events, starts, stop, TYPE_HEADER)
 
     def _deferrable(
         self, by_key: dict[bytes, TailRecords], lasts: dict[bytes, Any]
