@@ -61,13 +61,19 @@ def quarantine_reason(state_json: str) -> str | None:
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a rebuild.
+def collector_paused(*, freeze: bool = False) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a rebuild; with ``freeze``, keep it off
+    what the rebuild built.
 
     A rebuild allocates hundreds of thousands of objects that all stay alive (the
     records of the tail, then the states); the collector's passes over them free nothing
-    and took a quarter of a cold rebuild (docs/performance.md, "Cold rebuild"). What
-    the rebuild leaves as garbage is freed by reference counting or by the next pass.
+    and took a quarter of a cold rebuild (docs/performance.md, "Cold rebuild"). Turning
+    it back on is not enough: the first allocation after would start a pass over all of
+    them (~0.3 s for 100k finished runs), and older generations would scan them again
+    later. ``freeze`` moves them to the permanent generation (``gc.freeze``), which no
+    pass scans; reference counting still frees them when the runs go. The cost: a
+    reference cycle left as garbage meanwhile, by the rebuild or another thread, is never
+    collected, so a rebuild freezes once and the 5 ms background folds do not.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -75,6 +81,8 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if freeze:
+                gc.freeze()
             gc.enable()
 
 

@@ -99,7 +99,7 @@ class Recovery:
         ``use_snapshots=False`` folds every run from its events alone, ignoring
         ``keel.snapshots`` (the same result, slower: ``keel bench``'s cold rebuild).
         """
-        with collector_paused():
+        with collector_paused(freeze=True):
             return self._recover(owned, use_snapshots)
 
     def _recover(self, owned: list[int], use_snapshots: bool) -> dict[int, PartitionState]:
