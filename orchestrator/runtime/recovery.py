@@ -36,7 +36,7 @@ from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.log_scan import RunGroups, group_runs, header_value, scan
+from orchestrator.runtime.log_scan import group_runs, header_value, scan
 from orchestrator.runtime.owned import (
     PartitionState,
     TailRecords,
@@ -131,7 +131,8 @@ class Recovery:
         for p in owned:
             self._assemble_chunks(result[p], heads[p], chunks[p])
             result[p].events_end = starts[p]
-        tail = self._read_tail(starts, stop)
+        # The events after the checkpoint, grouped by run as they are read.
+        tail = group_runs(ctx.log, ctx.topics.events, starts, stop, TYPE_HEADER)
         firsts, lasts = tail.firsts, tail.lasts
         for p, by_key in tail.records.items():
             ps = result[p]
@@ -163,10 +164,6 @@ class Recovery:
                     self.held[p] = min(self.held.get(p, first), first)
         ctx.stats.recovered_events += tail.count
         return result
-
-    def _read_tail(self, starts: dict[int, int], stop: Any) -> RunGroups:
-        """The events after the checkpoint, grouped by run (``log_scan.group_runs``)."""
-        return group_runs(self.ctx.log, self.ctx.topics.events, starts, stop, TYPE_HEADER)
 
     def _deferrable(
         self, by_key: dict[bytes, TailRecords], lasts: dict[bytes, Any]
