@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.runtime.ports import EventLog
 
-__all__ = ["RunGroups", "ScannedRecord", "group_runs", "header_value", "scan"]
+__all__ = ["RunGroups", "ScannedRecord", "TailRecords", "group_runs", "header_value", "scan"]
 
 #: ``(partition, offset, key, value, headers)``
 ScannedRecord = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
@@ -26,14 +26,17 @@ _BATCH = 10_000
 
 #: A record's headers as read: ``(name, value)`` pairs.
 Headers = Sequence[tuple[str, bytes | None]]
+#: A run's records as a rebuild read them: ``(event type, value)`` in log order (the
+#: type from the type header, None without one).
+TailRecords = list[tuple[str | None, bytes | None]]
 
 
 @dataclass(slots=True)
 class RunGroups:
     """A topic's records grouped by key (a run), per partition, in log order."""
 
-    #: Each run's ``(type, value)`` records; the type from the type header (None without).
-    records: dict[int, dict[bytes, list[tuple[str | None, bytes | None]]]]
+    #: Each run's records.
+    records: dict[int, dict[bytes, TailRecords]]
     #: Each run's first offset.
     firsts: dict[int, dict[bytes, int]]
     #: Each run's last record's headers.
@@ -83,7 +86,7 @@ def group_runs(
 
     kinds = groups.kinds
     current = -1
-    runs: dict[bytes, list[tuple[str | None, bytes | None]]] = {}
+    runs: dict[bytes, TailRecords] = {}
     first: dict[bytes, int] = {}
     last: dict[bytes, Headers] = {}
     prev: Any = None  # the last message read: a partition's end is one past its last

@@ -27,6 +27,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.errors import KeelError
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.runtime.log_scan import TailRecords
 from orchestrator.runtime.snapshot_records import snapshot_state_json
 
 __all__ = [
@@ -200,10 +201,6 @@ class FinishedRuns:
             started_at=i.started_at,
             updated_at=i.updated_at,
         )
-
-
-#: A deferred run's records as a rebuild read them: ``(event type, value)`` in log order.
-TailRecords = list[tuple[str | None, bytes | None]]
 
 
 @dataclass(slots=True)
