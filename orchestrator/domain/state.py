@@ -22,7 +22,24 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.vocabulary import ActivityStatus, HumanTaskStatus, WaitKind, WorkflowStatus
+from orchestrator.domain.state_parts import (
+    ActivityState,
+    CompensationState,
+    Encode,
+    HumanTaskState,
+    TimerState,
+    WaitState,
+    activity_dict,
+    activity_from,
+    activity_json,
+    compensation_from,
+    dumps_sorted,
+    human_dict,
+    human_from,
+    slots_dict,
+    wait_from,
+)
+from orchestrator.domain.vocabulary import ActivityStatus, WorkflowStatus
 
 __all__ = [
     "ACTIVITY_STATUSES",
@@ -83,126 +100,6 @@ def remember_command(seen: tuple[str, ...], command_id: str) -> tuple[str, ...]:
     if len(seen) >= SEEN_COMMANDS_WINDOW:
         return (*seen[len(seen) - SEEN_COMMANDS_WINDOW + 1 :], command_id)
     return (*seen, command_id)
-
-
-@dataclass(frozen=True, slots=True)
-class ActivityState:
-    """One activity (business intent) and its latest physical attempt."""
-
-    activity_id: str
-    activity_type: str
-    step: str
-    state: str
-    visit: int
-    input_json: str
-    logical_attempt: int
-    attempt: int
-    idempotency_key: str
-    status: ActivityStatus = ActivityStatus.SCHEDULED
-    result_json: str | None = None
-    failure_class: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    #: The activity whose outcome this status query establishes (None: a step's activity).
-    parent: str | None = None
-    #: ``recorded_at`` of the first dispatch of this logical attempt (or of the last
-    #: redrive/resolution): the start of ``RetryPolicy.max_elapsed``.
-    first_dispatch_at: int = 0
-    #: Attempts used before the current retry budget began (a redrive starts a new one).
-    budget_base: int = 0
-    #: Heartbeats recorded for the current attempt (the first: it started); heartbeats
-    #: are coalesced, so this counts events, not the worker's reports.
-    heartbeat_count: int = 0
-    #: Command id of the last heartbeat recorded (its redelivery writes nothing).
-    last_heartbeat: str | None = None
-    #: Attempts that timed out and whose late report, if any, is not recorded yet.
-    timed_out: tuple[int, ...] = ()
-
-    @property
-    def started(self) -> bool:
-        return self.heartbeat_count > 0
-
-
-@dataclass(frozen=True, slots=True)
-class HumanTaskState:
-    """One human task of the run (docs/human-tasks.md): its recorded facts, folded.
-
-    ``roles`` are the qualifications that may decide it now (the required role, then
-    each role an escalation added); ``owner`` is whom it is assigned to now.
-    """
-
-    task_id: str
-    task_name: str
-    state: str
-    visit: int
-    owner: str
-    role: str
-    roles: tuple[str, ...]
-    evidence_digest: str
-    operation_digest: str
-    token_hash: str
-    opened_at: int
-    due_at: int
-    expires_at: int
-    status: HumanTaskStatus = HumanTaskStatus.OPEN
-    reminders: int = 0
-    level: int = 0
-    decision: str | None = None
-    actor: str | None = None
-    decided_at: int | None = None
-    #: What the expiry did (``reject``, ``cancel`` or a state name), once expired.
-    expiry_outcome: str | None = None
-    #: A correction task's approved data, as recorded (canonical JSON; "": none).
-    correction_json: str = ""
-
-    @property
-    def is_open(self) -> bool:
-        return self.status == HumanTaskStatus.OPEN
-
-
-@dataclass(frozen=True, slots=True)
-class CompensationState:
-    """The compensation of a run that failed or was cancelled (docs/sagas.md).
-
-    ``pending``: activity ids whose effects are still to undo, next first; ``current``:
-    the one whose compensation runs now; ``done`` / ``failed``: undone / given up.
-    """
-
-    cause: str
-    reason: str
-    pending: tuple[str, ...] = ()
-    current: str | None = None
-    done: tuple[str, ...] = ()
-    failed: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TimerState:
-    fire_at: int
-    #: The wire form of a :class:`~orchestrator.domain.vocabulary.TimerPurpose`.
-    purpose: str
-
-
-@dataclass(frozen=True, slots=True)
-class WaitState:
-    """The wait of the current state visit.
-
-    It is *active* once all steps of the visit completed; ``satisfied`` once its timer
-    fired, its signal arrived (``payload_json``) or its timeout fired (``timed_out``).
-    """
-
-    kind: WaitKind
-    signal_name: str | None = None
-    timer_id: str | None = None
-    satisfied: bool = False
-    timed_out: bool = False
-    payload_json: str | None = None
-    #: The wait answers only signals carrying a correlation (its value once opened).
-    correlated: bool = False
-    correlation: str | None = None
-    #: A human wait's task, once opened, and what ended it (approve, reject or expiry).
-    task_id: str | None = None
-    outcome: str | None = None
 
 
 @dataclass
@@ -433,9 +330,9 @@ class WorkflowState:
             "visit": self.visit,
             "visits": self.visits,
             "steps_remaining": sorted(self.steps_remaining),
-            "wait": None if self.wait is None else _slots_dict(self.wait),
+            "wait": None if self.wait is None else slots_dict(self.wait),
             "activities": (
-                [_activity_dict(a) for a in self.activities.values()] if activities else None
+                [activity_dict(a) for a in self.activities.values()] if activities else None
             ),
             "in_flight": sorted(self.in_flight),
             "step_results": self.step_results,
@@ -460,7 +357,7 @@ class WorkflowState:
         if self.closed_correlations:
             d["closed_correlations"] = [list(x) for x in self.closed_correlations]
         if self.human_tasks:
-            d["human_tasks"] = [_human_dict(t) for t in self.human_tasks.values()]
+            d["human_tasks"] = [human_dict(t) for t in self.human_tasks.values()]
         if self.run_base_seq:
             d["run_base_seq"] = self.run_base_seq
         if self.input_schema_version:
@@ -481,15 +378,17 @@ class WorkflowState:
             }
         return d
 
-    def to_json(self) -> str:
+    def to_json(self, encode: Encode | None = None) -> str:
         """``to_dict`` as sorted, compact JSON; each activity's part is encoded once.
 
         Activities are immutable, and a state is written after every batch that touches
         it (read model, snapshots), so the part of an unchanged activity is reused.
         ``"activities"`` sorts before every other key, so its part leads the object.
+        ``encode`` lets the runtime bring a faster encoder than the standard library's.
         """
-        rest = _dumps(self._to_dict(activities=False))
-        parts = ",".join([_activity_json(a) for a in self.activities.values()])
+        encode = encode or dumps_sorted
+        rest = encode(self._to_dict(activities=False))
+        parts = ",".join([activity_json(a, encode) for a in self.activities.values()])
         return '{"activities":[' + parts + "]," + rest[1:]
 
     @classmethod
@@ -511,8 +410,8 @@ class WorkflowState:
             visit=d["visit"],
             visits=dict(d["visits"]),
             steps_remaining=set(d["steps_remaining"]),
-            wait=None if wait is None else _wait_from(wait),
-            activities={a["activity_id"]: _activity_from(a) for a in d["activities"]},
+            wait=None if wait is None else wait_from(wait),
+            activities={a["activity_id"]: activity_from(a) for a in d["activities"]},
             in_flight=set(d["in_flight"]),
             step_results=dict(d["step_results"]),
             logical_attempts=dict(d["logical_attempts"]),
@@ -526,12 +425,12 @@ class WorkflowState:
             attention_reason=d.get("attention_reason"),
             correlated_inbox=tuple((x[0], x[1], x[2]) for x in d.get("correlated_inbox", ())),
             closed_correlations=tuple((x[0], x[1]) for x in d.get("closed_correlations", ())),
-            human_tasks={t["task_id"]: _human_from(t) for t in d.get("human_tasks", ())},
+            human_tasks={t["task_id"]: human_from(t) for t in d.get("human_tasks", ())},
             run_base_seq=d.get("run_base_seq", 0),
             input_schema_version=d.get("input_schema_version", 0),
             result_versions=dict(d.get("result_versions", {})),
             effects=tuple(d.get("effects", ())),
-            compensation=_compensation_from(d.get("compensation")),
+            compensation=compensation_from(d.get("compensation")),
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )
@@ -539,77 +438,3 @@ class WorkflowState:
     @classmethod
     def from_json(cls, s: str | bytes) -> WorkflowState:
         return cls.from_dict(json.loads(s))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-#: The JSON of recently written activities, by identity (the entry keeps the object
-#: alive, so its id cannot be reused while cached). Cleared when full: only a cache.
-_ACTIVITY_JSON: dict[int, tuple[ActivityState, str]] = {}
-_ACTIVITY_JSON_MAX = 8192
-
-
-def _activity_json(act: ActivityState) -> str:
-    hit = _ACTIVITY_JSON.get(id(act))
-    if hit is not None and hit[0] is act:
-        return hit[1]
-    text = _dumps(_activity_dict(act))
-    if len(_ACTIVITY_JSON) >= _ACTIVITY_JSON_MAX:
-        _ACTIVITY_JSON.clear()
-    _ACTIVITY_JSON[id(act)] = (act, text)
-    return text
-
-
-def _slots_dict(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__}
-
-
-def _activity_dict(act: ActivityState) -> dict[str, Any]:
-    d = _slots_dict(act)
-    d["timed_out"] = list(act.timed_out)
-    return d
-
-
-def _activity_from(d: dict[str, Any]) -> ActivityState:
-    d = dict(d)
-    # snapshots before coalescing kept every heartbeat's command id
-    legacy = d.pop("heartbeats", None)
-    if "heartbeat_count" not in d:
-        d["heartbeat_count"] = len(legacy or ())
-    d["status"] = ActivityStatus(d.get("status", ActivityStatus.SCHEDULED))
-    d["timed_out"] = tuple(d.get("timed_out", ()))
-    return ActivityState(**d)
-
-
-def _human_dict(task: HumanTaskState) -> dict[str, Any]:
-    d = _slots_dict(task)
-    d["roles"] = list(task.roles)
-    return d
-
-
-def _human_from(d: dict[str, Any]) -> HumanTaskState:
-    d = dict(d)
-    d["roles"] = tuple(d["roles"])
-    d["status"] = HumanTaskStatus(d["status"])
-    return HumanTaskState(**d)
-
-
-def _compensation_from(d: dict[str, Any] | None) -> CompensationState | None:
-    if d is None:
-        return None
-    return CompensationState(
-        cause=d["cause"],
-        reason=d["reason"],
-        pending=tuple(d["pending"]),
-        current=d["current"],
-        done=tuple(d["done"]),
-        failed=tuple(d["failed"]),
-    )
-
-
-def _wait_from(d: dict[str, Any]) -> WaitState:
-    d = dict(d)
-    d["kind"] = WaitKind(d["kind"])
-    return WaitState(**d)

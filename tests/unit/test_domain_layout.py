@@ -38,6 +38,7 @@ LAYERS: dict[str, float] = {
     "saga_messages": 0.5,
     "migration_messages": 0.5,
     "messages": 1,
+    "state_parts": 1.8,
     "state": 2,
     "upcasting": 1.5,
     "context": 3,
