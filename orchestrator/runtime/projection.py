@@ -27,6 +27,7 @@ import redis
 from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
+from orchestrator.runtime import fast_json
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
@@ -71,17 +72,15 @@ class EpochChanged(Exception):
 def history_entry(env: Envelope[Any]) -> dict[str, Any]:
     """One history line; ``*_json`` fields are shown parsed, under their plain name.
 
-    Parsing is bounded (``loads_bounded``): a value past the JSON limits stays text,
+    Parsing is bounded (``fast_json.loads_within_limits``): a value past the JSON limits stays text,
     so a hostile payload can never stop the projector.
     """
-    from orchestrator.domain.limits import loads_bounded
-
     data: dict[str, Any] = {}
     for f in fields(env.payload):
         value = getattr(env.payload, f.name)
         if f.name.endswith("_json") and isinstance(value, str):
             try:
-                data[f.name[: -len("_json")]] = loads_bounded(value, f.name)
+                data[f.name[: -len("_json")]] = fast_json.loads_within_limits(value, f.name)
                 continue
             except (ValueError, RecursionError):
                 pass
@@ -222,11 +221,13 @@ class Projection:
                     "attention_reason": _attention(state),
                     "run_base_seq": state.run_base_seq,
                     "human_tasks_json": _tasks_summary(state),
-                    "state_json": state.to_json(),
+                    "state_json": state.to_json(fast_json.dumps_sorted),
                 },
             )
             if events:
-                lines = (e if isinstance(e, str) else json.dumps(history_entry(e)) for e in events)
+                lines = (
+                    e if isinstance(e, str) else fast_json.dumps(history_entry(e)) for e in events
+                )
                 pipe.rpush(self.k_history(wf), *lines)
                 types = {a.activity_id: a.activity_type for a in state.activities.values()}
                 found = usages_of(events, types)

@@ -41,6 +41,7 @@ from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime import fast_json
 from orchestrator.runtime.broker_errors import Stopping
 from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
@@ -451,7 +452,7 @@ class Projector:
                 folded = known
             elif applied:
                 folded = self.decider.fold(applied, old)
-            return folded, [json.dumps(history_entry(e), default=str) for e in applied], applied
+            return folded, [fast_json.dumps(history_entry(e)) for e in applied], applied
         except Exception:
             pass  # the event-by-event fold below names the event
         state = old
@@ -462,7 +463,7 @@ class Projector:
                 continue
             try:
                 state = self.decider.evolve(state, env)
-                lines.append(json.dumps(history_entry(env), default=str))
+                lines.append(fast_json.dumps(history_entry(env)))
                 applied.append(env)
             except Exception as exc:
                 problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - depends on the domain layout
 from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
 from orchestrator.domain.parking import stand_in
 from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
+from orchestrator.runtime import fast_json
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 from orchestrator.runtime.kafka import now_ms
@@ -415,7 +416,14 @@ class Recovery:
                     if state.unfolded_from is not None:
                         continue  # a stand-in: the process with the version folds the events
                     self._write_state(
-                        p, wf, state.run_id, state.seq, state.to_json(), ps, now, state
+                        p,
+                        wf,
+                        state.run_id,
+                        state.seq,
+                        state.to_json(fast_json.dumps_sorted),
+                        ps,
+                        now,
+                        state,
                     )
                 for wf in ps.dirty_quarantine:
                     reason = ps.quarantined.get(wf)

@@ -18,10 +18,10 @@ See docs/performance.md ("Cold rebuild").
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from orchestrator.domain.state import WorkflowState
+from orchestrator.runtime.fast_json import dumps_bytes
 
 __all__ = ["ARMED_HEADER", "armed_header", "parse_armed"]
 
@@ -33,9 +33,9 @@ def armed_header(state: WorkflowState) -> tuple[str, bytes]:
     """The header for the last event of a decision that leaves the run in ``state``."""
     timers = state.timers
     if not timers or state.is_terminal:  # most decisions: no timer armed, nothing to sort
-        return ARMED_HEADER, json.dumps([state.name, state.version, []]).encode()
+        return ARMED_HEADER, dumps_bytes([state.name, state.version, []])
     armed = [[t, at] for t, at in state.pending_timers()]
-    return ARMED_HEADER, json.dumps([state.name, state.version, armed]).encode()
+    return ARMED_HEADER, dumps_bytes([state.name, state.version, armed])
 
 
 def parse_armed(meta: Any) -> tuple[str, int, list[tuple[str, int]]]:

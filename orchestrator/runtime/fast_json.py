@@ -1,0 +1,76 @@
+"""JSON on the hot path: orjson, with the standard library for what orjson refuses.
+
+The projector writes a state and a history line per event after every batch, and the
+command loop a header per decision; with the standard library's encoder that was a
+seventh of the orchestrator's GIL under load (docs/performance.md, "orjson on the hot
+path"). orjson is several times faster. It refuses a few values the standard library
+takes (integers past 64 bits, ``NaN`` in input): those fall back to the standard library,
+so every value that was written before is still written, and what is written is JSON
+that ``json.loads`` reads to the same value. Bytes can differ from the standard
+library's: compact separators, non-ASCII characters as UTF-8 instead of ``\\u`` escapes.
+
+The pure domain keeps the standard library; this module is handed to it as the encoder
+(``WorkflowState.to_json(encode)``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+from orchestrator.domain.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, loads_bounded
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON of ``value``; anything else in it is written as its ``str``."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, default=str, separators=(",", ":"))
+
+
+def dumps_sorted(value: Any) -> str:
+    """Compact JSON of ``value`` with sorted keys (a state's read-model and snapshot text)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """Compact JSON of ``value`` as UTF-8 bytes (a header value)."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+def loads_within_limits(text: str, what: str) -> Any:
+    """``loads_bounded`` with orjson's parser when the text passes its cheap checks.
+
+    orjson takes a text only if it cannot break a limit (size, nesting) and holds no run
+    of digits that could be an integer past 64 bits (orjson would read it as a float).
+    It refuses some texts the standard library accepts (``NaN``): then, and for every
+    other text, ``loads_bounded`` decides, so the outcome is the standard library's.
+    """
+    if (
+        len(text) <= _FAST_MAX_CHARS
+        and text.count("[") + text.count("{") <= _FAST_MAX_OPEN
+        and _LONG_DIGITS.search(text) is None
+    ):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return loads_bounded(text, what)
+
+
+#: 19 digits or more may be an integer past 64 bits.
+_LONG_DIGITS = re.compile(r"\d{19}")
+#: Below these a text cannot break a limit (``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes, at
+#: most four per character; ``MAX_JSON_DEPTH`` bounds nesting by the openers' count).
+_FAST_MAX_CHARS = MAX_PAYLOAD_BYTES // 4
+_FAST_MAX_OPEN = MAX_JSON_DEPTH

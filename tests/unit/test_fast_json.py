@@ -1,0 +1,119 @@
+"""``fast_json`` (orjson on the hot path) writes what the standard library reads back to
+the same value, for every state and history line of the recorded corpus, and falls back
+to the standard library for what orjson refuses, with the same limits and errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from orchestrator.domain.errors import LimitExceededError
+from orchestrator.domain.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
+from orchestrator.domain.state import WorkflowState
+from orchestrator.examples import app as examples
+from orchestrator.runtime import fast_json
+from orchestrator.runtime.history_io import read_history_dir
+from orchestrator.runtime.projection import history_entry
+from orchestrator.runtime.tail_records import ARMED_HEADER, armed_header, parse_armed
+from tests.unit.test_state_json import CORPUS, _reference
+
+
+def _corpus_states() -> list[tuple[object, WorkflowState]]:
+    decider = examples.decider()
+    states: dict[str, WorkflowState | None] = {}
+    out = []
+    for env in read_history_dir(CORPUS):
+        state = decider.evolve(states.get(env.workflow_id), env)
+        states[env.workflow_id] = state
+        out.append((env, state))
+    return out
+
+
+def test_every_corpus_state_reads_back_the_same_in_either_encoding() -> None:
+    checked = 0
+    for env, state in _corpus_states():
+        fast = state.to_json(fast_json.dumps_sorted)
+        assert json.loads(fast) == json.loads(_reference(state)), (env, state.seq)
+        assert WorkflowState.from_json(fast) == state
+        if fast.isascii():  # no escape to differ in: the bytes are the same
+            assert fast == _reference(state)
+        checked += 1
+    assert checked > 200
+
+
+def test_the_activity_cache_never_mixes_two_encoders() -> None:
+    states = [s for _, s in _corpus_states() if s.activities]
+    for state in states[:50]:
+        plain = state.to_json()
+        state.to_json(fast_json.dumps_sorted)
+        assert state.to_json() == plain == _reference(state)
+    odd = states[0].clone()
+    aid, act = next(iter(odd.activities.items()))
+    odd.mut_activities()[aid] = dataclasses.replace(act, error_message="façade")
+    assert "façade" in odd.to_json(fast_json.dumps_sorted)
+    assert "fa\\u00e7ade" in odd.to_json()
+
+
+def test_every_corpus_history_line_reads_back_as_the_standard_librarys() -> None:
+    for env, _ in _corpus_states():
+        entry = history_entry(env)
+        assert json.loads(fast_json.dumps(entry)) == json.loads(json.dumps(entry, default=str))
+
+
+def test_what_orjson_refuses_is_written_by_the_standard_library() -> None:
+    big = 2**70
+    assert fast_json.dumps({"n": big}) == '{"n":1180591620717411303424}'
+    assert fast_json.dumps_sorted({"b": big, "a": 1}) == '{"a":1,"b":1180591620717411303424}'
+    assert fast_json.dumps_bytes([big]) == b"[1180591620717411303424]"
+    assert fast_json.dumps({1: "x"}) == '{"1":"x"}'  # a key orjson will not take
+    assert fast_json.dumps({"at": object}) == json.dumps({"at": str(object)}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": 3, "items": [1, 2.5, "x"], "ok": true, "none": null}',
+        '"façade"',
+        "12345678901234567890123",  # past 64 bits: the standard library's parser
+        "NaN",  # orjson refuses it, the standard library reads it
+        '[1e400, -0.0, "\\ud800"]',
+    ],
+)
+def test_loads_within_limits_reads_what_the_standard_library_reads(text: str) -> None:
+    got, want = fast_json.loads_within_limits(text, "x"), loads_bounded(text, "x")
+    assert json.dumps(got) == json.dumps(want)
+    if isinstance(want, float) and math.isnan(want):
+        assert math.isnan(got)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
+        "1" * (MAX_INT_DIGITS + 1),
+        '{"x": 1,}',
+        "",
+    ],
+)
+def test_loads_within_limits_fails_as_loads_bounded_does(text: str) -> None:
+    with pytest.raises(ValueError) as fast:
+        fast_json.loads_within_limits(text, "the input")
+    with pytest.raises(ValueError) as slow:
+        loads_bounded(text, "the input")
+    assert type(fast.value) is type(slow.value)
+    assert str(fast.value) == str(slow.value)
+    if text.startswith("[") or text.startswith("1"):
+        assert isinstance(fast.value, LimitExceededError)
+
+
+def test_the_armed_header_parses_to_the_same_timers() -> None:
+    for _, state in _corpus_states():
+        key, value = armed_header(state)
+        assert key == ARMED_HEADER
+        name, version, timers = parse_armed(json.loads(value))
+        assert (name, version) == (state.name, state.version)
+        expected = [] if state.is_terminal else sorted(state.pending_timers(), key=lambda t: t[1])
+        assert sorted(timers) == sorted(expected)
