@@ -67,7 +67,7 @@ def test_a_missing_program_is_named_with_its_install_command(tmp_path):
     bin_dir.mkdir()
     for program in ("java", "mvn"):
         (bin_dir / program).symlink_to(shutil.which(program))
-    env = _env(KEEL_HOME=str(tmp_path / "home"), KEEL_KAFKA_PORT="47192", KEEL_REDIS_PORT="46480")
+    env = _env(KEEL_HOME=str(tmp_path / "home"), KEEL_KAFKA_PORT="29192", KEEL_REDIS_PORT="29480")
     env["PATH"] = str(bin_dir)
     result = keel("infra", "up", env=env, timeout=60)
     assert result.returncode == 1
