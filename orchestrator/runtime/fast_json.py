@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -46,6 +47,25 @@ def dumps_bytes(value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, separators=(",", ":")).encode()
+
+
+def dumps_commands(commands: Sequence[Sequence[Any]]) -> str:
+    """Redis commands as one JSON array of arrays of strings, for a script to run.
+
+    Each argument becomes the text redis-py would send: a ``str`` (an enum's value
+    included) as it is, an ``int`` or ``float`` by its ``repr``. ``TypeError`` for one
+    that JSON text cannot carry exactly (bytes, a lone surrogate): the caller writes
+    those commands another way.
+    """
+    return orjson.dumps(
+        [[a if isinstance(a, str) else _argument(a) for a in args] for args in commands]
+    ).decode()
+
+
+def _argument(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a {type(value).__name__} cannot travel as a JSON command argument")
+    return repr(value)
 
 
 def loads_within_limits(text: str, what: str) -> Any:

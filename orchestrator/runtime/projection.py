@@ -307,10 +307,11 @@ class Projection:
         argv: list[Any] = [epoch or "", len(expected)]
         for wf, seq in expected.items():
             argv += [self.k_wf(wf), "" if seq is None else str(seq)]
-        argv.append(len(commands))
-        for args in commands:
-            argv.append(len(args))
-            argv.extend(args)
+        try:
+            argv.append(fast_json.dumps_commands(commands))
+        except TypeError:  # an argument JSON text cannot carry: the same write, watched
+            self._write_watched(commands, epoch, expected)
+            return
         if self._guarded_write is None:
             self._guarded_write = self.r.register_script(GUARDED_WRITE_LUA)
         reply = self._guarded_write(keys=[self.lock_key, self.epoch_key], args=argv)

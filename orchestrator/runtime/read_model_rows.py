@@ -57,8 +57,8 @@ ANNOUNCE = "keel.announce"
 #: not the one expected (``seq`` and the rows' keys), else run the queued commands; the
 #: announcements (``keel.announce channel row-key note``) run last, so each carries its
 #: row as written. ARGV: epoch ('' for none), guard count, (row key, expected seq or ''),
-#: command count, then per command its argument count and arguments. Atomic like
-#: MULTI/EXEC.
+#: then the commands as one JSON array of arrays of strings (``fast_json.dumps_commands``:
+#: decoded by Redis, not packed argument by argument in Python). Atomic like MULTI/EXEC.
 GUARDED_WRITE_LUA = (
     "local ROW_FIELDS = {"
     + ", ".join(f"'{f}'" for f in ROW_FIELDS)
@@ -76,23 +76,19 @@ for _ = 1, tonumber(ARGV[2]) do
   i = i + 2
 end
 if #conflicts > 1 then return conflicts end
-local commands = tonumber(ARGV[i])
 local announce = {}
-i = i + 1
-for _ = 1, commands do
-  local n = tonumber(ARGV[i])
-  if ARGV[i + 1] == '"""
+for _, command in ipairs(cjson.decode(ARGV[i])) do
+  if command[1] == '"""
     + ANNOUNCE
     + """' then
-    announce[#announce + 1] = i + 2
+    announce[#announce + 1] = command
   else
-    redis.call(unpack(ARGV, i + 1, i + n))
+    redis.call(unpack(command))
   end
-  i = i + 1 + n
 end
-for _, at in ipairs(announce) do
-  local note = cjson.decode(ARGV[at + 2])
-  local values = redis.call('HMGET', ARGV[at + 1], unpack(ROW_FIELDS))
+for _, command in ipairs(announce) do
+  local note = cjson.decode(command[4])
+  local values = redis.call('HMGET', command[3], unpack(ROW_FIELDS))
   local row, size = {}, 0
   for j, field in ipairs(ROW_FIELDS) do
     if values[j] then
@@ -101,7 +97,7 @@ for _, at in ipairs(announce) do
     end
   end
   if size <= ROW_NOTE_MAX then note['row'] = row end
-  redis.call('PUBLISH', ARGV[at], cjson.encode(note))
+  redis.call('PUBLISH', command[2], cjson.encode(note))
 end
 return {'ok'}
 """

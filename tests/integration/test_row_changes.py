@@ -17,6 +17,7 @@ import pytest
 from orchestrator.domain.messages import Envelope, WorkflowStarted
 from orchestrator.domain.state import WorkflowState
 from orchestrator.examples import app as example_app
+from orchestrator.runtime import fast_json
 from orchestrator.runtime.projection import EpochChanged, Projection, RebuildRunning, SeqConflict
 from orchestrator.runtime.projector import Projector
 from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
@@ -114,6 +115,26 @@ def test_a_command_too_long_for_the_script_is_written_with_watch_and_multi(setti
             expected={"wf-long": None},
         )
     assert len(store.history("wf-long")) == 4101
+
+
+def test_every_text_reaches_redis_exactly_through_the_scripts_json(settings):
+    """The script's commands travel as one JSON text that Redis decodes: quotes,
+    backslashes, control characters, NUL, non-ASCII and astral characters, numbers and
+    enum values must come out byte for byte as redis-py would have sent them."""
+    store = Projection.from_url(settings.redis, settings.topic_prefix)
+    odd = 'q"uote \\ back\nline\ttab \x00nul \x7f é 😀 \u2028'
+    output = json.dumps({"s": odd}, ensure_ascii=False)
+    state = _state("wf-odd", 3, status="completed", output_json=output)
+    lines = [json.dumps({"seq": 1, "text": odd}, ensure_ascii=False), odd, ""]
+    store.write_guarded({"wf-odd": (state, lines, None)}, None, expected={"wf-odd": None})
+
+    raw = store.r.hgetall(store.k_wf("wf-odd"))
+    assert raw["output_json"] == output
+    assert raw["status"] == "completed" and raw["seq"] == "3" and raw["version"] == "1"
+    assert raw["state_json"] == state.to_json(fast_json.dumps_sorted)
+    assert WorkflowState.from_json(raw["state_json"]) == state
+    assert store.r.lrange(store.k_history("wf-odd"), 0, -1) == lines
+    assert store.get("wf-odd")["output"] == {"s": odd}
 
 
 def test_a_replayed_first_event_onto_an_existing_row_is_not_folded_twice(settings):

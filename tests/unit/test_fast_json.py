@@ -13,6 +13,7 @@ import pytest
 from orchestrator.domain.errors import LimitExceededError
 from orchestrator.domain.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
 from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.vocabulary import WorkflowStatus
 from orchestrator.examples import app as examples
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.history_io import read_history_dir
@@ -117,3 +118,22 @@ def test_the_armed_header_parses_to_the_same_timers() -> None:
         assert (name, version) == (state.name, state.version)
         expected = [] if state.is_terminal else sorted(state.pending_timers(), key=lambda t: t[1])
         assert sorted(timers) == sorted(expected)
+
+
+def test_commands_travel_as_the_text_redis_py_would_send() -> None:
+    commands = [
+        ("HSET", "k", "status", WorkflowStatus.COMPLETED, "seq", 12, "cost", 0.1, "big", 2**70),
+        ("RPUSH", "h", 'q"\\\n\x00é😀'),
+        (),
+    ]
+    assert json.loads(fast_json.dumps_commands(commands)) == [
+        ["HSET", "k", "status", "completed", "seq", "12", "cost", "0.1", "big", str(2**70)],
+        ["RPUSH", "h", 'q"\\\n\x00é😀'],
+        [],
+    ]
+
+
+@pytest.mark.parametrize("value", [b"bytes", True, None, "\ud800", object()])
+def test_an_argument_json_cannot_carry_exactly_is_refused(value: object) -> None:
+    with pytest.raises(TypeError):
+        fast_json.dumps_commands([("SET", "k", value)])
