@@ -110,6 +110,37 @@ def test_committed_events_are_folded_in_process_and_skipped_undecoded_on_the_top
     assert rig.committed_offset("wf-1") == rig.end_of("wf-1")  # and their offsets committed
 
 
+class LateChannel(CommittedEvents):
+    """A channel whose next ``late`` takes find nothing, as when a transaction commits
+    just after the projector took the channel and before it read the topic."""
+
+    late = 0
+
+    def take(self, timeout_s: float) -> list[CommittedEvent]:
+        if self.late:
+            self.late -= 1
+            return []
+        return super().take(timeout_s)
+
+
+def test_a_transaction_that_commits_while_the_topic_is_read_is_still_folded_in_process(
+    tmp_path,
+):
+    channel_ = LateChannel()
+    rig = Rig(tmp_path, committed=channel_)
+    rig.orch.start("wf-1", "three_step", {"n": 2})
+    rig.orch.orch.step()  # committed: on the topic and in the channel
+    channel_.late = 1  # ... but only after the projector's first look at the channel
+
+    applied = rig.projector.step()
+
+    started = rig.orch.events("wf-1")
+    assert applied == len(started) == rig.projector.applied_in_process
+    assert rig.codec.decoded == 0  # the topic's copies were skipped, not decoded and folded
+    assert rig.history_seqs("wf-1") == [e.seq for e in started]
+    assert rig.committed_offset("wf-1") == rig.end_of("wf-1")
+
+
 def test_a_gap_in_process_is_left_to_the_topic_which_fills_it_once(tmp_path):
     rig = Rig(tmp_path)
     rig.orch.start("wf-1", "three_step", {"n": 2})
