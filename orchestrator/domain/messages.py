@@ -8,8 +8,6 @@ it needs them, and the wire format never depends on a user's pydantic models.
 
 An event class that ends a run says so with ``TERMINAL = True``; ``TERMINAL_EVENTS``
 and ``TERMINAL_EVENT_NAMES`` are derived from that flag, so there is one registry.
-
-This module is pure: no Kafka, Redis or network imports.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
+from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.migration_messages import MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.saga_messages import (
     CompensationFailed,
@@ -538,7 +537,7 @@ Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaE
 
 #: Every payload type by its wire name (the Avro record's short name).
 PAYLOAD_TYPES: dict[str, type] = {
-    cls.__name__: cls
+    cls.__name__: fast_init(cls)
     for cls in (
         StartWorkflow,
         CompleteActivity,
@@ -598,6 +597,7 @@ TERMINAL_EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in TERMINA
 P = TypeVar("P")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Envelope(Generic[P]):
     """The one envelope around every record on every Keel topic.

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.vocabulary import ActivityStatus, HumanTaskStatus, WaitKind
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ActivityState:
     """One activity (business intent) and its latest physical attempt."""
@@ -53,6 +55,7 @@ class ActivityState:
         return self.heartbeat_count > 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HumanTaskState:
     """One human task of the run (docs/human-tasks.md): its recorded facts, folded.
@@ -90,6 +93,7 @@ class HumanTaskState:
         return self.status == HumanTaskStatus.OPEN
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CompensationState:
     """The compensation of a run that failed or was cancelled (docs/sagas.md).
@@ -106,6 +110,7 @@ class CompensationState:
     failed: tuple[str, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
@@ -113,6 +118,7 @@ class TimerState:
     purpose: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WaitState:
     """The wait of the current state visit.

@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanKind
 from orchestrator.codec import DecodeError
 from orchestrator.domain import CommandRejected
 from orchestrator.domain.errors import KeelError, LimitExceededError
+from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.ids import check_workflow_id
 from orchestrator.domain.limits import check_json_text
 from orchestrator.domain.messages import (
@@ -64,6 +65,7 @@ log = logging.getLogger("keel.orchestrator")
 Overlay = dict[str, tuple[int, WorkflowState]]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Out:
     """One record to append, fully encoded and checked."""

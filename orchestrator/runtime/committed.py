@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 
@@ -34,6 +35,7 @@ __all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "channel"]
 MAX_WAITING_EVENTS = 50_000
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CommittedEvent:
     """One event of a committed transaction; ``offset`` is -1 when it is not known.

@@ -37,6 +37,7 @@ from typing import Any
 
 from orchestrator.app import KeelApp
 from orchestrator.domain.definitions import Step
+from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, FailActivity
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import TimeoutKind
@@ -50,6 +51,7 @@ log = logging.getLogger("keel.orchestrator.local")
 LOCAL_BOUND_MS = 2000
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LocalRun:
     """One scheduled local attempt: where it belongs and what bounds it."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.domain.errors import InvalidInputError, UnavailableError
+from orchestrator.domain.frozen_init import fast_init
 
 if TYPE_CHECKING:
     from orchestrator.domain.state import WorkflowState
@@ -44,6 +45,7 @@ __all__ = [
 DeliveryCallback = Callable[[int, int], None]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Record:
     """One record read from a topic."""

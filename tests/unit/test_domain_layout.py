@@ -29,6 +29,7 @@ DOMAIN = Path(__file__).resolve().parents[2] / "orchestrator" / "domain"
 #: Layers, lowest first; a module may import domain modules of a lower layer only.
 LAYERS: dict[str, float] = {
     "errors": 0,
+    "frozen_init": 0,
     "vocabulary": 0,
     "keys": 0,
     "fingerprint": 0,
