@@ -18,11 +18,16 @@ from pydantic import BaseModel
 __all__ = ["callable_fingerprint", "canonical_json"]
 
 
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, with
+#: the encoder built once instead of per call (a decision calls this per step input).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON text of ``value`` (pydantic models are dumped in JSON mode)."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def _code_fingerprint(code: types.CodeType, h: Any) -> None:

@@ -72,20 +72,35 @@ class EpochChanged(Exception):
 def history_entry(env: Envelope[Any]) -> dict[str, Any]:
     """One history line; ``*_json`` fields are shown parsed, under their plain name.
 
-    Parsing is bounded (``fast_json.loads_within_limits``): a value past the JSON limits stays text,
-    so a hostile payload can never stop the projector.
+    Parsing is bounded (``fast_json.loads_within_limits``): a value past the JSON limits
+    stays text, so a hostile payload can never stop the projector.
     """
+    payload = env.payload
     data: dict[str, Any] = {}
-    for f in fields(env.payload):
-        value = getattr(env.payload, f.name)
-        if f.name.endswith("_json") and isinstance(value, str):
+    for name, shown in _history_fields(type(payload)):
+        value = getattr(payload, name)
+        if shown is not None and isinstance(value, str):
             try:
-                data[f.name[: -len("_json")]] = fast_json.loads_within_limits(value, f.name)
+                data[shown] = fast_json.loads_within_limits(value, name)
                 continue
             except (ValueError, RecursionError):
                 pass
-        data[f.name] = value
+        data[name] = value
     return {"seq": env.seq, "type": env.type, "recorded_at": env.recorded_at, "data": data}
+
+
+_HISTORY_FIELDS: dict[type, tuple[tuple[str, str | None], ...]] = {}
+
+
+def _history_fields(payload_type: type) -> tuple[tuple[str, str | None], ...]:
+    """A payload class's fields, each with its plain name if it holds JSON text."""
+    found = _HISTORY_FIELDS.get(payload_type)
+    if found is None:
+        found = _HISTORY_FIELDS[payload_type] = tuple(
+            (f.name, f.name[: -len("_json")] if f.name.endswith("_json") else None)
+            for f in fields(payload_type)
+        )
+    return found
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -130,6 +145,8 @@ def _attention(state: WorkflowState) -> str:
 
 def _tasks_summary(state: WorkflowState) -> str:
     """The run's human tasks, for ``keel workflow show`` (the inbox holds the rest)."""
+    if not state.human_tasks:
+        return "[]"  # most runs: nothing to encode
     return json.dumps(
         [
             {
@@ -291,7 +308,7 @@ class Projection:
             if old_status != state.status:
                 note = {"run_id": state.run_id, "status": str(state.status), "seq": state.seq}
                 pipe.execute_command(
-                    ANNOUNCE, self.changes_channel(wf), self.k_wf(wf), json.dumps(note)
+                    ANNOUNCE, self.changes_channel(wf), self.k_wf(wf), fast_json.dumps(note)
                 )
         commands = [args for args, _ in pipe.command_stack]
         pipe.reset()
