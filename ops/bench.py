@@ -400,9 +400,12 @@ def one_run(
     light_rate: float,
     log: Log,
     light_only: bool = False,
+    throughput_only: bool = False,
 ) -> dict[str, Any]:
     """One run of every phase; ``light_only``: the light-load phases and Kafka's floor
-    alone (~40 s: for comparing latency, interleaved, on a noisy machine)."""
+    alone (~40 s: for comparing latency, interleaved, on a noisy machine);
+    ``throughput_only``: the two bursts with the projector on and their CPU per run
+    (for comparing throughput the same way)."""
     from ops import kafka_floor  # it shares this module's helpers
 
     b = Bench(base, log)
@@ -410,19 +413,27 @@ def one_run(
     try:
         b.warm(REMOTE)
         b.warm(LOCAL)
-        for name, key in ((REMOTE, "remote"), (LOCAL, "local")):
-            log(f"light load, {name}: {light} workflows, one at a time, <= {light_rate:g}/s")
-            out[f"light_{key}"] = b.light(name, light, light_rate)
-        log(f"Kafka's floor: {light} bare transactional hops, one at a time")
-        out["kafka_floor"] = kafka_floor.hop(b.settings, count=light, gap_s=1 / light_rate)
-        if light_only:
-            return _with_ratios(out)
+        if not throughput_only:
+            for name, key in ((REMOTE, "remote"), (LOCAL, "local")):
+                log(f"light load, {name}: {light} workflows, one at a time, <= {light_rate:g}/s")
+                out[f"light_{key}"] = b.light(name, light, light_rate)
+            log(f"Kafka's floor: {light} bare transactional hops, one at a time")
+            out["kafka_floor"] = kafka_floor.hop(b.settings, count=light, gap_s=1 / light_rate)
+            if light_only:
+                return _with_ratios(out)
         log(f"throughput, projector on: {workflows} workflows at once")
         cpu0 = b.sampler.cpu_mark()
         out["throughput_remote"] = b.throughput(REMOTE, workflows, "remote")
         time.sleep(0.25)
         cpu = {r: b.sampler.cpu_s[r] - cpu0[r] for r in cpu0}
+        cpu0 = b.sampler.cpu_mark()
         out["throughput_local"] = b.throughput(LOCAL, workflows, "local")
+        time.sleep(0.25)
+        cpu_local = {r: b.sampler.cpu_s[r] - cpu0[r] for r in cpu0}
+        out["cpu_ms_per_workflow"] = {r: 1000 * c / workflows for r, c in cpu.items()}
+        out["cpu_ms_per_workflow_local"] = {r: 1000 * c / workflows for r, c in cpu_local.items()}
+        if throughput_only:
+            return out
         peak = out["throughput_remote"]
         log(f"half of peak: {peak / 2:.0f}/s for 5 s")
         out["half_peak_remote"] = b.paced(REMOTE, peak / 2, 5, "remote")
@@ -438,7 +449,6 @@ def one_run(
         out["throughput_remote_projector_process"] = b.throughput(REMOTE, workflows, "remote-pp")
         out["throughput_local_projector_process"] = b.throughput(LOCAL, workflows, "local-pp")
         out["read_model_throughput"] = {k: round(v, 2) for k, v in b.read_model_rates.items()}
-        out["cpu_ms_per_workflow"] = {r: 1000 * c / workflows for r, c in cpu.items()}
         out["peak_rss_mb"] = dict(b.sampler.peak)
     finally:
         b.close()
@@ -506,11 +516,14 @@ def run_bench(
     light_rate: float,
     log: Log,
     light_only: bool = False,
+    throughput_only: bool = False,
 ) -> dict[str, Any]:
     results = []
     for i in range(runs):
         log(f"run {i + 1}/{runs}")
-        results.append(one_run(settings, workflows, light, light_rate, log, light_only))
+        results.append(
+            one_run(settings, workflows, light, light_rate, log, light_only, throughput_only)
+        )
         log(json.dumps(_median([results[-1]])))
     summary: dict[str, Any] = _median(results)
     summary.update(
@@ -535,8 +548,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--light-rate", type=float, default=20.0)
     parser.add_argument("--recovery", type=int, default=0, metavar="N")
     parser.add_argument("--finished", type=int, default=0, metavar="N")
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--light-only", action="store_true", help="the light-load phases and Kafka's floor only"
+    )
+    only.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="the two bursts with the projector on, and their CPU per run, only",
     )
     args = parser.parse_args(argv)
     settings = load_settings()
@@ -552,7 +571,14 @@ def main(argv: list[str] | None = None) -> None:
         result = run_finished(settings, args.finished, log)
     else:
         result = run_bench(
-            settings, args.workflows, args.runs, args.light, args.light_rate, log, args.light_only
+            settings,
+            args.workflows,
+            args.runs,
+            args.light,
+            args.light_rate,
+            log,
+            args.light_only,
+            args.throughput_only,
         )
     print(json.dumps(result), flush=True)
 

@@ -222,6 +222,9 @@ def bench(
     light_only: Annotated[
         bool, typer.Option(help="Only the light-load phases and Kafka's floor (~40 s a run).")
     ] = False,
+    throughput_only: Annotated[
+        bool, typer.Option(help="Only the two bursts with the projector on, with CPU per run.")
+    ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from rich.console import Console
@@ -240,7 +243,16 @@ def bench(
     elif finished is not None:
         result = run_finished(settings, finished, lambda m: err.print(m))
     else:
+        if light_only and throughput_only:
+            raise typer.BadParameter("--light-only and --throughput-only exclude each other")
         result = run_bench(
-            settings, workflows, runs, light, light_rate, lambda m: err.print(m), light_only
+            settings,
+            workflows,
+            runs,
+            light,
+            light_rate,
+            lambda m: err.print(m),
+            light_only,
+            throughput_only,
         )
     typer.echo(json.dumps(result))

@@ -100,6 +100,16 @@ def test_bench_light_only_runs_the_light_phases_and_kafkas_floor(settings):
     }
 
 
+def test_bench_throughput_only_runs_the_two_bursts_with_their_cpu_per_run(settings):
+    result = _bench(settings, "--throughput-only", "--runs", "1", "--workflows", "10")
+    assert isinstance(result["throughput_remote"], float | int)
+    assert isinstance(result["throughput_local"], float | int)
+    for key in ("cpu_ms_per_workflow", "cpu_ms_per_workflow_local"):
+        assert set(result[key]) == {"orchestrator", "worker"}, key
+    assert result["cpu_ms_per_workflow_local"]["orchestrator"] > 0
+    assert "light_local" not in result and "throughput_local_no_projector" not in result
+
+
 def test_bench_recovery_reports_the_first_decision_and_rss(settings):
     result = _bench(settings, "--recovery", "40")
     assert result["live_runs"] == 40
