@@ -4,10 +4,11 @@
 ``object.__setattr__`` (the class's own ``__setattr__`` refuses). A run's decisions
 create about a hundred such objects (payloads, envelopes, activity states), and under
 load their ``__init__`` was a seventh of the orchestrator's GIL (docs/performance.md,
-"Frozen objects made faster"). The ``__init__`` made here sets each slot through the
-slot's own descriptor, which is where ``object.__setattr__`` ends up: the same object,
-built about twice as fast. The class stays frozen (assignment still raises
-``FrozenInstanceError``), and ``replace``, ``copy`` and ``pickle`` work as before.
+"The projector's JSON, its Redis write, and frozen objects built faster"). The
+``__init__`` made here sets each slot through the slot's own descriptor, which is where
+``object.__setattr__`` ends up: the same object, built about twice as fast. The class
+stays frozen (assignment still raises ``FrozenInstanceError``), and ``replace``,
+``copy`` and ``pickle`` work as before.
 
 Only the plain case is taken: every field in ``__init__``, positional, with a default
 value or none. Anything else (a default factory, keyword-only or init-less fields,

@@ -2,12 +2,14 @@
 
 The projector writes a state and a history line per event after every batch, and the
 command loop a header per decision; with the standard library's encoder that was a
-seventh of the orchestrator's GIL under load (docs/performance.md, "orjson on the hot
-path"). orjson is several times faster. It refuses a few values the standard library
-takes (integers past 64 bits, ``NaN`` in input): those fall back to the standard library,
-so every value that was written before is still written, and what is written is JSON
-that ``json.loads`` reads to the same value. Bytes can differ from the standard
-library's: compact separators, non-ASCII characters as UTF-8 instead of ``\\u`` escapes.
+seventh of the orchestrator's GIL under load (docs/performance.md, "The projector's
+JSON, its Redis write, and frozen objects built faster"). orjson is several times
+faster. What it refuses (integers past 64 bits, keys that are not strings) goes to the
+standard library, so every value written before is still written. Bytes can differ
+from the standard library's (compact separators, non-ASCII characters as UTF-8 instead
+of ``\\u`` escapes), not the value ``json.loads`` reads back; with one exception: a float
+``NaN`` or infinity (only a payload's own JSON text can hold one) is written as ``null``,
+where the standard library wrote ``NaN``/``Infinity``, which are not JSON.
 
 The pure domain keeps the standard library; this module is handed to it as the encoder
 (``WorkflowState.to_json(encode)``).

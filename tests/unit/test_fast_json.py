@@ -73,6 +73,11 @@ def test_what_orjson_refuses_is_written_by_the_standard_library() -> None:
     assert fast_json.dumps({"at": object}) == json.dumps({"at": str(object)}, separators=(",", ":"))
 
 
+def test_a_nan_from_a_payload_is_written_as_null_the_one_value_that_changes() -> None:
+    entry = {"data": {"x": fast_json.loads_within_limits("[NaN, Infinity, 1.5]", "x")}}
+    assert fast_json.dumps(entry) == '{"data":{"x":[null,null,1.5]}}'
+
+
 @pytest.mark.parametrize(
     "text",
     [
