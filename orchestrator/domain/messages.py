@@ -535,7 +535,7 @@ Event = (
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 
-#: Every payload type by its wire name (the Avro record's short name).
+#: Every payload type by its wire name (Avro's short name), each given ``fast_init`` here.
 PAYLOAD_TYPES: dict[str, type] = {
     cls.__name__: fast_init(cls)
     for cls in (
