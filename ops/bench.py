@@ -257,10 +257,9 @@ class Bench:
     """One run's processes and clients."""
 
     def __init__(self, base: Settings, log: Log) -> None:
-        from ops.topics import create_topics
+        from ops import scratch
 
-        self.settings = base.model_copy(update={"topic_prefix": f"bench-{uuid.uuid4().hex[:8]}"})
-        create_topics(self.settings)
+        self.settings = scratch.fresh(base, log)
         self.home = Path(tempfile.mkdtemp(prefix="keel-bench-"))
         self.log = log
         from ops.bench_app import app
@@ -401,14 +400,34 @@ def one_run(
     log: Log,
     light_only: bool = False,
     throughput_only: bool = False,
+    keep_topics: bool = False,
 ) -> dict[str, Any]:
     """One run of every phase; ``light_only``: the light-load phases and Kafka's floor
     alone (~40 s: for comparing latency, interleaved, on a noisy machine);
     ``throughput_only``: the two bursts with the projector on and their CPU per run
-    (for comparing throughput the same way)."""
-    from ops import kafka_floor  # it shares this module's helpers
+    (for comparing throughput the same way). The run's prefix is dropped at the end
+    unless ``keep_topics`` (ops/scratch.py)."""
+    from ops import scratch
 
     b = Bench(base, log)
+    try:
+        return _phases(b, workflows, light, light_rate, log, light_only, throughput_only)
+    finally:
+        if not keep_topics:
+            scratch.drop(b.settings, log)
+
+
+def _phases(
+    b: Bench,
+    workflows: int,
+    light: int,
+    light_rate: float,
+    log: Log,
+    light_only: bool,
+    throughput_only: bool,
+) -> dict[str, Any]:
+    from ops import kafka_floor  # it shares this module's helpers
+
     out: dict[str, Any] = {}
     try:
         b.warm(REMOTE)
@@ -517,13 +536,17 @@ def run_bench(
     log: Log,
     light_only: bool = False,
     throughput_only: bool = False,
+    keep_topics: bool = False,
 ) -> dict[str, Any]:
     results = []
     for i in range(runs):
         log(f"run {i + 1}/{runs}")
         results.append(
-            one_run(settings, workflows, light, light_rate, log, light_only, throughput_only)
-        )
+            one_run(
+                settings, workflows, light, light_rate, log, light_only, throughput_only,
+                keep_topics,
+            )
+        )  # fmt: skip
         log(json.dumps(_median([results[-1]])))
     summary: dict[str, Any] = _median(results)
     summary.update(
@@ -557,6 +580,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the two bursts with the projector on, and their CPU per run, only",
     )
+    parser.add_argument(
+        "--keep-topics",
+        action="store_true",
+        help="keep each run's topics, consumer groups and Redis keys (dropped by default)",
+    )
     args = parser.parse_args(argv)
     settings = load_settings()
 
@@ -566,9 +594,9 @@ def main(argv: list[str] | None = None) -> None:
     from ops.bench_restart import run_finished, run_recovery
 
     if args.recovery:
-        result = run_recovery(settings, args.recovery, log)
+        result = run_recovery(settings, args.recovery, log, args.keep_topics)
     elif args.finished:
-        result = run_finished(settings, args.finished, log)
+        result = run_finished(settings, args.finished, log, args.keep_topics)
     else:
         result = run_bench(
             settings,
@@ -579,6 +607,7 @@ def main(argv: list[str] | None = None) -> None:
             log,
             args.light_only,
             args.throughput_only,
+            args.keep_topics,
         )
     print(json.dumps(result), flush=True)
 

@@ -14,7 +14,6 @@ import json
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -42,14 +41,11 @@ class _RestartRig:
     """A fresh prefix, an event tail, a client and one orchestrator that can be SIGKILLed
     and restarted under the same instance id: what the recovery and memory runs share."""
 
-    def __init__(self, settings: Settings, label: str) -> None:
+    def __init__(self, settings: Settings, label: str, log: Log) -> None:
+        from ops import scratch
         from ops.bench_app import app
-        from ops.topics import create_topics
 
-        self.settings = settings.model_copy(
-            update={"topic_prefix": f"bench-{label}-{uuid.uuid4().hex[:8]}"}
-        )
-        create_topics(self.settings)
+        self.settings = scratch.fresh(settings, log, label)
         self.home = Path(tempfile.mkdtemp(prefix=f"keel-bench-{label}-"))
         self.label = label
         self.client = KeelClient(self.settings, app)
@@ -105,18 +101,25 @@ class _RestartRig:
     def rss_mb(self) -> float:
         return float(psutil.Process(self.orch.pid).memory_info().rss / 2**20)
 
-    def close(self) -> None:
+    def close(self, *, drop: bool, log: Log) -> None:
+        """Stop the processes; then, when ``drop``, delete the prefix (ops/scratch.py)."""
+        from ops import scratch
+
         if self.orch.poll() is None:
             self.orch.kill()
         self.orch.wait(30)
         self.tail.stop()
         self.client.close()
+        if drop:
+            scratch.drop(self.settings, log)
 
 
-def run_recovery(settings: Settings, live: int, log: Log) -> dict[str, Any]:
+def run_recovery(
+    settings: Settings, live: int, log: Log, keep_topics: bool = False
+) -> dict[str, Any]:
     """N runs waiting on a timer, an orchestrator SIGKILLed, then restarted: how soon it
     decides again, and its RSS."""
-    rig = _RestartRig(settings, "rec")
+    rig = _RestartRig(settings, "rec", log)
     tail = rig.tail
     try:
         log(f"writing {live} live runs (timer_demo, one hour)")
@@ -138,7 +141,7 @@ def run_recovery(settings: Settings, live: int, log: Log) -> dict[str, Any]:
         log("cold rebuild: every run folded from keel.events alone")
         cold = _cold_rebuild(rig.settings)
     finally:
-        rig.close()
+        rig.close(drop=not keep_topics, log=log)
     return {
         "live_runs": live,
         "topic_prefix": rig.settings.topic_prefix,
@@ -194,11 +197,13 @@ def _cold_rebuild(settings: Settings) -> dict[str, float]:
     }
 
 
-def run_finished(settings: Settings, finished: int, log: Log) -> dict[str, Any]:
+def run_finished(
+    settings: Settings, finished: int, log: Log, keep_topics: bool = False
+) -> dict[str, Any]:
     """N runs that finish (timer_demo, zero seconds): the orchestrator's RSS once they have
     ended, and again after a restart that rebuilds them (finished runs are evicted to
     small identities, so memory must stay flat as runs complete; docs/performance.md)."""
-    rig = _RestartRig(settings, "fin")
+    rig = _RestartRig(settings, "fin", log)
     tail = rig.tail
     try:
         time.sleep(STATUS_INTERVAL_S * 3)
@@ -219,7 +224,7 @@ def run_finished(settings: Settings, finished: int, log: Log) -> dict[str, Any]:
         log("cold rebuild: every run summarized from keel.events alone")
         cold = _cold_rebuild(rig.settings)
     finally:
-        rig.close()
+        rig.close(drop=not keep_topics, log=log)
     return {
         "finished_runs": finished,
         "run_s": round(run_s, 1),

@@ -225,6 +225,10 @@ def bench(
     throughput_only: Annotated[
         bool, typer.Option(help="Only the two bursts with the projector on, with CPU per run.")
     ] = False,
+    keep_topics: Annotated[
+        bool,
+        typer.Option(help="Keep each run's topics, consumer groups and Redis keys (dropped)."),
+    ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from rich.console import Console
@@ -239,9 +243,9 @@ def bench(
         LocalStack(settings).up()
     err = Console(stderr=True, highlight=False)
     if recovery is not None:
-        result = run_recovery(settings, recovery, lambda m: err.print(m))
+        result = run_recovery(settings, recovery, lambda m: err.print(m), keep_topics)
     elif finished is not None:
-        result = run_finished(settings, finished, lambda m: err.print(m))
+        result = run_finished(settings, finished, lambda m: err.print(m), keep_topics)
     else:
         if light_only and throughput_only:
             raise typer.BadParameter("--light-only and --throughput-only exclude each other")
@@ -254,5 +258,6 @@ def bench(
             lambda m: err.print(m),
             light_only,
             throughput_only,
+            keep_topics,
         )
     typer.echo(json.dumps(result))

@@ -22,7 +22,8 @@ generation) and ``rm:health:projector:<instance>``. ``rm:changed:<id>`` is a pub
 *channel*, not a key: the projector announces each change of a row's status on it in the
 same step as the write, and a waiting client subscribes (so a clear never touches it).
 
-Only the read model (``rm``) is ever cleared in bulk.
+Only the read model (``rm``) is ever cleared in bulk by Keel's services. ``keel bench``
+deletes its own scratch prefix whole when a run ends (ops/scratch.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``keel bench`` at a tiny size: it runs and its last line is JSON with every key.
+"""``keel bench`` at a tiny size: it runs, its last line is JSON with every key, and it
+leaves nothing behind under its prefix (unless ``--keep-topics``).
 
 A smoke test only: no figure is asserted (speed is measured by the bench, never here).
 """
@@ -7,9 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
+from ops import scratch
+from ops.topics import admin_client
+from orchestrator.runtime.projection import redis_client
 from tests.conftest import REPO
 
 LIGHT_KEYS = {
@@ -23,6 +29,41 @@ LIGHT_KEYS = {
     "intake_lag_ms",
     "local_activity_ms",
 }
+
+
+#: The line ``ops/scratch.py`` logs when it dropped a run's prefix.
+DROPPED = re.compile(
+    r"^dropped prefix (bench-[\w-]+): (\d+) topics, (\d+) Redis keys$",
+    re.M,
+)
+
+
+#: The line ``ops/scratch.py`` logs when it made a run's prefix.
+CREATED = re.compile(r"^prefix (bench-[\w-]+): topics created$", re.M)
+
+
+def _left(settings, prefix: str) -> tuple[list[str], list[str]]:
+    """The topics and Redis keys still under ``prefix``."""
+    topics = sorted(
+        t
+        for t in admin_client(settings).list_topics(timeout=30).topics
+        if t.startswith(prefix + ".")
+    )
+    keys = sorted(redis_client(settings.redis).scan_iter(match=f"keel:{prefix}:*", count=1000))
+    return topics, keys
+
+
+def _assert_dropped(settings, stderr: str) -> None:
+    found = DROPPED.findall(stderr)
+    assert found and len(found) == len(CREATED.findall(stderr)), stderr[-3000:]
+    for prefix, topics, keys in found:
+        assert int(topics) >= 5, (prefix, topics)
+        # a run with a projector wrote read-model rows; --recovery runs none
+        assert (int(keys) > 0) == ("-rec-" not in prefix), (prefix, keys)
+        deadline = time.monotonic() + 15  # the brokers' metadata learns of a deletion late
+        while (left := _left(settings, prefix))[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left == ([], []), prefix
 
 
 def _bench(settings, *args: str) -> dict:
@@ -43,7 +84,13 @@ def _bench(settings, *args: str) -> dict:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
-    return dict(json.loads(last))
+    result = dict(json.loads(last))
+    if "--keep-topics" in args:
+        assert not DROPPED.search(done.stderr)
+        result["_stderr"] = done.stderr
+    else:
+        _assert_dropped(settings, done.stderr)
+    return result
 
 
 def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
@@ -101,13 +148,23 @@ def test_bench_light_only_runs_the_light_phases_and_kafkas_floor(settings):
 
 
 def test_bench_throughput_only_runs_the_two_bursts_with_their_cpu_per_run(settings):
-    result = _bench(settings, "--throughput-only", "--runs", "1", "--workflows", "10")
+    result = _bench(
+        settings, "--throughput-only", "--runs", "1", "--workflows", "10", "--keep-topics"
+    )
     assert isinstance(result["throughput_remote"], float | int)
     assert isinstance(result["throughput_local"], float | int)
     for key in ("cpu_ms_per_workflow", "cpu_ms_per_workflow_local"):
         assert set(result[key]) == {"orchestrator", "worker"}, key
     assert result["cpu_ms_per_workflow_local"]["orchestrator"] > 0
     assert "light_local" not in result and "throughput_local_no_projector" not in result
+    # --keep-topics: the run's prefix is still there, whole, for inspection
+    (prefix,) = CREATED.findall(result["_stderr"])
+    topics, keys = _left(settings, prefix)
+    assert {t.split(".", 1)[1] for t in topics} >= {"commands", "events", "tasks", "dlq"}
+    assert any(":rm:wf:" in k for k in keys)
+    dropped = scratch.drop(settings.model_copy(update={"topic_prefix": prefix}))
+    assert dropped.failures == () and dropped.topics == len(topics)
+    assert dropped.keys == len(keys)
 
 
 def test_bench_recovery_reports_the_first_decision_and_rss(settings):

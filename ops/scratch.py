@@ -1,0 +1,114 @@
+"""A bench run's own topic prefix, and its removal when the run is over.
+
+Every ``keel bench`` run works under a fresh prefix (``bench-<label>-<hex>``) so runs never
+see each other's records. Left behind, those prefixes pile up: each run leaves its topics
+(eight partitions each) and its Redis keys, and a broker holding a few thousand
+partitions is measurably slower (docs/performance.md). So the bench drops its prefix when
+it is done, unless asked to keep it (``--keep-topics``) for inspection.
+
+Only names under the run's own prefix are touched: topics named ``<prefix>.*`` and Redis
+keys under ``keel:<prefix>:`` (orchestrator/runtime/keyspace.py). The run's consumer
+groups are left to expire with the broker's ``offsets.retention.minutes``: a statically
+named orchestrator that was SIGKILLed stays a member until its session times out, and a
+group with a member cannot be deleted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from confluent_kafka import KafkaException
+
+from ops.topics import admin_client, create_topics
+from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.projection import redis_client
+from orchestrator.settings import Settings
+
+__all__ = ["Dropped", "drop", "fresh"]
+
+#: Keys unlinked per round trip while dropping a prefix's Redis keys.
+_UNLINK_BATCH = 1000
+
+
+def fresh(base: Settings, log: Callable[[str], None], label: str = "") -> Settings:
+    """``base`` under a new prefix of its own, with its topics created (and logged)."""
+    tag = f"{label}-" if label else ""
+    settings = base.model_copy(update={"topic_prefix": f"bench-{tag}{uuid.uuid4().hex[:8]}"})
+    create_topics(settings)
+    log(f"prefix {settings.topic_prefix}: topics created")
+    return settings
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What :func:`drop` removed, and what it could not (each with its reason)."""
+
+    topics: int
+    keys: int
+    failures: tuple[str, ...]
+
+    def describe(self, prefix: str) -> str:
+        done = f"dropped prefix {prefix}: {self.topics} topics, {self.keys} Redis keys"
+        return done + (f"; not dropped: {'; '.join(self.failures)}" if self.failures else "")
+
+
+def drop(settings: Settings, log: Callable[[str], None] | None = None) -> Dropped:
+    """Delete every topic and Redis key of ``settings.topic_prefix``.
+
+    Best effort: a failure is reported (in the result and the log), never raised, so a
+    bench's figures are printed even when the cleanup after them fails.
+    """
+    prefix = settings.topic_prefix
+    failures: list[str] = []
+    topics = keys = 0
+    try:
+        topics = _drop_topics(settings, failures)
+    except KafkaException as exc:
+        failures.append(f"Kafka: {exc}")
+    try:
+        keys = _drop_redis(settings)
+    except (redis.RedisError, OSError) as exc:
+        failures.append(f"Redis: {exc}")
+    dropped = Dropped(topics, keys, tuple(failures))
+    if log is not None:
+        log(dropped.describe(prefix))
+    return dropped
+
+
+def _drop_topics(settings: Settings, failures: list[str]) -> int:
+    timeout = settings.admin_timeout_s
+    admin = admin_client(settings)
+    mine = f"{settings.topic_prefix}."
+    names = [t for t in admin.list_topics(timeout=timeout).topics if t.startswith(mine)]
+    if not names:
+        return 0
+    topics = 0
+    futures = admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout + 5)
+            topics += 1
+        except (KafkaException, TimeoutError) as exc:
+            failures.append(f"topic {name}: {exc}")
+    return topics
+
+
+def _drop_redis(settings: Settings) -> int:
+    client = redis_client(settings.redis)
+    try:
+        pattern = f"{Keyspace(settings.topic_prefix).root}:*"
+        removed = 0
+        batch: list[str] = []
+        for key in client.scan_iter(match=pattern, count=_UNLINK_BATCH):
+            batch.append(key)
+            if len(batch) >= _UNLINK_BATCH:
+                removed += int(client.unlink(*batch))
+                batch.clear()
+        if batch:
+            removed += int(client.unlink(*batch))
+        return removed
+    finally:
+        client.close()
