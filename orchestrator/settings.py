@@ -17,7 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.domain.errors import ConfigError
 
-TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq")
+#: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
+#: all with one replication policy (docs/operations.md).
+TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq", "sagas")
 
 #: Settings whose values are secrets: an error about one never shows the value.
 SECRET_FIELDS = frozenset({"task_token_secret", "seal_key"})

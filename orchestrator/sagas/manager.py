@@ -34,10 +34,10 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from orchestrator.codec import default_codec
+from orchestrator.domain.errors import KeelError
 from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
@@ -67,27 +67,22 @@ BATCH = 500
 
 def sagas_topic(settings: Settings) -> str:
     """The saga manager's own log (``<prefix>.sagas``): facts keyed ``saga/correlation``."""
-    return f"{settings.topic_prefix}.sagas"
+    return settings.topic("sagas")
 
 
-def ensure_sagas_topic(settings: Settings) -> None:
-    """Create ``<prefix>.sagas`` (retained forever, like the events) when missing."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
+def require_sagas_topic(settings: Settings) -> None:
+    """Refuse to start without ``<prefix>.sagas``.
+
+    ``keel topics create`` makes it with the replication every other topic gets (a
+    majority in sync from three replicas). Creating it here instead would give it this
+    process's settings alone, and a saga log on one broker of three.
+    """
+    from ops.topics import admin_client
+
     name = sagas_topic(settings)
-    if name in admin.list_topics(timeout=30).topics:
-        return
-    topic = NewTopic(
-        name,
-        num_partitions=settings.partitions,
-        replication_factor=settings.replication_factor,
-        config={"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
-    )
-    for future in admin.create_topics([topic]).values():
-        try:
-            future.result(30)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+    meta = admin_client(settings).list_topics(name, timeout=settings.admin_timeout_s)
+    if name not in meta.topics or meta.topics[name].error is not None:
+        raise KeelError(f"topic {name} does not exist; run `keel topics create`")
 
 
 def _data(payload: Any) -> dict[str, Any]:
@@ -166,7 +161,7 @@ class SagaManager:
             log.info("no saga is declared on this application; the saga manager idles")
             self._stop.wait()
             return
-        ensure_sagas_topic(self.settings)
+        require_sagas_topic(self.settings)
         consumer = Consumer(consumer_config(self.settings, f"{self.settings.topic_prefix}.sagas"))
         txid = f"{self.settings.topic_prefix}.sagas.{self.instance_id}"
         out = _SagaLog(self.settings, txid, None, stopping=self.stopping)

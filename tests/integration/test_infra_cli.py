@@ -149,13 +149,14 @@ def test_three_broker_cluster_restart_one_broker_and_down(cli_env):
         assert created.returncode == 0, created.stderr
         admin = AdminClient({"bootstrap.servers": servers})
         meta = admin.list_topics(timeout=30)
-        for kind in ("commands", "events", "snapshots", "tasks", "dlq"):
+        for kind in ("commands", "events", "snapshots", "tasks", "dlq", "sagas"):
             topic = meta.topics[f"keel.{kind}"]
             assert {len(p.replicas) for p in topic.partitions.values()} == {3}, kind
-        resource = ConfigResource(ConfigResource.Type.TOPIC, "keel.events")
-        configs = admin.describe_configs([resource])[resource].result(30)
-        assert configs["min.insync.replicas"].value == "2"
-        assert not configs["min.insync.replicas"].is_default  # set on the topic itself
+        for name in ("keel.events", "keel.sagas"):
+            resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+            configs = admin.describe_configs([resource])[resource].result(30)
+            assert configs["min.insync.replicas"].value == "2", name
+            assert not configs["min.insync.replicas"].is_default, name  # set on the topic
     finally:
         down = keel("infra", "down", env=env, timeout=120)
     assert down.returncode == 0, down.stderr

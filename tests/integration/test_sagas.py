@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.domain.errors import KeelError
 from orchestrator.domain.messages import CancelWorkflow, WorkflowCancelled
 from orchestrator.runtime.client import KeelClient
-from orchestrator.sagas.manager import sagas_topic
+from orchestrator.sagas.manager import SagaManager, require_sagas_topic, sagas_topic
 from tests.integration.sagas_app import app as sagas_app
 from tests.support import Services, assert_sound_history, decode_all, histories, read_topic
 
@@ -97,3 +98,23 @@ def test_a_restarted_saga_manager_rebuilds_and_emits_nothing_new(settings, tmp_p
         if e.message_id.startswith("saga/")
     ]
     assert sorted(e.workflow_id for e in commands) == ["ship-C", "ship-C2"]
+
+
+def test_the_saga_manager_refuses_to_start_without_its_topic(settings):
+    """It never creates ``<prefix>.sagas`` itself: ``keel topics create`` gives it the
+    replication every other topic gets."""
+    bare = settings.model_copy(update={"topic_prefix": f"{settings.topic_prefix}-bare"})
+    with pytest.raises(KeelError) as refused:
+        require_sagas_topic(bare)
+    assert str(refused.value) == (
+        f"topic {bare.topic_prefix}.sagas does not exist; run `keel topics create`"
+    )
+    manager = SagaManager(bare, sagas_app)
+    with pytest.raises(KeelError, match="does not exist; run `keel topics create`"):
+        manager.run()
+    from ops.topics import admin_client
+
+    assert not any(
+        t.startswith(bare.topic_prefix + ".")
+        for t in admin_client(bare).list_topics(timeout=30).topics
+    )
