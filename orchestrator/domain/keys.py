@@ -8,6 +8,7 @@ can never share a key, which is what lets a handler's effect store trust it.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote
 
 __all__ = [
@@ -39,7 +40,14 @@ def compensated_activity(activity_id: str) -> str:
     return activity_id[: -len(COMPENSATION_SUFFIX)]
 
 
+#: What ``quote(..., safe="")`` leaves as it is (RFC 3986 unreserved): such a part, the
+#: usual case, is returned without the ~3 µs of ``quote``.
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
 def _escape(part: str) -> str:
+    if _UNRESERVED.fullmatch(part):
+        return part
     return quote(part, safe="", encoding="utf-8", errors="surrogatepass")
 
 

@@ -75,3 +75,13 @@ def test_injective_on_separator_heavy_text(
     a: tuple[str, str, int], b: tuple[str, str, int]
 ) -> None:
     assert (idempotency_key(*a) == idempotency_key(*b)) == (a == b)
+
+
+@given(st.text(alphabet=st.sampled_from("aZ09_.-~/%: é\u00a0\ud800"), max_size=12) | st.text())
+def test_every_part_is_escaped_exactly_as_quote_escapes_it(part: str) -> None:
+    """Keys are recorded in histories: the unreserved fast path must never change one."""
+    from urllib.parse import quote
+
+    from orchestrator.domain.keys import _escape
+
+    assert _escape(part) == quote(part, safe="", encoding="utf-8", errors="surrogatepass")
