@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--keep-topics",
         action="store_true",
-        help="keep each run's topics, consumer groups and Redis keys (dropped by default)",
+        help="keep each run's topics and Redis keys (dropped by default)",
     )
     args = parser.parse_args(argv)
     settings = load_settings()

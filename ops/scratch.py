@@ -2,12 +2,14 @@
 
 Every ``keel bench`` run works under a fresh prefix (``bench-<label>-<hex>``) so runs never
 see each other's records. Left behind, those prefixes pile up: each run leaves its topics
-(eight partitions each) and its Redis keys, and a broker holding a few thousand
+(``KEEL_PARTITIONS`` partitions each) and its Redis keys, and a broker holding a few thousand
 partitions is measurably slower (docs/performance.md). So the bench drops its prefix when
 it is done, unless asked to keep it (``--keep-topics``) for inspection.
 
-Only names under the run's own prefix are touched: topics named ``<prefix>.*`` and Redis
-keys under ``keel:<prefix>:`` (orchestrator/runtime/keyspace.py). The run's consumer
+Only the run's own names are touched: its topics (``<prefix>.<kind>`` for each of
+``TOPIC_KINDS``, and Kafka's floor's ``<prefix>.floor-*``) and its Redis keys under
+``keel:<prefix>:`` (orchestrator/runtime/keyspace.py). Another prefix that merely starts
+with this one (``<prefix>.x``) is left alone. The run's consumer
 groups are left to expire with the broker's ``offsets.retention.minutes``: a statically
 named orchestrator that was SIGKILLed stays a member until its session times out, and a
 group with a member cannot be deleted.
@@ -25,7 +27,7 @@ from confluent_kafka import KafkaException
 from ops.topics import admin_client, create_topics
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.projection import redis_client
-from orchestrator.settings import Settings
+from orchestrator.settings import TOPIC_KINDS, Settings
 
 __all__ = ["Dropped", "drop", "fresh"]
 
@@ -81,8 +83,10 @@ def drop(settings: Settings, log: Callable[[str], None] | None = None) -> Droppe
 def _drop_topics(settings: Settings, failures: list[str]) -> int:
     timeout = settings.admin_timeout_s
     admin = admin_client(settings)
-    mine = f"{settings.topic_prefix}."
-    names = [t for t in admin.list_topics(timeout=timeout).topics if t.startswith(mine)]
+    kinds = {settings.topic(kind) for kind in TOPIC_KINDS}
+    floor = f"{settings.topic_prefix}.floor-"
+    listed = admin.list_topics(timeout=timeout).topics
+    names = sorted(t for t in listed if t in kinds or t.startswith(floor))
     if not names:
         return 0
     topics = 0

@@ -227,7 +227,7 @@ def bench(
     ] = False,
     keep_topics: Annotated[
         bool,
-        typer.Option(help="Keep each run's topics, consumer groups and Redis keys (dropped)."),
+        typer.Option(help="Keep each run's topics and Redis keys (dropped by default)."),
     ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""

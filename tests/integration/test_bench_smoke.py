@@ -16,6 +16,7 @@ import time
 from ops import scratch
 from ops.topics import admin_client
 from orchestrator.runtime.projection import redis_client
+from orchestrator.settings import TOPIC_KINDS
 from tests.conftest import REPO
 
 LIGHT_KEYS = {
@@ -176,3 +177,24 @@ def test_bench_recovery_reports_the_first_decision_and_rss(settings):
     # Every run's last event came back through Kafka with its armed header: all deferred.
     assert result["cold_live_deferred_runs"] == 41
     assert isinstance(result["cold_live_deferred_folds_s"], float | int)
+
+
+def test_drop_removes_its_own_prefix_and_not_one_that_starts_with_it(settings):
+    from ops.topics import create_topics
+
+    mine = scratch.fresh(settings, lambda _m: None, "drop")
+    other = mine.model_copy(update={"topic_prefix": f"{mine.topic_prefix}.x"})
+    create_topics(other)
+    r = redis_client(settings.redis)
+    for s in (mine, other):
+        r.set(f"keel:{s.topic_prefix}:rm:wf:a", "1")
+    dropped = scratch.drop(mine)
+    assert (dropped.topics, dropped.keys, dropped.failures) == (6, 1, ())
+    own = {mine.topic(kind) for kind in TOPIC_KINDS}
+    deadline = time.monotonic() + 15  # the brokers' metadata learns of a deletion late
+    while own & set(_left(settings, mine.topic_prefix)[0]):
+        assert time.monotonic() < deadline, _left(settings, mine.topic_prefix)
+        time.sleep(0.2)
+    topics, keys = _left(settings, other.topic_prefix)
+    assert len(topics) == 6 and keys == [f"keel:{other.topic_prefix}:rm:wf:a"]
+    assert scratch.drop(other).failures == ()
