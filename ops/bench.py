@@ -43,25 +43,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from orchestrator.codec import default_codec
-from orchestrator.domain.messages import (
-    TERMINAL_EVENTS,
-    ActivityCompleted,
-    ActivityScheduled,
-    WorkflowStarted,
-)
+from ops.bench_probes import EventTail, RssSampler, clock_ms
 from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.kafka import consume_batch, consumer_config
 from orchestrator.settings import Settings
 
 REMOTE = "three_step"
@@ -76,111 +65,6 @@ STATUS_INTERVAL_S = 0.5
 CHECKPOINT_S = 5.0
 
 Log = Callable[[str], None]
-
-
-class _RssSampler(threading.Thread):
-    def __init__(self, pids: dict[str, int]) -> None:
-        super().__init__(daemon=True)
-        self.pids = pids
-        self.peak = dict.fromkeys(pids, 0.0)
-        self.cpu_s = dict.fromkeys(pids, 0.0)
-        self._stop_evt = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_evt.is_set():
-            for role, pid in list(self.pids.items()):
-                try:
-                    proc = psutil.Process(pid)
-                    self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
-                    times = proc.cpu_times()
-                    self.cpu_s[role] = times.user + times.system
-                except psutil.NoSuchProcess:
-                    pass
-            time.sleep(0.1)
-
-    def cpu_mark(self) -> dict[str, float]:
-        return dict(self.cpu_s)
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-
-
-class _EventTail(threading.Thread):
-    """Tails keel.events in real time: when each run ended (as seen here) and hop times."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(daemon=True)
-        self.codec = default_codec()
-        # Keel's own consumer settings, as a user's reader of keel.events has them; a
-        # shorter fetch wait here only adds fetch requests to the broker the run measures.
-        self.consumer = Consumer(
-            consumer_config(settings, f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}")
-        )
-        topic = settings.topic("events")
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
-        #: workflow -> when this tail read its terminal event (:func:`_clock_ms`)
-        self.seen_at: dict[str, float] = {}
-        self.ended_at: dict[str, int] = {}  # workflow -> the terminal event's recorded_at
-        self.started_at: dict[str, int] = {}
-        self.scheduled: dict[str, int] = {}  # activity id -> ActivityScheduled recorded_at
-        self.round_trips: list[tuple[int, int]] = []  # (completed at, ms since scheduled)
-        self.events = 0
-        self.error: str | None = None
-        self._lock = threading.Condition()
-        self._stop_evt = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self._stop_evt.is_set():
-                msgs = consume_batch(self.consumer, 2000, 0.05)
-                seen = _clock_ms()
-                for msg in msgs:
-                    err, value = msg.error(), msg.value()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            raise RuntimeError(str(err))
-                        continue
-                    if value is not None:
-                        self._note(self.codec.decode(value), seen)
-                if msgs:
-                    with self._lock:
-                        self._lock.notify_all()
-        except Exception as exc:  # reported by wait_for
-            self.error = str(exc)
-        finally:
-            self.consumer.close()
-
-    def _note(self, env: Any, seen: float) -> None:
-        self.events += 1
-        p = env.payload
-        wf = env.workflow_id
-        if isinstance(p, WorkflowStarted):
-            self.started_at[wf] = env.recorded_at
-        elif isinstance(p, ActivityScheduled):
-            self.scheduled[f"{wf}/{p.activity_id}"] = env.recorded_at
-        elif isinstance(p, ActivityCompleted):
-            at = self.scheduled.pop(f"{wf}/{p.activity_id}", None)
-            if at is not None:
-                self.round_trips.append((env.recorded_at, env.recorded_at - at))
-        elif isinstance(p, TERMINAL_EVENTS):
-            self.ended_at[wf] = env.recorded_at
-            self.seen_at[wf] = seen
-
-    def wait_for(self, ids: set[str], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while not ids <= self.seen_at.keys():
-                if self.error:
-                    raise RuntimeError(self.error)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = len(ids - self.seen_at.keys())
-                    raise TimeoutError(f"{missing} workflows did not end within {timeout_s:g}s")
-                self._lock.wait(min(left, 0.05))
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join(10)
 
 
 def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
@@ -201,11 +85,6 @@ def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) ->
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
-
-
-def _clock_ms() -> float:
-    """Monotonic milliseconds with sub-ms resolution, for client-observed latencies."""
-    return time.perf_counter() * 1000
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -265,7 +144,7 @@ class Bench:
         from ops.bench_app import app
 
         self.client = KeelClient(self.settings, app)
-        self.tail = _EventTail(self.settings)
+        self.tail = EventTail(self.settings)
         self.tail.start()
         self.orch = self._orchestrator(projector=True)
         self.worker = _spawn("worker", self.settings, self.home)
@@ -274,7 +153,7 @@ class Bench:
         self.projecting = True
         #: Runs per second until the read model showed every run finished, per phase.
         self.read_model_rates: dict[str, float] = {}
-        self.sampler = _RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
+        self.sampler = RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
         self.sampler.start()
 
     def _orchestrator(self, *, projector: bool) -> subprocess.Popen:
@@ -309,10 +188,10 @@ class Bench:
         trips = len(self.tail.round_trips)
         for i in range(count):
             wf = f"light-{name}-{tag}{i}"
-            began = _clock_ms()
+            began = clock_ms()
             self.client.start(name, {"n": i % 100}, workflow_id=wf)
             self.client.wait(wf, 60)
-            rm.append(_clock_ms() - began)
+            rm.append(clock_ms() - began)
             self.tail.wait_for({wf}, 60)
             ev.append(self.tail.seen_at[wf] - began)
             time.sleep(max(0.0, 1 / rate - rm[-1] / 1000))
@@ -373,7 +252,7 @@ class Bench:
             if wait > 0:
                 time.sleep(wait)
             self.client.start_many(name, [(wf, {"n": i % 100})])
-            sent[wf] = _clock_ms()
+            sent[wf] = clock_ms()
         self.tail.wait_for(set(sent), 300)
         lat = [self.tail.seen_at[wf] - t for wf, t in sent.items()]
         return {

@@ -25,11 +25,11 @@ from ops.bench import (
     CHECKPOINT_S,
     STATUS_INTERVAL_S,
     Log,
-    _EventTail,
     _spawn,
     _status,
     fold_deferred_s,
 )
+from ops.bench_probes import EventTail
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.settings import Settings
@@ -49,7 +49,7 @@ class _RestartRig:
         self.home = Path(tempfile.mkdtemp(prefix=f"keel-bench-{label}-"))
         self.label = label
         self.client = KeelClient(self.settings, app)
-        self.tail = _EventTail(self.settings)
+        self.tail = EventTail(self.settings)
         self.tail.start()
         self.orch = self._spawn()
 

@@ -1,0 +1,137 @@
+"""What ``keel bench`` watches while a run goes: each process's RSS and CPU, and
+``keel.events`` tailed as a user's reader would (when each run ended, seen from here).
+
+Kept apart from ``ops/bench.py``, which drives the phases.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import psutil
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from orchestrator.codec import default_codec
+from orchestrator.domain.messages import (
+    TERMINAL_EVENTS,
+    ActivityCompleted,
+    ActivityScheduled,
+    WorkflowStarted,
+)
+from orchestrator.runtime.kafka import consume_batch, consumer_config
+from orchestrator.settings import Settings
+
+__all__ = ["EventTail", "RssSampler", "clock_ms"]
+
+
+def clock_ms() -> float:
+    """Monotonic milliseconds with sub-ms resolution, for client-observed latencies."""
+    return time.perf_counter() * 1000
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pids: dict[str, int]) -> None:
+        super().__init__(daemon=True)
+        self.pids = pids
+        self.peak = dict.fromkeys(pids, 0.0)
+        self.cpu_s = dict.fromkeys(pids, 0.0)
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_evt.is_set():
+            for role, pid in list(self.pids.items()):
+                try:
+                    proc = psutil.Process(pid)
+                    self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
+                    times = proc.cpu_times()
+                    self.cpu_s[role] = times.user + times.system
+                except psutil.NoSuchProcess:
+                    pass
+            time.sleep(0.1)
+
+    def cpu_mark(self) -> dict[str, float]:
+        return dict(self.cpu_s)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+
+
+class EventTail(threading.Thread):
+    """Tails keel.events in real time: when each run ended (as seen here) and hop times."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(daemon=True)
+        self.codec = default_codec()
+        # Keel's own consumer settings, as a user's reader of keel.events has them; a
+        # shorter fetch wait here only adds fetch requests to the broker the run measures.
+        self.consumer = Consumer(
+            consumer_config(settings, f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:6]}")
+        )
+        topic = settings.topic("events")
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+        #: workflow -> when this tail read its terminal event (:func:`clock_ms`)
+        self.seen_at: dict[str, float] = {}
+        self.ended_at: dict[str, int] = {}  # workflow -> the terminal event's recorded_at
+        self.started_at: dict[str, int] = {}
+        self.scheduled: dict[str, int] = {}  # activity id -> ActivityScheduled recorded_at
+        self.round_trips: list[tuple[int, int]] = []  # (completed at, ms since scheduled)
+        self.events = 0
+        self.error: str | None = None
+        self._lock = threading.Condition()
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_evt.is_set():
+                msgs = consume_batch(self.consumer, 2000, 0.05)
+                seen = clock_ms()
+                for msg in msgs:
+                    err, value = msg.error(), msg.value()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(str(err))
+                        continue
+                    if value is not None:
+                        self._note(self.codec.decode(value), seen)
+                if msgs:
+                    with self._lock:
+                        self._lock.notify_all()
+        except Exception as exc:  # reported by wait_for
+            self.error = str(exc)
+        finally:
+            self.consumer.close()
+
+    def _note(self, env: Any, seen: float) -> None:
+        self.events += 1
+        p = env.payload
+        wf = env.workflow_id
+        if isinstance(p, WorkflowStarted):
+            self.started_at[wf] = env.recorded_at
+        elif isinstance(p, ActivityScheduled):
+            self.scheduled[f"{wf}/{p.activity_id}"] = env.recorded_at
+        elif isinstance(p, ActivityCompleted):
+            at = self.scheduled.pop(f"{wf}/{p.activity_id}", None)
+            if at is not None:
+                self.round_trips.append((env.recorded_at, env.recorded_at - at))
+        elif isinstance(p, TERMINAL_EVENTS):
+            self.ended_at[wf] = env.recorded_at
+            self.seen_at[wf] = seen
+
+    def wait_for(self, ids: set[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not ids <= self.seen_at.keys():
+                if self.error:
+                    raise RuntimeError(self.error)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = len(ids - self.seen_at.keys())
+                    raise TimeoutError(f"{missing} workflows did not end within {timeout_s:g}s")
+                self._lock.wait(min(left, 0.05))
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(10)
