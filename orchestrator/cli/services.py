@@ -56,6 +56,12 @@ def orchestrator(
     checkpoint_interval: Annotated[
         float, typer.Option(help="Seconds between snapshot checkpoints.")
     ] = 30.0,
+    projector_child: Annotated[
+        bool,
+        typer.Option(
+            help="Run the projector in a child process, fed the committed events by pipe."
+        ),
+    ] = False,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
     from orchestrator.runtime.logs import configure_logging
@@ -72,11 +78,30 @@ def orchestrator(
     configure_metrics("keel-orchestrator")
     settings = load_settings()
     application = app_from(app)
-    orch = Orchestrator(settings, application, checkpoint_interval_s=checkpoint_interval)
+    if projector_child and not projector:
+        raise typer.BadParameter("--projector-child and --no-projector exclude each other")
+    publisher = None
+    if projector_child:
+        from orchestrator.runtime.committed_pipe import PipePublisher
+
+        publisher = PipePublisher()
+    orch = Orchestrator(
+        settings, application, checkpoint_interval_s=checkpoint_interval, committed=publisher
+    )
     stoppables: list = [orch]
-    if projector:
+    child = None
+    if publisher is not None:
+        from orchestrator.runtime.projector_child import ProjectorChild
+
+        # Supervised like the thread: a child that dies is started again after a backoff.
+        child = Supervisor("projector", ProjectorChild(app, publisher)).start()
+        stoppables.append(child)
+    elif projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
         # fed this process's committed events in process (docs/performance.md).
+        from orchestrator.runtime.committed import CommittedEvents
+
+        assert isinstance(orch.committed, CommittedEvents)  # this process's channel
         feed = Projector(settings, application, committed=orch.committed)
         stoppables.append(Supervisor("projector", feed).start())
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
@@ -84,7 +109,13 @@ def orchestrator(
 
         stoppables.append(Supervisor("sagas", SagaManager(settings, application)).start())
     _stop_on_signals(*stoppables)
-    orch.run()
+    try:
+        orch.run()
+    finally:
+        if child is not None and publisher is not None:  # it ends with its pipe
+            child.stop()
+            child.join(30)
+            publisher.stop()
 
 
 def worker(app: AppOption = DEFAULT_APP) -> None:
@@ -101,7 +132,13 @@ def worker(app: AppOption = DEFAULT_APP) -> None:
     w.run()
 
 
-def projector(app: AppOption = DEFAULT_APP) -> None:
+def projector(
+    app: AppOption = DEFAULT_APP,
+    feed_fd: Annotated[
+        int | None,
+        typer.Option(help="A pipe from its orchestrator (--projector-child); ends with it."),
+    ] = None,
+) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
@@ -111,7 +148,17 @@ def projector(app: AppOption = DEFAULT_APP) -> None:
 
     configure_logging()
     configure_metrics("keel-projector")
-    supervised = Supervisor("projector", Projector(load_settings(), app_from(app))).start()
+    committed = None
+    if feed_fd is not None:
+        from orchestrator.runtime.committed import CommittedEvents
+
+        committed = CommittedEvents()
+    projector = Projector(load_settings(), app_from(app), committed=committed)
+    supervised = Supervisor("projector", projector).start()
+    if committed is not None and feed_fd is not None:
+        from orchestrator.runtime.committed_pipe import read_frames
+
+        read_frames(feed_fd, committed, supervised.stop)  # stops when its orchestrator ends
     _stop_on_signals(supervised)
     while supervised.state != "stopped":
         supervised.join(0.5)

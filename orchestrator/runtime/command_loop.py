@@ -43,7 +43,7 @@ from orchestrator.domain.parking import PARKED, RunParked
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import TxnAbortable
-from orchestrator.runtime.committed import CommittedEvent, CommittedEvents
+from orchestrator.runtime.committed import CommittedEvent, CommittedSink
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import (
     check_record_size,
@@ -137,12 +137,15 @@ _HOME_CACHE_MAX = 65536
 class _Sent:
     """An event appended in the open transaction; its offset once Kafka reports it."""
 
-    __slots__ = ("envelope", "loop", "offset", "partition")
+    __slots__ = ("envelope", "loop", "offset", "partition", "value")
 
-    def __init__(self, loop: CommandLoop, partition: int, envelope: Envelope[Any]) -> None:
+    def __init__(
+        self, loop: CommandLoop, partition: int, envelope: Envelope[Any], value: bytes
+    ) -> None:
         self.loop = loop
         self.partition = partition
         self.envelope = envelope
+        self.value = value
         self.offset = -1
 
     def __call__(self, partition: int, offset: int) -> None:
@@ -151,7 +154,7 @@ class _Sent:
 
 
 class CommandLoop:
-    def __init__(self, ctx: RuntimeContext, committed: CommittedEvents | None = None) -> None:
+    def __init__(self, ctx: RuntimeContext, committed: CommittedSink | None = None) -> None:
         self.ctx = ctx
         #: Local activities scheduled by this batch's decisions, not run yet.
         self._local: list[LocalRun] = []
@@ -484,7 +487,7 @@ class CommandLoop:
             kind = (TYPE_HEADER, ev.type.encode())
             on_delivered: DeliveryCallback = self._on_event_delivered
             if sent is not None:
-                one = _Sent(self, p, ev)
+                one = _Sent(self, p, ev, value)
                 sent.append(one)
                 on_delivered = one
             outs.append(
@@ -587,5 +590,5 @@ def _committed(sent: list[_Sent], overlay: Overlay) -> list[CommittedEvent]:
             final = overlay[wf][1]
             if final.seq == s.envelope.seq and final.unfolded_from is None:
                 state = final
-        out.append(CommittedEvent(s.partition, s.offset, s.envelope, state))
+        out.append(CommittedEvent(s.partition, s.offset, s.envelope, state, s.value))
     return out

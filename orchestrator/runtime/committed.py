@@ -23,13 +23,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 
-__all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "channel"]
+__all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "CommittedSink", "channel"]
 
 #: Events a channel holds for a projector that fell behind before it drops them.
 MAX_WAITING_EVENTS = 50_000
@@ -49,6 +49,22 @@ class CommittedEvent:
     offset: int
     envelope: Envelope[Any]
     state: WorkflowState | None = None
+    #: The record's value as written (for a projector in another process).
+    value: bytes | None = None
+
+
+class CommittedSink(Protocol):
+    """Where an orchestrator publishes what it committed: this module's in-process
+    channel, or a pipe to a projector in a child process (``committed_pipe.py``)."""
+
+    @property
+    def listening(self) -> bool: ...
+
+    def open_publisher(self) -> None: ...
+
+    def close_publisher(self) -> None: ...
+
+    def publish(self, events: list[CommittedEvent]) -> None: ...
 
 
 class CommittedEvents:

@@ -33,7 +33,7 @@ from orchestrator.codec import default_codec
 from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
 from orchestrator.runtime.budget import RetryBudget
 from orchestrator.runtime.command_loop import CommandLoop
-from orchestrator.runtime.committed import CommittedEvents, channel
+from orchestrator.runtime.committed import CommittedSink, channel
 from orchestrator.runtime.context import RuntimeContext, Topics
 from orchestrator.runtime.envelopes import follow_up as _follow_up
 from orchestrator.runtime.health import StatusFile, status_path
@@ -89,7 +89,7 @@ class Orchestrator:
         hard_exit_on_stall: bool = True,
         local_activities: bool = True,
         local_bound_ms: int = LOCAL_BOUND_MS,
-        committed: CommittedEvents | None = None,
+        committed: CommittedSink | None = None,
     ) -> None:
         self.settings = settings
         self.app = app

@@ -1,0 +1,195 @@
+"""Committed events handed to a projector in a child process, through a pipe.
+
+The in-process channel (``committed.py``) gives the projector thread each transaction
+as soon as it commits, but the projector then folds and writes to Redis inside the
+orchestrator's GIL. With ``keel orchestrator --projector-child`` the same hand-off
+crosses a pipe to a ``keel projector --feed-fd`` child process (``projector_child.py``):
+the orchestrator only queues each transaction's record values, already encoded for
+Kafka; a writer thread copies them into the pipe; the child decodes and folds them on
+the other core (docs/performance.md, "The projector in a child process").
+
+As with the channel, the publisher never blocks: past ``max_bytes`` queued, or while no
+child is attached, a transaction is dropped (and counted), and the child reads it from
+``keel.events``, which stays the source of truth. The child stops when the pipe closes,
+so it never outlives its orchestrator.
+
+One frame per transaction: ``u32`` body length, then per event ``i32`` partition,
+``i64`` offset, ``u32`` value length and the value (big-endian).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from orchestrator.codec import default_codec
+from orchestrator.runtime.committed import CommittedEvent, CommittedEvents
+
+__all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame", "read_frames"]
+
+log = logging.getLogger("keel.projector.pipe")
+
+_HEAD = struct.Struct(">I")
+_EVENT = struct.Struct(">iqI")
+#: Bytes a publisher holds for a child that fell behind before it drops transactions.
+MAX_QUEUED_BYTES = 32 * 2**20
+#: Bytes read from the pipe at once.
+_READ_BYTES = 1 << 20
+
+
+def encode_frame(events: list[CommittedEvent]) -> bytes:
+    """One transaction's events as a frame (each needs its ``value``)."""
+    parts: list[bytes] = []
+    for ev in events:
+        value = ev.value
+        if value is None:
+            raise ValueError(f"event {ev.envelope.message_id} has no record value to send")
+        parts += (_EVENT.pack(ev.partition, ev.offset, len(value)), value)
+    body = b"".join(parts)
+    return _HEAD.pack(len(body)) + body
+
+
+def decode_frames(buf: bytearray) -> Iterator[list[tuple[int, int, bytes]]]:
+    """Every whole frame at the start of ``buf`` (removed from it), as its events."""
+    while len(buf) >= _HEAD.size:
+        (n,) = _HEAD.unpack_from(buf, 0)
+        end = _HEAD.size + n
+        if len(buf) < end:
+            return
+        body = bytes(buf[_HEAD.size : end])
+        del buf[:end]
+        events: list[tuple[int, int, bytes]] = []
+        at = 0
+        while at < n:
+            partition, offset, size = _EVENT.unpack_from(body, at)
+            at += _EVENT.size
+            events.append((partition, offset, body[at : at + size]))
+            at += size
+        yield events
+
+
+class PipePublisher:
+    """The orchestrator's end of the pipe; a :class:`~orchestrator.runtime.committed.
+    CommittedSink`. A child is attached (:meth:`attach`) and detached again by its
+    supervisor; only the writer thread ever writes to or closes a pipe."""
+
+    def __init__(self, max_bytes: int = MAX_QUEUED_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._queue: queue.SimpleQueue[tuple[int, bytes] | int | None] = queue.SimpleQueue()
+        self._fd: int | None = None
+        self._queued = 0
+        self._lock = threading.Lock()
+        #: Events handed to a child, and events dropped (the topic has them).
+        self.published = 0
+        self.dropped = 0
+        self._writer = threading.Thread(target=self._write, name="keel-projector-pipe")
+        self._writer.daemon = True
+        self._writer.start()
+
+    @property
+    def listening(self) -> bool:
+        return self._fd is not None
+
+    def open_publisher(self) -> None:
+        """Part of the sink's interface: a pipe has one publisher, nothing to count."""
+
+    def close_publisher(self) -> None:
+        """The orchestrator stopped: the child gets its end of file."""
+        self.detach()
+
+    def attach(self, fd: int) -> None:
+        """Send from now on to the pipe ``fd`` (owned from here on)."""
+        with self._lock:
+            old, self._fd = self._fd, fd
+        if old is not None:
+            self._queue.put(old)  # closed in order, after what was queued for it
+
+    def detach(self) -> None:
+        """Send nothing more; the pipe is closed once what was queued for it is written."""
+        with self._lock:
+            old, self._fd = self._fd, None
+        if old is not None:
+            self._queue.put(old)
+
+    def stop(self) -> None:
+        self.detach()
+        self._queue.put(None)
+        self._writer.join(5)
+
+    def publish(self, events: list[CommittedEvent]) -> None:
+        """Queue one transaction for the child; never blocks."""
+        fd = self._fd
+        if not events or fd is None:
+            return
+        frame = encode_frame(events)
+        with self._lock:
+            if self._queued + len(frame) > self.max_bytes:
+                self.dropped += len(events)
+                return
+            self._queued += len(frame)
+        self.published += len(events)
+        self._queue.put((fd, frame))
+
+    def _write(self) -> None:
+        broken: set[int] = set()
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, int):  # a pipe given up: close it after its frames
+                broken.discard(item)
+                _close(item)
+                continue
+            fd, frame = item
+            try:
+                if fd not in broken:
+                    _write_all(fd, frame)
+            except OSError as exc:  # the child is gone: drop what is queued for it
+                log.warning("the projector child's pipe broke: %s", exc)
+                broken.add(fd)
+            finally:
+                with self._lock:
+                    self._queued -= len(frame)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        log.debug("closing pipe %d failed", fd)
+
+
+def read_frames(fd: int, into: CommittedEvents, on_eof: Callable[[], Any]) -> threading.Thread:
+    """The child's end: a thread that decodes each frame read from ``fd`` into ``into``
+    (as this process's publisher) and calls ``on_eof`` when the pipe closes."""
+    codec = default_codec()
+
+    def run() -> None:
+        buf = bytearray()
+        into.open_publisher()
+        try:
+            while chunk := os.read(fd, _READ_BYTES):
+                buf += chunk
+                for events in decode_frames(buf):
+                    into.publish([CommittedEvent(p, o, codec.decode(v)) for p, o, v in events])
+        except Exception:
+            log.exception("reading the orchestrator's pipe failed; stopping")
+        finally:
+            into.close_publisher()
+            _close(fd)
+            on_eof()
+
+    thread = threading.Thread(target=run, name="keel-projector-feed", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,93 @@
+"""``keel orchestrator --projector-child``: the read model written by a child process fed
+through a pipe, restarted when it dies, and never outliving its orchestrator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import psutil
+import pytest
+
+from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.projection import redis_client
+from tests.integration import local_app
+from tests.support import Services, assert_sound_history, histories, wait_until
+
+pytestmark = pytest.mark.integration
+
+APP = "tests.integration.local_app:app"
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    """The orchestrator's live projector children (``keel projector --feed-fd``)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if "--feed-fd" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:  # ended (a zombie not reaped yet) between the two calls
+            continue
+    return found
+
+
+def _health(settings) -> list[dict]:
+    r = redis_client(settings.redis)
+    keys = r.keys(f"{Keyspace(settings.topic_prefix).read_model}health:projector:*")
+    return [json.loads(r.get(k) or "{}") for k in keys]
+
+
+def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings, tmp_path):
+    svc = Services(settings, tmp_path)
+    client = KeelClient(settings, local_app.app)
+    try:
+        orch = svc.start("orchestrator", "--app", APP, "--projector-child")
+        first = wait_until(lambda: _children(orch.pid), 30, "the projector child")[0]
+        for i in range(5):
+            client.start("three_step_local", {"n": i}, f"wf-{i}")
+        for i in range(5):  # the parent runs no projector: the child wrote these rows
+            row = client.wait(f"wf-{i}", 60)
+            assert row["status"] == "completed", row
+            assert row["output"] == {"n": ((i + 1) * 2) ** 2}
+        # the child took them from the pipe, not from a fetch of the topic
+        fed = wait_until(
+            lambda: [h for h in _health(settings) if h.get("in_process_batches", 0) > 0],
+            20,
+            "the child's health with events taken from the pipe",
+        )
+        assert fed[0]["applied_in_process"] >= 5 * 9
+        os.kill(first.pid, signal.SIGKILL)  # the child dies: another one is started
+        second = wait_until(
+            lambda: [c for c in _children(orch.pid) if c.pid != first.pid], 60, "a new child"
+        )[0]
+        client.start("three_step_local", {"n": 7}, "wf-after")
+        assert client.wait("wf-after", 60)["status"] == "completed"
+        svc.kill(orch)  # SIGKILL: the pipe closes, and the child ends with it
+        wait_until(lambda: not second.is_running() or second.status() == "zombie", 20,
+                   "the child to end with its orchestrator")  # fmt: skip
+    finally:
+        client.close()
+        svc.stop_all()
+    for wf, events in histories(settings).items():
+        assert_sound_history(wf, events)
+
+
+def test_a_stopped_orchestrator_stops_its_child_first(settings, tmp_path):
+    svc = Services(settings, tmp_path)
+    try:
+        orch = svc.start("orchestrator", "--app", APP, "--projector-child")
+        child = wait_until(lambda: _children(orch.pid), 30, "the projector child")[0]
+        orch.send_signal(signal.SIGTERM)
+        assert orch.wait(timeout=40) == 0, orch.log_path.read_text()[-2000:]
+        assert not child.is_running()
+    finally:
+        svc.stop_all()
+
+
+def test_no_projector_and_a_projector_child_exclude_each_other(settings, tmp_path):
+    svc = Services(settings, tmp_path)
+    orch = svc.start("orchestrator", "--app", APP, "--no-projector", "--projector-child")
+    assert orch.wait(timeout=60) == 2
+    assert "--projector-child and --no-projector exclude each other" in orch.log_path.read_text()
