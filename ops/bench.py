@@ -156,18 +156,26 @@ class Bench:
         self.sampler = RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
         self.sampler.start()
 
-    def _orchestrator(self, *, projector: bool) -> subprocess.Popen:
+    def _orchestrator(self, *, projector: bool, child: bool = False) -> subprocess.Popen:
         args = ["--checkpoint-interval", "1e9"]
         if not projector:
             args.append("--no-projector")
+        elif child:
+            args.append("--projector-child")
         return _spawn("orchestrator", self.settings, self.home, *args, KEEL_INSTANCE_ID="bench")
 
-    def restart_orchestrator(self, *, projector: bool) -> None:
+    def restart_orchestrator(self, *, projector: bool, child: bool = False) -> None:
         self.orch.send_signal(signal.SIGTERM)
         self.orch.wait(60)
-        self.orch = self._orchestrator(projector=projector)
+        self.orch = self._orchestrator(projector=projector, child=child)
         self.sampler.pids["orchestrator"] = self.orch.pid
         self.projecting = projector or self.projector is not None
+
+    def stop_projector_process(self) -> None:
+        if self.projector is not None:
+            self.projector.send_signal(signal.SIGTERM)
+            self.projector.wait(60)
+            self.projector = None
 
     def start_projector_process(self) -> None:
         """A standalone ``keel projector`` beside an orchestrator started ``--no-projector``."""
@@ -346,6 +354,12 @@ def _phases(
         b.warm(REMOTE)
         out["throughput_remote_projector_process"] = b.throughput(REMOTE, workflows, "remote-pp")
         out["throughput_local_projector_process"] = b.throughput(LOCAL, workflows, "local-pp")
+        log("throughput, projector in a child process fed through a pipe")
+        b.stop_projector_process()
+        b.restart_orchestrator(projector=True, child=True)
+        b.warm(REMOTE)
+        out["throughput_remote_projector_child"] = b.throughput(REMOTE, workflows, "remote-pc")
+        out["throughput_local_projector_child"] = b.throughput(LOCAL, workflows, "local-pc")
         out["read_model_throughput"] = {k: round(v, 2) for k, v in b.read_model_rates.items()}
         out["peak_rss_mb"] = dict(b.sampler.peak)
     finally:
@@ -391,9 +405,10 @@ def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:
         ratios["rebuild_over_read_ceiling"] = round(
             out["rebuild_events_per_s"] / max(1.0, out["read_ceiling_events_per_s"]), 2
         )
-        ratios["projector_process_over_thread_local"] = round(
-            out["throughput_local_projector_process"] / out["throughput_local"], 2
-        )
+        for kind in ("process", "child"):
+            ratios[f"projector_{kind}_over_thread_local"] = round(
+                out[f"throughput_local_projector_{kind}"] / out["throughput_local"], 2
+            )
     out["ratios"] = ratios
     return out
 

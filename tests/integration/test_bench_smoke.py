@@ -108,6 +108,8 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "throughput_local_no_projector",
         "throughput_remote_projector_process",
         "throughput_local_projector_process",
+        "throughput_remote_projector_child",
+        "throughput_local_projector_child",
         "rebuild_events_per_s",
         "rebuild_deferred_folds_s",
         "read_ceiling_events_per_s",
@@ -117,7 +119,9 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         assert {"rate_per_s", "events_p50_ms", "events_p99_ms"} <= set(result[key])
     assert set(result["peak_rss_mb"]) == {"orchestrator", "worker", "projector"}
     # with a projector (thread or process): the rate until the read model showed every run
-    assert set(result["read_model_throughput"]) == {"remote", "local", "remote-pp", "local-pp"}
+    assert set(result["read_model_throughput"]) == {
+        "remote", "local", "remote-pp", "local-pp", "remote-pc", "local-pc"
+    }  # fmt: skip
     assert set(result["kafka_floor"]) == {
         "client_ack_ms",
         "intake_ms",
@@ -132,6 +136,7 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "local_rm_p50_over_kafka_hop",
         "rebuild_over_read_ceiling",
         "projector_process_over_thread_local",
+        "projector_child_over_thread_local",
     }
     assert result["partitions"] == 4
 
