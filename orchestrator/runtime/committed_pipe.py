@@ -106,15 +106,15 @@ class PipePublisher:
         """Send from now on to the pipe ``fd`` (owned from here on)."""
         with self._lock:
             old, self._fd = self._fd, fd
-        if old is not None:
-            self._queue.put(old)  # closed in order, after what was queued for it
+            if old is not None:
+                self._queue.put(old)  # closed in order, after what was queued for it
 
     def detach(self) -> None:
         """Send nothing more; the pipe is closed once what was queued for it is written."""
         with self._lock:
             old, self._fd = self._fd, None
-        if old is not None:
-            self._queue.put(old)
+            if old is not None:
+                self._queue.put(old)
 
     def stop(self) -> None:
         self.detach()
@@ -122,18 +122,25 @@ class PipePublisher:
         self._writer.join(5)
 
     def publish(self, events: list[CommittedEvent]) -> None:
-        """Queue one transaction for the child; never blocks."""
-        fd = self._fd
-        if not events or fd is None:
+        """Queue one transaction for the child; never blocks.
+
+        The pipe is read and the frame queued under the lock :meth:`detach` takes, so a
+        frame always precedes its pipe's close in the writer's queue (a closed pipe's
+        number may be reused by the next one).
+        """
+        if not events or self._fd is None:
             return
         frame = encode_frame(events)
         with self._lock:
+            fd = self._fd
+            if fd is None:
+                return
             if self._queued + len(frame) > self.max_bytes:
                 self.dropped += len(events)
                 return
             self._queued += len(frame)
-        self.published += len(events)
-        self._queue.put((fd, frame))
+            self.published += len(events)
+            self._queue.put((fd, frame))
 
     def _write(self) -> None:
         broken: set[int] = set()

@@ -111,3 +111,23 @@ def test_a_dead_child_never_breaks_the_publisher():
         publisher.publish([_event("wf-x", 1)])
     publisher.stop()  # the writer saw EPIPE and went on; nothing raised here
     assert publisher.published == 20
+
+
+def test_each_pipe_gets_exactly_its_frames_though_pipe_numbers_are_reused():
+    publisher = PipePublisher()
+    for i in range(40):  # a child restarted forty times; the writer closes each old pipe
+        read_end, write_end = os.pipe()
+        publisher.attach(write_end)
+        batch = [_event(f"wf-{i}", 1, offset=i + 1)]
+        publisher.publish(batch)
+        publisher.detach()
+        received = bytearray()
+        while chunk := os.read(read_end, 1 << 16):  # until the writer closed its end
+            received += chunk
+        os.close(read_end)
+        assert list(decode_frames(received)) == [
+            [(ev.partition, ev.offset, ev.value) for ev in batch]
+        ]
+        assert received == bytearray()
+    assert (publisher.published, publisher.dropped) == (40, 0)
+    publisher.stop()
