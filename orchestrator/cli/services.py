@@ -64,6 +64,8 @@ def orchestrator(
     ] = False,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
+    if projector_child and not projector:
+        raise typer.BadParameter("--projector-child and --no-projector exclude each other")
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.orchestrator import Orchestrator
@@ -78,8 +80,6 @@ def orchestrator(
     configure_metrics("keel-orchestrator")
     settings = load_settings()
     application = app_from(app)
-    if projector_child and not projector:
-        raise typer.BadParameter("--projector-child and --no-projector exclude each other")
     publisher = None
     if projector_child:
         from orchestrator.runtime.committed_pipe import PipePublisher

@@ -51,13 +51,14 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
             row = client.wait(f"wf-{i}", 60)
             assert row["status"] == "completed", row
             assert row["output"] == {"n": ((i + 1) * 2) ** 2}
-        # the child took them from the pipe, not from a fetch of the topic
-        fed = wait_until(
-            lambda: [h for h in _health(settings) if h.get("in_process_batches", 0) > 0],
+        # The child took events from the pipe: only its pipe feeds its channel. (Not
+        # necessarily all 45: those committed before its group member was assigned the
+        # partitions are read from the topic, and its health is published every 5 s.)
+        wait_until(
+            lambda: [h for h in _health(settings) if h.get("applied_in_process", 0) > 0],
             20,
             "the child's health with events taken from the pipe",
         )
-        assert fed[0]["applied_in_process"] >= 5 * 9
         os.kill(first.pid, signal.SIGKILL)  # the child dies: another one is started
         second = wait_until(
             lambda: [c for c in _children(orch.pid) if c.pid != first.pid], 60, "a new child"
