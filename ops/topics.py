@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
 from ops.local import local_bootstrap_servers
 from orchestrator.errors import KeelError
@@ -84,6 +84,17 @@ def admin_client(settings: Settings) -> AdminClient:
         "socket.connection.setup.timeout.ms": int(min(settings.admin_timeout_s, 30) * 1000),
     }
     return AdminClient(config)
+
+
+def require_topic(settings: Settings, name: str) -> TopicMetadata:
+    """The metadata of topic ``name``; a ``TopicError`` that says how to make it when the
+    topic is missing. Services never create topics themselves: ``keel topics create``
+    gives every topic one replication policy."""
+    meta = admin_client(settings).list_topics(name, timeout=settings.admin_timeout_s)
+    found = meta.topics.get(name)
+    if found is None or found.error is not None:
+        raise TopicError(f"topic {name} does not exist; run `keel topics create`")
+    return found
 
 
 def create_topics(settings: Settings, partitions: int | None = None) -> list[TopicReport]:

@@ -34,7 +34,7 @@ import redis
 from confluent_kafka import KafkaException, Message
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import CommandRejected, KeelError, NotFoundError, UnavailableError
+from orchestrator.domain.errors import CommandRejected, NotFoundError, UnavailableError
 from orchestrator.domain.messages import (
     ActivityDeadLettered,
     DeadLetter,
@@ -131,12 +131,9 @@ def list_letters(settings: Settings, *, include_redriven: bool = True) -> list[L
 
 
 def _read_dlq(settings: Settings, topic: str) -> list[Message]:
-    from ops.topics import admin_client
+    from ops.topics import require_topic
 
-    meta = admin_client(settings).list_topics(topic, timeout=settings.admin_timeout_s)
-    if topic not in meta.topics or meta.topics[topic].error is not None:
-        raise KeelError(f"topic {topic} does not exist; run `keel topics create`")
-    partitions = dict.fromkeys(meta.topics[topic].partitions, 0)
+    partitions = dict.fromkeys(require_topic(settings, topic).partitions, 0)
     return list(read_partitions(settings, topic, partitions))
 
 

@@ -37,7 +37,6 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import KeelError
 from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
@@ -77,12 +76,9 @@ def require_sagas_topic(settings: Settings) -> None:
     majority in sync from three replicas). Creating it here instead would give it this
     process's settings alone, and a saga log on one broker of three.
     """
-    from ops.topics import admin_client
+    from ops.topics import require_topic
 
-    name = sagas_topic(settings)
-    meta = admin_client(settings).list_topics(name, timeout=settings.admin_timeout_s)
-    if name not in meta.topics or meta.topics[name].error is not None:
-        raise KeelError(f"topic {name} does not exist; run `keel topics create`")
+    require_topic(settings, sagas_topic(settings))
 
 
 def _data(payload: Any) -> dict[str, Any]:
