@@ -3,7 +3,7 @@
 It lives in ``ops/`` because it drives an example application (``ops.bench_app``);
 ``keel bench`` imports it only when run, so no product module imports the examples.
 
-Each run uses a fresh topic prefix, one orchestrator (with its projector thread, the
+Each run uses a fresh topic prefix, one orchestrator (with its projector child, the
 default deployment) and one worker as separate processes, and measures, for
 ``three_step`` (three remote activities) and ``three_step_local`` (the same steps run
 inside the orchestrator), in the same run:
@@ -15,7 +15,8 @@ inside the orchestrator), in the same run:
 * throughput: N workflows started at once, until the last terminal event;
 * latency at half of the remote peak: starts paced at half the measured throughput;
 * throughput with the projector off (the orchestrator restarted with ``--no-projector``),
-  and with it in a process of its own (``keel projector`` beside that orchestrator);
+  with it in a process of its own (``keel projector`` beside that orchestrator), and as
+  a thread of the orchestrator (``--projector-in thread``);
 * Kafka's own floor beside them (``ops/kafka_floor.py``): one bare transactional hop
   with Keel's client settings, and the rate a Python consumer reads the events topic at;
   ``ratios`` divides Keel's figures by them;
@@ -153,21 +154,24 @@ class Bench:
         self.projecting = True
         #: Runs per second until the read model showed every run finished, per phase.
         self.read_model_rates: dict[str, float] = {}
-        self.sampler = RssSampler({"orchestrator": self.orch.pid, "worker": self.worker.pid})
+        self.sampler = RssSampler(
+            {"orchestrator": self.orch.pid, "worker": self.worker.pid},
+            children={"orchestrator": ("projector_child", "--feed-fd")},
+        )
         self.sampler.start()
 
-    def _orchestrator(self, *, projector: bool, child: bool = False) -> subprocess.Popen:
+    def _orchestrator(self, *, projector: bool, thread: bool = False) -> subprocess.Popen:
         args = ["--checkpoint-interval", "1e9"]
         if not projector:
             args.append("--no-projector")
-        elif child:
-            args.append("--projector-child")
+        elif thread:
+            args += ["--projector-in", "thread"]
         return _spawn("orchestrator", self.settings, self.home, *args, KEEL_INSTANCE_ID="bench")
 
-    def restart_orchestrator(self, *, projector: bool, child: bool = False) -> None:
+    def restart_orchestrator(self, *, projector: bool, thread: bool = False) -> None:
         self.orch.send_signal(signal.SIGTERM)
         self.orch.wait(60)
-        self.orch = self._orchestrator(projector=projector, child=child)
+        self.orch = self._orchestrator(projector=projector, thread=thread)
         self.sampler.pids["orchestrator"] = self.orch.pid
         self.projecting = projector or self.projector is not None
 
@@ -354,12 +358,12 @@ def _phases(
         b.warm(REMOTE)
         out["throughput_remote_projector_process"] = b.throughput(REMOTE, workflows, "remote-pp")
         out["throughput_local_projector_process"] = b.throughput(LOCAL, workflows, "local-pp")
-        log("throughput, projector in a child process fed through a pipe")
+        log("throughput, projector in a thread of the orchestrator")
         b.stop_projector_process()
-        b.restart_orchestrator(projector=True, child=True)
+        b.restart_orchestrator(projector=True, thread=True)
         b.warm(REMOTE)
-        out["throughput_remote_projector_child"] = b.throughput(REMOTE, workflows, "remote-pc")
-        out["throughput_local_projector_child"] = b.throughput(LOCAL, workflows, "local-pc")
+        out["throughput_remote_projector_thread"] = b.throughput(REMOTE, workflows, "remote-pt")
+        out["throughput_local_projector_thread"] = b.throughput(LOCAL, workflows, "local-pt")
         out["read_model_throughput"] = {k: round(v, 2) for k, v in b.read_model_rates.items()}
         out["peak_rss_mb"] = dict(b.sampler.peak)
     finally:
@@ -405,8 +409,8 @@ def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:
         ratios["rebuild_over_read_ceiling"] = round(
             out["rebuild_events_per_s"] / max(1.0, out["read_ceiling_events_per_s"]), 2
         )
-        for kind in ("process", "child"):
-            ratios[f"projector_{kind}_over_thread_local"] = round(
+        for kind in ("process", "thread"):
+            ratios[f"projector_{kind}_over_child_local"] = round(
                 out[f"throughput_local_projector_{kind}"] / out["throughput_local"], 2
             )
     out["ratios"] = ratios

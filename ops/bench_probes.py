@@ -6,6 +6,7 @@ Kept apart from ``ops/bench.py``, which drives the phases.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -33,22 +34,46 @@ def clock_ms() -> float:
 
 
 class RssSampler(threading.Thread):
-    def __init__(self, pids: dict[str, int]) -> None:
+    """Each role's peak RSS (MB) and CPU seconds, sampled every 100 ms.
+
+    A role's CPU is summed over every process that held it (an orchestrator restarted, a
+    projector child started again), so marks taken across a restart stay comparable.
+    ``children`` names, per role, the role of its children whose command line holds a
+    marker: the orchestrator's projector child (``--feed-fd``).
+    """
+
+    def __init__(
+        self, pids: dict[str, int], children: dict[str, tuple[str, str]] | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.pids = pids
-        self.peak = dict.fromkeys(pids, 0.0)
-        self.cpu_s = dict.fromkeys(pids, 0.0)
+        self.children = children or {}
+        roles = [*pids, *(child for child, _ in self.children.values())]
+        self.peak = dict.fromkeys(roles, 0.0)
+        self.cpu_s = dict.fromkeys(roles, 0.0)
+        self._used: dict[int, float] = {}  # pid -> its CPU seconds at the last sample
         self._stop_evt = threading.Event()
+
+    def _sample(self, role: str, proc: psutil.Process) -> None:
+        self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
+        times = proc.cpu_times()
+        used = times.user + times.system
+        self.cpu_s[role] = self.cpu_s.get(role, 0.0) + used - self._used.get(proc.pid, 0.0)
+        self._used[proc.pid] = used
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
             for role, pid in list(self.pids.items()):
                 try:
                     proc = psutil.Process(pid)
-                    self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
-                    times = proc.cpu_times()
-                    self.cpu_s[role] = times.user + times.system
-                except psutil.NoSuchProcess:
+                    self._sample(role, proc)
+                    if role in self.children:
+                        child_role, marker = self.children[role]
+                        for child in proc.children():
+                            with contextlib.suppress(psutil.Error):  # ended meanwhile
+                                if marker in child.cmdline():
+                                    self._sample(child_role, child)
+                except psutil.Error:
                     pass
             time.sleep(0.1)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.runtime.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
     from orchestrator.app import KeelApp
@@ -56,20 +57,21 @@ def orchestrator(
     checkpoint_interval: Annotated[
         float, typer.Option(help="Seconds between snapshot checkpoints.")
     ] = 30.0,
-    projector_child: Annotated[
-        bool,
+    projector_in: Annotated[
+        ProjectorPlacement | None,
         typer.Option(
-            help="Run the projector in a child process, fed the committed events by pipe."
+            case_sensitive=False,
+            help="Where the projector runs: a child process fed the committed events by pipe"
+            " (the default), or a thread of this process.",
         ),
-    ] = False,
+    ] = None,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
-    if projector_child and not projector:
-        raise typer.BadParameter("--projector-child and --no-projector exclude each other")
+    if projector_in is not None and not projector:
+        raise typer.BadParameter("--projector-in and --no-projector exclude each other")
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.orchestrator import Orchestrator
-    from orchestrator.runtime.projector import Projector
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.sagas import sagas_of
@@ -81,7 +83,8 @@ def orchestrator(
     settings = load_settings()
     application = app_from(app)
     publisher = None
-    if projector_child:
+    placement = projector_in or ProjectorPlacement.CHILD
+    if projector and placement is ProjectorPlacement.CHILD:
         from orchestrator.runtime.committed_pipe import PipePublisher
 
         publisher = PipePublisher()
@@ -100,6 +103,7 @@ def orchestrator(
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
         # fed this process's committed events in process (docs/performance.md).
         from orchestrator.runtime.committed import CommittedEvents
+        from orchestrator.runtime.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
         feed = Projector(settings, application, committed=orch.committed)
@@ -136,7 +140,7 @@ def projector(
     app: AppOption = DEFAULT_APP,
     feed_fd: Annotated[
         int | None,
-        typer.Option(help="A pipe from its orchestrator (--projector-child); ends with it."),
+        typer.Option(help="A pipe from its orchestrator (its default projector); ends with it."),
     ] = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""

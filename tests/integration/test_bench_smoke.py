@@ -108,8 +108,8 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "throughput_local_no_projector",
         "throughput_remote_projector_process",
         "throughput_local_projector_process",
-        "throughput_remote_projector_child",
-        "throughput_local_projector_child",
+        "throughput_remote_projector_thread",
+        "throughput_local_projector_thread",
         "rebuild_events_per_s",
         "rebuild_deferred_folds_s",
         "read_ceiling_events_per_s",
@@ -117,10 +117,13 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         assert isinstance(result[key], float | int), key
     for key in ("half_peak_remote", "half_peak_local"):
         assert {"rate_per_s", "events_p50_ms", "events_p99_ms"} <= set(result[key])
-    assert set(result["peak_rss_mb"]) == {"orchestrator", "worker", "projector"}
-    # with a projector (thread or process): the rate until the read model showed every run
+    assert set(result["peak_rss_mb"]) == {"orchestrator", "worker", "projector", "projector_child"}
+    # every projector sampled: the default child, the standalone process
+    assert result["peak_rss_mb"]["projector_child"] > 0
+    assert result["peak_rss_mb"]["projector"] > 0
+    # with a projector (child, process or thread): the rate until the read model showed every run
     assert set(result["read_model_throughput"]) == {
-        "remote", "local", "remote-pp", "local-pp", "remote-pc", "local-pc"
+        "remote", "local", "remote-pp", "local-pp", "remote-pt", "local-pt"
     }  # fmt: skip
     assert set(result["kafka_floor"]) == {
         "client_ack_ms",
@@ -135,8 +138,8 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
         "local_events_p50_over_kafka_hop",
         "local_rm_p50_over_kafka_hop",
         "rebuild_over_read_ceiling",
-        "projector_process_over_thread_local",
-        "projector_child_over_thread_local",
+        "projector_process_over_child_local",
+        "projector_thread_over_child_local",
     }
     assert result["partitions"] == 4
 
@@ -160,8 +163,9 @@ def test_bench_throughput_only_runs_the_two_bursts_with_their_cpu_per_run(settin
     assert isinstance(result["throughput_remote"], float | int)
     assert isinstance(result["throughput_local"], float | int)
     for key in ("cpu_ms_per_workflow", "cpu_ms_per_workflow_local"):
-        assert set(result[key]) == {"orchestrator", "worker"}, key
+        assert set(result[key]) == {"orchestrator", "worker", "projector_child"}, key
     assert result["cpu_ms_per_workflow_local"]["orchestrator"] > 0
+    assert result["cpu_ms_per_workflow_local"]["projector_child"] > 0  # it folded the runs
     assert "light_local" not in result and "throughput_local_no_projector" not in result
     # --keep-topics: the run's prefix is still there, whole, for inspection
     (prefix,) = CREATED.findall(result["_stderr"])

@@ -1,5 +1,6 @@
-"""``keel orchestrator --projector-child``: the read model written by a child process fed
-through a pipe, restarted when it dies, and never outliving its orchestrator."""
+"""``keel orchestrator``'s projector child (its default): the read model written by a child
+process fed through a pipe, restarted when it dies, and never outliving its orchestrator;
+``--projector-in thread`` keeps it in process."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
     svc = Services(settings, tmp_path)
     client = KeelClient(settings, local_app.app)
     try:
-        orch = svc.start("orchestrator", "--app", APP, "--projector-child")
+        orch = svc.start("orchestrator", "--app", APP)
         first = wait_until(lambda: _children(orch.pid), 30, "the projector child")[0]
         for i in range(5):
             client.start("three_step_local", {"n": i}, f"wf-{i}")
@@ -78,7 +79,7 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
 def test_a_stopped_orchestrator_stops_its_child_first(settings, tmp_path):
     svc = Services(settings, tmp_path)
     try:
-        orch = svc.start("orchestrator", "--app", APP, "--projector-child")
+        orch = svc.start("orchestrator", "--app", APP)
         child = wait_until(lambda: _children(orch.pid), 30, "the projector child")[0]
         orch.send_signal(signal.SIGTERM)
         assert orch.wait(timeout=40) == 0, orch.log_path.read_text()[-2000:]
@@ -87,8 +88,35 @@ def test_a_stopped_orchestrator_stops_its_child_first(settings, tmp_path):
         svc.stop_all()
 
 
-def test_no_projector_and_a_projector_child_exclude_each_other(settings, tmp_path):
+def _completed(settings, wf: str) -> bool:
+    from orchestrator.domain.messages import TERMINAL_EVENTS
+
+    return any(isinstance(e.payload, TERMINAL_EVENTS) for e in histories(settings).get(wf, []))
+
+
+def test_a_thread_projector_or_none_starts_no_child(settings, tmp_path):
     svc = Services(settings, tmp_path)
-    orch = svc.start("orchestrator", "--app", APP, "--no-projector", "--projector-child")
+    client = KeelClient(settings, local_app.app)
+    try:
+        for wf, args in (
+            ("wf-thread", ["--projector-in", "thread"]),
+            ("wf-none", ["--no-projector"]),
+        ):
+            orch = svc.start("orchestrator", "--app", APP, *args)
+            client.start("three_step_local", {"n": 1}, wf, confirm_timeout_s=None)
+            wait_until(lambda wf=wf: _completed(settings, wf), 60, f"{wf} to complete")
+            if wf == "wf-thread":  # the thread writes the row
+                assert client.wait(wf, 60)["status"] == "completed"
+            assert _children(orch.pid) == []  # running and deciding, with no child
+            svc.kill(orch)
+        assert client.projection.get("wf-none") is None  # no projector wrote it
+    finally:
+        client.close()
+        svc.stop_all()
+
+
+def test_no_projector_and_a_projector_placement_exclude_each_other(settings, tmp_path):
+    svc = Services(settings, tmp_path)
+    orch = svc.start("orchestrator", "--app", APP, "--no-projector", "--projector-in", "child")
     assert orch.wait(timeout=60) == 2
-    assert "--projector-child and --no-projector exclude each other" in orch.log_path.read_text()
+    assert "--projector-in and --no-projector exclude each other" in orch.log_path.read_text()
