@@ -27,12 +27,12 @@ state the run leaves: only completed effects are undone.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any, Protocol
 
 from orchestrator.domain import activities
 from orchestrator.domain.activities import RunNeedsAttention, check_computed
 from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.frozen_init import replace
 from orchestrator.domain.human_tasks import TaskTokenHash, task_id_for
 from orchestrator.domain.keys import (
     compensated_activity,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -48,6 +48,7 @@ from orchestrator.domain.errors import (
     LimitExceededError,
 )
 from orchestrator.domain.evolve import DefinitionLookup, apply, started
+from orchestrator.domain.frozen_init import replace
 from orchestrator.domain.human_tasks import TaskTokenHash
 from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from orchestrator.domain import compensation, human_tasks, migrations, signals
 from orchestrator.domain.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.definitions import HumanTask, SignalWait, TimerWait, WorkflowDefinition
 from orchestrator.domain.errors import HistoryError
+from orchestrator.domain.frozen_init import replace
 from orchestrator.domain.keys import is_compensation
 from orchestrator.domain.messages import (
     ActivityCompleted,

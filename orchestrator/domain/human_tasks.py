@@ -28,7 +28,6 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -42,6 +41,7 @@ from orchestrator.domain.definitions import (
 )
 from orchestrator.domain.errors import CommandRejected
 from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.frozen_init import replace
 from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.messages import (
     DecideHumanTask,

@@ -22,12 +22,12 @@ appliers at the end fold the events (registered by :mod:`orchestrator.domain.evo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 from orchestrator.domain.activities import command_json
 from orchestrator.domain.definitions import SignalWait, WorkflowDefinition
 from orchestrator.domain.errors import CommandRejected, HistoryError
+from orchestrator.domain.frozen_init import replace
 from orchestrator.domain.messages import (
     Envelope,
     SignalReceived,

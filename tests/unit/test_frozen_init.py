@@ -1,5 +1,6 @@
 """``fast_init`` builds the same frozen objects as the dataclass-generated ``__init__``,
-takes the same arguments, and refuses every class it cannot serve exactly."""
+takes the same arguments, and refuses every class it cannot serve exactly; its
+``replace`` gives what ``dataclasses.replace`` gives."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.domain import state_parts
-from orchestrator.domain.frozen_init import fast_init
+from orchestrator.domain.frozen_init import fast_init, replace
 from orchestrator.domain.messages import PAYLOAD_TYPES, ActivityScheduled, Envelope
 from orchestrator.runtime.command_loop import Out
 from orchestrator.runtime.committed import CommittedEvent
@@ -63,6 +64,35 @@ def test_the_fast_init_builds_what_the_generated_one_builds(cls: type) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(fast, names[0], "changed")
     assert copy.copy(fast) == fast and copy.deepcopy(fast) == fast
+
+
+@pytest.mark.parametrize("cls", FAST, ids=lambda c: c.__name__)
+def test_its_replace_gives_what_dataclasses_replace_gives(cls: type) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    assert "_set_" + names[-1] in replace.__globals__["_REPLACERS"][cls].__code__.co_names
+    obj = cls(*_arguments(cls))
+    for k in range(len(names) + 1):  # none, the first, the first two, ... every field
+        changes = {n: f"{n}-changed" for n in names[:k]}
+        fast, slow = replace(obj, **changes), dataclasses.replace(obj, **changes)
+        assert type(fast) is cls
+        assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names]
+    assert [getattr(replace(obj), n) for n in names] == [getattr(obj, n) for n in names]
+
+
+def test_its_replace_refuses_and_falls_back_as_dataclasses_replace_does() -> None:
+    act = state_parts.ActivityState("a1", "t", "s", "st", 1, "{}", 1, 1, "k")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        replace(act, nope=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        replace(act, attempt=2, nope=1)
+    assert replace(_Plain(1), x=2) == _Plain(2)  # not fast_init: dataclasses.replace
+    with pytest.raises(TypeError, match="replace\\(\\) should be called on dataclass instances"):
+        replace(object(), x=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plain:
+    x: int
 
 
 def test_defaults_replace_and_pickle_behave_as_before() -> None:
