@@ -27,10 +27,19 @@ _SMALL = tuple(
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+#: Varints of the large longs written lately: a decision's events, and the decisions of
+#: one batch, share their ``recorded_at`` (epoch milliseconds, six bytes to loop over).
+_RECENT: dict[int, bytes] = {}
+_RECENT_MAX = 1024
+
+
 def write_long(n: int) -> bytes:
     """Avro ``long``: zig-zag, then base-128 varint (what fastavro writes)."""
     if 0 <= n < 8192:
         return _SMALL[n]
+    done = _RECENT.get(n)
+    if done is not None:
+        return done
     if n < _INT64_MIN or n > _INT64_MAX:
         raise OverflowError(f"{n} does not fit an Avro long")
     z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
@@ -39,7 +48,10 @@ def write_long(n: int) -> bytes:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
-    return bytes(out)
+    if len(_RECENT) >= _RECENT_MAX:  # a bound, not an LRU: the next batch refills it
+        _RECENT.clear()
+    done = _RECENT[n] = bytes(out)
+    return done
 
 
 def read_long(data: bytes, pos: int) -> tuple[int, int]:

@@ -101,6 +101,24 @@ def test_long_round_trip(n: int) -> None:
 def test_long_out_of_range_is_refused() -> None:
     with pytest.raises(OverflowError):
         write_long(2**63)
+    with pytest.raises(OverflowError):  # each time: a refusal is never remembered
+        write_long(2**63)
+
+
+def test_large_longs_written_again_are_the_same_bytes_and_the_memory_is_bounded() -> None:
+    import io
+
+    from fastavro import schemaless_writer
+
+    from orchestrator import codec_fast
+
+    start = 1_764_547_200_000  # epoch ms, as recorded_at is
+    for n in range(start, start + 3 * codec_fast._RECENT_MAX):
+        for _ in range(2):  # written, then found again
+            out = io.BytesIO()
+            schemaless_writer(out, "long", n)
+            assert write_long(n) == out.getvalue()
+        assert len(codec_fast._RECENT) <= codec_fast._RECENT_MAX
 
 
 def test_compiled_reader_refuses_bad_bytes_like_fastavro() -> None:
