@@ -3,8 +3,9 @@
 ``<KEEL_HOME>/status/orchestrator-<instance>.json`` holds what an operator (or
 ``keel infra status``) needs to tell a healthy orchestrator from a stuck one: the
 partitions it owns, how long since its last successful commit, broker and consumer
-errors, producer resets and abandoned (stalled) calls, quarantined runs, and whether
-the background threads it started with are still alive. A worker writes
+errors, producer resets and abandoned (stalled) calls, quarantined runs, whether
+the background threads it started with are still alive, and the health of each loop a
+``Supervisor`` runs in it (``supervised``). A worker writes
 ``worker-<instance>.json`` (its partitions, last commit age, consumer errors and resets,
 the Redis gate) with its own log line. Written atomically (a rename), so a reader never
 sees half a file.
@@ -20,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from orchestrator.runtime.supervisor import health_of_all
 
 __all__ = ["StatusFile", "status_path"]
 
@@ -65,6 +68,9 @@ class StatusFile:
         self._last_write = now
         status = self.snapshot()
         status["threads"] = self.threads()
+        # Each supervised loop's own health: the projector (thread or child, with the
+        # child's pid and restarts), the saga manager (docs/operations.md).
+        status["supervised"] = health_of_all()
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
 
 from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.health import status_path
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.projection import redis_client
 from tests.integration import local_app
@@ -34,6 +36,14 @@ def _children(pid: int) -> list[psutil.Process]:
     return found
 
 
+def _supervised(status: Path) -> dict:
+    """The projector child's entry in the orchestrator's status file (``{}`` before it)."""
+    try:
+        return json.loads(status.read_text())["supervised"]["projector"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def _health(settings) -> list[dict]:
     r = redis_client(settings.redis)
     keys = r.keys(f"{Keyspace(settings.topic_prefix).read_model}health:projector:*")
@@ -44,8 +54,18 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
     svc = Services(settings, tmp_path)
     client = KeelClient(settings, local_app.app)
     try:
-        orch = svc.start("orchestrator", "--app", APP)
+        home = tmp_path / "home"
+        orch = svc.start(
+            "orchestrator",
+            "--app",
+            APP,
+            KEEL_HOME=str(home),
+            KEEL_INSTANCE_ID="pc",
+            KEEL_STATUS_INTERVAL_S="0.3",
+        )
         first = wait_until(lambda: _children(orch.pid), 30, "the projector child")[0]
+        status = status_path(home, "orchestrator", "pc")
+        wait_until(lambda: _supervised(status).get("pid") == first.pid, 20, "the child's pid")
         for i in range(5):
             client.start("three_step_local", {"n": i}, f"wf-{i}")
         for i in range(5):  # the parent runs no projector: the child wrote these rows
@@ -66,6 +86,11 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
         )[0]
         client.start("three_step_local", {"n": 7}, "wf-after")
         assert client.wait("wf-after", 60)["status"] == "completed"
+        seen = wait_until(
+            lambda: (h := _supervised(status)).get("pid") == second.pid and h, 20, "its pid"
+        )
+        assert seen["children_started"] == 2 and seen["restarts"] == 1, seen
+        assert seen["published"] >= 45 and seen["name"] == "projector", seen
         svc.kill(orch)  # SIGKILL: the pipe closes, and the child ends with it
         wait_until(lambda: not second.is_running() or second.status() == "zombie", 20,
                    "the child to end with its orchestrator")  # fmt: skip
