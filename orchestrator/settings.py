@@ -11,6 +11,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,6 +103,15 @@ class Settings(BaseSettings):
     )
     admin_timeout_s: float = Field(
         default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
+    )
+    gc_thresholds: tuple[
+        Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
+    ] = Field(
+        default=(100_000, 50, 1_000),
+        description=(
+            "Python's cyclic collector thresholds in Keel's services (gc.set_threshold); "
+            "Python's own are (700, 10, 10). JSON, e.g. [700, 10, 10]."
+        ),
     )
     task_token_secret: SecretStr | None = Field(
         default=None,

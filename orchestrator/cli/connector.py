@@ -40,6 +40,7 @@ def connector(
 
     from connectors.service import Connector, serve
     from orchestrator.errors import KeelError
+    from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
@@ -47,6 +48,7 @@ def connector(
     configure_logging()
     configure_tracing("keel-connector")
     settings = load_settings()
+    configure_gc(settings)
     service = Connector(
         settings, app_from(app), ack_timeout_s=ack_timeout, pause_after_ack_s=_pause_after_ack()
     )

@@ -7,13 +7,16 @@ from orchestrator.cli.services import DEFAULT_APP, AppOption, _stop_on_signals, 
 
 def sagas(app: AppOption = DEFAULT_APP) -> None:
     """Run the saga manager: workflow events in, commands out, exactly once."""
+    from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.sagas.manager import SagaManager
     from orchestrator.settings import load_settings
 
     configure_logging()
-    supervised = Supervisor("sagas", SagaManager(load_settings(), app_from(app))).start()
+    settings = load_settings()
+    configure_gc(settings)
+    supervised = Supervisor("sagas", SagaManager(settings, app_from(app))).start()
     _stop_on_signals(supervised)
     while supervised.state != "stopped":
         supervised.join(0.5)

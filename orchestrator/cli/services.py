@@ -69,6 +69,7 @@ def orchestrator(
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
+    from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.orchestrator import Orchestrator
@@ -81,6 +82,7 @@ def orchestrator(
     configure_tracing("keel-orchestrator")
     configure_metrics("keel-orchestrator")
     settings = load_settings()
+    configure_gc(settings)
     application = app_from(app)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
@@ -125,13 +127,16 @@ def orchestrator(
 def worker(app: AppOption = DEFAULT_APP) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
+    from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
 
     configure_logging()
     configure_tracing("keel-worker")
-    w = Worker(load_settings(), app_from(app))
+    settings = load_settings()
+    configure_gc(settings)
+    w = Worker(settings, app_from(app))
     _stop_on_signals(w)
     w.run()
 
@@ -144,6 +149,7 @@ def projector(
     ] = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.projector import Projector
@@ -157,7 +163,9 @@ def projector(
         from orchestrator.runtime.committed import CommittedEvents
 
         committed = CommittedEvents()
-    projector = Projector(load_settings(), app_from(app), committed=committed)
+    settings = load_settings()
+    configure_gc(settings)
+    projector = Projector(settings, app_from(app), committed=committed)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.runtime.committed_pipe import read_frames
