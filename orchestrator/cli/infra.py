@@ -66,8 +66,10 @@ def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]
     """What each Keel process last wrote to ``<KEEL_HOME>/status/*.json``, with a verdict.
 
     A live process has problems when its file is stale (it hangs), a background thread
-    died, or it is not running (recovering, resetting); a process that is gone (stopped,
-    or killed) is listed as such and is no problem of the running stack.
+    died, a supervised loop waits out a failure before its restart (a projector child
+    that keeps exiting, say), or it is not running (recovering, resetting); a process
+    that is gone (stopped, or killed) is listed as such and is no problem of the running
+    stack.
     """
     import psutil
 
@@ -92,6 +94,13 @@ def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]
                 problems.append("dead threads: " + ", ".join(dead))
             if data.get("state") not in (None, "running"):
                 problems.append(f"state {data.get('state')}")
+            restarting = [
+                f"{name} ({info.get('restarts', 0)} restarts; {info.get('last_error') or '?'})"
+                for name, info in sorted(data.get("supervised", {}).items())
+                if isinstance(info, dict) and info.get("state") == "backoff"
+            ]
+            if restarting:
+                problems.append("restarting after a failure: " + ", ".join(restarting))
         rows.append(
             {"file": path.stem, **data, "age_s": round(age, 1), "gone": gone, "problems": problems}
         )

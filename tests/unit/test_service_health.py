@@ -29,6 +29,9 @@ def test_each_service_gets_a_verdict(tmp_path) -> None:
     _write(tmp_path, "orchestrator-hangs", updated_at=NOW - STALE_AFTER_S - 5)
     _write(tmp_path, "orchestrator-lost-thread", threads={"projector": False})
     _write(tmp_path, "orchestrator-recovering", state="recovering")
+    child = {"state": "backoff", "restarts": 3, "last_error": "RuntimeError: exited with 1"}
+    _write(tmp_path, "orchestrator-child-fails", supervised={"projector": child})
+    _write(tmp_path, "orchestrator-child-runs", supervised={"projector": {"state": "running"}})
     _write(tmp_path, "orchestrator-killed", pid=_gone_pid(), updated_at=NOW - 3600)
     _write(tmp_path, "orchestrator-stopped", state="stopped", updated_at=NOW - 3600)
     (tmp_path / "status" / "torn.json").write_text("{not json")
@@ -40,6 +43,8 @@ def test_each_service_gets_a_verdict(tmp_path) -> None:
         "orchestrator-hangs",
         "orchestrator-lost-thread",
         "orchestrator-recovering",
+        "orchestrator-child-fails",
+        "orchestrator-child-runs",
         "orchestrator-killed",
         "orchestrator-stopped",
     }
@@ -47,6 +52,10 @@ def test_each_service_gets_a_verdict(tmp_path) -> None:
     assert rows["orchestrator-hangs"]["problems"] == [f"no update for {STALE_AFTER_S + 5:.0f}s"]
     assert rows["orchestrator-lost-thread"]["problems"] == ["dead threads: projector"]
     assert rows["orchestrator-recovering"]["problems"] == ["state recovering"]
+    assert rows["orchestrator-child-fails"]["problems"] == [
+        "restarting after a failure: projector (3 restarts; RuntimeError: exited with 1)"
+    ]
+    assert rows["orchestrator-child-runs"]["problems"] == []
     for gone in ("orchestrator-killed", "orchestrator-stopped"):
         assert rows[gone]["gone"] and rows[gone]["problems"] == []
 
