@@ -30,7 +30,6 @@ from orchestrator.settings import Settings
 __all__ = ["EventTail", "RssSampler", "clock_ms"]
 
 
-_TERMINAL = TERMINAL_EVENT_NAMES
 _HOPS = frozenset(t.__name__ for t in (WorkflowStarted, ActivityScheduled, ActivityCompleted))
 
 
@@ -153,7 +152,7 @@ class EventTail(threading.Thread):
 
     def wanted(self, kind: str | None) -> bool:
         """Whether a record of type ``kind`` is decoded (no type header: it is)."""
-        return kind is None or kind in _TERMINAL or (self.hops and kind in _HOPS)
+        return kind is None or kind in TERMINAL_EVENT_NAMES or (self.hops and kind in _HOPS)
 
     def _note(self, env: Any, seen: float) -> None:
         self.events += 1
