@@ -2,11 +2,11 @@
 
 The in-process channel (``committed.py``) gives the projector thread each transaction
 as soon as it commits, but the projector then folds and writes to Redis inside the
-orchestrator's GIL. With ``keel orchestrator --projector-child`` the same hand-off
-crosses a pipe to a ``keel projector --feed-fd`` child process (``projector_child.py``):
-the orchestrator only queues each transaction's record values, already encoded for
-Kafka; a writer thread copies them into the pipe; the child decodes and folds them on
-the other core (docs/performance.md, "The projector in a child process").
+orchestrator's GIL. By default (``--projector-in thread`` keeps the thread) the same
+hand-off crosses a pipe to a ``keel projector --feed-fd`` child process
+(``projector_child.py``): the orchestrator only queues each transaction's record values,
+already encoded for Kafka; a writer thread copies them into the pipe; the child decodes
+and folds them on the other core (docs/performance.md, "The projector in a child process").
 
 As with the channel, the publisher never blocks: past ``max_bytes`` queued, or while no
 child is attached, a transaction is dropped (and counted), and the child reads it from

@@ -1,4 +1,4 @@
-"""The projector of ``keel orchestrator --projector-child``: a child process, supervised.
+"""The projector of ``keel orchestrator`` (by default): a child process, supervised.
 
 :class:`ProjectorChild` is the loop a :class:`~orchestrator.runtime.supervisor.Supervisor`
 runs in the orchestrator: it starts ``keel projector --feed-fd N`` with a fresh pipe,
