@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ from orchestrator.runtime.envelopes import (
 )
 from orchestrator.runtime.kafka import dead_letter, now_ms
 from orchestrator.runtime.local_activities import LocalRun
+from orchestrator.runtime.owned import PartitionState
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import DeliveryCallback, Record
 from orchestrator.runtime.recovery import TYPE_HEADER
@@ -163,6 +165,8 @@ class CommandLoop:
         #: This batch's events, when a projector listens; published once committed.
         self._sent: list[_Sent] | None = None
         self._homes: dict[tuple[bytes, int], int] = {}
+        #: Per partition, the offset of the open transaction's last event delivered.
+        self._txn_ends: dict[int, int] = {}
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -177,6 +181,7 @@ class CommandLoop:
         self._local = []
         feed = self.committed
         self._sent = [] if feed is not None and feed.listening else None
+        self._txn_ends = {}
         began = time.perf_counter()
         ctx.log.begin()
         try:
@@ -200,7 +205,11 @@ class CommandLoop:
         done = time.perf_counter()
         sent, self._sent = self._sent, None
         if sent and feed is not None:  # after the commit: only facts reach the projector
-            feed.publish(_committed(sent, overlay))
+            feed.publish(_committed(sent, overlay, ctx.partitions))
+        for p, offset in self._txn_ends.items():  # published or not, every commit counts
+            ps = ctx.partitions.get(p)
+            if ps is not None:
+                ps.last_committed_event = offset
         ctx.stats.commit_ms_total += (done - committing) * 1000
         ctx.stats.decide_ms_total += (committing - began) * 1000 - local_ms
         ctx.stats.transactions += 1
@@ -573,15 +582,26 @@ class CommandLoop:
         return Out(self.ctx.topics.dlq, value, key)
 
     def _on_event_delivered(self, p: int, offset: int) -> None:
+        if offset > self._txn_ends.get(p, -1):
+            self._txn_ends[p] = offset
         ps = self.ctx.partitions.get(p)
         if ps is not None and offset >= ps.events_end:
             ps.events_end = offset + 1
 
 
-def _committed(sent: list[_Sent], overlay: Overlay) -> list[CommittedEvent]:
+def _committed(
+    sent: list[_Sent], overlay: Overlay, partitions: Mapping[int, PartitionState]
+) -> list[CommittedEvent]:
     """The transaction's events for the projector, each run's last one with the run's
-    state after it (``CommittedEvent.state``); not a stand-in's, which is no fold."""
+    state after it (``CommittedEvent.state``); not a stand-in's, which is no fold.
+
+    Each event names the record it follows on its partition: the previous one of this
+    transaction there, else the last event this process committed there since it took
+    the partition (kept on its :class:`PartitionState`, which a new owner starts afresh;
+    called before this transaction's ends are recorded there).
+    """
     last: dict[str, int] = {s.envelope.workflow_id: i for i, s in enumerate(sent)}
+    before: dict[int, int] = {}
     out = []
     for i, s in enumerate(sent):
         state = None
@@ -590,5 +610,11 @@ def _committed(sent: list[_Sent], overlay: Overlay) -> list[CommittedEvent]:
             final = overlay[wf][1]
             if final.seq == s.envelope.seq and final.unfolded_from is None:
                 state = final
-        out.append(CommittedEvent(s.partition, s.offset, s.envelope, state, s.value))
+        p = s.partition
+        follows = before.get(p)
+        if follows is None:
+            ps = partitions.get(p)
+            follows = ps.last_committed_event if ps is not None else -1
+        before[p] = s.offset
+        out.append(CommittedEvent(p, s.offset, s.envelope, state, s.value, follows))
     return out

@@ -51,6 +51,11 @@ class CommittedEvent:
     state: WorkflowState | None = None
     #: The record's value as written (for a projector in another process).
     value: bytes | None = None
+    #: The offset of the record this one follows on its partition: the orchestrator's
+    #: previous event there (-1: not known, e.g. the first since it took the partition).
+    #: Only transaction markers and aborted records lie between the two, so a reader
+    #: that has every record up to ``follows`` has every record up to this one.
+    follows: int = -1
 
 
 class CommittedSink(Protocol):
@@ -85,6 +90,9 @@ class CommittedEvents:
         #: Events dropped because nobody took them in time (the topic still has them).
         self.dropped = 0
         self.published = 0
+        #: Set by a publisher while a transaction is on its way (a pipe's reader that has
+        #: bytes not yet decoded): the projector then waits for it before the topic.
+        self.arriving = False
 
     @property
     def listening(self) -> bool:
@@ -94,6 +102,10 @@ class CommittedEvents:
     def publishing(self) -> bool:
         """An orchestrator of this process is running and publishes here."""
         return self._publishers > 0
+
+    def expecting(self) -> bool:
+        """Committed events wait here or are on their way."""
+        return self.arriving or bool(self._waiting)
 
     def open_publisher(self) -> None:
         with self._cond:

@@ -14,15 +14,18 @@ child is attached, a transaction is dropped (and counted), and the child reads i
 so it never outlives its orchestrator.
 
 One frame per transaction: ``u32`` body length, then per event ``i32`` partition,
-``i64`` offset, ``u32`` value length and the value (big-endian).
+``i64`` offset, ``i64`` the offset it follows (``CommittedEvent.follows``), ``u32`` value
+length and the value (big-endian).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import queue
 import struct
+import termios
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,7 +38,7 @@ __all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame",
 log = logging.getLogger("keel.projector.pipe")
 
 _HEAD = struct.Struct(">I")
-_EVENT = struct.Struct(">iqI")
+_EVENT = struct.Struct(">iqqI")
 #: Bytes a publisher holds for a child that fell behind before it drops transactions.
 MAX_QUEUED_BYTES = 32 * 2**20
 #: Bytes read from the pipe at once.
@@ -49,12 +52,12 @@ def encode_frame(events: list[CommittedEvent]) -> bytes:
         value = ev.value
         if value is None:
             raise ValueError(f"event {ev.envelope.message_id} has no record value to send")
-        parts += (_EVENT.pack(ev.partition, ev.offset, len(value)), value)
+        parts += (_EVENT.pack(ev.partition, ev.offset, ev.follows, len(value)), value)
     body = b"".join(parts)
     return _HEAD.pack(len(body)) + body
 
 
-def decode_frames(buf: bytearray) -> Iterator[list[tuple[int, int, bytes]]]:
+def decode_frames(buf: bytearray) -> Iterator[list[tuple[int, int, int, bytes]]]:
     """Every whole frame at the start of ``buf`` (removed from it), as its events."""
     while len(buf) >= _HEAD.size:
         (n,) = _HEAD.unpack_from(buf, 0)
@@ -63,12 +66,12 @@ def decode_frames(buf: bytearray) -> Iterator[list[tuple[int, int, bytes]]]:
             return
         body = bytes(buf[_HEAD.size : end])
         del buf[:end]
-        events: list[tuple[int, int, bytes]] = []
+        events: list[tuple[int, int, int, bytes]] = []
         at = 0
         while at < n:
-            partition, offset, size = _EVENT.unpack_from(body, at)
+            partition, offset, follows, size = _EVENT.unpack_from(body, at)
             at += _EVENT.size
-            events.append((partition, offset, body[at : at + size]))
+            events.append((partition, offset, follows, body[at : at + size]))
             at += size
         yield events
 
@@ -170,6 +173,11 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd``."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -187,12 +195,20 @@ def read_frames(fd: int, into: CommittedEvents, on_eof: Callable[[], Any]) -> th
         into.open_publisher()
         try:
             while chunk := os.read(fd, _READ_BYTES):
+                into.arriving = True
                 buf += chunk
                 for events in decode_frames(buf):
-                    into.publish([CommittedEvent(p, o, codec.decode(v)) for p, o, v in events])
+                    into.publish(
+                        [
+                            CommittedEvent(p, o, codec.decode(v), None, None, f)
+                            for p, o, f, v in events
+                        ]
+                    )
+                into.arriving = bool(buf) or _unread(fd) > 0
         except Exception:
             log.exception("reading the orchestrator's pipe failed; stopping")
         finally:
+            into.arriving = False
             into.close_publisher()
             _close(fd)
             on_eof()

@@ -229,6 +229,9 @@ class PartitionState:
     dirty_quarantine: set[str] = field(default_factory=set)
     #: keel.events offset just past the last event known to be in the log.
     events_end: int = 0
+    #: Offset of the last event this process committed here since it took the partition
+    #: (-1: none yet); what the next one handed to a projector follows (``committed.py``).
+    last_committed_event: int = -1
     events_since_checkpoint: int = 0
     #: Live runs restored from a snapshot and not used since: their state JSON (an old
     #: snapshot) or their snapshot record's bytes (``snapshot_records``), decoded and

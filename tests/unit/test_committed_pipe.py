@@ -21,7 +21,9 @@ from orchestrator.runtime.committed_pipe import (
 codec = default_codec()
 
 
-def _event(wf: str, seq: int, partition: int = 3, offset: int = 0) -> CommittedEvent:
+def _event(
+    wf: str, seq: int, partition: int = 3, offset: int = 0, follows: int = -1
+) -> CommittedEvent:
     env = Envelope(
         message_id=f"{wf}/{seq}",
         workflow_id=wf,
@@ -31,12 +33,13 @@ def _event(wf: str, seq: int, partition: int = 3, offset: int = 0) -> CommittedE
         recorded_at=1_764_500_000_000 + seq,
         payload=WorkflowStarted("order", 1, "d" * 64, '{"n": "é\\u0000"}', 0),
     )
-    return CommittedEvent(partition, offset or seq, env, None, codec.encode(env))
+    return CommittedEvent(partition, offset or seq, env, None, codec.encode(env), follows)
 
 
 def test_frames_survive_any_split_of_the_stream():
     batches = [
-        [_event(f"wf-{b}", s, b % 4, 10 * b + s) for s in range(1, b + 2)] for b in range(30)
+        [_event(f"wf-{b}", s, b % 4, 10 * b + s, 10 * b + s - 1) for s in range(1, b + 2)]
+        for b in range(30)
     ]
     stream = b"".join(encode_frame(batch) for batch in batches)
     rng = random.Random(7)
@@ -47,7 +50,7 @@ def test_frames_survive_any_split_of_the_stream():
         at += step
         got.extend(decode_frames(buf))
     assert buf == bytearray()
-    want = [[(e.partition, e.offset, e.value) for e in batch] for batch in batches]
+    want = [[(e.partition, e.offset, e.follows, e.value) for e in batch] for batch in batches]
     assert got == want
 
 
@@ -67,7 +70,10 @@ def test_a_child_gets_every_event_decoded_then_its_end_of_file():
     publisher = PipePublisher()
     publisher.attach(write_end)
     assert publisher.listening
-    sent = [[_event(f"wf-{i}", s, offset=100 * i + s) for s in (1, 2, 3)] for i in range(50)]
+    sent = [
+        [_event(f"wf-{i}", s, offset=100 * i + s, follows=100 * i + s - 1) for s in (1, 2, 3)]
+        for i in range(50)
+    ]
     for batch in sent:
         publisher.publish(batch)
     got: list[CommittedEvent] = []
@@ -75,8 +81,8 @@ def test_a_child_gets_every_event_decoded_then_its_end_of_file():
         taken = into.take(5.0)
         assert taken, f"only {len(got)} of 150 events arrived"
         got.extend(taken)
-    assert [(e.partition, e.offset, e.envelope) for e in got] == [
-        (e.partition, e.offset, e.envelope) for batch in sent for e in batch
+    assert [(e.partition, e.offset, e.follows, e.envelope) for e in got] == [
+        (e.partition, e.offset, e.follows, e.envelope) for batch in sent for e in batch
     ]
     assert into.publishing
     publisher.detach()  # the orchestrator stops: the child reads its end of file
@@ -126,7 +132,7 @@ def test_each_pipe_gets_exactly_its_frames_though_pipe_numbers_are_reused():
             received += chunk
         os.close(read_end)
         assert list(decode_frames(received)) == [
-            [(ev.partition, ev.offset, ev.value) for ev in batch]
+            [(ev.partition, ev.offset, ev.follows, ev.value) for ev in batch]
         ]
         assert received == bytearray()
     assert (publisher.published, publisher.dropped) == (40, 0)
