@@ -457,6 +457,26 @@ class KafkaGroupIntake(KafkaCommandIntake):
             counted(exc)
             raise UnavailableError(f"offsets not committed: {exc}") from exc
 
+    def pause(self, partitions: Sequence[int]) -> None:
+        consumer = self._live_consumer()
+        if consumer is not None and partitions:
+            try:
+                consumer.pause([TopicPartition(self.topic, p) for p in partitions])
+            except KafkaException as exc:  # e.g. no longer assigned: nothing to pause
+                log.info("not pausing %s%s: %s", self.topic, list(partitions), exc)
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        consumer = self._live_consumer()
+        if consumer is not None and partitions:
+            try:
+                consumer.resume([TopicPartition(self.topic, p) for p in partitions])
+            except KafkaException as exc:
+                log.info("not resuming %s%s: %s", self.topic, list(partitions), exc)
+
+    def _live_consumer(self) -> Consumer | None:
+        """The consumer for a local call (pause, resume); none while one is replaced."""
+        return None if self._stalled else self._consumer
+
     def recreate(self) -> None:
         """Drop the consumer (revoking what it held) and join the group with a new one."""
         old, self._consumer = self._consumer, None

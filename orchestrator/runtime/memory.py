@@ -102,6 +102,8 @@ class MemoryCommandIntake:
         self.topic = topic
         self.group_id = group_id
         self.positions: dict[int, int] = {}
+        #: Partitions paused (``EventFeed.pause``): polled for nothing until resumed.
+        self.paused: set[int] = set()
         self._on_assign: Callable[[list[int]], None] | None = None
         self._on_revoke: Callable[[list[int]], None] | None = None
         self._pending: list[int] | None = None
@@ -132,6 +134,8 @@ class MemoryCommandIntake:
         out: list[Record] = []
         log = self.broker.log(self.topic)
         for p, pos in self.positions.items():
+            if p in self.paused:
+                continue
             take = log[p][pos : pos + max_records - len(out)]
             out.extend(take)
             self.positions[p] = pos + len(take)
@@ -265,9 +269,16 @@ class MemoryGroupIntake(MemoryCommandIntake):
         for p, o in offsets.items():
             self.broker.committed[(self.group_id, self.topic, p)] = o
 
+    def pause(self, partitions: Sequence[int]) -> None:
+        self.paused.update(partitions)
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        self.paused.difference_update(partitions)
+
     def recreate(self) -> None:
         """Leave the group and join again: every partition is revoked, then assigned anew."""
         self.recreated += 1
+        self.paused.clear()
         if self.positions and self._on_revoke:
             self._on_revoke(sorted(self.positions))
         self.positions = {}

@@ -206,8 +206,23 @@ class GroupIntake(CommandIntake, Protocol):
 
 #: The tasks topic as one worker of the workers' group sees it.
 TaskIntake = GroupIntake
-#: The events topic as one projector of the projectors' group sees it.
-EventFeed = GroupIntake
+
+
+class EventFeed(GroupIntake, Protocol):
+    """The events topic as one projector of the projectors' group sees it.
+
+    A projector fed the committed events in-process (``committed.py``) pauses the
+    partitions it has folded in order that way, and reads the topic again only for
+    what the hand-off did not bring (docs/performance.md).
+    """
+
+    def pause(self, partitions: Sequence[int]) -> None:
+        """Fetch nothing more of these partitions (what was fetched is dropped)."""
+        ...
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        """Fetch these partitions again, from the position :meth:`rewind` sets."""
+        ...
 
 
 class OutcomeSink(Protocol):

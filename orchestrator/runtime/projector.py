@@ -44,6 +44,7 @@ from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.broker_errors import Stopping
 from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
+from orchestrator.runtime.feed_cursor import FeedCursor, Handed
 from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
@@ -67,9 +68,9 @@ CACHE_SIZE = 50_000
 IN_PROCESS_WAIT_S = 0.02
 TOPIC_ACTIVE_WAIT_S = 0.002
 TOPIC_ACTIVE_FOR_S = 1.0
-#: Offsets folded in-process that the consumer has not reached yet, per partition, kept
-#: at most (past it they are forgotten, and those records are decoded and skipped by seq).
-MAX_FOLDED_AHEAD = 100_000
+#: How long topic records may wait for their hand-off still on its way before they are
+#: folded from the topic.
+HANDOFF_HOLD_S = 0.25
 #: How often a running projector publishes its health to Redis, and how long it lasts.
 HEALTH_EVERY_S = 5.0
 HEALTH_TTL_S = 30
@@ -119,8 +120,8 @@ class Projector:
         #: The orchestrator's committed events, in-process (None: the topic only).
         self.committed = committed
         self._listening = False
-        #: Per partition: offsets folded in-process that the consumer has yet to reach.
-        self._folded: dict[int, set[int]] = {}
+        #: Where the projector stands per partition; set once it has a feed.
+        self._cursor: FeedCursor | None = None
         self.applied_in_process = 0
         #: Runs whose new state came with the hand-off, so were not folded again.
         self.folds_taken = 0
@@ -163,6 +164,7 @@ class Projector:
             "in_process_lag_ms_total": round(self.in_process_lag_ms_total, 3),
             "in_process_wake_ms_total": round(self.in_process_wake_ms_total, 3),
             "in_process_dropped": self.committed.dropped if self.committed is not None else 0,
+            **(self._cursor.health() if self._cursor is not None else {}),
         }
 
     @property
@@ -195,6 +197,7 @@ class Projector:
             return
         if self.feed is None:
             self.feed = self._kafka_feed()
+        self._cursor = FeedCursor(self.feed)
         self.feed.subscribe(self._reset, self._reset)
         self._subscribed = True
         if self.committed is not None and not self._listening:
@@ -209,6 +212,8 @@ class Projector:
         """
         self._cache.clear()
         self.subscribe()
+        assert self._cursor is not None
+        self._cursor.restart()  # a batch taken in-process by a failed run is read again
         try:
             while not self._stop.is_set():
                 try:
@@ -229,8 +234,8 @@ class Projector:
         A batch that cannot be written (Redis away) is rewound and the error raised: no
         offset is committed and the cache keeps only what Redis has.
         """
-        feed = self.feed
-        assert feed is not None and self._subscribed, "subscribe first"
+        feed, cursor = self.feed, self._cursor
+        assert feed is not None and cursor is not None and self._subscribed, "subscribe first"
         if time.monotonic() - self._health_at > HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             self.publish_health()
@@ -247,17 +252,24 @@ class Projector:
         except ConsumerReset as exc:
             log.warning("the events consumer is unusable (%s); joining the group again", exc)
             self._cache.clear()
-            self._folded.clear()
+            cursor.forget(list(cursor.tips) + list(cursor.folded_ahead))
             feed.recreate()
             return applied
         if not records:
+            feed.commit(cursor.tick())
             return applied
-        if in_process:
+        fresh = cursor.unread(records)
+        if in_process and fresh and committed is not None:
             # Transactions that committed while the last hand-off was folded are on the
             # topic now too: take them in-process first (with their decided states), so
-            # the topic's copies are skipped undecoded instead of decoded and folded.
+            # the topic's copies are skipped undecoded instead of decoded and folded;
+            # wait a little for those still on their way (a child decoding the pipe).
+            held_until = time.monotonic() + HANDOFF_HOLD_S
             applied += self._take_committed(0.0)
-        fresh = self._not_folded(records)
+            fresh = cursor.unread(records)
+            while fresh and committed.expecting() and time.monotonic() < held_until:
+                applied += self._take_committed(TOPIC_ACTIVE_WAIT_S)
+                fresh = cursor.unread(records)
         if fresh:
             self._topic_fresh_at = time.monotonic()
         try:
@@ -265,9 +277,8 @@ class Projector:
         except BaseException:
             self._rewind(feed, records)
             raise
-        offsets: dict[int, int] = {}
-        for rec in records:
-            offsets[rec.partition] = rec.offset + 1
+        offsets = cursor.read(records)
+        offsets.update(cursor.tick())
         feed.commit(offsets)
         self.last_applied_at = now_ms()
         for p, o in offsets.items():
@@ -302,52 +313,28 @@ class Projector:
     def _reset(self, partitions: list[int]) -> None:
         # Another projector may have written while we did not own these partitions.
         self._cache.clear()
-        for p in partitions:
-            self._folded.pop(p, None)
+        if self._cursor is not None:
+            self._cursor.forget(partitions)
 
     # ------------------------------------------------------------------ in-process
-    def _not_folded(self, records: list[Record]) -> list[Record]:
-        """``records`` less those already folded in-process (not decoded again)."""
-        folded = self._folded
-        if not folded:
-            return records
-        fresh: list[Record] = []
-        last: dict[int, int] = {}
-        for rec in records:
-            last[rec.partition] = rec.offset
-            done = folded.get(rec.partition)
-            if done and rec.offset in done:
-                continue
-            fresh.append(rec)
-        for p, offset in last.items():  # what the consumer passed can never come again
-            done = folded.get(p)
-            if done:
-                kept = {o for o in done if o > offset}
-                if kept:
-                    folded[p] = kept
-                else:
-                    del folded[p]
-        return fresh
-
     def apply_committed(self, events: list[CommittedEvent]) -> int:
         """Fold events the orchestrator of this process just committed; returns events applied.
 
         Only the partitions this projector's group member holds (no other projector
         writes them), and per workflow only events that follow on from the read model's
         sequence number: a gap (the topic is behind, a hand-off was dropped) is left to
-        the topic. Their offsets are remembered so the consumer skips them undecoded.
+        the topic. The cursor then knows which partitions the topic need not bring.
         """
         owned = getattr(self.feed, "assignment", None)
-        if not events or not owned:
+        cursor = self._cursor
+        if not events or not owned or cursor is None:
             return 0
         by_wf: dict[str, list[Envelope[Any]]] = {}
-        where: dict[str, list[tuple[int, int]]] = {}
         for ev in events:
             if ev.partition not in owned:
                 continue
             wf = ev.envelope.workflow_id
             by_wf.setdefault(wf, []).append(ev.envelope)
-            where.setdefault(wf, []).append((ev.partition, ev.offset))
         if not by_wf:
             return 0
         self._load_missing(by_wf)
@@ -359,15 +346,13 @@ class Projector:
                 del by_wf[wf]  # not next in line: the topic brings what is missing
         decided = {ev.envelope.workflow_id: ev.state for ev in events if ev.state is not None}
         applied, problems = self._apply_envelopes(by_wf, guarded=True, decided=decided)
-        for wf in by_wf:
-            if wf in problems:
-                continue
-            for p, offset in where[wf]:
-                if offset >= 0:
-                    done = self._folded.setdefault(p, set())
-                    if len(done) >= MAX_FOLDED_AHEAD:
-                        done.clear()
-                    done.add(offset)
+        handed: list[Handed] = [
+            (ev.partition, ev.offset, ev.follows, wf in by_wf and wf not in problems)
+            for ev in events
+            if ev.partition in owned and ev.offset >= 0
+            for wf in (ev.envelope.workflow_id,)
+        ]
+        cursor.handed(handed)
         self.applied_in_process += applied
         if applied:
             self.last_applied_at = now_ms()
