@@ -28,11 +28,13 @@ be down (the workers wait an outage out without failing the attempt).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from orchestrator.app import KeelApp
@@ -188,12 +190,12 @@ class LocalActivities:
 
     def _sync_call(self, r: LocalRun, handler: Any) -> Callable[[], str]:
         """The run of a sync handler, with its activity context, for the runner thread."""
-        from handlers.context import reset_current, set_current
-        from handlers.effects import has_side_effect
-        from handlers.execution import parse_input, result_json
+        h = _handlers()
+        reset_current, set_current = h.context.reset_current, h.context.set_current
+        parse_input, result_json = h.execution.parse_input, h.execution.result_json
 
         s = r.scheduled
-        side_effect = has_side_effect(handler.fn)
+        side_effect = h.effects.has_side_effect(handler.fn)
         ctx = self._context(r)
         store: tuple[Any, Any] | Exception = (None, None)
         if side_effect:  # opened here, on the orchestrator's thread, once
@@ -219,10 +221,8 @@ class LocalActivities:
 
     @staticmethod
     def _context(r: LocalRun) -> Any:
-        from handlers.context import ActivityContext
-
         s = r.scheduled
-        return ActivityContext(
+        return _handlers().context.ActivityContext(
             workflow_id=r.workflow_id,
             activity_id=s.activity_id,
             activity_type=s.activity_type,
@@ -235,37 +235,31 @@ class LocalActivities:
 
     def _execution(self, s: ActivityScheduled, effects: Any, gate: Any) -> Any:
         """The worker's own code path for one attempt (a coroutine), keyed by its K."""
-        from handlers.execution import execute
-
-        return execute(
+        return _handlers().execution.execute(
             self.app, effects, gate, s.activity_type, s.input_json, s.idempotency_key, s.attempt
         )
 
     def _outcome(self, r: LocalRun, ok: bool, value: Any) -> CompleteActivity | FailActivity:
         """A sync run's report: its result, or its failure classified as a worker would."""
-        from handlers.effects import Stopping
-        from handlers.errors import classify, error_type, retry_after_ms
-        from handlers.execution import describe
-
         s = r.scheduled
         if ok:
             version = self.app.handler(s.activity_type).schema_version
             return CompleteActivity(s.activity_id, s.attempt, value, version)
-        if isinstance(value, Stopping):  # stopping while Redis is away: commit nothing
+        h = _handlers()
+        errors = h.errors
+        if isinstance(value, h.effects.Stopping):  # stopping while Redis is away: commit nothing
             raise TxnAbortable(f"local activity {s.activity_id} abandoned: {value}") from value
         return FailActivity(
             s.activity_id,
             s.attempt,
-            str(classify(value)),
-            error_type(value),
-            describe(value),
-            retry_after_ms(value),
+            str(errors.classify(value)),
+            errors.error_type(value),
+            h.execution.describe(value),
+            errors.retry_after_ms(value),
         )
 
     def _overran(self, r: LocalRun) -> FailActivity | None:
         """Past its bound: None when its start-to-close timer fails it, else a failure now."""
-        from handlers.effects import has_side_effect
-
         s = r.scheduled
         self.overruns += 1
         log.warning(
@@ -277,7 +271,7 @@ class LocalActivities:
         )
         if r.timer_armed:
             return None
-        side_effect = has_side_effect(self.app.handler(s.activity_type).fn)
+        side_effect = _handlers().effects.has_side_effect(self.app.handler(s.activity_type).fn)
         return FailActivity(
             s.activity_id,
             s.attempt,
@@ -290,27 +284,24 @@ class LocalActivities:
         return list(await asyncio.gather(*(self._one(r) for r in runs)))
 
     def _store(self) -> tuple[Any, Any]:
-        from handlers.effects import EffectStore, RedisGate
-
+        effects = _handlers().effects
         if self._effects is None:
             if not self.redis_url:
                 raise RuntimeError("a @side_effect local activity needs KEEL_REDIS_URL")
-            self._effects = EffectStore.from_url(self.redis_url, self.topic_prefix)
+            self._effects = effects.EffectStore.from_url(self.redis_url, self.topic_prefix)
         if self._gate is None:
-            self._gate = RedisGate(self.stop)
+            self._gate = effects.RedisGate(self.stop)
         return self._effects, self._gate
 
     async def _one(self, r: LocalRun) -> CompleteActivity | FailActivity | None:
         """An async handler's run on the private loop, bounded."""
-        from handlers.context import reset_current, set_current
-        from handlers.effects import has_side_effect
-
+        h = _handlers()
         s = r.scheduled
         handler = self.app.handler(s.activity_type)
-        side_effect = has_side_effect(handler.fn)
+        side_effect = h.effects.has_side_effect(handler.fn)
         effects: Any = None
         gate: Any = None
-        token = set_current(self._context(r))
+        token = h.context.set_current(self._context(r))
         try:
             if side_effect:  # only a @side_effect handler touches the effect store
                 effects, gate = self._store()
@@ -321,7 +312,7 @@ class LocalActivities:
         except Exception as exc:
             return self._outcome(r, False, exc)
         finally:
-            reset_current(token)
+            h.context.reset_current(token)
         return self._outcome(r, True, result)
 
     def close(self) -> None:
@@ -331,6 +322,26 @@ class LocalActivities:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+class _Plumbing:
+    """The worker's handler modules, which a local run goes through as a worker would."""
+
+    def __init__(self) -> None:
+        from handlers import context, effects, errors, execution
+
+        self.context: ModuleType = context
+        self.effects: ModuleType = effects
+        self.errors: ModuleType = errors
+        self.execution: ModuleType = execution
+
+
+@functools.cache
+def _handlers() -> _Plumbing:
+    """Imported on the first local run, not at start-up (docs/performance.md, "Recovery:
+    start-up imports"), and once: an import in the function cost ~2 µs a call, ~40 µs of
+    the loop's ~600 per three-step local run."""
+    return _Plumbing()
 
 
 @dataclass(eq=False, slots=True)
