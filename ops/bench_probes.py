@@ -46,6 +46,10 @@ def clock_ms() -> float:
     return time.perf_counter() * 1000
 
 
+#: How often a role's children are looked for while it has none known.
+CHILD_SCAN_S = 1.0
+
+
 class RssSampler(threading.Thread):
     """Each role's peak RSS (MB) and CPU seconds, sampled every 100 ms.
 
@@ -65,6 +69,10 @@ class RssSampler(threading.Thread):
         self.peak = dict.fromkeys(roles, 0.0)
         self.cpu_s = dict.fromkeys(roles, 0.0)
         self._used: dict[int, float] = {}  # pid -> its CPU seconds at the last sample
+        #: Per role, its child found last; children are looked for again only when it
+        #: ended, and then at most every ``CHILD_SCAN_S`` (a scan reads every /proc entry).
+        self._child: dict[str, psutil.Process] = {}
+        self._scanned_at: dict[str, float] = {}
         self._stop_evt = threading.Event()
 
     def _sample(self, role: str, proc: psutil.Process) -> None:
@@ -81,14 +89,29 @@ class RssSampler(threading.Thread):
                     proc = psutil.Process(pid)
                     self._sample(role, proc)
                     if role in self.children:
-                        child_role, marker = self.children[role]
-                        for child in proc.children():
-                            with contextlib.suppress(psutil.Error):  # ended meanwhile
-                                if marker in child.cmdline():
-                                    self._sample(child_role, child)
+                        self._sample_child(role, proc)
                 except psutil.Error:
                     pass
             time.sleep(0.1)
+
+    def _sample_child(self, role: str, proc: psutil.Process) -> None:
+        child_role, marker = self.children[role]
+        child = self._child.get(role)
+        if child is not None:
+            with contextlib.suppress(psutil.Error):
+                if child.is_running() and child.ppid() == proc.pid:
+                    self._sample(child_role, child)
+                    return
+            del self._child[role]
+        if time.monotonic() - self._scanned_at.get(role, 0.0) < CHILD_SCAN_S:
+            return
+        self._scanned_at[role] = time.monotonic()
+        for found in proc.children():
+            with contextlib.suppress(psutil.Error):  # ended meanwhile
+                if marker in found.cmdline():
+                    self._child[role] = found
+                    self._sample(child_role, found)
+                    return
 
     def cpu_mark(self) -> dict[str, float]:
         return dict(self.cpu_s)
