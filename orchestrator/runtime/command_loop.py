@@ -45,6 +45,7 @@ from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import TxnAbortable
 from orchestrator.runtime.committed import CommittedEvent, CommittedSink
+from orchestrator.runtime.committed_pipe import PipePublisher
 from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.envelopes import (
     check_record_size,
@@ -139,7 +140,7 @@ _HOME_CACHE_MAX = 65536
 class _Sent:
     """An event appended in the open transaction; its offset once Kafka reports it."""
 
-    __slots__ = ("envelope", "loop", "offset", "partition", "value")
+    __slots__ = ("envelope", "follows", "loop", "offset", "partition", "value")
 
     def __init__(
         self, loop: CommandLoop, partition: int, envelope: Envelope[Any], value: bytes
@@ -149,6 +150,8 @@ class _Sent:
         self.envelope = envelope
         self.value = value
         self.offset = -1
+        #: The record it follows on its partition (``CommittedEvent.follows``).
+        self.follows = -1
 
     def __call__(self, partition: int, offset: int) -> None:
         self.offset = offset
@@ -205,7 +208,11 @@ class CommandLoop:
         done = time.perf_counter()
         sent, self._sent = self._sent, None
         if sent and feed is not None:  # after the commit: only facts reach the projector
-            feed.publish(_committed(sent, overlay, ctx.partitions))
+            _chain(sent, ctx.partitions)
+            if isinstance(feed, PipePublisher):  # another process: the records alone
+                feed.publish(sent)
+            else:
+                feed.publish(_committed(sent, overlay))
         for p, offset in self._txn_ends.items():  # published or not, every commit counts
             ps = ctx.partitions.get(p)
             if ps is not None:
@@ -589,19 +596,27 @@ class CommandLoop:
             ps.events_end = offset + 1
 
 
-def _committed(
-    sent: list[_Sent], overlay: Overlay, partitions: Mapping[int, PartitionState]
-) -> list[CommittedEvent]:
-    """The transaction's events for the projector, each run's last one with the run's
-    state after it (``CommittedEvent.state``); not a stand-in's, which is no fold.
-
-    Each event names the record it follows on its partition: the previous one of this
+def _chain(sent: list[_Sent], partitions: Mapping[int, PartitionState]) -> None:
+    """Set the record each event follows on its partition: the previous one of this
     transaction there, else the last event this process committed there since it took
     the partition (kept on its :class:`PartitionState`, which a new owner starts afresh;
-    called before this transaction's ends are recorded there).
-    """
-    last: dict[str, int] = {s.envelope.workflow_id: i for i, s in enumerate(sent)}
+    called before this transaction's ends are recorded there)."""
     before: dict[int, int] = {}
+    for s in sent:
+        p = s.partition
+        follows = before.get(p)
+        if follows is None:
+            ps = partitions.get(p)
+            follows = ps.last_committed_event if ps is not None else -1
+        s.follows = follows
+        before[p] = s.offset
+
+
+def _committed(sent: list[_Sent], overlay: Overlay) -> list[CommittedEvent]:
+    """The transaction's events for an in-process projector, each run's last one with
+    the run's state after it (``CommittedEvent.state``); not a stand-in's, which is no
+    fold."""
+    last: dict[str, int] = {s.envelope.workflow_id: i for i, s in enumerate(sent)}
     out = []
     for i, s in enumerate(sent):
         state = None
@@ -610,11 +625,5 @@ def _committed(
             final = overlay[wf][1]
             if final.seq == s.envelope.seq and final.unfolded_from is None:
                 state = final
-        p = s.partition
-        follows = before.get(p)
-        if follows is None:
-            ps = partitions.get(p)
-            follows = ps.last_committed_event if ps is not None else -1
-        before[p] = s.offset
-        out.append(CommittedEvent(p, s.offset, s.envelope, state, s.value, follows))
+        out.append(CommittedEvent(s.partition, s.offset, s.envelope, state, s.value, s.follows))
     return out

@@ -29,7 +29,14 @@ from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 
-__all__ = ["MAX_WAITING_EVENTS", "CommittedEvent", "CommittedEvents", "CommittedSink", "channel"]
+__all__ = [
+    "MAX_WAITING_EVENTS",
+    "CommittedEvent",
+    "CommittedEvents",
+    "CommittedSink",
+    "HandedRecord",
+    "channel",
+]
 
 #: Events a channel holds for a projector that fell behind before it drops them.
 MAX_WAITING_EVENTS = 50_000
@@ -56,6 +63,25 @@ class CommittedEvent:
     #: Only transaction markers and aborted records lie between the two, so a reader
     #: that has every record up to ``follows`` has every record up to this one.
     follows: int = -1
+
+
+class HandedRecord(Protocol):
+    """What a projector in another process is handed of one event: its record."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def follows(self) -> int: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def envelope(self) -> Envelope[Any]: ...
 
 
 class CommittedSink(Protocol):

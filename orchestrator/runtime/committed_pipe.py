@@ -27,11 +27,11 @@ import queue
 import struct
 import termios
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from orchestrator.codec import default_codec
-from orchestrator.runtime.committed import CommittedEvent, CommittedEvents
+from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, HandedRecord
 
 __all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame", "read_frames"]
 
@@ -45,7 +45,7 @@ MAX_QUEUED_BYTES = 32 * 2**20
 _READ_BYTES = 1 << 20
 
 
-def encode_frame(events: list[CommittedEvent]) -> bytes:
+def encode_frame(events: Sequence[HandedRecord]) -> bytes:
     """One transaction's events as a frame (each needs its ``value``)."""
     parts: list[bytes] = []
     for ev in events:
@@ -124,8 +124,9 @@ class PipePublisher:
         self._queue.put(None)
         self._writer.join(5)
 
-    def publish(self, events: list[CommittedEvent]) -> None:
-        """Queue one transaction for the child; never blocks.
+    def publish(self, events: Sequence[HandedRecord]) -> None:
+        """Queue one transaction for the child; never blocks. Only the records are sent
+        (the orchestrator hands its own ``_Sent`` events over as they are).
 
         The pipe is read and the frame queued under the lock :meth:`detach` takes, so a
         frame always precedes its pipe's close in the writer's queue (a closed pipe's

@@ -6,12 +6,17 @@ in-memory adapter fed by an orchestrator's transactions (``committed.py``).
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.runtime.committed import CommittedEvents
+from orchestrator.runtime.committed_pipe import PipePublisher, read_frames
 from orchestrator.runtime.feed_cursor import FeedCursor
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import Record
+from tests.unit.runtime_support import MemoryRig
 from tests.unit.test_projector_in_process import Rig
 
 
@@ -138,6 +143,34 @@ def test_each_handed_event_names_the_record_it_follows(tmp_path):
     rig.orch.orch.step()
     third = rig.committed.take(0)
     assert third and third[0].follows == -1
+
+
+def test_a_child_is_handed_each_record_with_the_one_it_follows(tmp_path):
+    read_end, write_end = os.pipe()
+    publisher = PipePublisher()
+    publisher.attach(write_end)
+    into = CommittedEvents()
+    into.listen()
+    ended = threading.Event()
+    reader = read_frames(read_end, into, ended.set)
+    rig = MemoryRig(tmp_path, committed=publisher)
+    rig.start("wf-1", "three_step", {"n": 2})
+    rig.orch.step()
+    rig.work()
+    rig.orch.step()
+    written = rig.broker.log(rig.topics.events)[partition_for(b"wf-1", 4)]
+    got: list[Any] = []
+    while len(got) < len(written):
+        taken = into.take(5.0)
+        assert taken, f"{len(got)} of {len(written)} records came through the pipe"
+        got.extend(taken)
+    assert [(e.offset, e.envelope.seq) for e in got] == [
+        (r.offset, i + 1) for i, r in enumerate(written)
+    ]
+    assert [e.follows for e in got] == [-1, *(r.offset for r in written[:-1])]
+    publisher.stop()
+    assert ended.wait(5.0)
+    reader.join(5.0)
 
 
 def test_the_projector_takes_the_hand_off_and_leaves_the_topic_paused(tmp_path):
