@@ -205,6 +205,10 @@ class FeedCursor:
         if again:  # a paused partition stays paused through a reassignment
             self.feed.resume(again)
 
+    def clear(self) -> None:
+        """The consumer is replaced: nothing is known of any partition."""
+        self.forget({*self.tips, *self.folded_ahead, *self.paused})
+
     def restart(self) -> None:
         """The projector's loop starts again: what it took in-process may be lost."""
         self.to_topic(set(self.paused))

@@ -16,11 +16,12 @@ While ``keel projections rebuild`` runs, live projectors hold their batch and wa
 it they drop their cache (the rebuild changed the epoch) and go on from Redis.
 
 Inside ``keel orchestrator`` the projector also listens to the orchestrator's committed
-events in-process (``committed.py``): it folds them as soon as their transaction commits,
-for the partitions its own group member holds, when they follow on from what the read
-model has for their workflow; the records are then skipped undecoded when the consumer
-reaches them. Anything else (a gap, a dropped hand-off, another process's partitions)
-is folded from the topic as before (docs/performance.md).
+events (``committed.py``; through a pipe in a child process, ``committed_pipe.py``): it
+folds them as soon as their transaction commits, for the partitions its own group member
+holds, when they follow on from what the read model has for their workflow. While the
+hand-off follows on from what it has folded, the consumer does not fetch those partitions
+at all (``feed_cursor.py``); anything else (a gap, a dropped hand-off, another process's
+partitions) is folded from the topic as before (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -252,27 +253,28 @@ class Projector:
         except ConsumerReset as exc:
             log.warning("the events consumer is unusable (%s); joining the group again", exc)
             self._cache.clear()
-            cursor.forget(list(cursor.tips) + list(cursor.folded_ahead))
+            cursor.clear()
             feed.recreate()
             return applied
         if not records:
             feed.commit(cursor.tick())
             return applied
         fresh = cursor.unread(records)
-        if in_process and fresh and committed is not None:
-            # Transactions that committed while the last hand-off was folded are on the
-            # topic now too: take them in-process first (with their decided states), so
-            # the topic's copies are skipped undecoded instead of decoded and folded;
-            # wait a little for those still on their way (a child decoding the pipe).
-            held_until = time.monotonic() + HANDOFF_HOLD_S
-            applied += self._take_committed(0.0)
-            fresh = cursor.unread(records)
-            while fresh and committed.expecting() and time.monotonic() < held_until:
-                applied += self._take_committed(TOPIC_ACTIVE_WAIT_S)
-                fresh = cursor.unread(records)
-        if fresh:
-            self._topic_fresh_at = time.monotonic()
         try:
+            if in_process and fresh and committed is not None:
+                # Transactions that committed while the last hand-off was folded are on
+                # the topic now too: take them in-process first (with their decided
+                # states), so the topic's copies are skipped undecoded instead of decoded
+                # and folded; wait a little for those still on their way (a child decoding
+                # the pipe).
+                held_until = time.monotonic() + HANDOFF_HOLD_S
+                applied += self._take_committed(0.0)
+                fresh = cursor.unread(records)
+                while fresh and committed.expecting() and time.monotonic() < held_until:
+                    applied += self._take_committed(TOPIC_ACTIVE_WAIT_S)
+                    fresh = cursor.unread(records)
+            if fresh:
+                self._topic_fresh_at = time.monotonic()
             applied += self.apply(fresh) if fresh else 0
         except BaseException:
             self._rewind(feed, records)

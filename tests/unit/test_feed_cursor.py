@@ -218,3 +218,37 @@ def test_a_hand_off_lost_while_paused_is_read_from_the_topic(tmp_path):
         assert rig.history_seqs(wf) == [e.seq for e in rig.orch.events(wf)]
     assert rig.codec.decoded > 0  # what was lost came from the topic
     assert rig.projector._cursor is not None and rig.projector._cursor.gaps >= 1
+
+
+class FailingTake(CommittedEvents):
+    """A channel whose first take finds nothing and whose second fails (the hand-off's
+    write to Redis failing while topic records wait for it)."""
+
+    takes = 0
+
+    def take(self, timeout_s: float) -> list[Any]:
+        self.takes += 1
+        if self.takes == 1:
+            return []
+        if self.takes == 2:
+            super().take(timeout_s)  # taken, then lost with the failed write
+            raise ConnectionError("the read model is away")
+        return super().take(timeout_s)
+
+
+def test_topic_records_held_for_a_failing_hand_off_are_read_again(tmp_path):
+    channel_ = FailingTake()
+    rig = Rig(tmp_path, committed=channel_)
+    channel_.takes = 0
+    rig.orch.start("wf-1", "three_step", {"n": 2})
+    rig.orch.orch.step()  # committed: on the topic and in the channel
+    try:
+        rig.projector.step()
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the failing hand-off did not fail the step")
+    while rig.projector.step():  # as after the supervisor's restart
+        pass
+    started = rig.orch.events("wf-1")
+    assert rig.history_seqs("wf-1") == [e.seq for e in started]
