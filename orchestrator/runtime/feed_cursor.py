@@ -99,7 +99,8 @@ class FeedCursor:
         ]
 
     def read(self, records: list[Record]) -> dict[int, int]:
-        """``records`` are in the read model: the tips follow them. The offsets to commit."""
+        """``records`` are in the read model: the tips follow them. The offsets to commit:
+        theirs, and (a commit being made anyway) those taken from the hand-off."""
         tips = self.tips
         for rec in records:
             if rec.offset > tips.get(rec.partition, -1):
@@ -168,15 +169,19 @@ class FeedCursor:
                 log.info("not rewinding partition %d: %s", p, exc)
 
     def tick(self) -> dict[int, int]:
-        """Between polls: paused partitions the hand-off left alone go back to the topic;
-        returns the offsets to commit."""
+        """Between polls with nothing from the topic: :meth:`recheck`, then the offsets
+        taken from the hand-off that are due for a commit."""
+        self.recheck()
+        return self.due_commits()
+
+    def recheck(self) -> None:
+        """Paused partitions the hand-off left alone for ``recheck_s`` go back to the topic."""
         if self.paused:
             since = self.clock() - self.recheck_s
             quiet = [p for p in self.paused if self._moved_at.get(p, 0.0) <= since]
             if quiet:
                 self.rechecks += len(quiet)
                 self.to_topic(quiet)
-        return self.due_commits()
 
     def due_commits(self, force: bool = False) -> dict[int, int]:
         """Offsets taken from the hand-off, once ``commit_every_s`` has passed."""

@@ -459,23 +459,27 @@ class KafkaGroupIntake(KafkaCommandIntake):
 
     def pause(self, partitions: Sequence[int]) -> None:
         consumer = self._live_consumer()
-        if consumer is not None and partitions:
-            try:
-                consumer.pause([TopicPartition(self.topic, p) for p in partitions])
-            except KafkaException as exc:  # e.g. no longer assigned: nothing to pause
-                log.info("not pausing %s%s: %s", self.topic, list(partitions), exc)
+        if consumer is not None:
+            self._flow(consumer.pause, "pausing", partitions)
 
     def resume(self, partitions: Sequence[int]) -> None:
         consumer = self._live_consumer()
-        if consumer is not None and partitions:
-            try:
-                consumer.resume([TopicPartition(self.topic, p) for p in partitions])
-            except KafkaException as exc:
-                log.info("not resuming %s%s: %s", self.topic, list(partitions), exc)
+        if consumer is not None:
+            self._flow(consumer.resume, "resuming", partitions)
 
     def _live_consumer(self) -> Consumer | None:
         """The consumer for a local call (pause, resume); none while one is replaced."""
         return None if self._stalled else self._consumer
+
+    def _flow(
+        self, call: Callable[[list[TopicPartition]], None], doing: str, partitions: Sequence[int]
+    ) -> None:
+        if not partitions:
+            return
+        try:
+            call([TopicPartition(self.topic, p) for p in partitions])
+        except KafkaException as exc:  # e.g. no longer assigned: nothing to do
+            log.info("not %s %s%s: %s", doing, self.topic, list(partitions), exc)
 
     def recreate(self) -> None:
         """Drop the consumer (revoking what it held) and join the group with a new one."""

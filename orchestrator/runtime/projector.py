@@ -280,7 +280,7 @@ class Projector:
             self._rewind(feed, records)
             raise
         offsets = cursor.read(records)
-        offsets.update(cursor.tick())
+        cursor.recheck()
         feed.commit(offsets)
         self.last_applied_at = now_ms()
         for p, o in offsets.items():
@@ -348,12 +348,13 @@ class Projector:
                 del by_wf[wf]  # not next in line: the topic brings what is missing
         decided = {ev.envelope.workflow_id: ev.state for ev in events if ev.state is not None}
         applied, problems = self._apply_envelopes(by_wf, guarded=True, decided=decided)
-        handed: list[Handed] = [
-            (ev.partition, ev.offset, ev.follows, wf in by_wf and wf not in problems)
-            for ev in events
-            if ev.partition in owned and ev.offset >= 0
-            for wf in (ev.envelope.workflow_id,)
-        ]
+        handed: list[Handed] = []
+        for ev in events:
+            if ev.partition in owned and ev.offset >= 0:
+                wf = ev.envelope.workflow_id
+                handed.append(
+                    (ev.partition, ev.offset, ev.follows, wf in by_wf and wf not in problems)
+                )
         cursor.handed(handed)
         self.applied_in_process += applied
         if applied:
