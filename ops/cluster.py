@@ -4,16 +4,20 @@ Used by the fault tests to aim a broker kill at the role that matters, and by an
 operator to see where a Keel process's transactions and consumer group live. The
 consumer-group coordinator and partition replicas come from the Python admin client;
 the transaction coordinator and the KRaft quorum leader need DescribeTransactions and
-DescribeQuorum, which only the Java Admin API has, so ``ops/kafka/ClusterRoles.java``
-runs with the broker's own jars.
+DescribeQuorum, which only the Java Admin API has, so ``ops/kafka/ClusterAdmin.java``
+runs with the broker's own jars; it also removes a static member from its group (a
+LeaveGroup by instance id, which the Python client cannot send either).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from orchestrator.errors import KeelError
 
-ROLES_SOURCE = Path(__file__).resolve().parent / "kafka" / "ClusterRoles.java"
+ADMIN_SOURCE = Path(__file__).resolve().parent / "kafka" / "ClusterAdmin.java"
 
 #: Kafka's internal topics holding the group and transaction coordinators' state.
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
@@ -63,25 +67,72 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient(config)
 
 
+def _helper_command(libs: Path) -> list[str]:
+    """How to run ``ClusterAdmin``: compiled once per source next to the jars.
+
+    ``java File.java`` compiles on every call, ~10 s here against the broker's classpath;
+    the compiled class starts in ~2 s. Without ``javac`` (a bare JRE) it runs from source.
+    """
+    java = shutil.which("java")
+    if java is None:
+        raise ClusterInfoError("java not found on PATH; it runs the Admin API helper")
+    classpath = f"{libs}/*"
+    javac = shutil.which("javac")
+    if javac is None:
+        return [java, "-cp", classpath, str(ADMIN_SOURCE)]
+    digest = hashlib.sha256(ADMIN_SOURCE.read_bytes()).hexdigest()[:16]
+    classes = libs.parent / "admin-helper" / digest
+    if not (classes / "ClusterAdmin.class").is_file():
+        classes.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{digest}.partial-", dir=classes.parent))
+        built = subprocess.run(
+            [javac, "-d", str(staging), "-cp", classpath, str(ADMIN_SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if built.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = (built.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise ClusterInfoError(f"ClusterAdmin did not compile: {tail}")
+        try:
+            os.replace(staging, classes)
+        except OSError:  # another process compiled the same source first
+            shutil.rmtree(staging, ignore_errors=True)
+    return [
+        java,
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        f"{classes}{os.pathsep}{classpath}",
+        "ClusterAdmin",
+    ]
+
+
+def _admin_helper(libs: Path, args: list[str], timeout_s: float) -> dict[str, Any]:
+    cmd = _helper_command(libs) + args
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ClusterInfoError(
+            f"ClusterAdmin {args[0]} did not answer within {timeout_s:g}s"
+        ) from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ClusterInfoError(f"ClusterAdmin {args[0]} failed (exit {proc.returncode}): {tail}")
+    data: dict[str, Any] = json.loads(lines[-1])
+    return data
+
+
 def cluster_roles(
     bootstrap: str, libs: Path, transactional_ids: tuple[str, ...] = (), timeout_s: float = 60
 ) -> ClusterRoles:
     """The active controller and the coordinator of each transactional id (Java Admin API)."""
-    java = shutil.which("java")
-    if java is None:
-        raise ClusterInfoError("java not found on PATH; it runs the Admin API helper")
-    cmd = [java, "-cp", f"{libs}/*", str(ROLES_SOURCE), bootstrap]
+    args = ["roles", bootstrap]
     for tid in transactional_ids:
-        cmd += ["--transactional-id", tid]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise ClusterInfoError(f"ClusterRoles did not answer within {timeout_s:g}s") from None
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ClusterInfoError(f"ClusterRoles failed (exit {proc.returncode}): {tail}")
-    data = json.loads(lines[-1])
+        args += ["--transactional-id", tid]
+    data = _admin_helper(libs, args, timeout_s)
     return ClusterRoles(
         controller=data["controller"],
         voters=list(data["voters"] or []),
@@ -89,6 +140,20 @@ def cluster_roles(
             tid: (role or {}).get("coordinator") for tid, role in data["transactions"].items()
         },
     )
+
+
+def remove_static_member(
+    bootstrap: str, libs: Path, group_id: str, instance_id: str, timeout_s: float = 60
+) -> bool:
+    """Take a stopped static member (``group.instance.id``) out of its group now.
+
+    A static member does not leave its group when it stops, so that a restart under the
+    same id takes its partitions back without a rebalance; a process that comes back
+    under another id would otherwise wait out the old member's session timeout
+    (docs/operations.md). False when the group has no such member.
+    """
+    data = _admin_helper(libs, ["remove-member", bootstrap, group_id, instance_id], timeout_s)
+    return bool(data["removed"])
 
 
 def group_coordinator(bootstrap: str, group_id: str, timeout_s: float = 15) -> int | None:
