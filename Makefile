@@ -14,7 +14,7 @@ DEMO_SIZE ?= 300
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
-	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

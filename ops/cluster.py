@@ -70,16 +70,16 @@ def admin(bootstrap: str) -> AdminClient:
 def _helper_command(libs: Path) -> list[str]:
     """How to run ``ClusterAdmin``: compiled once per source next to the jars.
 
-    ``java File.java`` compiles on every call, ~10 s here against the broker's classpath;
-    the compiled class starts in ~2 s. Without ``javac`` (a bare JRE) it runs from source.
+    ``java File.java`` would compile on every call, ~10 s here against the broker's
+    classpath; the compiled class starts in ~2 s.
     """
-    java = shutil.which("java")
-    if java is None:
-        raise ClusterInfoError("java not found on PATH; it runs the Admin API helper")
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        raise ClusterInfoError(
+            "java and javac not both on PATH; the Admin API helper needs a JDK "
+            "(Debian: openjdk-17-jdk-headless)"
+        )
     classpath = f"{libs}/*"
-    javac = shutil.which("javac")
-    if javac is None:
-        return [java, "-cp", classpath, str(ADMIN_SOURCE)]
     digest = hashlib.sha256(ADMIN_SOURCE.read_bytes()).hexdigest()[:16]
     classes = libs.parent / "admin-helper" / digest
     if not (classes / "ClusterAdmin.class").is_file():
