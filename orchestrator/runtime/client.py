@@ -38,7 +38,7 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import now_ms, producer_config
+from orchestrator.runtime.kafka import BATCHED_LINGER_MS, now_ms, producer_config
 from orchestrator.runtime.projection import Projection
 from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.row_watch import RowWatch
@@ -120,6 +120,7 @@ class KeelClient:
         self.codec = default_codec()
         self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
         self._producer: Producer | None = None
+        self._bulk_producer: Producer | None = None
         self._errors: list[str] = []
         self._tracer = tracing.tracer()
         self._seal_keys: SealKeys | None = None
@@ -158,6 +159,20 @@ class KeelClient:
             self._producer = Producer(producer_config(self.settings, **{"linger.ms": 0}))
         return self._producer
 
+    @property
+    def bulk_producer(self) -> Producer:
+        """``start_many``'s producer: it lingers, so a batch goes out in a few requests.
+
+        One request per few commands (what no linger gives a loop of produces) costs the
+        broker a produce and wakes the orchestrator's fetch each time; the flush that
+        ends every batch sends what lingers at once (docs/performance.md).
+        """
+        if self._bulk_producer is None:
+            self._bulk_producer = Producer(
+                producer_config(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
+            )
+        return self._bulk_producer
+
     def send(self, workflow_id: str, payload: Any) -> str:
         """Publish one command as is (operator commands; the orchestrator validates it)."""
         return self._send(workflow_id, payload)
@@ -171,8 +186,14 @@ class KeelClient:
         return self._send(workflow_id, payload, message_id=message_id)
 
     def _send(
-        self, workflow_id: str, payload: Any, flush: bool = True, message_id: str | None = None
+        self,
+        workflow_id: str,
+        payload: Any,
+        flush: bool = True,
+        message_id: str | None = None,
+        producer: Producer | None = None,
     ) -> str:
+        producer = producer or self.producer
         mid = message_id or uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
             traceparent = tracing.current_traceparent()
@@ -192,7 +213,7 @@ class KeelClient:
             )
             while True:
                 try:
-                    self.producer.produce(
+                    producer.produce(
                         self.settings.topic("commands"),
                         key=workflow_id.encode(),
                         value=self.codec.encode(env),
@@ -201,18 +222,18 @@ class KeelClient:
                     )
                     break
                 except BufferError:
-                    self.producer.poll(0.05)
+                    producer.poll(0.05)
         if flush:
-            self._flush()
+            self._flush(producer)
         return mid
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
             self._errors.append(str(err))
 
-    def _flush(self) -> None:
+    def _flush(self, producer: Producer | None = None) -> None:
         """Return only once Kafka acknowledged every command sent so far."""
-        if self.producer.flush(self.settings.admin_timeout_s) != 0:
+        if (producer or self.producer).flush(self.settings.admin_timeout_s) != 0:
             raise UnavailableError(
                 f"Kafka at {redact(self.settings.kafka_servers)} did not acknowledge the "
                 f"command within {self.settings.admin_timeout_s:g}s"
@@ -310,8 +331,8 @@ class KeelClient:
         for wf, input_obj in runs:
             input_obj = self.sealed_input(definition.input_model, input_obj)
             payload = StartWorkflow(definition.name, definition.version, json.dumps(input_obj))
-            ids.append(self._send(wf, payload, flush=False))
-        self._flush()
+            ids.append(self._send(wf, payload, flush=False, producer=self.bulk_producer))
+        self._flush(self.bulk_producer)
         return ids
 
     def _require_running(self, workflow_id: str, what: str) -> dict[str, Any]:
@@ -453,5 +474,6 @@ class KeelClient:
 
     def close(self) -> None:
         self.watch.close()
-        if self._producer is not None:
-            self._producer.flush(5)
+        for producer in (self._producer, self._bulk_producer):
+            if producer is not None:
+                producer.flush(5)
