@@ -37,9 +37,13 @@ client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
 
 PARTITIONER = "murmur2_random"
-#: How long a fetch may wait at the broker for data, and producers' linger: each hop
-#: of a workflow pays them. Overridable for measuring (docs/performance.md).
-FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "10"))
+#: How long a fetch may wait at the broker for data. No hop pays it: the broker answers
+#: a waiting fetch as soon as a record becomes readable (a commit marker moves the
+#: last stable offset on). An idle consumer sends one fetch per wait, though, and the
+#: broker spent ~0.4 ms of CPU on each: 10 ms cost it ~15 % of a core with nothing
+#: to do (docs/performance.md, "Idle fetches"). Overridable for measuring.
+FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "100"))
+#: Producers' linger: each hop of a workflow pays it.
 LINGER_MS = float(os.environ.get("KEEL_LINGER_MS", "1"))
 #: Linger of producers whose every batch ends in ``commit_transaction`` or ``flush``
 #: (the orchestrator's transactions, the worker's reports): both send at once whatever
