@@ -45,6 +45,13 @@ def redact(text: str) -> str:
     return _QUERY_SECRET.sub(lambda m: f"{m.group('key')}***", text)
 
 
+#: Read by ``orchestrator/runtime/kafka.py`` at import (docs/configuration.md); a child
+#: process inherits them.
+CLIENT_TUNING_VARIABLES = frozenset(
+    {"KEEL_FETCH_WAIT_MAX_MS", "KEEL_LINGER_MS", "KEEL_BATCHED_LINGER_MS"}
+)
+
+
 class Settings(BaseSettings):
     """Configuration read from ``KEEL_*`` environment variables (see docs/configuration.md)."""
 
@@ -196,9 +203,15 @@ class Settings(BaseSettings):
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment for a Keel process started on these servers and topics: this
-        process's, minus its ``KEEL_*`` (they could point elsewhere), plus the servers,
-        prefix and partitions of these settings, then ``extra``."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        process's, minus its ``KEEL_*`` (they could point elsewhere) but for the Kafka
+        client tuning ones (``CLIENT_TUNING_VARIABLES``, so a bench measures them in every
+        process it starts), plus the servers, prefix and partitions of these settings,
+        then ``extra``."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("KEEL_") or k in CLIENT_TUNING_VARIABLES
+        }
         env.update(
             KEEL_BOOTSTRAP_SERVERS=self.kafka_servers,
             KEEL_REDIS_URL=self.redis,

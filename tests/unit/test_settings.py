@@ -140,6 +140,7 @@ def test_a_child_environment_points_at_these_settings_and_drops_the_callers_keel
 ):
     monkeypatch.setenv("KEEL_TOPIC_PREFIX", "elsewhere")
     monkeypatch.setenv("KEEL_INSTANCE_ID", "parent")
+    monkeypatch.setenv("KEEL_FETCH_WAIT_MAX_MS", "7")  # client tuning: measured in children
     monkeypatch.setenv("PATH", "/usr/bin")
     s = Settings(
         bootstrap_servers="10.0.0.1:9092", redis_url="redis://r:1/0", topic_prefix="t", partitions=4
@@ -151,5 +152,6 @@ def test_a_child_environment_points_at_these_settings_and_drops_the_callers_keel
         "KEEL_TOPIC_PREFIX": "t",
         "KEEL_PARTITIONS": "8",
         "KEEL_LOG_LEVEL": "WARNING",
+        "KEEL_FETCH_WAIT_MAX_MS": "7",
     }
     assert env["PATH"] == "/usr/bin"
