@@ -8,6 +8,8 @@ open a second copy of the run on a process that does not own it).
 
 from __future__ import annotations
 
+import struct
+
 __all__ = ["murmur2", "partition_for"]
 
 _M = 0x5BD1E995
@@ -18,14 +20,14 @@ def murmur2(data: bytes) -> int:
     """Kafka's 32-bit murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), unsigned."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    words = length >> 2
+    whole = words << 2
+    # every 4-byte word in one unpack: a slice and an int per word cost a third more
+    for k in struct.unpack_from(f"<{words}I", data):
         k = (k * _M) & _MASK
         k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    rest = length % 4
+        h = ((h * _M) & _MASK) ^ ((k * _M) & _MASK)
+    rest = length & 3
     if rest == 3:
         h ^= data[whole + 2] << 16
     if rest >= 2:
