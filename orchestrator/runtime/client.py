@@ -193,7 +193,8 @@ class KeelClient:
         message_id: str | None = None,
         producer: Producer | None = None,
     ) -> str:
-        producer = producer or self.producer
+        if producer is None:  # not "or": a Producer with an empty queue is falsy (len 0)
+            producer = self.producer
         mid = message_id or uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
             traceparent = tracing.current_traceparent()
@@ -233,7 +234,9 @@ class KeelClient:
 
     def _flush(self, producer: Producer | None = None) -> None:
         """Return only once Kafka acknowledged every command sent so far."""
-        if (producer or self.producer).flush(self.settings.admin_timeout_s) != 0:
+        if producer is None:
+            producer = self.producer
+        if producer.flush(self.settings.admin_timeout_s) != 0:
             raise UnavailableError(
                 f"Kafka at {redact(self.settings.kafka_servers)} did not acknowledge the "
                 f"command within {self.settings.admin_timeout_s:g}s"
