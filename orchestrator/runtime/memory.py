@@ -127,7 +127,7 @@ class MemoryCommandIntake:
                 self._on_revoke(gone)
             new = [p for p in self._pending if p not in self.positions]
             self.positions = {p: self.positions.get(p, 0) for p in self._pending}
-            self.rewind_to_committed(new)
+            self._seek_committed(new)
             self._pending = None
             if new and self._on_assign:
                 self._on_assign(new)
@@ -147,6 +147,10 @@ class MemoryCommandIntake:
         self.positions[partition] = offset
 
     def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        self.broker.fault("rewind_to_committed")
+        self._seek_committed(partitions)
+
+    def _seek_committed(self, partitions: Sequence[int]) -> None:
         for p in partitions:
             self.positions[p] = self.broker.committed.get((self.group_id, self.topic, p), 0)
 

@@ -324,17 +324,22 @@ class Orchestrator:
         self.state = "running"
 
     def _recover_pending(self) -> None:
+        """Read the partitions' commands again from the committed offsets, then rebuild.
+
+        Either step can fail while the broker recovers (e.g. the committed offsets not
+        answered in time): the partitions stay pending and both are tried again shortly.
+        """
         owned = sorted(self._pending_recovery)
         try:
+            self.ctx.intake.rewind_to_committed(owned)
             self._register(owned)
         except (Stopping, ProducerReset):
             raise
-        except Exception as exc:  # the log unreadable for now: try again shortly
+        except Exception as exc:  # the broker or the log unreadable for now
             log.error("rebuilding partitions %s failed, will retry: %s", owned, exc)
             self._retry_recovery_at = time.monotonic() + 2.0
             return
         self._pending_recovery.clear()
-        self.ctx.intake.rewind_to_committed(owned)
 
     # ------------------------------------------------------------------ rebalancing
     def _register(self, owned: list[int]) -> None:

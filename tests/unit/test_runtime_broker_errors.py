@@ -192,3 +192,29 @@ def test_a_fatal_consumer_is_replaced_and_the_group_joined_again(tmp_path):
     assert revoked == [[0, 1]]
     assert intake._consumer is not fenced
     intake._consumer.close()  # type: ignore[union-attr]
+
+
+def test_committed_offsets_unanswered_after_a_reset_are_asked_again_not_fatal(tmp_path):
+    """After a producer reset the partitions are rewound to their committed offsets; a
+    broker that does not answer in time (as after a freeze) delays the rebuild, it does
+    not end the process."""
+    rig = MemoryRig(tmp_path, hard_exit_on_stall=False)
+    rig.broker.inject("commit", ProducerReset("injected: fenced"))
+    timed_out = _exc(KafkaError._TIMED_OUT, retriable=True)
+    rig.broker.inject("rewind_to_committed", timed_out, times=2)
+    rig.orch._retry_recovery_at = 0.0
+    rig.start("wf-1", "three_step", {"n": 1})
+    runner = _run_in_thread(rig)
+    for _ in range(600):
+        rig.work()
+        if [e for e in rig.events("wf-1") if e.type == "WorkflowCompleted"]:
+            break
+        threading.Event().wait(0.02)
+    rig.orch.stop()
+    runner.join(30)
+    assert not runner.is_alive()
+    events = rig.events("wf-1")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].type == "WorkflowCompleted"
+    assert rig.orch.stats.producer_resets == 1
+    assert rig.broker.faults["rewind_to_committed"] == []  # both failures were met
