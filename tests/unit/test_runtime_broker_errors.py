@@ -123,25 +123,31 @@ def _run_in_thread(rig: MemoryRig) -> threading.Thread:
     return t
 
 
+def _run_until_completed(rig: MemoryRig, wf: str, rounds: int) -> list:
+    """Run the orchestrator until ``wf`` completes (or ``rounds`` run out), then stop it;
+    the history, which must be contiguous and end in WorkflowCompleted."""
+    runner = _run_in_thread(rig)
+    for _ in range(rounds):
+        rig.work()
+        if any(e.type == "WorkflowCompleted" for e in rig.events(wf)):
+            break
+        threading.Event().wait(0.02)
+    rig.orch.stop()
+    runner.join(30)
+    assert not runner.is_alive()
+    events = rig.events(wf)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].type == "WorkflowCompleted"
+    return events
+
+
 def test_run_survives_fatal_and_abortable_commits_and_stops_on_request(tmp_path):
     rig = MemoryRig(tmp_path, hard_exit_on_stall=False, status_interval_s=0.0)
     rig.broker.inject("commit", TxnAbortable("injected abortable"))
     rig.broker.inject("commit", ProducerReset("injected: fenced"))
     rig.broker.inject("commit", CallStalled("injected: send_offsets stalled"))
     rig.start("wf-1", "three_step", {"n": 1})
-    runner = _run_in_thread(rig)
-    for _ in range(200):
-        rig.work()
-        done = [e for e in rig.events("wf-1") if e.type == "WorkflowCompleted"]
-        if done:
-            break
-        threading.Event().wait(0.02)
-    rig.orch.stop()
-    runner.join(30)
-    assert not runner.is_alive()
-    events = rig.events("wf-1")
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert events[-1].type == "WorkflowCompleted"
+    _run_until_completed(rig, "wf-1", rounds=200)
     assert rig.orch.stats.aborts == 1
     assert rig.orch.stats.producer_resets == 2
     status = (tmp_path / "status").glob("orchestrator-*.json")
@@ -202,19 +208,7 @@ def test_committed_offsets_unanswered_after_a_reset_are_asked_again_not_fatal(tm
     rig.broker.inject("commit", ProducerReset("injected: fenced"))
     timed_out = _exc(KafkaError._TIMED_OUT, retriable=True)
     rig.broker.inject("rewind_to_committed", timed_out, times=2)
-    rig.orch._retry_recovery_at = 0.0
     rig.start("wf-1", "three_step", {"n": 1})
-    runner = _run_in_thread(rig)
-    for _ in range(600):
-        rig.work()
-        if [e for e in rig.events("wf-1") if e.type == "WorkflowCompleted"]:
-            break
-        threading.Event().wait(0.02)
-    rig.orch.stop()
-    runner.join(30)
-    assert not runner.is_alive()
-    events = rig.events("wf-1")
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert events[-1].type == "WorkflowCompleted"
+    _run_until_completed(rig, "wf-1", rounds=600)
     assert rig.orch.stats.producer_resets == 1
     assert rig.broker.faults["rewind_to_committed"] == []  # both failures were met
