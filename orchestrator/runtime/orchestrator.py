@@ -336,7 +336,7 @@ class Orchestrator:
         except (Stopping, ProducerReset):
             raise
         except Exception as exc:  # the broker or the log unreadable for now
-            log.error("rebuilding partitions %s failed, will retry: %s", owned, exc)
+            log.error("rewinding and rebuilding partitions %s failed, will retry: %s", owned, exc)
             self._retry_recovery_at = time.monotonic() + 2.0
             return
         self._pending_recovery.clear()
