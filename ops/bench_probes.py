@@ -53,6 +53,9 @@ CHILD_SCAN_S = 1.0
 class RssSampler(threading.Thread):
     """Each role's peak RSS (MB) and CPU seconds, sampled every 100 ms.
 
+    CPU comes from ``/proc`` in clock ticks (10 ms): a figure per run needs a burst long
+    enough to span many of them.
+
     A role's CPU is summed over every process that held it (an orchestrator restarted, a
     projector child started again), so marks taken across a restart stay comparable.
     ``children`` names, per role, the role of its children whose command line holds a
