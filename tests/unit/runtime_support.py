@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -40,6 +41,7 @@ class MemoryRig:
         self.orch_kw = orch_kw
         self.orch = self.new_orchestrator()
         self._tasks_seen = 0
+        self._message_numbers = itertools.count(1)
 
     def new_orchestrator(self, **kw: Any) -> Orchestrator:
         intake = MemoryCommandIntake(self.broker, self.topics.commands, "mem.orchestrator")
@@ -53,7 +55,9 @@ class MemoryRig:
     # -- a client ------------------------------------------------------------------
     def send(self, wf: str, payload: Any, mid: str | None = None, **produce: Any) -> None:
         env: Envelope[Any] = Envelope(
-            message_id=mid or f"{wf}/{type(payload).__name__}/{now_ms()}",
+            # a counter, not the clock: on a fast host two sends share a millisecond,
+            # and the orchestrator rightly drops a message id it has seen
+            message_id=mid or f"{wf}/{type(payload).__name__}/{next(self._message_numbers)}",
             workflow_id=wf,
             run_id="",
             seq=0,
