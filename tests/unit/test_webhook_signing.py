@@ -21,7 +21,12 @@ from connectors.webhooks import RouteError, Signal, WebhookSource, message_id, p
 
 NOW = 1_767_225_600
 bodies = st.binary(max_size=512)
-secrets = st.binary(min_size=1, max_size=64).filter(lambda s: b"," not in s and s.strip() == s)
+# Secrets as the connector reads them from an environment variable, which cannot hold NUL.
+# That matters: HMAC pads a key shorter than its block with zero bytes (RFC 2104), so
+# b"k" and b"k\0" are one key, and "any other secret fails" holds only without NUL.
+secrets = st.binary(min_size=1, max_size=64).filter(
+    lambda s: b"," not in s and b"\0" not in s and s.strip() == s
+)
 timestamps = st.integers(min_value=NOW - 300, max_value=NOW + 300)
 
 
