@@ -8,8 +8,9 @@ Layers, each importing only those before it (and the standard library and pydant
 ``parking`` (runs of a version this process lacks) ->
 ``compensation`` (undoing effects, docs/sagas.md) -> ``evolve`` (state from events) ->
 ``decide`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
-``replay`` (re-decide recorded histories). The Kafka runtime depends on this
-package, never the reverse.
+``replay`` (re-decide recorded histories). ``invariants`` (what every recorded history
+must satisfy, checked from the history alone) stands beside them, over ``messages``
+only. The Kafka runtime depends on this package, never the reverse.
 """
 
 from orchestrator.domain.context import Context
@@ -51,6 +52,12 @@ from orchestrator.domain.errors import (
     UnknownWorkflowError,
 )
 from orchestrator.domain.human_tasks import TaskTokenHash, task_id_for
+from orchestrator.domain.invariants import (
+    HistoryChecker,
+    Invariant,
+    Violation,
+    check_history,
+)
 from orchestrator.domain.keys import idempotency_key, parse_idempotency_key
 from orchestrator.domain.messages import TERMINAL_EVENT_NAMES, TERMINAL_EVENTS
 from orchestrator.domain.state import (
@@ -110,12 +117,14 @@ __all__ = [
     "DefinitionError",
     "Escalation",
     "FailureClass",
+    "HistoryChecker",
     "HistoryError",
     "HumanDecision",
     "HumanTask",
     "HumanTaskState",
     "HumanTaskStatus",
     "InvalidInputError",
+    "Invariant",
     "Migration",
     "OnCancel",
     "OnExhausted",
@@ -133,6 +142,7 @@ __all__ = [
     "TimerWait",
     "Transition",
     "UnknownWorkflowError",
+    "Violation",
     "WaitKind",
     "WaitState",
     "WorkflowDefinition",
@@ -140,6 +150,7 @@ __all__ = [
     "WorkflowStatus",
     "activity_timeout",
     "canonical_json",
+    "check_history",
     "duration_ms",
     "format_validation_error",
     "idempotency_key",

@@ -40,6 +40,7 @@ LAYERS: dict[str, float] = {
     "migration_messages": 0.5,
     "messages": 1,
     "state_parts": 1.8,
+    "invariants": 1.9,
     "state": 2,
     "upcasting": 1.5,
     "context": 3,
