@@ -5,7 +5,9 @@ Order of preference:
 2. ``KEEL_TESTCONTAINERS=1`` and a Docker engine answers: testcontainers starts them.
 3. Otherwise the same ``LocalStack`` that ``keel infra`` uses starts them under
    ``.keel/test-stack`` on ports of their own, and stops them at the end.
-Every test gets its own topic prefix, so tests never see each other's records.
+Every test gets its own topic prefix, so tests never see each other's records, and
+its histories are checked against the invariants when the test ends
+(``tests/history_check.py``; ``@pytest.mark.unsound_history`` opts a test out).
 Pure unit tests (``tests/unit``) never touch these fixtures.
 """
 
@@ -91,11 +93,19 @@ def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.history_check import terminal_summary
+
+    terminal_summary(terminalreporter)
+
+
 @pytest.fixture
-def settings(servers: Servers, topic_prefix: str):
-    """Settings for one test: the session's servers, a fresh prefix, topics created."""
+def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest):
+    """Settings for one test: the session's servers, a fresh prefix, topics created;
+    afterwards the prefix's histories must keep the invariants."""
     from ops.topics import create_topics
     from orchestrator.settings import Settings
+    from tests.history_check import verify_after_test
 
     s = Settings(
         bootstrap_servers=servers.bootstrap_servers,
@@ -106,7 +116,8 @@ def settings(servers: Servers, topic_prefix: str):
         home=KEEL_DIR / "test-stack",
     )
     create_topics(s)
-    return s
+    yield s
+    verify_after_test(request, s)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``keel workflow start | show | list | signal | cancel | migrate``.
+"""``keel workflow start | show | list | signal | cancel | migrate | verify``.
 
 Every string that came from a user or the read model (ids, names, states, reasons,
 history details) is escaped before it reaches rich markup, so ``[/bold]`` is just text.
@@ -15,12 +15,14 @@ import typer
 from orchestrator.cli.migrations import migrate
 from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.cli.verify import verify
 
 if TYPE_CHECKING:
     from orchestrator.runtime.client import KeelClient
 
-workflow_app = typer.Typer(help="Start, inspect, signal, cancel and migrate workflows.")
+workflow_app = typer.Typer(help="Start, inspect, signal, cancel, migrate and verify workflows.")
 workflow_app.command("migrate")(migrate)
+workflow_app.command("verify")(verify)
 console = LazyConsole(highlight=False, emoji=False)
 
 #: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).

@@ -16,6 +16,7 @@ import base64
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,17 +24,20 @@ from confluent_kafka import Consumer
 
 from orchestrator.codec import DecodeError, default_codec
 from orchestrator.domain.errors import HistoryError, InvalidInputError
+from orchestrator.domain.invariants import HistoryChecker, Invariant, ProofCheck, Violation
 from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
 from orchestrator.runtime.kafka import consumer_config, read_partitions
 from orchestrator.settings import Settings
 
 __all__ = [
     "HISTORY_SUFFIX",
+    "Verification",
     "envelope_from_dict",
     "envelope_to_dict",
     "read_history_dir",
     "read_history_file",
     "read_topic_history",
+    "verify_topic",
     "write_history",
 ]
 
@@ -184,3 +188,96 @@ def read_topic_history(
         if c.message_id in causes and getattr(c.payload, "KIND", "") == "command"
     ]
     return events + cmds
+
+
+@dataclass
+class Verification:
+    """What ``verify_topic`` read and every invariant it found broken."""
+
+    #: The workflows whose events were read, in the order first seen.
+    checked: list[str] = field(default_factory=list)
+    events: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def workflows(self) -> int:
+        return len(self.checked)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass(slots=True)
+class _Tracked:
+    checker: HistoryChecker
+    partition: int
+
+
+def verify_topic(
+    settings: Settings,
+    workflow_ids: Iterable[str] | None = None,
+    *,
+    proof_ok: ProofCheck | None = None,
+) -> Verification:
+    """Check the invariants (:mod:`orchestrator.domain.invariants`) of ``workflow_ids``
+    (every workflow when None) from ``keel.events``, read once from the start.
+
+    Each workflow keeps a streaming checker, not its envelopes, so the memory of a scan
+    grows with the workflows and their activities, not with the topic. A record that
+    cannot be decoded, has no value, is keyed by another workflow than its envelope's,
+    or lies in another partition than the workflow's first event is an
+    ``Invariant.RECORD`` violation (named by topic, partition and offset): the scan
+    goes on.
+    """
+    topic = settings.topic("events")
+    codec = default_codec()
+    wanted = None if workflow_ids is None else {w.encode() for w in workflow_ids}
+    tracked: dict[str, _Tracked] = {}
+    stray: list[Violation] = []
+    out = Verification()
+    starts = dict.fromkeys(_partitions(settings, topic), 0)
+    for msg in read_partitions(settings, topic, starts):
+        key = msg.key()
+        if wanted is not None and key not in wanted:
+            continue
+        out.events += 1
+        part = msg.partition() or 0
+        where = f"{topic}[{part}]@{msg.offset()}"
+        key_text = (key or b"").decode("utf-8", "replace")
+        value = msg.value()
+        try:
+            env = codec.decode(value) if value is not None else None
+        except DecodeError as exc:
+            stray.append(Violation(key_text, 0, Invariant.RECORD, f"{where} undecodable: {exc}"))
+            continue
+        if env is None:
+            stray.append(Violation(key_text, 0, Invariant.RECORD, f"{where} has no value"))
+            continue
+        if env.workflow_id != key_text:
+            stray.append(
+                Violation(
+                    env.workflow_id,
+                    env.seq,
+                    Invariant.RECORD,
+                    f"{where} {env.type} is keyed {key_text!r}, not by its workflow",
+                )
+            )
+        t = tracked.get(env.workflow_id)
+        if t is None:
+            t = tracked[env.workflow_id] = _Tracked(HistoryChecker(env.workflow_id, proof_ok), part)
+        elif t.partition != part:
+            stray.append(
+                Violation(
+                    env.workflow_id,
+                    env.seq,
+                    Invariant.RECORD,
+                    f"{where} {env.type}: the workflow's events began in partition {t.partition}",
+                )
+            )
+        t.checker.feed(env)
+    out.checked = list(tracked)
+    for t in tracked.values():
+        out.violations.extend(t.checker.finish())
+    out.violations.extend(stray)
+    return out

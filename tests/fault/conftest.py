@@ -75,9 +75,14 @@ def cluster(cluster_stack: LocalStack) -> Iterator[LocalStack]:
 
 
 @pytest.fixture
-def cluster_settings(cluster: LocalStack, servers, topic_prefix: str):
+def cluster_settings(
+    cluster: LocalStack, servers, topic_prefix: str, request: pytest.FixtureRequest
+):
+    """A test's prefix on the cluster; afterwards (every broker back) its histories
+    must keep the invariants (tests/history_check.py)."""
     from ops.topics import create_topics
     from orchestrator.settings import Settings
+    from tests.history_check import verify_after_test
 
     s = Settings(
         bootstrap_servers=cluster.bootstrap_servers,
@@ -88,7 +93,9 @@ def cluster_settings(cluster: LocalStack, servers, topic_prefix: str):
     )
     reports = create_topics(s)
     assert {(r.replication_factor, r.min_insync_replicas) for r in reports} == {(3, 2)}
-    return s
+    yield s
+    heal(cluster, _internal_topics(cluster))  # a killed broker may lead the events topic
+    verify_after_test(request, s)
 
 
 @pytest.fixture

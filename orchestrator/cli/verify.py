@@ -1,0 +1,89 @@
+"""``keel workflow verify ID... | --all [--json]``: check recorded histories against the
+invariants every history must keep (orchestrator/domain/invariants.py).
+
+It reads ``<prefix>.events`` once, keeping a streaming checker per workflow rather than
+its envelopes, and exits 1 when any invariant is broken, so a script or CI can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from orchestrator.cli.output import LazyConsole, escape, new_table
+
+if TYPE_CHECKING:
+    from orchestrator.domain.invariants import ProofCheck
+    from orchestrator.runtime.history_io import Verification
+    from orchestrator.settings import Settings
+
+console = LazyConsole(highlight=False, emoji=False)
+
+#: Exit status when any invariant is broken (0: none).
+EXIT_VIOLATIONS = 1
+
+
+def decision_proof_check(settings: Settings) -> ProofCheck | None:
+    """The check that recomputes a human decision's proof under the deployment's key.
+
+    The hook for ``HumanTaskDecided.proof`` (issue 29): until the runtime can recompute
+    a proof, only its form (64 lowercase hex) and token hash are checked.
+    """
+    return None
+
+
+def verify(
+    workflow_ids: Annotated[
+        list[str] | None, typer.Argument(help="Workflow IDs to check (or --all).")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Check every workflow in the events topic.")
+    ] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check workflows' recorded histories; exit 1 when any invariant is broken."""
+    if bool(workflow_ids) == all_:
+        raise typer.BadParameter("give workflow IDs or --all (exactly one of them)")
+    from orchestrator.domain.invariants import Invariant, Violation
+    from orchestrator.runtime.history_io import verify_topic
+    from orchestrator.settings import load_settings
+
+    settings = load_settings()
+    report = verify_topic(settings, workflow_ids, proof_ok=decision_proof_check(settings))
+    if workflow_ids:
+        seen = set(report.checked)
+        report.violations.extend(
+            Violation(w, 0, Invariant.START, f"no events in {settings.topic('events')}")
+            for w in dict.fromkeys(workflow_ids)
+            if w not in seen
+        )
+    _print(report, json_)
+    if report.violations:
+        raise typer.Exit(EXIT_VIOLATIONS)
+
+
+def _print(report: Verification, json_: bool) -> None:
+    if json_:
+        doc = {
+            "workflows": report.workflows,
+            "events": report.events,
+            "violations": [
+                {"workflow_id": v.workflow_id, "seq": v.seq, "rule": v.rule, "message": v.message}
+                for v in report.violations
+            ],
+        }
+        typer.echo(json.dumps(doc))
+        return
+    if report.violations:
+        table = new_table("workflow", "seq", "rule", "violation")
+        for v in report.violations:
+            table.add_row(escape(v.workflow_id), str(v.seq), str(v.rule), escape(v.message))
+        console.print(table)
+    n = len(report.violations)
+    colour = "red" if n else "green"
+    console.print(
+        f"{report.workflows} workflows, {report.events} events, "
+        f"[{colour}]{n} violation{'' if n == 1 else 's'}[/{colour}]"
+    )
