@@ -155,7 +155,13 @@ def show(
 
 @tasks_app.command("decide")
 def decide(
-    token: Annotated[str, typer.Argument(metavar="TOKEN", help="The task's token.")],
+    token: Annotated[
+        str,
+        typer.Argument(
+            metavar="TOKEN|ID",
+            help="The task's token, or its id (its token is derived with the deployment's key).",
+        ),
+    ],
     actor: Annotated[str, typer.Option(help="Decide as this actor of KEEL_ACTORS_FILE.")],
     approve: Annotated[bool, typer.Option("--approve", help="Approve the operation.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
@@ -177,8 +183,9 @@ def decide(
 ) -> None:
     """Approve or reject a task as a configured actor; prints what the orchestrator decided.
 
-    A correction task's approval carries the corrected data (``--correction``), which
-    the orchestrator checks against the task's schema.
+    The decision is signed with the deployment's key (KEEL_TASK_TOKEN_SECRET), without which
+    the orchestrator refuses it. A correction task's approval carries the corrected data
+    (``--correction``), which the orchestrator checks against the task's schema.
     """
     from connectors.auth import Actors
     from orchestrator.domain.errors import (
@@ -191,6 +198,7 @@ def decide(
     from orchestrator.runtime.client import KeelClient, read_json_arg
     from orchestrator.runtime.projection import reachable
     from orchestrator.runtime.task_decisions import TaskDesk
+    from orchestrator.runtime.task_tokens import load_task_tokens
     from orchestrator.runtime.tasks_projection import TasksView
     from orchestrator.settings import load_settings
 
@@ -205,6 +213,8 @@ def decide(
         raise ConfigError(f"actor '{actor[:64]}' is not configured in {where}")
     if operation_digest is not None and not _TOKEN.match(operation_digest):
         raise InvalidInputError("--operation-digest must be the 64-hex digest of the operation")
+    if not _TOKEN.match(token):  # a task id: its token is HMAC(key, id)
+        token = load_task_tokens(settings, create=False).issue(token)
     client = KeelClient(settings, app_from(app))
     try:
         desk = TaskDesk(

@@ -5,9 +5,11 @@ decider computes the owner, the evidence and the operation, records
 ``HumanTaskOpened`` (with the digests and the *hash* of the task token) and arms durable
 timers for each reminder, each escalation and the expiry. A ``DecideHumanTask`` is
 checked again at decision time — the task is open, not expired by the decision's
-clock, the token hash matches, the actor holds a qualifying role and, for an approval,
-the operation computed from the run's state now has the digest the approver saw — and
-recorded as ``HumanTaskDecided``; the run then goes to ``on_approve`` or ``on_reject``.
+clock, the token hash matches (it is mandatory once the task recorded one), the actor
+holds a qualifying role and, for an approval, the operation computed from the run's state
+now has the digest the approver saw — and recorded as ``HumanTaskDecided`` with the
+signed evidence (token hash, roles, proof: the runtime verified the proof, which needs a
+key the domain never holds); the run then goes to ``on_approve`` or ``on_reject``.
 A correction task (``HumanTask(correction=Model)``) records the model's JSON schema when it
 opens; its approval must carry data valid against the model (refused with the validation
 error otherwise), recorded in canonical form with the decision.
@@ -256,7 +258,14 @@ def _find(s: WorkflowState, p: DecideHumanTask, what: str) -> HumanTaskState:
             raise CommandRejected(
                 f"workflow '{wid}' has no human task '{p.task_id}'; {what} refused"
             )
-        if p.token_hash and not hmac.compare_digest(task.token_hash, p.token_hash):
+        if not (p.token_hash or task.token_hash):
+            return task  # a task opened without tokens (a decider without task_token_hash)
+        if not p.token_hash:
+            raise CommandRejected(
+                f"a decision of human task '{p.task_id}' carries the hash of its token; "
+                f"{what} refused"
+            )
+        if not hmac.compare_digest(task.token_hash, p.token_hash):
             raise CommandRejected(
                 f"the token does not match human task '{p.task_id}'; {what} refused"
             )
@@ -337,9 +346,27 @@ def on_decide(d: Decision, p: DecideHumanTask) -> None:
             operation_digest=digest,
             decided_at=now,
             correction_json=correction,
+            **_signed_evidence(p),
         )
     )
     d.advance()
+
+
+def _signed_evidence(p: DecideHumanTask) -> dict[str, str]:
+    """What a signed decision records so its proof can be recomputed from the event.
+
+    The runtime verified the proof before deciding (the domain holds no key). An unsigned
+    decision is a command recorded before v6, re-decided by replay, whose event holds the
+    defaults; recording its token hash now would make replay differ from history.
+    """
+    if not p.proof:
+        return {}
+    return {
+        "token_hash": p.token_hash,
+        "actor_roles_json": p.actor_roles_json,
+        "proof": p.proof,
+        "correction_digest": sha256_hex(p.correction_json) if p.correction_json else "",
+    }
 
 
 def _correction(d: Decision, task: HumanTaskState, p: DecideHumanTask, what: str) -> str:

@@ -136,15 +136,10 @@ class RedriveActivity:
 
 @dataclass(frozen=True, slots=True)
 class DecideHumanTask:
-    """A person approves or rejects a human task (docs/human-tasks.md).
-
-    The task is named by ``task_id`` or by ``token_hash`` (the sha256 hex of the task
-    token the approver presented; never the token itself), or both, which must then
-    agree. ``actor`` and ``actor_roles_json`` (a JSON array of role names) were
-    authenticated by the sender; the decider checks the roles qualify. Only the sha256
-    of ``reason`` is recorded. ``operation_digest`` is the digest the approver saw: an
-    approval is refused unless it equals the operation the workflow would run now.
-    """
+    """A person decides a human task (docs/human-tasks.md): ``token_hash`` is the presented
+    token's sha256; ``actor``, ``actor_roles_json`` (JSON array) are as the sender checked
+    and signed them (``proof``: orchestrator/runtime/decision_proofs.py); ``reason`` is kept
+    as its sha256; ``operation_digest`` is what the approver saw; ``correction_json``: data."""
 
     KIND: ClassVar[str] = "command"
     task_id: str
@@ -154,8 +149,8 @@ class DecideHumanTask:
     actor_roles_json: str
     reason: str
     operation_digest: str
-    #: A correction task: the corrected data the person submits (JSON; "": none).
     correction_json: str = ""
+    proof: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -326,7 +321,8 @@ class HumanTaskEscalated:
 
 @dataclass(frozen=True, slots=True)
 class HumanTaskDecided:
-    """A qualified actor decided a task; ``reason_digest`` is the sha256 of the reason."""
+    """A qualified actor decided a task. The last four fields: the signed evidence, whose
+    ``proof`` ``decision_proof`` recomputes (runtime/decision_proofs.py); pre-v6: defaults."""
 
     KIND: ClassVar[str] = "event"
     task_id: str
@@ -336,8 +332,11 @@ class HumanTaskDecided:
     evidence_digest: str
     operation_digest: str
     decided_at: int
-    #: The corrected data, validated against the task's schema ("": none).
-    correction_json: str = ""
+    correction_json: str = ""  # validated against the task's schema ("": none)
+    token_hash: str = ""
+    actor_roles_json: str = "[]"
+    proof: str = ""
+    correction_digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)

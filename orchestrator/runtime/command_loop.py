@@ -35,6 +35,7 @@ from orchestrator.domain.messages import (
     ActivityScheduled,
     ActivityTask,
     DeadLetter,
+    DecideHumanTask,
     Envelope,
     FireTimer,
     SignalWorkflow,
@@ -47,6 +48,7 @@ from orchestrator.runtime.broker_errors import TxnAbortable
 from orchestrator.runtime.committed import CommittedEvent, CommittedSink
 from orchestrator.runtime.committed_pipe import PipePublisher
 from orchestrator.runtime.context import RuntimeContext
+from orchestrator.runtime.decision_proofs import DecisionProofs, proofs_for
 from orchestrator.runtime.envelopes import (
     check_record_size,
     dead_letter_envelope,
@@ -170,6 +172,8 @@ class CommandLoop:
         self._homes: dict[tuple[bytes, int], int] = {}
         #: Per partition, the offset of the open transaction's last event delivered.
         self._txn_ends: dict[int, int] = {}
+        #: Checks the proof of every human-task decision (None: no key, all refused).
+        self._proofs: DecisionProofs | None = proofs_for(ctx.decider)
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -476,6 +480,8 @@ class CommandLoop:
         taken = cmd if cmd.recorded_at == now else _at(cmd, now)
         kept: list[Out] = []
         try:
+            if type(cmd.payload) is DecideHumanTask:
+                self._check_proof(wf, cmd.payload)
             new_state, events = ctx.decider.handle(state, taken, now)
         except RunParked as exc:  # keep the command; record once why the run waits
             log.warning("command parked: %s", exc)
@@ -531,6 +537,16 @@ class CommandLoop:
         overlay[wf] = (p, new_state)
         self._local.extend(local)
         return outs + kept, None
+
+    def _check_proof(self, wf: str, p: DecideHumanTask) -> None:
+        """A decision's actor and roles count only when a Keel process signed them
+        (orchestrator/runtime/decision_proofs.py); ``CommandRejected`` otherwise."""
+        if self._proofs is None:
+            raise CommandRejected(
+                "this orchestrator holds no task-token key to verify decisions; decision of "
+                f"human task '{p.task_id[:200]}' refused"
+            )
+        self._proofs.check(wf, p)
 
     def _plan_local(self, p: int, state: WorkflowState, ev: Envelope[Any]) -> LocalRun | None:
         local = self.ctx.local

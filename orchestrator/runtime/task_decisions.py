@@ -3,7 +3,9 @@ decided (docs/connector.md, "Deciding a human task").
 
 The orchestrator is the authority: it checks the decision again at decision time and
 either records ``HumanTaskDecided`` or refuses the command, which it dead-letters with a
-one-line reason (``CommandRejected``). So the sender, after Kafka acknowledged the
+one-line reason (``CommandRejected``). The sender authenticated the actor, so it signs
+the decision (orchestrator/runtime/decision_proofs.py): the orchestrator refuses one
+whose proof does not verify. So the sender, after Kafka acknowledged the
 command, watches two places until one answers:
 
 * the inbox record of the task (:mod:`orchestrator.runtime.tasks_projection`), which the
@@ -41,6 +43,7 @@ from orchestrator.domain.fingerprint import canonical_json
 from orchestrator.domain.messages import DeadLetter, DecideHumanTask
 from orchestrator.domain.vocabulary import HumanDecision
 from orchestrator.domain.waits import token_hash
+from orchestrator.runtime.decision_proofs import DecisionProofs, load_decision_proofs
 from orchestrator.runtime.kafka import consumer_config
 from orchestrator.settings import Settings
 
@@ -131,6 +134,10 @@ _REFUSALS: tuple[tuple[str, int], ...] = (
     ("stale approval", 409),
     ("changed since it opened", 409),
     ("cannot be computed now", 409),
+    ("the decision's proof", 403),  # forged, or signed under another deployment's key
+    ("carries no proof", 403),
+    ("carries the hash of its token", 400),
+    ("holds no task-token key", 503),
     ("actor roles must be", 400),
     ("a decision is 'approve' or 'reject'", 400),
     ("a decision names", 400),
@@ -208,7 +215,9 @@ class TaskDesk:
 
     ``send(workflow_id, payload, message_id)`` publishes one command and returns once Kafka
     acknowledged it (:meth:`orchestrator.runtime.client.KeelClient.send_as`); ``tasks`` is
-    a :class:`~orchestrator.runtime.tasks_projection.TasksView`.
+    a :class:`~orchestrator.runtime.tasks_projection.TasksView`. Each decision is signed
+    with ``proofs`` (default: the deployment's key from ``settings``, loaded on first use),
+    since the orchestrator refuses an unsigned one.
     """
 
     def __init__(
@@ -219,12 +228,21 @@ class TaskDesk:
         *,
         wait_s: float = DEFAULT_WAIT_S,
         watch: Callable[[], DlqWatch] | None = None,
+        proofs: DecisionProofs | None = None,
     ) -> None:
         self.settings = settings
         self.tasks = tasks
         self.send = send
         self.wait_s = wait_s
         self._watch = watch or (lambda: DlqWatch(settings))
+        self._proofs = proofs
+
+    @property
+    def proofs(self) -> DecisionProofs:
+        """The signer (``ConfigError`` when this process has no task-token key)."""
+        if self._proofs is None:
+            self._proofs = load_decision_proofs(self.settings)
+        return self._proofs
 
     def find(self, token: str) -> dict[str, Any] | None:
         """The task a token belongs to (by its sha256), or None."""
@@ -268,6 +286,7 @@ class TaskDesk:
             operation_digest=seen,
             correction_json=correction_json,
         )
+        payload = self.proofs.sign(task["workflow_id"], payload)
         watch = self._watch()
         try:
             self.send(task["workflow_id"], payload, mid)

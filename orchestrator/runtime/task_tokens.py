@@ -68,12 +68,19 @@ class TaskTokens:
         data = task_id.encode("utf-8", "surrogatepass")
         return hmac.new(self._key, data, hashlib.sha256).hexdigest()
 
+    def derive(self, label: bytes) -> bytes:
+        """A sub-key for another use of the secret (HMAC(key, label)), so a leak of one
+        use forges nothing of the other (orchestrator/runtime/decision_proofs.py)."""
+        return hmac.new(self._key, label, hashlib.sha256).digest()
+
     def hash_of(self, task_id: str) -> str:
         """What history records for ``task_id``'s token (the decider's ``task_token_hash``)."""
         return token_hash(self.issue(task_id))
 
     @property
     def hasher(self) -> Callable[[str], str]:
+        """The decider's ``task_token_hash``: a bound method, whose ``__self__`` is how the
+        orchestrator's command loop finds the key that checks decision proofs."""
         return self.hash_of
 
 

@@ -4,6 +4,7 @@ tool outside the allowlist is refused and recorded (real Kafka, Redis, the OpenA
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -11,12 +12,17 @@ from ops.fakes.openai_server import running
 from orchestrator.domain.messages import DecideHumanTask, HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.decision_proofs import DecisionProofs
+from orchestrator.runtime.task_tokens import TaskTokens
 from tests.support import histories, wait_until
 
 pytestmark = pytest.mark.integration
 
 APP = "orchestrator.examples.llm_invoices:app"
 LOOKUP = {"tool_calls": [{"name": "registry_lookup", "arguments": {"vendor": "ACME"}}]}
+#: The deployment's task-token key: a decision is signed with a sub-key of it.
+SECRET = f"task-key-{uuid.uuid4().hex}{uuid.uuid4().hex}"
+TOKENS = TaskTokens(SECRET.encode(), "test")
 
 
 @pytest.fixture
@@ -27,7 +33,7 @@ def fake():
 
 @pytest.fixture
 def llm(settings, services, fake):
-    services.env.update(KEEL_LLM_BASE_URL=fake.api_root)
+    services.env.update(KEEL_LLM_BASE_URL=fake.api_root, KEEL_TASK_TOKEN_SECRET=SECRET)
     services.start("orchestrator", "--app", APP)
     services.start("worker", "--app", APP)
     c = KeelClient(settings, llm_app)
@@ -123,13 +129,11 @@ def test_an_exhausted_agent_escalates_to_a_person_who_decides(settings, llm, fak
     assert evidence["steps"][0]["decision"]["tool_calls"][0]["tool"] == "registry_lookup"
     assert len(fake.requests()) == 3, "the agent stops at its bound; nobody asks the model again"
 
-    llm.send(
-        wf,
-        DecideHumanTask(
-            task.task_id, "", "approve", "vera", '["vendor-manager"]', "checked by phone",
-            task.operation_digest,
-        ),
+    decision = DecideHumanTask(
+        task.task_id, TOKENS.hash_of(task.task_id), "approve", "vera", '["vendor-manager"]',
+        "checked by phone", task.operation_digest,
     )  # fmt: skip
+    llm.send(wf, DecisionProofs.from_tokens(TOKENS).sign(wf, decision))
     done = llm.wait(wf, 60)
     assert done["status"] == "completed" and done["state"] == "trusted_by_person"
     assert done["output"] == {"vendor": "ACME", "trusted": True, "by": "vera"}
