@@ -139,12 +139,20 @@ def node_usage(entry: dict[str, Any], activity_types: dict[str, str]) -> NodeUsa
 
 
 def usages_of(
-    events: list[Envelope[Any] | str] | Any, activity_types: dict[str, str]
+    events: list[Envelope[Any] | str] | Any,
+    activity_types: dict[str, str],
+    earlier_types: dict[str, str] | None = None,
 ) -> list[NodeUsage]:
-    """The node usages among newly folded events (envelopes or their history lines)."""
+    """The node usages among newly folded events (envelopes or their history lines).
+
+    A node is named by the type its ``ActivityScheduled`` recorded: from the state after
+    the events (``activity_types``), else from the events themselves, else from the state
+    before them (``earlier_types``: a run that continued as new among them), so the name
+    never depends on where a batch of events ended.
+    """
     from orchestrator.runtime.projection import history_entry
 
-    found = []
+    entries = []
     for event in events:
         if isinstance(event, str):
             # A cheap test first: most lines are not a completed LLM node.
@@ -159,10 +167,40 @@ def usages_of(
                 continue
             entry = history_entry(event)
         if isinstance(entry, dict):
-            usage = node_usage(entry, activity_types)
-            if usage is not None:
-                found.append(usage)
+            entries.append(entry)
+    if not entries:
+        return []
+    if any(_activity_id(e) not in activity_types for e in entries):
+        activity_types = {**(earlier_types or {}), **_scheduled(events), **activity_types}
+    found = []
+    for entry in entries:
+        usage = node_usage(entry, activity_types)
+        if usage is not None:
+            found.append(usage)
     return found
+
+
+def _activity_id(entry: dict[str, Any]) -> str:
+    return str(_dict(entry.get("data")).get("activity_id", ""))
+
+
+def _scheduled(events: list[Envelope[Any] | str] | Any) -> dict[str, str]:
+    """Activity id -> type of the ``ActivityScheduled`` among ``events``."""
+    types: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, str):
+            if '"ActivityScheduled"' not in event:
+                continue
+            try:
+                entry = _dict(json.loads(event))
+            except ValueError:
+                continue
+            data = _dict(entry.get("data"))
+            if entry.get("type") == "ActivityScheduled" and data.get("activity_id") is not None:
+                types[str(data["activity_id"])] = str(data.get("activity_type", ""))
+        elif event.type == "ActivityScheduled":
+            types[event.payload.activity_id] = event.payload.activity_type
+    return types
 
 
 def empty_summary() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.runtime.sealing import mask
+from orchestrator.runtime.tasks_projection import TaskWrites
 from orchestrator.settings import redact
 
 T = TypeVar("T")
@@ -213,12 +214,15 @@ class Projection:
         self,
         pipe: Any,
         updates: Updates,
+        tasks: TaskWrites | None = None,
     ) -> dict[str, list[NodeUsage]]:
-        """Queue the writes of ``updates``; returns the LLM node usages they add, per workflow.
+        """Queue the writes of ``updates`` (and of ``tasks``); returns the LLM node usages
+        they add, per workflow.
 
         Usage sums are increments, queued in the same transaction as the state whose
         sequence number covers them, so an event folded twice cannot count twice.
         """
+        earlier_types = tasks.earlier_activity_types if tasks is not None else {}
         usages: dict[str, list[NodeUsage]] = {}
         for wf, (state, events, old_status) in updates.items():
             pipe.hset(
@@ -247,7 +251,7 @@ class Projection:
                 )
                 pipe.rpush(self.k_history(wf), *lines)
                 types = {a.activity_id: a.activity_type for a in state.activities.values()}
-                found = usages_of(events, types)
+                found = usages_of(events, types, earlier_types.get(wf))
                 if found:
                     self._queue_usage(pipe, wf, found)
                     usages[wf] = found
@@ -255,7 +259,9 @@ class Projection:
                 if old_status:
                     pipe.srem(self.ks.status(old_status), wf)
                 pipe.sadd(self.ks.status(state.status), wf)
-            if old_status is None:
+            if old_status is None or state.run_base_seq > state.seq - len(events):
+                # the row is new or its run continued as new in these events: the index
+                # is by the start of the current run, as the row's ``started_at``
                 pipe.zadd(self.ks.workflows, {wf: state.started_at})
         return usages
 
@@ -264,13 +270,15 @@ class Projection:
         pipe.hincrby(key, UsageField.PROMPT_TOKENS, sum(u.prompt_tokens for u in found))
         pipe.hincrby(key, UsageField.COMPLETION_TOKENS, sum(u.completion_tokens for u in found))
         pipe.hincrby(key, UsageField.TOTAL_TOKENS, sum(u.total_tokens for u in found))
-        pipe.hincrbyfloat(key, UsageField.COST_USD, sum(u.cost_usd for u in found))
+        for u in found:  # one float addition per node, in event order, however batched
+            if u.cost_usd:
+                pipe.hincrbyfloat(key, UsageField.COST_USD, u.cost_usd)
         pipe.hincrby(key, UsageField.CACHE_HITS, sum(1 for u in found if u.cache_hit))
         pipe.hincrby(key, UsageField.NODES, len(found))
         pipe.hincrby(key, UsageField.CALLS, sum(u.calls for u in found))
         pipe.rpush(self.k_llm(wf), *(json.dumps(u.provenance) for u in found))
 
-    def write(self, updates: Updates, tasks: Any = None) -> None:
+    def write(self, updates: Updates, tasks: TaskWrites | None = None) -> None:
         """Store new states and append their new history entries, in one transaction.
 
         ``updates`` maps workflow id to (new state, newly folded events, previous status);
@@ -279,7 +287,7 @@ class Projection:
         Unguarded: for a rebuild (which holds the lock) and for tests.
         """
         pipe = self.r.pipeline(transaction=True)
-        self._queue_updates(pipe, updates)
+        self._queue_updates(pipe, updates, tasks)
         if tasks:
             tasks.queue(pipe)
         pipe.execute()
@@ -288,7 +296,7 @@ class Projection:
         self,
         updates: Updates,
         epoch: str | None,
-        tasks: Any = None,
+        tasks: TaskWrites | None = None,
         expected: Mapping[str, int | None] | None = None,
     ) -> None:
         """:meth:`write` for a live projector whose cache belongs to rebuild ``epoch``.
@@ -301,7 +309,7 @@ class Projection:
         announced on its :meth:`changes_channel` in the same step.
         """
         pipe = self.r.pipeline(transaction=False)
-        usages = self._queue_updates(pipe, updates)
+        usages = self._queue_updates(pipe, updates, tasks)
         if tasks:
             tasks.queue(pipe)
         for wf, (state, _, old_status) in updates.items():

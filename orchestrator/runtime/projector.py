@@ -422,7 +422,14 @@ class Projector:
                 continue
             updates[wf] = (state, lines, old.status if old else None)
             folded.append((old, state, applied, lines))
-        return updates, problems, task_writes(self.task_keys, folded)
+        tasks = task_writes(self.task_keys, folded)
+        for old, state, _, _ in folded:
+            if old is not None and old.activities and state.run_base_seq > old.seq:
+                # continued as new here: a node of the old run is named by its activities
+                tasks.earlier_activity_types[state.workflow_id] = {
+                    a.activity_id: a.activity_type for a in old.activities.values()
+                }
+        return updates, problems, tasks
 
     def _fold_one(
         self,

@@ -17,9 +17,15 @@ Every key lives in the read-model space (``keel:<prefix>:rm:``), variable part l
 
 A task opens on ``HumanTaskOpened``, changes on ``HumanTaskReminded`` and
 ``HumanTaskEscalated``, and closes on ``HumanTaskDecided``, ``HumanTaskExpired``, the
-run's next ``StateEntered``, the run's end or its continuation: the task's status is
-read from the folded :class:`~orchestrator.domain.state.WorkflowState`, so the inbox
-can never disagree with what the orchestrator decides.
+run's next ``StateEntered``, its compensation, its end or its continuation: the task's
+status is read from the folded :class:`~orchestrator.domain.state.WorkflowState`, so the
+inbox can never disagree with what the orchestrator decides.
+
+Like every read model it is a pure function of the events, whatever batches the projector
+folded them in (``tests/integration/test_rebuild_equality.py``): a row is written only
+with the event that changed its task, ``updated_at`` is that event's time, and the run's
+status is not copied into the row (it would go stale as the run moves on) but read from
+the run's own row when the inbox is read.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.domain.messages import (
+    CompensationStarted,
     Envelope,
     HumanTaskDecided,
     HumanTaskEscalated,
@@ -52,7 +59,11 @@ TASK_EVENTS = (
     HumanTaskDecided,
     HumanTaskExpired,
 )
-CLOSING_EVENTS = (StateEntered, WorkflowContinuedAsNew)
+#: Events that close the task the run waits on (the run leaves its state), besides the
+#: terminal ones (``TERMINAL``).
+CLOSING_EVENTS = (StateEntered, WorkflowContinuedAsNew, CompensationStarted)
+#: Task events after which the task is no longer open.
+ENDING_TASK_EVENTS = (HumanTaskDecided, HumanTaskExpired)
 #: The most tasks one inbox listing reads.
 MAX_LISTED = 1000
 
@@ -81,8 +92,9 @@ class TaskKeys:
         return f"{self.ks.read_model}tasks:all"
 
 
-def _fields(task: HumanTaskState, state: WorkflowState, at: int) -> dict[str, Any]:
-    """What changes over a task's life, from the folded state."""
+def _fields(task: HumanTaskState, at: int) -> dict[str, Any]:
+    """What changes over a task's life, from the folded state; ``at``: the time of the
+    event that changed it last."""
     return {
         "status": str(task.status),
         "owner": task.owner,
@@ -95,7 +107,6 @@ def _fields(task: HumanTaskState, state: WorkflowState, at: int) -> dict[str, An
         "decided_at": task.decided_at if task.decided_at is not None else "",
         "expiry_outcome": task.expiry_outcome or "",
         "correction_json": task.correction_json,
-        "run_status": str(state.status),
         "updated_at": at,
     }
 
@@ -124,7 +135,13 @@ def _opened(p: HumanTaskOpened, env: Envelope[Any]) -> dict[str, Any]:
 
 @dataclass
 class TaskWrites:
-    """The inbox changes of one projector batch, queued on the read model's transaction."""
+    """The inbox changes of one projector batch, queued on the read model's transaction.
+
+    It also carries what the batch's LLM usage needs of the states before it:
+    ``earlier_activity_types`` (workflow id -> activity id -> type) of each run that
+    continued as new in the batch, whose new state no longer knows the activities of
+    the run a completed node belonged to.
+    """
 
     keys: TaskKeys
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -133,6 +150,7 @@ class TaskWrites:
     opened_at: dict[str, int] = field(default_factory=dict)
     open_score: dict[str, int] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
+    earlier_activity_types: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.rows)
@@ -157,42 +175,50 @@ class TaskWrites:
 Folded = tuple[WorkflowState | None, WorkflowState, Sequence[Envelope[Any]], Sequence[str]]
 
 
+def _closes(payload: Any) -> bool:
+    return isinstance(payload, CLOSING_EVENTS) or getattr(payload, "TERMINAL", False)
+
+
 def task_writes(keys: TaskKeys, batch: Iterable[Folded]) -> TaskWrites:
     """The inbox changes of a batch: per workflow (old state, new state, the events folded
-    in this batch and their history lines)."""
+    in this batch and their history lines).
+
+    Each change is found at the event that made it, never from where a batch happens to
+    end: a task's row is written with its own events and with the event that closed it
+    undecided (that event's line goes to the task's history too).
+    """
     out = TaskWrites(keys)
     for old, new, events, lines in batch:
-        touched: list[str] = []
+        if not new.human_tasks:  # most runs: no task ever (tasks are kept, never emptied)
+            continue
         before = old.open_human_task() if old is not None else None
-        if before is not None:
-            touched.append(before.task_id)
+        open_id = before.task_id if before is not None else None
+        changed_at: dict[str, int] = {}
         for env, line in zip(events, lines, strict=True):
             p = env.payload
             if isinstance(p, TASK_EVENTS):
                 tid = p.task_id
-                if tid not in touched:
-                    touched.append(tid)
                 out.lines.setdefault(tid, []).append(line)
+                changed_at[tid] = env.recorded_at
                 if isinstance(p, HumanTaskOpened):
                     out.rows.setdefault(tid, {}).update(_opened(p, env))
                     out.opened_at[tid] = env.recorded_at
                     if p.token_hash:
                         out.tokens[p.token_hash] = tid
-        if before is not None:
-            after = new.human_tasks.get(before.task_id)
-            if after is not None and after.status == HumanTaskStatus.CLOSED:
-                # the run moved on without a decision: the event that closed it
-                for env, line in zip(events, lines, strict=True):
-                    if isinstance(env.payload, CLOSING_EVENTS) or getattr(
-                        env.payload, "TERMINAL", False
-                    ):
-                        out.lines.setdefault(before.task_id, []).append(line)
-                        break
-        for tid in touched:
+                    open_id = tid
+                elif isinstance(p, ENDING_TASK_EVENTS) and tid == open_id:
+                    open_id = None
+            elif open_id is not None and _closes(p):
+                closed = new.human_tasks.get(open_id)
+                if closed is not None and closed.status == HumanTaskStatus.CLOSED:
+                    out.lines.setdefault(open_id, []).append(line)
+                    changed_at[open_id] = env.recorded_at
+                open_id = None
+        for tid, at in changed_at.items():
             task = new.human_tasks.get(tid)
             if task is None:
                 continue
-            out.rows.setdefault(tid, {}).update(_fields(task, new, new.updated_at))
+            out.rows.setdefault(tid, {}).update(_fields(task, at))
             if task.is_open:
                 out.open_score[tid] = task.due_at or task.expires_at
                 out.closed.discard(tid)
@@ -202,8 +228,9 @@ def task_writes(keys: TaskKeys, batch: Iterable[Folded]) -> TaskWrites:
     return out
 
 
-def public_view(row: dict[str, str]) -> dict[str, Any]:
-    """A stored task as JSON: numbers as numbers, the evidence parsed (bounded)."""
+def public_view(row: dict[str, str], run_status: str | None = None) -> dict[str, Any]:
+    """A stored task as JSON: numbers as numbers, the evidence parsed (bounded);
+    ``run_status`` is the status of the task's workflow now (its row's)."""
     from orchestrator.domain.limits import loads_bounded
 
     def num(name: str) -> int | None:
@@ -242,7 +269,7 @@ def public_view(row: dict[str, str]) -> dict[str, Any]:
         "expiry_outcome": row.get("expiry_outcome") or None,
         "correction_schema": parsed("correction_schema_json", "correction schema"),
         "correction": parsed("correction_json", "correction"),
-        "run_status": row.get("run_status"),
+        "run_status": run_status,
     }
 
 
@@ -251,15 +278,27 @@ class TasksView:
 
     def __init__(self, client: Any, topic_prefix: str) -> None:
         self.r = client
-        self.keys = TaskKeys(Keyspace(topic_prefix))
+        self.ks = Keyspace(topic_prefix)
+        self.keys = TaskKeys(self.ks)
 
     def _row(self, task_id: str) -> dict[str, str] | None:
         row = self.r.hgetall(self.keys.task(task_id))
         return {str(k): str(v) for k, v in row.items()} if row else None
 
+    def _with_run_status(self, rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """The rows' public views, each with its workflow's status read now."""
+        pipe = self.r.pipeline(transaction=False)
+        for row in rows:
+            pipe.hget(self.ks.workflow(row.get("workflow_id", "")), "status")
+        statuses = pipe.execute() if rows else []
+        return [
+            public_view(row, None if status is None else str(status))
+            for row, status in zip(rows, statuses, strict=True)
+        ]
+
     def get(self, task_id: str) -> dict[str, Any] | None:
         row = self._row(task_id)
-        return None if row is None else public_view(row)
+        return None if row is None else self._with_run_status([row])[0]
 
     def token_hash_of(self, task_id: str) -> str | None:
         value = self.r.hget(self.keys.task(task_id), "token_hash")
@@ -291,12 +330,12 @@ class TasksView:
         for raw in pipe.execute():
             if not raw:
                 continue
-            task = public_view({str(k): str(v) for k, v in raw.items()})
-            if owner is not None and task["owner"] != owner:
+            row = {str(k): str(v) for k, v in raw.items()}
+            if owner is not None and row.get("owner") != owner:
                 continue
-            if role is not None and role not in task["roles"]:
+            if role is not None and role not in json.loads(row.get("roles_json") or "[]"):
                 continue
-            rows.append(task)
+            rows.append(row)
             if len(rows) >= limit:
                 break
-        return rows
+        return self._with_run_status(rows)

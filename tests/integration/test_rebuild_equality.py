@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from ops.fakes import serving
 from ops.fakes.booking import BookingClient
@@ -34,6 +35,7 @@ from ops.record_histories import Recorder, _invoice, _trip
 from orchestrator.runtime import migrations
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.runtime.placement import ProjectorPlacement
 from orchestrator.runtime.projector import Projector, RedisReadModelStore
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.integration import rebuild_app
@@ -91,8 +93,9 @@ def differences(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_workload(settings: Any, services: Any) -> list[str]:
-    """Drive every kind of run to where it rests; returns the workflow ids."""
+def run_workload(settings: Any, services: Any, placement: ProjectorPlacement) -> list[str]:
+    """Drive every kind of run to where it rests (the orchestrator's projector where
+    ``placement`` says); returns the workflow ids."""
     secret = secrets.token_hex(32)
     tokens = TaskTokens(secret.encode(), "the test")
     with (
@@ -114,9 +117,11 @@ def run_workload(settings: Any, services: Any) -> list[str]:
                 {"match": "doc-unsure", "json": fields(confidence=0.5)},
             ]
         )
-        services.start("orchestrator", "--app", APP)
+        services.start("orchestrator", "--app", APP, "--projector-in", placement)
         services.start("worker", "--app", APP)
-        client = KeelClient(settings, rebuild_app.app)
+        # the client decides tasks under the deployment's key, as the connector does
+        keyed = settings.model_copy(update={"task_token_secret": SecretStr(secret)})
+        client = KeelClient(keyed, rebuild_app.app)
         rec = Recorder(client, LedgerClient(ledger_url), tokens, BookingClient(booking_url))
         rec.ledger.reset()
         rec.booking.reset()  # type: ignore[union-attr]
@@ -233,9 +238,14 @@ def handed_over(projector: Projector, records: list[Any]) -> None:
         projector._apply_envelopes(by_wf, guarded=True, decided=decided)
 
 
-def test_the_read_model_equals_its_rebuild_however_events_were_batched(settings, services):
+@pytest.mark.parametrize("placement", list(ProjectorPlacement))
+def test_the_read_model_equals_its_rebuild_however_events_were_batched(
+    settings, services, placement
+):
+    """The child is fed record values through the pipe; the thread is handed the decoded
+    envelopes and each run's decided state (folded by the orchestrator, not by it)."""
     began = time.monotonic()
-    ids = run_workload(settings, services)
+    ids = run_workload(settings, services, placement)
     events = histories(settings)
     assert set(ids) <= set(events), sorted(set(ids) - set(events))
     last_seq = {wf: evs[-1].seq for wf, evs in events.items()}
