@@ -415,7 +415,8 @@ def _report(console: Console, batch: Batch, f: Findings, prefix: str, took_s: fl
     if f.ok:
         console.print(
             "[green]every invariant held[/green]: each run ended exactly once with a contiguous "
-            "history, and the ledger holds one posting per idempotency key",
+            "history that keeps keel workflow verify's invariants, and the ledger holds one "
+            "posting per idempotency key",
             soft_wrap=True,
         )
     example = f.reconciled_runs[0] if f.reconciled_runs else "invoice-0000"
@@ -423,6 +424,7 @@ def _report(console: Console, batch: Batch, f: Findings, prefix: str, took_s: fl
     console.print("\nExplore one run (the read model stays in Redis under this prefix):")
     for line in (
         f"export KEEL_TOPIC_PREFIX={prefix}",
+        "keel workflow verify --all    # every history against the invariants again",
         f"keel workflow show {example}    # response dropped, settled by the status query",
         f"keel workflow show {review}     # a review that waited twice for documents",
         "keel workflow list --status completed",

@@ -3,8 +3,11 @@
 Pure functions over decoded ``keel.events`` envelopes, so the invariants can be tested on
 crafted histories without a broker. A run's history must have contiguous ``seq`` from 1,
 no repeated event, exactly one terminal event and nothing after it, and the output the
-demo expects; the ledger must hold at most one posting per idempotency key, and every
-posting must belong to a completed run.
+demo expects; it must keep every invariant of ``orchestrator.domain.invariants`` (the
+checker ``keel workflow verify`` runs: each attempt scheduled and completed once, one
+logical attempt per idempotency key, human decisions that match their task, ...); the
+ledger must hold at most one posting per idempotency key, and every posting must belong
+to a completed run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from orchestrator.domain.invariants import Invariant, check_history
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
@@ -104,6 +108,18 @@ def _shape_problems(wf: str, events: Sequence[Any]) -> list[str]:
     return problems
 
 
+#: The invariants ``_shape_problems`` reports in the demo's own words.
+_SHAPE_RULES = frozenset({Invariant.SEQ, Invariant.START, Invariant.RUN_END})
+
+
+def _invariant_problems(events: Sequence[Any], shape_reported: bool) -> list[str]:
+    """The checker's violations; its shape ones only where the demo's words found none
+    (one message per broken shape), the rest always."""
+    return [
+        str(v) for v in check_history(events) if not (shape_reported and v.rule in _SHAPE_RULES)
+    ]
+
+
 def _outcome_unknown(p: Any) -> bool:
     """An attempt whose write may or may not have happened: lost answer or a timeout."""
     if isinstance(p, ActivityFailed):
@@ -177,6 +193,7 @@ def check(
             findings.violations.append(f"{wf}: no events; the run never started")
             continue
         problems = _shape_problems(wf, events)
+        problems += _invariant_problems(events, bool(problems))
         findings.unsound_histories.extend(problems)
         findings.violations.extend(problems)
         _activity_counts(wf, events, findings)
@@ -198,6 +215,12 @@ def check(
                 )
         elif output != want.output:
             findings.violations.append(f"{wf}: output {output}, expected {want.output}")
+    for wf, events in histories.items():
+        if wf not in expected:  # e.g. the warm-up run: its history must be sound too
+            problems = _shape_problems(wf, events)
+            problems += _invariant_problems(events, bool(problems))
+            findings.unsound_histories.extend(problems)
+            findings.violations.extend(problems)
     findings.postings = len(effects)
     findings.duplicate_effects = sum(max(0, n - 1) for n in effects.values())
     if findings.duplicate_effects:
