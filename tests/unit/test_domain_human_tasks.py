@@ -6,6 +6,7 @@ commands' ``recorded_at`` (three days of workflow time pass without any real wai
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import importlib
@@ -359,6 +360,34 @@ def test_a_task_of_a_state_left_is_closed_and_refuses_decisions() -> None:
     opened = [e.payload for e in h.history if isinstance(e.payload, HumanTaskOpened)]
     assert [o.task_id for o in opened] == [old.task_id, task_id_for("wf-1", "run-1", "ask", 2)]
     assert opened[1].token_hash != old.token_hash
+
+
+def test_a_decision_by_task_id_must_carry_the_token_hash_the_task_recorded() -> None:
+    h = started()
+    tid = h.task.task_id
+    with pytest.raises(CommandRejected, match=f"a decision of human task '{tid}' carries the hash"):
+        h.decide("approve", T0 + 1, task_id=tid, token_hash="", actor_roles_json='["lead"]')
+    with pytest.raises(CommandRejected, match="the token does not match human task"):
+        h.decide("approve", T0 + 1, task_id=tid, token_hash=h.task.token_hash[::-1])
+    assert not any(isinstance(e.payload, HumanTaskDecided) for e in h.history)
+    assert h.decide("approve", T0 + 1, task_id=tid)[0].actor == "alice"
+
+
+def test_a_signed_decision_records_its_evidence_and_an_unsigned_one_the_pre_v6_defaults() -> None:
+    """The runtime verified the proof (the domain holds no key); the event keeps what the
+    proof covers. An unsigned command is one recorded before v6, re-decided by replay."""
+    h = started()
+    proof = "f" * 64
+    (signed, *_) = h.decide("approve", T0 + 1, task_id=h.task.task_id, proof=proof)
+    assert isinstance(signed, HumanTaskDecided)
+    assert (signed.token_hash, signed.actor_roles_json, signed.proof) == (
+        h.task.token_hash, '["approver"]', proof)  # fmt: skip
+    assert signed.correction_digest == ""
+    h = started()
+    (unsigned, *_) = h.decide("approve", T0 + 1)
+    assert unsigned == dataclasses.replace(
+        signed, token_hash="", actor_roles_json="[]", proof="", task_id=h.task.task_id
+    )
 
 
 def test_a_bad_decision_word_is_refused() -> None:
