@@ -3,7 +3,8 @@
 The ``settings`` fixtures (tests/conftest.py, tests/fault/conftest.py) call
 :func:`verify_after_test` once the test and the fixtures that depend on them (its
 services, clients) are done: ``keel workflow verify --all`` over the test's own events
-topic. A broken invariant fails the test at teardown, naming the test, its prefix and
+topic, with human decisions' proofs recomputed under the test home's task-token key
+when there is one. A broken invariant fails the test at teardown, naming the test, its prefix and
 every violation. A test that writes an unsound history on purpose says so with
 ``@pytest.mark.unsound_history``; ``KEEL_TEST_VERIFY_HISTORIES=0`` turns the check off.
 
@@ -43,12 +44,13 @@ def verify_after_test(request: pytest.FixtureRequest, settings) -> None:
         return
     if os.environ.get("KEEL_TEST_VERIFY_HISTORIES", "1") == "0":
         return
+    from orchestrator.cli.verify import decision_proof_check
     from orchestrator.domain.errors import InvalidInputError
     from orchestrator.runtime.history_io import verify_topic
 
     began = time.monotonic()
     try:
-        report = verify_topic(settings)
+        report = verify_topic(settings, proof_ok=decision_proof_check(settings))
     except InvalidInputError:  # the test removed its topics: nothing left to check
         return
     finally:

@@ -26,12 +26,17 @@ EXIT_VIOLATIONS = 1
 
 
 def decision_proof_check(settings: Settings) -> ProofCheck | None:
-    """The check that recomputes a human decision's proof under the deployment's key.
+    """The check that recomputes each human decision's proof under the deployment's key
+    (orchestrator/runtime/decision_proofs.py); None when this deployment has no task-token
+    key here: then only a proof's form (64 lowercase hex) and its token hash are checked."""
+    from orchestrator.domain.errors import ConfigError
+    from orchestrator.runtime.decision_proofs import load_proof_key, proof_matches
 
-    The hook for ``HumanTaskDecided.proof`` (issue 29): until the runtime can recompute
-    a proof, only its form (64 lowercase hex) and token hash are checked.
-    """
-    return None
+    try:
+        key = load_proof_key(settings)
+    except ConfigError:
+        return None
+    return lambda workflow_id, decided: proof_matches(key, workflow_id, decided)
 
 
 def verify(
@@ -51,7 +56,8 @@ def verify(
     from orchestrator.settings import load_settings
 
     settings = load_settings()
-    report = verify_topic(settings, workflow_ids, proof_ok=decision_proof_check(settings))
+    proof_ok = decision_proof_check(settings)
+    report = verify_topic(settings, workflow_ids, proof_ok=proof_ok)
     if workflow_ids:
         seen = set(report.checked)
         report.violations.extend(
@@ -59,16 +65,17 @@ def verify(
             for w in dict.fromkeys(workflow_ids)
             if w not in seen
         )
-    _print(report, json_)
+    _print(report, json_, proofs_verified=proof_ok is not None)
     if report.violations:
         raise typer.Exit(EXIT_VIOLATIONS)
 
 
-def _print(report: Verification, json_: bool) -> None:
+def _print(report: Verification, json_: bool, *, proofs_verified: bool) -> None:
     if json_:
         doc = {
             "workflows": report.workflows,
             "events": report.events,
+            "proofs_verified": proofs_verified,
             "violations": [
                 {"workflow_id": v.workflow_id, "seq": v.seq, "rule": v.rule, "message": v.message}
                 for v in report.violations
@@ -81,6 +88,11 @@ def _print(report: Verification, json_: bool) -> None:
         for v in report.violations:
             table.add_row(escape(v.workflow_id), str(v.seq), str(v.rule), escape(v.message))
         console.print(table)
+    if not proofs_verified:
+        console.print(
+            "[dim]human decisions' proofs checked for form only: no task-token key here "
+            "(KEEL_TASK_TOKEN_SECRET or KEEL_TASK_TOKEN_SECRET_FILE)[/dim]"
+        )
     n = len(report.violations)
     colour = "red" if n else "green"
     console.print(
