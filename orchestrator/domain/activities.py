@@ -11,9 +11,12 @@ permanent failure, or an error type in ``non_retryable``, takes the failure path
 once. An unknown outcome of a step with a ``status_query`` runs that query first and
 never dispatches the write again before it answers: found -> the step completes with
 the found result; not found -> retry the same logical attempt; no answer ->
-``WorkflowNeedsAttention`` until a ``ResolveActivity``.
+``WorkflowNeedsAttention`` until a ``ResolveActivity``. Without a status query an
+unknown outcome needs attention too, unless the step declares ``on_unknown="retry"``
+(the remote side deduplicates by the key).
 Timeouts (schedule-to-start, start-to-close, heartbeat) are durable timers; a late
-report of an attempt that timed out is recorded once and changes nothing.
+report of an attempt that timed out is dropped (its outcome is settled by the retry,
+the status query or an operator), so one outcome per attempt enters history.
 
 Heartbeats are coalesced: the first of an attempt is recorded (it started); later ones
 only when the step has a heartbeat timeout, and at most one per third of it (by the
@@ -58,6 +61,7 @@ from orchestrator.domain.vocabulary import (
     ActivityStatus,
     FailureClass,
     OnExhausted,
+    OnUnknown,
     Resolution,
     TimeoutKind,
     TimerPurpose,
@@ -197,35 +201,30 @@ def step_of(d: Decision, act: ActivityState) -> Step | None:
 # -- worker reports -------------------------------------------------------------------------
 
 
-def _report(d: Decision, activity_id: str, attempt: int) -> tuple[ActivityState | None, bool]:
-    """The activity a worker reports on and whether the report is late.
+def _report(d: Decision, activity_id: str, attempt: int) -> ActivityState | None:
+    """The activity a worker reports on, or None when the report writes nothing.
 
-    ``(act, False)``: the report of the current attempt; ``(act, True)``: a late report
-    of an attempt that timed out (recorded once, decides nothing); ``(None, False)``: a
-    duplicate or stale report, which writes nothing.
+    Only the report of the attempt in flight is applied. A report of an attempt that
+    timed out (its outcome being settled by a retry, a status query or an operator), a
+    duplicate, or a stale one is dropped: exactly one outcome per (activity id, attempt)
+    enters history (docs/activities.md).
     """
     s = d.s
     if s.is_terminal:
-        return None, False
+        return None
     act = s.activities.get(activity_id)
-    if act is None:
-        return None, False
-    if act.status == _A.SCHEDULED and act.attempt == attempt:
-        return act, False
-    if attempt in act.timed_out:
-        return act, True
-    return None, False
+    if act is None or act.status != _A.SCHEDULED or act.attempt != attempt:
+        return None
+    return act
 
 
 def on_complete(d: Decision, p: CompleteActivity) -> None:
-    act, late = _report(d, p.activity_id, p.attempt)
+    act = _report(d, p.activity_id, p.attempt)
     if act is None:
         return
     what = f"result of activity '{p.activity_id}'"
     command_json(p.result_json, what, f"{what} is not valid JSON")
     d.emit(ActivityCompleted(p.activity_id, p.attempt, p.result_json, p.schema_version))
-    if late:
-        return
     if act.parent is not None:
         _query_answered(d, act, p.result_json)
     else:
@@ -233,7 +232,7 @@ def on_complete(d: Decision, p: CompleteActivity) -> None:
 
 
 def on_fail(d: Decision, p: FailActivity) -> None:
-    act, late = _report(d, p.activity_id, p.attempt)
+    act = _report(d, p.activity_id, p.attempt)
     if act is None:
         return
     if p.failure_class not in FAILURE_CLASSES:
@@ -253,8 +252,6 @@ def on_fail(d: Decision, p: FailActivity) -> None:
             p.activity_id, p.attempt, p.failure_class, p.error_type, p.message, retry_after
         )
     )
-    if late:
-        return
     if act.parent is not None:
         _query_failed(d, d.s.activities[act.activity_id])
     else:
@@ -456,6 +453,17 @@ def after_failure(d: Decision, act: ActivityState, retry_after_ms: int = 0) -> N
     elif error_type in policy.non_retryable:
         d.fail_step(
             act, f"{label(act)} failed permanently: {error_type} (non-retryable): {message}"
+        )
+    elif cls == FailureClass.UNKNOWN and (step is None or step.on_unknown != OnUnknown.RETRY):
+        d.emit(
+            WorkflowNeedsAttention(
+                act.activity_id,
+                f"the outcome of attempt {act.attempt} of {label(act)} is unknown "
+                f"({error_type}: {message}) and the step has no status query: check the "
+                f"external system by key '{act.idempotency_key}' and settle it with "
+                "keel workflow resolve (a step whose remote side deduplicates by the key "
+                "may declare on_unknown='retry')",
+            )
         )
     else:
         _retry_or_exhaust(d, act, policy, step, retry_after_ms)

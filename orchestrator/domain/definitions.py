@@ -37,7 +37,7 @@ from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.migrations import Migration, validate_migrations
 from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
 from orchestrator.domain.upcasting import check_upcasters, describe_model, schema_version_of
-from orchestrator.domain.vocabulary import OnCancel, OnExhausted, TimeoutKind
+from orchestrator.domain.vocabulary import OnCancel, OnExhausted, OnUnknown, TimeoutKind
 from orchestrator.domain.waits import (
     Duration,
     Escalation,
@@ -52,6 +52,7 @@ from orchestrator.domain.waits import (
 __all__ = [
     "DEFAULT_RETRY",
     "ON_EXHAUSTED",
+    "ON_UNKNOWN",
     "TIMEOUT_KINDS",
     "Compensation",
     "Context",
@@ -86,6 +87,7 @@ _MAX_DAYS = MAX_DURATION_MS // (24 * 3600 * 1000)
 TIMEOUT_KINDS: tuple[TimeoutKind, ...] = tuple(TimeoutKind)
 #: What a step does once a transient failure has no retries left.
 ON_EXHAUSTED: tuple[OnExhausted, ...] = tuple(OnExhausted)
+ON_UNKNOWN: tuple[OnUnknown, ...] = tuple(OnUnknown)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class Step:
     is unknown took effect (input ``{"idempotency_key": K, "input": <input>}``, result
     ``{"found": true, "result": <result>}`` or ``{"found": false}``); with it, a
     start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
+    Without one, an unknown outcome needs an operator (``on_unknown="attention"``) unless
+    ``on_unknown="retry"`` says the remote side deduplicates by the idempotency key.
     ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
     (the state's ``on_failure`` path, or the run fails) once retries are used up.
     ``local`` runs it inside the orchestrator, its result recorded with the next decision.
@@ -128,6 +132,7 @@ class Step:
     heartbeat: Duration | None = None
     status_query: str | None = None
     on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
+    on_unknown: OnUnknown | str = OnUnknown.ATTENTION
     local: bool = False
     compensation: Compensation | str | None = None
     irreversible: bool = False
@@ -179,6 +184,8 @@ class Step:
             out["status_query"] = self.status_query
         if self.on_exhausted != OnExhausted.DEAD_LETTER:
             out["on_exhausted"] = self.on_exhausted
+        if self.on_unknown != OnUnknown.ATTENTION:
+            out["on_unknown"] = self.on_unknown
         if self.local:
             out["local"] = True
         if self.undo is not None:
@@ -469,6 +476,13 @@ class WorkflowDefinition:
             raise DefinitionError(
                 f"{what}: on_exhausted must be one of {', '.join(ON_EXHAUSTED)}; "
                 f"got {step.on_exhausted!r}"
+            )
+        if step.on_unknown not in ON_UNKNOWN:
+            raise DefinitionError(f"{what}: on_unknown must be one of {', '.join(ON_UNKNOWN)}")
+        if step.on_unknown == OnUnknown.RETRY and step.status_query is not None:
+            raise DefinitionError(
+                f"{what}: on_unknown='retry' contradicts status_query '{step.status_query}' "
+                "(an unknown outcome is asked about, never retried blindly): drop one"
             )
         if step.retry is not None and not isinstance(step.retry, RetryPolicy):
             raise DefinitionError(f"{what}: retry must be a RetryPolicy")

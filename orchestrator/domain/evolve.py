@@ -112,7 +112,9 @@ def started(event: Envelope[Any]) -> WorkflowState:
 def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any]) -> WorkflowState:
     """The fresh state of the run ``event`` starts, carrying forward only what a later
     command needs: seen command ids, undelivered signals and closed correlations,
-    and the latest human tasks (a repeated decision is answered from them)."""
+    the latest human tasks (a repeated decision is answered from them), and the
+    logical-attempt counters, so no idempotency key of an earlier run is issued again
+    (docs/activities.md)."""
     seen = n.seen_commands
     if event.causation_id is not None:
         seen = remember_command(seen, event.causation_id)
@@ -129,6 +131,7 @@ def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any])
         closed_correlations=n.closed_correlations,
         human_tasks=dict(n.human_tasks),
         seen_commands=seen,
+        logical_attempts=dict(n.logical_attempts),
         run_base_seq=event.seq,
         started_at=event.recorded_at,
         updated_at=event.recorded_at,

@@ -141,6 +141,15 @@ class OnExhausted(StrEnum):
     FAIL = "fail"
 
 
+class OnUnknown(StrEnum):
+    """What an attempt whose outcome is unknown leads to when its step has no status
+    query (docs/activities.md): an operator decides, or (only when the remote side
+    deduplicates by the idempotency key) the same key is dispatched again."""
+
+    ATTENTION = "attention"
+    RETRY = "retry"
+
+
 class WaitKind(StrEnum):
     TIMER = "timer"
     SIGNAL = "signal"

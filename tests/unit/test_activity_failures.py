@@ -24,10 +24,12 @@ from orchestrator.definitions import (
 from orchestrator.domain import (
     CommandRejected,
     Decider,
+    DefinitionError,
     WorkflowState,
     idempotency_key,
     retry_delay_ms,
 )
+from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
@@ -124,6 +126,7 @@ ELAPSED = RetryPolicy(
 elapsed = pay_flow("elapsed", Step("pay", "charge", retry=ELAPSED, on_exhausted="fail"))
 TWICE = RetryPolicy(max_attempts=2, initial_interval_ms=100)
 parked = pay_flow("parked", Step("pay", "charge", retry=TWICE))
+deduped = pay_flow("deduped", Step("pay", "charge", retry=QUICK, on_unknown="retry"))
 both = WorkflowDefinition(
     "both",
     1,
@@ -154,6 +157,7 @@ DECIDER = Decider(
         picky_repair,
         elapsed,
         parked,
+        deduped,
         both,
     ]
 )
@@ -320,29 +324,79 @@ def test_start_to_close_runs_from_dispatch_without_start_reports() -> None:
     assert h2.send(FireTimer(f"{PAY}/timeout/start_to_close/1"), at=T0 + 30_000) == []
 
 
-def test_late_reports_of_a_timed_out_attempt_are_recorded_once_and_decide_nothing() -> None:
+def test_late_reports_of_a_timed_out_attempt_are_dropped_and_decide_nothing() -> None:
     h = Harness()
     h.start("closing")
     h.fire(f"{PAY}/timeout/start_to_close/1")
     before = h.s
-    events = h.send(CompleteActivity(PAY, 1, '{"late": true}'))
-    assert events == [ActivityCompleted(PAY, 1, '{"late": true}')]
+    assert h.send(CompleteActivity(PAY, 1, '{"late": true}')) == []
     act = h.s.activities[PAY]
     assert (act.status, act.attempt, act.result_json) == ("backoff", 1, None)
     assert h.s.step_results == {} and h.s.timers == before.timers and h.s.status == "running"
-    assert h.send(CompleteActivity(PAY, 1, '{"late": true}')) == []  # once per attempt
     assert h.send(FailActivity(PAY, 1, "transient", "E", "m")) == []
     assert h.send(CompleteActivity(PAY, 7, "{}")) == []  # never timed out, not current
     h.fire(f"{PAY}/retry/1")
-    # attempt 2 times out too; its late failure is recorded, and attempt 3 completes
+    # attempt 2 times out too; its late failure is dropped, and attempt 3 completes
     h.fire(f"{PAY}/timeout/start_to_close/2")
-    assert h.send(FailActivity(PAY, 2, "permanent", "Boom", "late")) == [
-        ActivityFailed(PAY, 2, "permanent", "Boom", "late")
-    ]
+    assert h.send(FailActivity(PAY, 2, "permanent", "Boom", "late")) == []
     assert h.s.status == "running" and h.s.activities[PAY].status == "backoff"
     h.fire(f"{PAY}/retry/2")
+    # attempt 1's late result while attempt 3 runs: still dropped, attempt 3 decides
+    assert h.send(CompleteActivity(PAY, 1, '{"late": true}')) == []
     events = h.send(CompleteActivity(PAY, 3, '{"n": 3}'))
     assert events == [ActivityCompleted(PAY, 3, '{"n": 3}'), WorkflowCompleted('{"n":3}')]
+    assert check_history(h.history) == []
+
+
+def test_an_unknown_outcome_without_a_status_query_needs_attention_never_a_retry() -> None:
+    h = Harness()
+    h.start("closing")
+    events = h.send(FailActivity(PAY, 1, "unknown", "OutcomeUnknownError", "in doubt"))
+    assert events == [
+        ActivityFailed(PAY, 1, "unknown", "OutcomeUnknownError", "in doubt"),
+        WorkflowNeedsAttention(
+            PAY,
+            "the outcome of attempt 1 of step 'pay' (charge) is unknown (OutcomeUnknownError: "
+            "in doubt) and the step has no status query: check the external system by key "
+            f"'{key()}' and settle it with keel workflow resolve (a step whose remote side "
+            "deduplicates by the key may declare on_unknown='retry')",
+        ),
+    ]
+    assert h.s.status == "needs_attention" and h.s.activities[PAY].status == "attention"
+    assert h.s.pending_timers() == []  # nothing will dispatch the write on its own
+    # the operator checked the remote side: not found -> the same key goes again
+    events = h.send(ResolveActivity(PAY, "not_found", "", "no charge under the key"))
+    assert events[1] == scheduled(2)
+    assert h.s.status == "running"
+    assert check_history(h.history) == []
+
+
+def test_on_unknown_retry_is_the_explicit_opt_in_to_dispatch_the_same_key_again() -> None:
+    h = Harness()
+    h.start("deduped")
+    events = h.send(FailActivity(PAY, 1, "unknown", "OutcomeUnknownError", "in doubt"))
+    assert [type(e).__name__ for e in events] == ["ActivityFailed", "TimerScheduled"]
+    h.fire(f"{PAY}/retry/1")
+    assert h.history[-1].payload == scheduled(2)
+
+
+def test_on_unknown_is_validated_and_names_the_choice() -> None:
+    with pytest.raises(DefinitionError) as exc:
+        pay_flow("bad", Step("pay", "charge", on_unknown="guess"))
+    assert str(exc.value) == (
+        "workflow 'bad' v1: state 'run': step 'pay': on_unknown must be one of attention, retry"
+    )
+    with pytest.raises(DefinitionError) as exc:
+        pay_flow("bad", Step("pay", "charge", status_query="charge_status", on_unknown="retry"))
+    assert str(exc.value) == (
+        "workflow 'bad' v1: state 'run': step 'pay': on_unknown='retry' contradicts "
+        "status_query 'charge_status' (an unknown outcome is asked about, never retried "
+        "blindly): drop one"
+    )
+    # the opt-in is part of the definition's digest; the default leaves old digests alone
+    plain = pay_flow("d", Step("pay", "charge")).digest
+    assert pay_flow("d", Step("pay", "charge", on_unknown="attention")).digest == plain
+    assert pay_flow("d", Step("pay", "charge", on_unknown="retry")).digest != plain
 
 
 # ---------------------------------------------------------------------------
@@ -474,10 +528,8 @@ def test_unknown_outcome_runs_the_query_and_found_completes_with_one_dispatch() 
     ]
     assert h.s.activities[PAY].status == "querying" and h.s.status == "running"
     assert h.s.activities[QUERY].parent == PAY
-    # the write's own late report is recorded, and decides nothing
-    assert h.send(CompleteActivity(PAY, 1, '{"receipt": "late"}')) == [
-        ActivityCompleted(PAY, 1, '{"receipt": "late"}')
-    ]
+    # the write's own late report is dropped: the query settles attempt 1, once
+    assert h.send(CompleteActivity(PAY, 1, '{"receipt": "late"}')) == []
     assert h.s.activities[PAY].status == "querying"
     events = h.send(CompleteActivity(QUERY, 1, '{"found": true, "result": {"receipt": "r1"}}'))
     assert events == [
@@ -761,8 +813,9 @@ def test_exhausted_timeouts_dead_letter_too() -> None:
         ActivityTimedOut(PAY, 3, "start_to_close"),
         ActivityDeadLettered(PAY, 3, "StartToCloseTimeout", "start_to_close timeout expired"),
     ]
-    # late reports of dead-lettered attempts are still recorded without effect
-    assert h.send(CompleteActivity(PAY, 2, "{}")) == [ActivityCompleted(PAY, 2, "{}")]
+    # late reports of dead-lettered attempts are dropped
+    assert h.send(CompleteActivity(PAY, 2, "{}")) == []
+    assert h.send(CompleteActivity(PAY, 3, "{}")) == []
     assert h.s.status == "needs_attention"
 
 

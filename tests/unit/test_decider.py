@@ -68,7 +68,7 @@ flaky = WorkflowDefinition(
         State(
             "work",
             steps=[
-                Step("fetch", "fetch", retry=FETCH_RETRY, on_exhausted="fail"),
+                Step("fetch", "fetch", retry=FETCH_RETRY, on_exhausted="fail", on_unknown="retry"),
                 Step("store", "store", after=["fetch"], input=lambda ctx: ctx.results["fetch"]),
             ],
             transitions=[Transition("done")],

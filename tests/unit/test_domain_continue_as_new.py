@@ -13,13 +13,17 @@ from orchestrator.domain import (
     DefinitionError,
     SignalWait,
     State,
+    Step,
     Transition,
     WorkflowDefinition,
     WorkflowState,
 )
 from orchestrator.domain import decide as decide_module
 from orchestrator.domain.decide import continued_run_id
+from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (
+    ActivityScheduled,
+    CompleteActivity,
     Envelope,
     SignalReceived,
     SignalWorkflow,
@@ -208,3 +212,42 @@ def test_continue_as_new_is_a_terminal_outcome_exclusive_of_the_others() -> None
             Total,
             [State("s", complete=lambda ctx: {}, continue_as_new=lambda ctx: {})],
         )
+
+
+class Month(BaseModel):
+    month: int = 1
+
+
+billing = WorkflowDefinition(
+    "billing",
+    1,
+    Month,
+    [
+        State(
+            "charge",
+            steps=[Step("charge", "charge_card")],
+            transitions=[Transition("done", when=lambda ctx: ctx.input.month >= 3)],
+            continue_as_new=lambda ctx: {"month": ctx.input.month + 1},
+        ),
+        State("done", complete=lambda ctx: {"months": ctx.input.month}),
+    ],
+)
+
+
+def test_a_continued_run_never_reuses_an_idempotency_key_of_an_earlier_run() -> None:
+    """Month 2 must not be answered with month 1's charge (issue 29, item 1)."""
+    h = started(billing)
+    for month in (1, 2, 3):
+        sent = [p for p in h.history[-2:] if isinstance(p.payload, ActivityScheduled)]
+        assert len(sent) == 1, month
+        h.send(CompleteActivity(sent[0].payload.activity_id, 1, json.dumps({"month": month})))
+    keys = [
+        e.payload.idempotency_key for e in h.history if isinstance(e.payload, ActivityScheduled)
+    ]
+    assert keys == ["wf-1/charge_card/1", "wf-1/charge_card/2", "wf-1/charge_card/3"]
+    assert h.state is not None and h.state.status == "completed"
+    assert check_history(h.history) == []
+    # the counters survive a fold from the log and a snapshot round trip
+    folded = h.d.fold(h.history)
+    assert folded.logical_attempts == {"charge_card": 3}
+    assert WorkflowState.from_dict(folded.to_dict()).logical_attempts == {"charge_card": 3}
