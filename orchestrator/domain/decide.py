@@ -172,7 +172,7 @@ def decide(
         and not isinstance(p, CancelWorkflow)
         and not is_parked(state)
     ):
-        if cmd.message_id in state.seen_commands:
+        if state.has_seen(cmd.message_id):
             return state, []
         raise CommandRejected(
             f"workflow '{wid}' needs attention ({state.attention_reason}); {what} refused "

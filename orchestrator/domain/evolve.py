@@ -112,7 +112,8 @@ def started(event: Envelope[Any]) -> WorkflowState:
 def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any]) -> WorkflowState:
     """The fresh state of the run ``event`` starts, carrying forward only what a later
     command needs: seen command ids, undelivered signals and closed correlations,
-    the latest human tasks (a repeated decision is answered from them), and the
+    the latest human tasks (a repeated decision is answered from them), the ids of
+    every signal command (a webhook re-sent days later is still a duplicate), and the
     logical-attempt counters, so no idempotency key of an earlier run is issued again
     (docs/activities.md)."""
     seen = n.seen_commands
@@ -131,6 +132,7 @@ def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any])
         closed_correlations=n.closed_correlations,
         human_tasks=dict(n.human_tasks),
         seen_commands=seen,
+        signal_commands=n.signal_commands,
         logical_attempts=dict(n.logical_attempts),
         run_base_seq=event.seq,
         started_at=event.recorded_at,

@@ -69,7 +69,7 @@ def on_signal(d: Decision, p: SignalWorkflow) -> None:
     s = d.s
     wid = s.workflow_id
     name = p.signal_name
-    if d.cmd.message_id in s.seen_commands:
+    if s.has_seen(d.cmd.message_id):
         return
     if s.is_terminal:
         raise CommandRejected(f"workflow '{wid}' is {s.status}; signal '{name}' refused")
@@ -166,8 +166,10 @@ def close_correlation(n: WorkflowState, w: WaitState) -> None:
 
 
 def _remember(n: WorkflowState, env: Envelope[Any]) -> None:
+    """A signal command wrote this event: a redelivery, however late, writes nothing."""
     if env.causation_id is not None:
         n.seen_commands = remember_command(n.seen_commands, env.causation_id)
+        n.remember_signal(env.causation_id)
 
 
 def _received(lookup: Any, n: WorkflowState, p: SignalReceived, env: Envelope[Any]) -> None:

@@ -14,6 +14,12 @@ command ids that wrote events (signals, cancels, resolutions, redrives). Redeliv
 always recent: the orchestrator commits a command's offset in the same transaction as
 its events, so a recorded command comes back only when a client retries a send it could
 not confirm (seconds later), long before a thousand further commands reach the run.
+
+Signals are the exception: a webhook sender re-delivers an event hours or days later,
+and the connector's Redis marker may be gone by then. So ``signal_commands`` keeps the
+id of every signal command the workflow recorded (received or refused) for its whole
+life, across continue-as-new, bounded like the history (:data:`SIGNAL_COMMANDS_LIMIT`
+ids; docs/connector.md).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.domain.limits import MAX_HISTORY_EVENTS
 from orchestrator.domain.state_parts import (
     ActivityState,
     CompensationState,
@@ -48,6 +55,7 @@ __all__ = [
     "HUMAN_TASKS_WINDOW",
     "IN_FLIGHT",
     "SEEN_COMMANDS_WINDOW",
+    "SIGNAL_COMMANDS_LIMIT",
     "STATUSES",
     "TERMINAL_STATUSES",
     "ActivityState",
@@ -84,6 +92,9 @@ ATTENTION = frozenset({ActivityStatus.ATTENTION, ActivityStatus.DEAD_LETTERED})
 
 #: How many recorded command ids a run remembers for deduplication (see the module doc).
 SEEN_COMMANDS_WINDOW = 1000
+#: How many signal command ids a workflow remembers for its whole life: one per recorded
+#: signal event, so no run's history can hold more (docs/limits.md).
+SIGNAL_COMMANDS_LIMIT = MAX_HISTORY_EVENTS
 #: How many human tasks a run remembers (the open one and the latest decided ones:
 #: a repeated decision answers from them).
 HUMAN_TASKS_WINDOW = 100
@@ -143,6 +154,9 @@ class WorkflowState:
     #: Ids of the latest commands that wrote events (redelivery -> no events), oldest
     #: first, at most ``SEEN_COMMANDS_WINDOW`` (see the module doc).
     seen_commands: tuple[str, ...] = ()
+    #: Ids of every signal command the workflow recorded, oldest first, across its runs
+    #: (a webhook re-sent days later is still a duplicate; see the module doc).
+    signal_commands: dict[str, None] = field(default_factory=dict)
     output_json: str | None = None
     failure_reason: str | None = None
     cancel_reason: str | None = None
@@ -179,6 +193,10 @@ class WorkflowState:
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def has_seen(self, command_id: str) -> bool:
+        """``command_id`` already wrote events: a recent command, or any signal."""
+        return command_id in self.signal_commands or command_id in self.seen_commands
 
     def needing_attention(self) -> list[str]:
         """Ids of the activities an operator must redrive or resolve, sorted."""
@@ -250,6 +268,13 @@ class WorkflowState:
 
     def mut_in_flight(self) -> set[str]:
         return self._own("in_flight")  # type: ignore[no-any-return]
+
+    def remember_signal(self, command_id: str) -> None:
+        """Remember a signal command for the workflow's life (oldest dropped past the limit)."""
+        ids: dict[str, None] = self._own("signal_commands")
+        ids[command_id] = None
+        while len(ids) > SIGNAL_COMMANDS_LIMIT:
+            del ids[next(iter(ids))]
 
     def mut_steps_remaining(self) -> set[str]:
         return self._own("steps_remaining")  # type: ignore[no-any-return]
@@ -366,6 +391,8 @@ class WorkflowState:
             d["result_versions"] = self.result_versions
         if self.effects:
             d["effects"] = list(self.effects)
+        if self.signal_commands:
+            d["signal_commands"] = list(self.signal_commands)
         if self.compensation is not None:
             c = self.compensation
             d["compensation"] = {
@@ -430,6 +457,7 @@ class WorkflowState:
             input_schema_version=d.get("input_schema_version", 0),
             result_versions=dict(d.get("result_versions", {})),
             effects=tuple(d.get("effects", ())),
+            signal_commands=dict.fromkeys(d.get("signal_commands", ())),
             compensation=compensation_from(d.get("compensation")),
             started_at=d["started_at"],
             updated_at=d["updated_at"],

@@ -87,15 +87,45 @@ def test_seen_commands_is_a_fifo_window_kept_in_snapshots() -> None:
     assert restored == s and restored.seen_commands == s.seen_commands
     # a redelivery is recent: still in the window, it writes nothing
     assert run.send(SignalWorkflow("go", "{}"), f"sig-{SEEN_COMMANDS_WINDOW}") == []
-    # past the window an id is forgotten (a command that old is never redelivered)
-    assert run.send(SignalWorkflow("go", "{}"), "sig-0") == [
-        SignalReceived("go", "{}"),
-        StateEntered("hold", SEEN_COMMANDS_WINDOW + extra + 2),
-    ]
+    # past the window a signal is still a duplicate: a webhook re-sent days later, its
+    # Redis marker gone, is never applied twice (issue 29, item 4)
+    assert run.send(SignalWorkflow("go", "{}"), "sig-0") == []
+    assert len(s.signal_commands) == SEEN_COMMANDS_WINDOW + extra
+    assert restored.signal_commands == s.signal_commands
     run.send(CancelWorkflow("done"), "cancel")
     assert run.state is not None
     assert DECIDER.summarize(None, run.history) == run.state.summary()
     assert len(run.state.summary().seen_commands) == SEEN_COMMANDS_WINDOW
+
+
+def test_signal_ids_are_remembered_across_continue_as_new_up_to_the_history_limit(
+    monkeypatch: Any,
+) -> None:
+    looping = WorkflowDefinition(
+        "looping",
+        1,
+        Empty,
+        [State("hold", wait=SignalWait("go"), continue_as_new=lambda ctx: {})],
+    )
+    decider = Decider([looping])
+    state, history = None, []
+    for mid, payload in [("start", StartWorkflow("looping", 1, "{}"))] + [
+        (f"hook-{i}", SignalWorkflow("go", "{}")) for i in range(4)
+    ]:
+        env = Envelope(mid, "wf", "", 0, type(payload).__name__, T0, payload)
+        state, envs = decider.handle(state, env, now_ms=T0)
+        history.extend(envs)
+    assert state is not None and state.run_id != "start"  # four runs later
+    assert list(state.signal_commands) == [f"hook-{i}" for i in range(4)]
+    env = Envelope("hook-0", "wf", "", 0, "SignalWorkflow", T0, SignalWorkflow("go", "{}"))
+    assert decider.handle(state, env, now_ms=T0)[1] == []  # the first run's webhook, again
+    assert decider.fold(history) == state
+    # bounded: past the limit the oldest id goes first
+    monkeypatch.setattr("orchestrator.domain.state.SIGNAL_COMMANDS_LIMIT", 2)
+    n = state.clone()
+    n.remember_signal("hook-4")
+    assert list(n.signal_commands) == ["hook-3", "hook-4"]
+    assert list(state.signal_commands) == [f"hook-{i}" for i in range(4)]  # not shared
 
 
 def test_heartbeats_are_coalesced_by_a_third_of_the_heartbeat_timeout() -> None:
