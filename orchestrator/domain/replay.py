@@ -174,12 +174,14 @@ class RunReport:
 def group_runs(envelopes: Iterable[Envelope[Any]]) -> list[tuple[list[Envelope[Any]], dict]]:
     """Each run's events in seq order and its recorded commands by message id.
 
-    Runs are keyed by (workflow id, run id) in order of first appearance; an event read
+    A workflow's runs are replayed as one sequence, in order of first appearance: a
+    ``WorkflowContinuedAsNew`` and the next run's first events come from one command,
+    and the next run starts from the state the previous one handed over. An event read
     twice (same seq and message id) is kept once, two different events at one seq are a
     ``HistoryError``. Commands (envelopes whose payload is a command) are matched to runs
     by workflow id.
     """
-    runs: dict[tuple[str, str], dict[int, Envelope[Any]]] = {}
+    runs: dict[str, dict[int, Envelope[Any]]] = {}
     commands: dict[str, dict[str, Envelope[Any]]] = {}
     for env in envelopes:
         kind = getattr(env.payload, "KIND", "")
@@ -188,7 +190,7 @@ def group_runs(envelopes: Iterable[Envelope[Any]]) -> list[tuple[list[Envelope[A
             continue
         if kind != "event":
             continue
-        by_seq = runs.setdefault((env.workflow_id, env.run_id), {})
+        by_seq = runs.setdefault(env.workflow_id, {})
         old = by_seq.get(env.seq)
         if old is not None and old.message_id != env.message_id:
             raise HistoryError(
@@ -198,7 +200,7 @@ def group_runs(envelopes: Iterable[Envelope[Any]]) -> list[tuple[list[Envelope[A
         by_seq[env.seq] = env
     return [
         ([by_seq[s] for s in sorted(by_seq)], commands.get(wid, {}))
-        for (wid, _), by_seq in runs.items()
+        for wid, by_seq in runs.items()
     ]
 
 

@@ -10,25 +10,24 @@ counted its logical attempts from 1 again (key ``<wf>/<type>/1`` in every run), 
 would answer month 2 from month 1's stored model response and effect record: the model
 would be asked once and the ledger would hold one posting.
 
-Then the replay API (``orchestrator.domain.replay.replay_run``, what ``keel replay-check``
-runs per run) re-decides every command of the 4 runs from the recorded history: all of
-them identically, without asking the model anything (the server's request count is
-unchanged) or touching the ledger. The workflow's whole stream is replayed as one
-sequence: ``keel replay-check --from-topic`` groups events by run id, so it cannot yet
-re-decide the command whose events end one run and begin the next.
+Then ``keel replay-check --from-topic`` re-decides every command of the 4 runs from the
+recorded history (a workflow's runs replay as one sequence: the command that ends a run
+also begins the next): all of them identically, without asking the model anything (the
+server's request count is unchanged) or touching the ledger.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
 from ops.fakes.openai_server import running
-from orchestrator.domain.replay import RunReport, replay_run
 from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.history_io import read_topic_history
 from tests.integration import continue_app
 from tests.integration.continue_app import APP, CONTINUES, LAST_MONTH, statement
 from tests.support import assert_sound_history, histories
@@ -75,12 +74,22 @@ def billing(settings, services, ledger, ledger_url, model):
     client.close()
 
 
-def replay_workflow(settings, workflow_id: str) -> RunReport:
-    """Re-decide every recorded command of ``workflow_id``, all its runs in seq order."""
-    recorded = read_topic_history(settings, [workflow_id])
-    events = sorted((e for e in recorded if e.payload.KIND == "event"), key=lambda e: e.seq)
-    commands = {c.message_id: c for c in recorded if c.payload.KIND == "command"}
-    return replay_run(continue_app.app.decider(), events, commands)
+APP_ARG = ("--app", APP)
+
+
+def replay_check(services) -> dict[str, Any]:
+    """``keel replay-check --from-topic --json`` over the test's topics, as an operator runs it."""
+    env = {**services.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "replay-check", "--from-topic", "--json", *APP_ARG],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def by_type(events: list, event_type: str) -> list[Any]:
@@ -88,7 +97,7 @@ def by_type(events: list, event_type: str) -> list[Any]:
 
 
 def test_each_continued_run_posts_once_and_asks_the_model_once_under_keys_of_its_own(
-    settings, billing, ledger, model
+    settings, services, billing, ledger, model
 ) -> None:
     assert RUNS == 4, "the workflow continues as new exactly 3 times: 4 runs"
     model.script(
@@ -148,9 +157,9 @@ def test_each_continued_run_posts_once_and_asks_the_model_once_under_keys_of_its
     # A replay of the runs re-decides each of their commands from the history alone:
     # identically, and neither the model nor the ledger hears of it.
     asked_before, book_before = len(requests), ledger.ledger()
-    report = replay_workflow(settings, WF)
-    assert report.ok, report.divergence
-    assert (report.events, report.folded_only) == (len(events), 0)
-    assert report.redecided == report.groups
+    report = replay_check(services)
+    assert (report["runs"], report["diverged"]) == (1, 0), report
+    [run] = report["reports"]
+    assert (run["workflow_id"], run["ok"], run["folded_only"]) == (WF, True, 0), run
     assert len(model.requests()) == asked_before, "the replay asked the model"
     assert ledger.ledger() == book_before, "the replay reached the ledger"
