@@ -199,8 +199,7 @@ def group_runs(envelopes: Iterable[Envelope[Any]]) -> list[tuple[list[Envelope[A
             )
         by_seq[env.seq] = env
     return [
-        ([by_seq[s] for s in sorted(by_seq)], commands.get(wid, {}))
-        for wid, by_seq in runs.items()
+        ([by_seq[s] for s in sorted(by_seq)], commands.get(wid, {})) for wid, by_seq in runs.items()
     ]
 
 
