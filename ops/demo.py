@@ -35,6 +35,7 @@ from ops.fakes.ledger import LedgerClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.errors import UnavailableError
 from orchestrator.domain.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
+from orchestrator.runtime.kafka import security_config
 from orchestrator.settings import Settings
 
 START_RATE_PER_S = 80.0
@@ -95,6 +96,7 @@ class EventTail:
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
+                **security_config(settings),
             }
         )
         topic = settings.topic("events")

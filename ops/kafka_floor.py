@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.bench import _percentile
 from orchestrator.runtime.kafka import (
+    admin_config,
     consumer_config,
     producer_config,
     read_partitions,
@@ -86,7 +87,7 @@ def hop(settings: Settings, count: int = 60, gap_s: float = 0.05) -> dict[str, f
     """
     prefix = f"{settings.topic_prefix}.floor-{uuid.uuid4().hex[:6]}"
     cmd, ev = f"{prefix}.commands", f"{prefix}.events"
-    admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
+    admin = AdminClient(admin_config(settings))
     for future in admin.create_topics([NewTopic(cmd, 1, 1), NewTopic(ev, 1, 1)]).values():
         future.result(settings.admin_timeout_s)
     client = Producer(producer_config(settings, **{"linger.ms": 0}))

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMe
 
 from ops.local import local_bootstrap_servers
 from orchestrator.errors import KeelError
+from orchestrator.runtime.kafka import admin_config
 from orchestrator.settings import TOPIC_KINDS, Settings
 
 _quiet = logging.getLogger("keel.ops.topics.librdkafka")
@@ -78,11 +79,14 @@ def replication_for(settings: Settings, brokers: int) -> tuple[int, int]:
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    config: dict[str, Any] = {
-        "bootstrap.servers": local_bootstrap_servers(settings),
-        "logger": _quiet,
-        "socket.connection.setup.timeout.ms": int(min(settings.admin_timeout_s, 30) * 1000),
-    }
+    config: dict[str, Any] = admin_config(
+        settings,
+        **{
+            "bootstrap.servers": local_bootstrap_servers(settings),
+            "logger": _quiet,
+            "socket.connection.setup.timeout.ms": int(min(settings.admin_timeout_s, 30) * 1000),
+        },
+    )
     return AdminClient(config)
 
 

@@ -9,11 +9,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.domain.errors import ConfigError
@@ -23,7 +31,7 @@ from orchestrator.domain.errors import ConfigError
 TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq", "sagas")
 
 #: Settings whose values are secrets: an error about one never shows the value.
-SECRET_FIELDS = frozenset({"task_token_secret", "seal_key"})
+SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password"})
 #: The shortest task-token key accepted (docs/configuration.md).
 MIN_SECRET_CHARS = 32
 
@@ -33,16 +41,49 @@ SettingsError = ConfigError
 # ``user:password@`` in a URL or a bootstrap server, and ``password=`` in a query string.
 _USERINFO = re.compile(r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@,;]*):[^\s/,]*@")
 _QUERY_SECRET = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pass|secret|token)=)[^&\s]*")
+# A Kafka client's password: a librdkafka property (``sasl.password=...``, or in a config
+# dict's repr) or the variable that carries it.
+_PROPERTY_SECRET = re.compile(
+    r"(?i)(?P<key>\b(?:(?:sasl|ssl\.key|ssl\.keystore|ssl\.truststore)\.password['\"]?\s*[:=]"
+    r"\s*|KEEL_KAFKA_SASL_PASSWORD=))(?:(?P<q>['\"])(?:(?!(?P=q)).)*(?P=q)|[^\s,;}]*)"
+)
 
 
 def redact(text: str) -> str:
-    """``text`` with every password in a URL or host list replaced by ``***``.
+    """``text`` with every password in a URL, a host list or a Kafka client property
+    (``sasl.password``, ``KEEL_KAFKA_SASL_PASSWORD=``) replaced by ``***``.
 
     Applied to every message Keel prints or logs (settings errors, CLI errors, the JSON
     logs), so ``KEEL_REDIS_URL=redis://:s3cret@host`` never reaches a terminal or a file.
     """
     text = _USERINFO.sub(lambda m: f"{m.group('user')}:***@", text)
+    text = _PROPERTY_SECRET.sub(lambda m: f"{m.group('key')}{m['q'] or ''}***{m['q'] or ''}", text)
     return _QUERY_SECRET.sub(lambda m: f"{m.group('key')}***", text)
+
+
+class KafkaSecurityProtocol(StrEnum):
+    """``security.protocol`` of Keel's Kafka clients (``KEEL_KAFKA_SECURITY_PROTOCOL``)."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def sasl(self) -> bool:
+        return self in (KafkaSecurityProtocol.SASL_PLAINTEXT, KafkaSecurityProtocol.SASL_SSL)
+
+    @property
+    def tls(self) -> bool:
+        return self in (KafkaSecurityProtocol.SSL, KafkaSecurityProtocol.SASL_SSL)
+
+
+class SaslMechanism(StrEnum):
+    """``sasl.mechanism`` of Keel's Kafka clients (``KEEL_KAFKA_SASL_MECHANISM``)."""
+
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
 #: Read by ``orchestrator/runtime/kafka.py`` at import (docs/configuration.md); a child
@@ -60,6 +101,26 @@ class Settings(BaseSettings):
     bootstrap_servers: str = Field(
         default="",
         description="Kafka bootstrap servers; empty means the local stack under KEEL_HOME.",
+    )
+    kafka_security_protocol: KafkaSecurityProtocol = Field(
+        default=KafkaSecurityProtocol.PLAINTEXT,
+        description="How Keel's Kafka clients talk to the brokers: PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT or SASL_SSL (docs/operations.md, the trust model).",
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = Field(
+        default=None,
+        description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required by the SASL_* protocols.",
+    )
+    kafka_sasl_username: str | None = Field(
+        default=None, description="The SASL principal of Keel's processes (e.g. keel)."
+    )
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, description="The SASL principal's password. Never logged."
+    )
+    kafka_ssl_ca_location: str | None = Field(
+        default=None,
+        description="PEM file of the CA(s) the brokers' certificates are checked against "
+        "(SSL, SASL_SSL); unset: the system's.",
     )
     redis_url: str = Field(
         default="", description="Redis URL; empty means the local stack's Redis."
@@ -174,6 +235,48 @@ class Settings(BaseSettings):
         broker_properties(value)
         return value
 
+    @field_validator("kafka_security_protocol", "kafka_sasl_mechanism", mode="before")
+    @classmethod
+    def _protocol_names_any_case(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str) and not value.strip():  # empty: the default
+            protocol = info.field_name == "kafka_security_protocol"
+            return KafkaSecurityProtocol.PLAINTEXT if protocol else None
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _kafka_security_is_whole(self) -> Settings:
+        """Refuse a client security setup librdkafka would reject or silently ignore."""
+        protocol = self.kafka_security_protocol
+        mechanism = self.kafka_sasl_mechanism
+        password = self.kafka_sasl_password
+        sasl = {  # name as shown (never the password's value) -> whether it is set
+            f"KEEL_KAFKA_SASL_MECHANISM{f'={mechanism.value}' if mechanism else ''}": mechanism,
+            "KEEL_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+            "KEEL_KAFKA_SASL_PASSWORD": password.get_secret_value() if password else None,
+        }
+        problems = []
+        if protocol.sasl:
+            missing = [name for name, value in sasl.items() if not value]
+            if missing:
+                problems.append(
+                    f"KEEL_KAFKA_SECURITY_PROTOCOL={protocol.value}: also needs {_and(missing)}"
+                )
+        else:
+            present = [name for name, value in sasl.items() if value]
+            if present:
+                problems.append(
+                    f"{', '.join(present)}: only with KEEL_KAFKA_SECURITY_PROTOCOL=SASL_SSL "
+                    f"or SASL_PLAINTEXT (it is {protocol.value})"
+                )
+        if self.kafka_ssl_ca_location and not protocol.tls:
+            problems.append(
+                "KEEL_KAFKA_SSL_CA_LOCATION: only with KEEL_KAFKA_SECURITY_PROTOCOL=SSL "
+                f"or SASL_SSL (it is {protocol.value})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, value: str) -> str:
@@ -201,12 +304,32 @@ class Settings(BaseSettings):
         """The Redis URL to use: the configured one or the local stack's."""
         return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
 
+    def kafka_security_environment(self) -> dict[str, str]:
+        """The ``KEEL_KAFKA_*`` security variables that reproduce these settings' client
+        security (none for the default PLAINTEXT)."""
+        values = {
+            "KEEL_KAFKA_SECURITY_PROTOCOL": (
+                self.kafka_security_protocol.value
+                if self.kafka_security_protocol is not KafkaSecurityProtocol.PLAINTEXT
+                else None
+            ),
+            "KEEL_KAFKA_SASL_MECHANISM": (
+                self.kafka_sasl_mechanism.value if self.kafka_sasl_mechanism else None
+            ),
+            "KEEL_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+            "KEEL_KAFKA_SASL_PASSWORD": (
+                self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
+            ),
+            "KEEL_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
+        }
+        return {name: value for name, value in values.items() if value}
+
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment for a Keel process started on these servers and topics: this
         process's, minus its ``KEEL_*`` (they could point elsewhere) but for the Kafka
         client tuning ones (``CLIENT_TUNING_VARIABLES``, so a bench measures them in every
-        process it starts), plus the servers, prefix and partitions of these settings,
-        then ``extra``."""
+        process it starts), plus the servers, client security, prefix and partitions of
+        these settings, then ``extra``."""
         env = {
             k: v
             for k, v in os.environ.items()
@@ -218,6 +341,7 @@ class Settings(BaseSettings):
             KEEL_TOPIC_PREFIX=self.topic_prefix,
             KEEL_PARTITIONS=str(self.partitions),
         )
+        env.update(self.kafka_security_environment())
         env.update(extra)
         return env
 
@@ -226,6 +350,11 @@ class Settings(BaseSettings):
         if kind not in TOPIC_KINDS:
             raise KeyError(f"unknown topic kind {kind!r}; expected one of {TOPIC_KINDS}")
         return f"{self.topic_prefix}.{kind}"
+
+
+def _and(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 _PROPERTY_KEY = re.compile(r"^[a-z][a-z0-9._-]{0,200}$")
@@ -252,7 +381,10 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "?"
+            if not err["loc"]:  # a rule across settings: its message names the variables
+                problems.append(err["msg"].removeprefix("Value error, "))
+                continue
+            field = ".".join(str(p) for p in err["loc"])
             value = err.get("input")
             secret = field.lower() in SECRET_FIELDS
             shown = "" if isinstance(value, dict) or secret else f"={value}"

@@ -4,6 +4,11 @@ Settings here are deliberate: Java-compatible key partitioning (murmur2) so any
 producer of commands lands on the partition its orchestrator owns; low linger and
 fetch waits because a workflow step is several hops and each hop's wait adds up;
 ``read_committed`` everywhere, because only committed transactions are facts.
+
+Every Producer, Consumer and AdminClient a Keel process makes from its settings takes
+its configuration from ``producer_config``, ``consumer_config`` or ``admin_config``, so
+each one authenticates and encrypts as ``KEEL_KAFKA_SECURITY_PROTOCOL`` and the SASL and
+TLS settings say (``security_config``; docs/operations.md, the trust model).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from orchestrator.domain.messages import Envelope
 from orchestrator.runtime.broker_errors import Stopping
 from orchestrator.runtime.envelopes import dead_letter_envelope
 from orchestrator.runtime.ports import Record
-from orchestrator.settings import Settings
+from orchestrator.settings import KafkaSecurityProtocol, Settings
 
 log = logging.getLogger("keel.kafka")
 
@@ -118,6 +123,30 @@ def dead_letter(
     )
 
 
+def security_config(settings: Settings) -> dict[str, str]:
+    """The librdkafka properties that authenticate and encrypt a client's connections:
+    ``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password`` and
+    ``ssl.ca.location`` as the settings give them; none at all for the default PLAINTEXT
+    (the settings refuse SASL or TLS values with it).
+
+    Holds the SASL password in clear, as librdkafka needs it: pass it to a client, never
+    to a log (``redact`` hides ``sasl.password`` in a message, should one carry it).
+    """
+    protocol = settings.kafka_security_protocol
+    if protocol is KafkaSecurityProtocol.PLAINTEXT:
+        return {}
+    out = {"security.protocol": protocol.value}
+    if protocol.sasl:
+        mechanism, password = settings.kafka_sasl_mechanism, settings.kafka_sasl_password
+        assert mechanism and settings.kafka_sasl_username and password  # Settings checked
+        out["sasl.mechanism"] = mechanism.value
+        out["sasl.username"] = settings.kafka_sasl_username
+        out["sasl.password"] = password.get_secret_value()
+    if settings.kafka_ssl_ca_location:
+        out["ssl.ca.location"] = settings.kafka_ssl_ca_location
+    return out
+
+
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     return {
         "bootstrap.servers": settings.kafka_servers,
@@ -127,6 +156,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
         "logger": client_log,
+        **security_config(settings),
         **extra,
     }
 
@@ -169,8 +199,14 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
         "logger": client_log,
+        **security_config(settings),
         **extra,
     }
+
+
+def admin_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """An AdminClient's configuration: the servers and client security, then ``extra``."""
+    return {"bootstrap.servers": settings.kafka_servers, **security_config(settings), **extra}
 
 
 #: What one fetch of a rebuild's reader may take per partition. The client's default
