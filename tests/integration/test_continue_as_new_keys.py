@@ -19,9 +19,6 @@ server's request count is unchanged) or touching the ledger.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -30,6 +27,7 @@ from ops.fakes.openai_server import running
 from orchestrator.runtime.client import KeelClient
 from tests.integration import continue_app
 from tests.integration.continue_app import APP, CONTINUES, LAST_MONTH, statement
+from tests.integration.test_durable_core import keel
 from tests.support import assert_sound_history, histories
 
 pytestmark = pytest.mark.integration
@@ -74,30 +72,12 @@ def billing(settings, services, ledger, ledger_url, model):
     client.close()
 
 
-APP_ARG = ("--app", APP)
-
-
-def replay_check(services) -> dict[str, Any]:
-    """``keel replay-check --from-topic --json`` over the test's topics, as an operator runs it."""
-    env = {**services.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "replay-check", "--from-topic", "--json", *APP_ARG],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
 def by_type(events: list, event_type: str) -> list[Any]:
     return [e for e in events if e.type == event_type]
 
 
 def test_each_continued_run_posts_once_and_asks_the_model_once_under_keys_of_its_own(
-    settings, services, billing, ledger, model
+    settings, billing, ledger, model
 ) -> None:
     assert RUNS == 4, "the workflow continues as new exactly 3 times: 4 runs"
     model.script(
@@ -157,7 +137,9 @@ def test_each_continued_run_posts_once_and_asks_the_model_once_under_keys_of_its
     # A replay of the runs re-decides each of their commands from the history alone:
     # identically, and neither the model nor the ledger hears of it.
     asked_before, book_before = len(requests), ledger.ledger()
-    report = replay_check(services)
+    check = keel(settings, "replay-check", "--from-topic", "--json", "--app", APP)
+    assert check.returncode == 0, check.stdout + check.stderr
+    report = json.loads(check.stdout)
     assert (report["runs"], report["diverged"]) == (1, 0), report
     [run] = report["reports"]
     assert (run["workflow_id"], run["ok"], run["folded_only"]) == (WF, True, 0), run
