@@ -23,6 +23,7 @@ from orchestrator.domain import (
     idempotency_key,
 )
 from orchestrator.domain.errors import CommandRejected
+from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (
     ActivityScheduled,
     CancelWorkflow,
@@ -33,11 +34,13 @@ from orchestrator.domain.messages import (
     FailActivity,
     FireTimer,
     HumanTaskOpened,
+    ResolveActivity,
     StartWorkflow,
     WorkflowCancelled,
     WorkflowCompensated,
     WorkflowCompensationFailed,
     WorkflowFailed,
+    WorkflowNeedsAttention,
 )
 
 T0 = 1_700_000_000_000
@@ -201,6 +204,21 @@ def test_a_compensation_that_keeps_failing_gives_way_and_ends_compensation_faile
     assert evidence["undone"] == ["run#1/hotel"]
     assert "'flight' (run#1/flight)" in last.reason and task.task_id in last.reason
     assert r.s.human_tasks[task.task_id].is_open
+
+
+def test_an_undo_whose_outcome_is_unknown_waits_for_an_operator_then_the_others_run() -> None:
+    r = booked()
+    r.fail("run#1/card")
+    events = r.fail("run#1/flight/undo", "unknown")  # no status query on cancel_flight
+    assert isinstance(events[-1], WorkflowNeedsAttention)
+    assert events[-1].activity_id == "run#1/flight/undo"
+    assert r.s.status == "needs_attention" and r.s.pending_timers() == []
+    assert r.undone() == ["run#1/flight"]  # never dispatched again on its own
+    events = r.send(ResolveActivity("run#1/flight/undo", "found", '{"cancelled": true}', "ok"))
+    assert events[-1].activity_id == "run#1/hotel/undo"  # the saga goes on
+    end = r.complete("run#1/hotel/undo")
+    assert isinstance(end[-1], WorkflowCompensated) and r.s.status == "compensated"
+    assert check_history(r.history) == []
 
 
 def test_a_compensation_input_that_raises_is_given_up_and_the_others_run() -> None:
