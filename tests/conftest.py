@@ -9,6 +9,10 @@ Every test gets its own topic prefix, so tests never see each other's records, a
 its histories are checked against the invariants when the test ends
 (``tests/history_check.py``; ``@pytest.mark.unsound_history`` opts a test out).
 Pure unit tests (``tests/unit``) never touch these fixtures.
+
+Every test's layer marker (``unit``, ``integration`` or ``fault``) comes from the directory it
+sits in (``pytest_collection_modifyitems`` below), never from the test file: ``-m unit``
+selects ``tests/unit``, and so on. ``make test`` runs the three directories as three stages.
 """
 
 from __future__ import annotations
@@ -27,6 +31,29 @@ REPO = Path(__file__).resolve().parent.parent
 KEEL_DIR = REPO / ".keel"
 TEST_KAFKA_PORT = int(os.environ.get("KEEL_TEST_KAFKA_PORT", "39092"))
 TEST_REDIS_PORT = int(os.environ.get("KEEL_TEST_REDIS_PORT", "36379"))
+
+
+#: The test layers, one per directory under ``tests/``; each is also the test's marker.
+LAYERS = ("unit", "integration", "fault")
+TESTS = Path(__file__).resolve().parent
+
+
+def layer_of(path: Path) -> str | None:
+    """The layer of a test file: the directory under ``tests/`` it sits in (or None)."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its layer, taken from its directory (the one rule)."""
+    for item in items:
+        layer = layer_of(item.path)
+        if layer is not None:
+            item.add_marker(layer)
 
 
 @dataclass(frozen=True)

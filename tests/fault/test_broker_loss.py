@@ -42,8 +42,6 @@ from orchestrator.settings import Settings
 from tests.fault.conftest import heal
 from tests.support import Services, assert_sound_history, histories, wait_until
 
-pytestmark = pytest.mark.fault
-
 BATCH = 300
 WORKFLOW = "three_step"
 #: Bound on a batch's completion after a kill: failover, the transaction timeout (10 s)

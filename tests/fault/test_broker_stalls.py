@@ -22,8 +22,6 @@ from ops.local import LocalStack, port_in_use
 from tests.conftest import stack_settings
 from tests.support import Services, assert_sound_history, histories, wait_until
 
-pytestmark = pytest.mark.fault
-
 #: The first port tried for the test's own broker (client port, controller port + 1);
 #: below Linux's ephemeral range (32768-60999), so no client's outgoing connection can
 #: hold it when the broker binds (47392 once could, and the broker failed to start).

@@ -23,8 +23,6 @@ from tests.conftest import KEEL_DIR
 from tests.integration import test_connector as hook
 from tests.support import Services, wait_until
 
-pytestmark = pytest.mark.fault
-
 
 def _free_port_pair() -> int:
     """A port p with p and p+1 free (a broker's client and controller ports)."""

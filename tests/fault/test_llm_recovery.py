@@ -18,8 +18,6 @@ from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.client import KeelClient
 from tests.support import assert_sound_history, histories, wait_until
 
-pytestmark = pytest.mark.fault
-
 APP = "orchestrator.examples.llm_invoices:app"
 
 

@@ -6,16 +6,12 @@ from __future__ import annotations
 import random
 import time
 
-import pytest
-
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import WorkflowCompleted
 from orchestrator.runtime.client import KeelClient
 from tests.integration.local_app import APP
 from tests.integration.local_app import app as local_app
 from tests.support import assert_sound_history, histories, read_topic, wait_until
-
-pytestmark = pytest.mark.fault
 
 
 def test_orchestrator_sigkilled_mid_local_side_effect_posts_each_invoice_once(

@@ -5,12 +5,8 @@ from __future__ import annotations
 import random
 import time
 
-import pytest
-
 from orchestrator.domain.messages import TimerFired, TimerScheduled, WorkflowCompleted
 from tests.support import assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.fault
 
 
 def _assigned(proc) -> list[str]:

@@ -18,8 +18,6 @@ import redis
 from orchestrator.domain.messages import ActivityDeadLettered, ActivityFailed, ActivityScheduled
 from tests.support import assert_sound_history, histories, read_topic, wait_until
 
-pytestmark = pytest.mark.fault
-
 OUTAGE_S = 10
 
 

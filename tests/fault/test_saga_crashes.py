@@ -9,16 +9,12 @@ import random
 import time
 from collections import Counter
 
-import pytest
-
 from orchestrator.domain.messages import ActivityCompleted, ActivityScheduled, StartWorkflow
 from orchestrator.runtime.client import KeelClient
 from tests.fault.travel_sagas_app import app as travel_app
 from tests.fault.travel_sagas_app import followup_id
 from tests.sagas_support import booking, booking_url, trip  # noqa: F401
 from tests.support import assert_sound_history, decode_all, histories, read_topic, wait_until
-
-pytestmark = pytest.mark.fault
 
 APP = "tests.fault.travel_sagas_app:app"
 N = 200

@@ -6,14 +6,11 @@ import time
 import uuid
 
 import psutil
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.local import LocalStack
 from tests.support import read_topic
-
-pytestmark = pytest.mark.fault
 
 TOTAL = 3000
 KILL_AFTER = 1000

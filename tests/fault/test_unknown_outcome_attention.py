@@ -31,8 +31,6 @@ from tests.integration.unknown_app import APP
 from tests.integration.unknown_app import app as unknown_app
 from tests.support import assert_sound_history, histories, wait_until
 
-pytestmark = pytest.mark.fault
-
 POST = "run#1/post"
 #: What the restarted worker reports for the attempt the killed one left pending.
 NEVER_REPORTED = "attempt 1 was dispatched before and never reported"

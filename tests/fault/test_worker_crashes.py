@@ -5,11 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-import pytest
-
 from tests.support import assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.fault
 
 
 def test_worker_sigkilled_mid_call_never_duplicates_a_posting(

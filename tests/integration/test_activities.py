@@ -19,8 +19,6 @@ from orchestrator.domain.messages import (
 from tests.integration.test_durable_core import keel
 from tests.support import Services, assert_sound_history, histories, read_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def invoice(i: int, amount: float = 10.0, account: str = "ACME") -> dict:
     return {"invoice_id": f"INV-{i}", "account": account, "amount": amount}

@@ -10,8 +10,6 @@ import pytest
 
 from tests.integration.test_infra_cli import keel
 
-pytestmark = pytest.mark.integration
-
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}

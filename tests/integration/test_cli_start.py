@@ -10,13 +10,9 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from orchestrator.domain.messages import SignalWorkflow, WorkflowStarted
 from tests.integration.test_read_model import keel
 from tests.support import decode_all, histories, read_topic, wait_until
-
-pytestmark = pytest.mark.integration
 
 
 def _popen(settings, *args: str) -> subprocess.Popen:

@@ -16,8 +16,6 @@ from confluent_kafka.admin import AdminClient
 from ops.cluster import cluster_roles, remove_static_member
 from tests.conftest import KEEL_DIR
 
-pytestmark = pytest.mark.integration
-
 LIBS = KEEL_DIR / "kafka-libs"
 
 

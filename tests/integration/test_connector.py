@@ -16,15 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import redis
 
 from connectors.signing import signature_header
 from connectors.webhooks import MAX_BODY_BYTES, message_id
 from orchestrator.domain.messages import SignalReceived
 from tests.support import decode_all, histories, read_topic, wait_until
-
-pytestmark = pytest.mark.integration
 
 SOURCE = "documents"
 SECRET = f"whsec_{uuid.uuid4().hex}"

@@ -30,8 +30,6 @@ from tests.integration.continue_app import APP, CONTINUES, LAST_MONTH, statement
 from tests.integration.test_durable_core import keel
 from tests.support import assert_sound_history, histories
 
-pytestmark = pytest.mark.integration
-
 WF = "billing-acme"
 ACCOUNT = "acme"
 MONTHS = list(range(1, LAST_MONTH + 1))

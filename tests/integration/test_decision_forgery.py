@@ -38,8 +38,6 @@ from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.support import histories, read_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 APP = "orchestrator.examples:app"
 SECRET = f"task-key-{uuid.uuid4().hex}{uuid.uuid4().hex}"
 TOKENS = TaskTokens(SECRET.encode(), "test")

@@ -11,12 +11,8 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from orchestrator.domain.messages import SignalReceived, WorkflowCompleted
 from tests.support import assert_sound_history, histories
-
-pytestmark = pytest.mark.integration
 
 SIZE = 12  # 4 of each: reviews 0 and 3 approve after 2 signals, 1 rejects after 2, 2 at once
 KINDS = ("checks", "review", "invoice")

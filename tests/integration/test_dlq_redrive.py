@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 import threading
 
-import pytest
-
 from orchestrator.domain.errors import CommandRejected
 from orchestrator.runtime.dlq import list_letters, redrive
 from tests.integration.test_durable_core import keel
 from tests.integration.worker_app import produce
 from tests.support import read_topic, wait_until
-
-pytestmark = pytest.mark.integration
 
 GARBAGE = b"\x00not a task at all"
 

@@ -11,8 +11,6 @@ import pytest
 from orchestrator.domain.messages import SignalReceived, WorkflowCompleted
 from tests.support import assert_sound_history, histories, read_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def keel(settings, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
     """Run the real `keel` CLI against the test's servers and topic prefix."""

@@ -8,8 +8,6 @@ import pytest
 
 from handlers.effects import EffectStore
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def store(servers):

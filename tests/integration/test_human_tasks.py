@@ -37,8 +37,6 @@ from tests.integration import tasks_app
 from tests.integration.test_connector import request, start_connector
 from tests.support import histories, read_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 APP = "tests.integration.tasks_app:app"
 SECRET = f"task-key-{uuid.uuid4().hex}{uuid.uuid4().hex}"
 BEARERS = {name: f"bearer-{name}-{uuid.uuid4().hex}" for name in ("alice", "lena", "bob")}

@@ -16,8 +16,6 @@ import pytest
 
 from tests.conftest import KEEL_DIR
 
-pytestmark = pytest.mark.integration
-
 
 def keel(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(

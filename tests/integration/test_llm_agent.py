@@ -16,8 +16,6 @@ from orchestrator.runtime.decision_proofs import DecisionProofs
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.support import histories, wait_until
 
-pytestmark = pytest.mark.integration
-
 APP = "orchestrator.examples.llm_invoices:app"
 LOOKUP = {"tool_calls": [{"name": "registry_lookup", "arguments": {"vendor": "ACME"}}]}
 #: The deployment's task-token key: a decision is signed with a sub-key of it.

@@ -27,8 +27,6 @@ from orchestrator.runtime.task_tokens import TaskTokens
 from tests.integration.test_connector import request, start_connector
 from tests.support import assert_sound_history, histories, wait_until
 
-pytestmark = pytest.mark.integration
-
 APP = "orchestrator.examples.llm_invoices:app"
 SECRET = f"task-key-{uuid.uuid4().hex}{uuid.uuid4().hex}"
 BEARERS = {name: f"bearer-{name}-{uuid.uuid4().hex}" for name in ("clara", "bob")}

@@ -16,8 +16,6 @@ from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.client import KeelClient
 from tests.support import assert_sound_history, histories
 
-pytestmark = pytest.mark.integration
-
 APP = "orchestrator.examples.llm_invoices:app"
 API_KEY = "sk-keel-test-7f3a9c1e5b2d4e6f8a0b"
 

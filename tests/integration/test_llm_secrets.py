@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import redis
 
 from ops.fakes.openai_server import running
@@ -18,8 +17,6 @@ from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.client import KeelClient
 from orchestrator.settings import TOPIC_KINDS
 from tests.support import decode_all, read_topic
-
-pytestmark = pytest.mark.integration
 
 APP = "orchestrator.examples.llm_invoices:app"
 API_KEY = "sk-keel-secret-5e1d0c9b8a7f6e5d4c3b"

@@ -20,8 +20,6 @@ from tests.integration import test_llm_nodes as nodes
 from tests.integration.test_llm_nodes import completed_result, events_of, fields
 from tests.integration.test_read_model import keel
 
-pytestmark = pytest.mark.integration
-
 # The fake provider and the LLM example's services, as test_llm_nodes sets them up.
 fake_server = nodes.fake_server
 fake = nodes.fake

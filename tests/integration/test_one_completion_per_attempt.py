@@ -12,13 +12,9 @@ a second one for the same attempt.
 
 from __future__ import annotations
 
-import pytest
-
 from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import ActivityCompleted, ActivityScheduled, ActivityTimedOut
 from tests.support import assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.integration
 
 #: Several runs, so the late report meets the query's answer in more than one interleaving.
 RUNS = 3

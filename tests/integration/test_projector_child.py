@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 import psutil
-import pytest
 
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.health import status_path
@@ -18,8 +17,6 @@ from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.projection import redis_client
 from tests.integration import local_app
 from tests.support import Services, assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.integration
 
 APP = "tests.integration.local_app:app"
 

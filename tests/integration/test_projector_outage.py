@@ -17,8 +17,6 @@ from orchestrator.runtime.client import KeelClient
 from tests.integration.test_read_model import keel
 from tests.support import Services, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import pytest
 from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
@@ -19,8 +18,6 @@ from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import TYPE_HEADER
 from tests.support import decode_all, histories, read_topic, wait_until
-
-pytestmark = pytest.mark.integration
 
 codec = default_codec()
 

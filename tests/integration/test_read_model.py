@@ -22,8 +22,6 @@ from orchestrator.runtime.projection import Projection
 from orchestrator.runtime.projector import Projector
 from tests.support import histories, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def keel(settings, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
     env = settings.child_environment(**extra_env)

@@ -42,8 +42,6 @@ from tests.integration import rebuild_app
 from tests.integration.test_llm_nodes import fields
 from tests.support import histories, read_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 APP = "tests.integration.rebuild_app:app"
 WAIT_S = 60.0
 

@@ -23,8 +23,6 @@ from orchestrator.runtime.projector import Projector
 from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
 from orchestrator.runtime.row_watch import RowWatch
 
-pytestmark = pytest.mark.integration
-
 
 def _state(
     wf: str, seq: int, status: str = "running", output_json: str | None = None

@@ -14,7 +14,7 @@ from tests.runtime_contract import Harness, RuntimeContract
 from tests.support import read_topic
 
 # The contract writes raw test bytes to the events topic as a generic log, not histories.
-pytestmark = [pytest.mark.integration, pytest.mark.unsound_history]
+pytestmark = pytest.mark.unsound_history
 
 
 class KafkaHarness(Harness):

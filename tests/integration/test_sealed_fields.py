@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-import pytest
 from pydantic import SecretStr
 
 from orchestrator.runtime.client import KeelClient
@@ -22,8 +21,6 @@ from orchestrator.settings import TOPIC_KINDS
 from tests.integration import sealed_app
 from tests.integration.sealed_app import APP
 from tests.support import Services, assert_sound_history, histories, read_topic
-
-pytestmark = pytest.mark.integration
 
 API_KEY = "sk-live-9f8e7d6c5b4a-PLAINTEXT-MARKER"
 

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 import ops.local
 from ops.local import LocalStack
 from tests.conftest import KEEL_DIR, stack_settings
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_cluster_id_starting_with_a_dash_formats(tmp_path, monkeypatch):

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.integration.test_durable_core import keel
 from tests.support import wait_until
-
-pytestmark = pytest.mark.integration
 
 
 def test_trace_context_travels_in_kafka_headers_across_processes(settings, tmp_path):

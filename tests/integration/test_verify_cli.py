@@ -13,8 +13,6 @@ from orchestrator.runtime.partitioning import partition_for
 from tests.integration.test_read_model import keel
 from tests.support import histories
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.unsound_history  # it forges a duplicate event on purpose
 def test_verify_passes_real_runs_and_reports_a_forged_duplicate_seq(settings, services, client):

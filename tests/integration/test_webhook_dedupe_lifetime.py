@@ -14,8 +14,6 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from connectors.signing import signature_header
 from connectors.webhooks import message_id
 from orchestrator.domain.messages import SignalReceived, WorkflowContinuedAsNew
@@ -29,8 +27,6 @@ from tests.integration.test_connector import (
 from tests.integration.webhook_loop_app import EVERY, SECRETS_ENV, SOURCE
 from tests.integration.webhook_loop_app import app as loop_app
 from tests.support import assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.integration
 
 APP = "tests.integration.webhook_loop_app:app"
 SECRET = f"whsec_{uuid.uuid4().hex}"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from handlers.effects import EffectStore
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import ActivityFailed, ActivityScheduled, FailActivity
@@ -16,8 +14,6 @@ from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
 from tests.integration.worker_app import APP, produce, reports, task_envelope
 from tests.support import Services, assert_sound_history, histories, wait_until
-
-pytestmark = pytest.mark.integration
 
 REFUSED = (
     "result of activity 'post_then_misreport' refused after the handler returned; its effect "

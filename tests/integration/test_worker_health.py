@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import signal
 
-import pytest
-
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import CompleteActivity
 from tests.integration.worker_app import APP, produce, reports, task_envelope
 from tests.support import Services, wait_until
-
-pytestmark = pytest.mark.integration
 
 
 def test_the_worker_status_file_shows_partitions_and_commits_and_sigterm_stops_it(

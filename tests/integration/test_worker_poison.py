@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from orchestrator.codec import default_codec
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.messages import Envelope, FailActivity, StartWorkflow
@@ -14,8 +12,6 @@ from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
 from tests.integration.worker_app import APP, produce, reports, task_envelope
 from tests.support import Services, decode_all, read_topic, wait_until
-
-pytestmark = pytest.mark.integration
 
 LIMIT = f"the limit is {MAX_PAYLOAD_BYTES:,} bytes (store large documents elsewhere and pass a reference)"
 
