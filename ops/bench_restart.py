@@ -4,7 +4,7 @@ The restart measurements of ``ops/bench.py`` (same output: one JSON object), kep
 from the latency and throughput runs: ``--recovery`` writes N live runs waiting on a
 timer and times the restarted orchestrator's first new decision; ``--finished`` runs N
 workflows to their end and reports the RSS before and after a restart. Both add a cold
-rebuild from ``keel.events`` alone (docs/performance.md, "Recovery").
+rebuild from ``keel.events`` alone (docs/performance.md, "Recovery and memory").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ orchestrator's GIL. By default (``--projector-in thread`` keeps the thread) the 
 hand-off crosses a pipe to a ``keel projector --feed-fd`` child process
 (``projector_child.py``): the orchestrator only queues each transaction's record values,
 already encoded for Kafka; a writer thread copies them into the pipe; the child decodes
-and folds them on the other core (docs/performance.md, "The projector in a child process").
+and folds them on the other core (docs/performance.md, "Where the projector runs").
 
 As with the channel, the publisher never blocks: past ``max_bytes`` queued, or while no
 child is attached, a transaction is dropped (and counted), and the child reads it from

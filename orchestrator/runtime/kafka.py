@@ -46,14 +46,14 @@ PARTITIONER = "murmur2_random"
 #: a waiting fetch as soon as a record becomes readable (a commit marker moves the
 #: last stable offset on). An idle consumer sends one fetch per wait, though, and the
 #: broker spent ~0.4 ms of CPU on each: 10 ms cost it ~15 % of a core with nothing
-#: to do (docs/performance.md, "Idle fetches"). Overridable for measuring.
+#: to do (docs/performance.md at 6f66b40, "Idle fetches"). Overridable for measuring.
 FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "100"))
 #: Producers' linger: each hop of a workflow pays it.
 LINGER_MS = float(os.environ.get("KEEL_LINGER_MS", "1"))
 #: Linger of producers whose every batch ends in ``commit_transaction`` or ``flush``
 #: (the orchestrator's transactions, the worker's reports): both send at once whatever
 #: lingers, so a long linger costs no latency, and saves the client's thread a wake-up
-#: per record and the broker requests (docs/performance.md, "Throughput").
+#: per record and the broker requests (docs/performance.md at 6f66b40, "Throughput").
 BATCHED_LINGER_MS = float(os.environ.get("KEEL_BATCHED_LINGER_MS", "50"))
 
 
@@ -211,7 +211,7 @@ def admin_config(settings: Settings, **extra: Any) -> dict[str, Any]:
 
 #: What one fetch of a rebuild's reader may take per partition. The client's default
 #: (1 MiB) held a cold read of ``keel.events`` to ~200k records/s; 8 MiB gave ~340k on the
-#: same topic (docs/performance.md, "Cold rebuild"). A bulk read only: the intakes keep
+#: same topic (docs/performance.md at 6f66b40, "Cold rebuild"). A bulk read only: the intakes keep
 #: the default, their fetches are small.
 READ_PARTITION_FETCH_BYTES = 8 * 2**20
 #: How long the broker may hold a rebuild's fetch for data that is not there. A bulk
@@ -253,7 +253,7 @@ def read_batches(
     "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
     Used to rebuild state, so it raises rather than silently stopping short; ``stop``
     (when given and true) ends the read with ``broker_errors.Stopping``. A rebuild takes
-    the batches whole: one Python call per record fewer (docs/performance.md).
+    the batches whole: one Python call per record fewer (docs/performance.md at 6f66b40).
     """
     if not starts:
         return

@@ -338,7 +338,7 @@ class _Plumbing:
 
 @functools.cache
 def _handlers() -> _Plumbing:
-    """Imported on the first local run, not at start-up (docs/performance.md, "Recovery:
+    """Imported on the first local run, not at start-up (docs/performance.md at 6f66b40, "Recovery:
     start-up imports"), and once: an import in the function cost ~2 µs a call, ~40 µs of
     the loop's ~600 per three-step local run."""
     return _Plumbing()

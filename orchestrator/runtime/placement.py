@@ -1,7 +1,7 @@
 """Where an orchestrator's projector runs (``keel orchestrator --projector-in``).
 
 A vocabulary of its own so the command line can name it without loading the runtime.
-Why the child is the default: docs/performance.md, "The projector in a child process".
+Why the child is the default: docs/performance.md, "Where the projector runs".
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ folds them as soon as their transaction commits, for the partitions its own grou
 holds, when they follow on from what the read model has for their workflow. While the
 hand-off follows on from what it has folded, the consumer does not fetch those partitions
 at all (``feed_cursor.py``); anything else (a gap, a dropped hand-off, another process's
-partitions) is folded from the topic as before (docs/performance.md).
+partitions) is folded from the topic as before (docs/performance.md at 6f66b40).
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ class Projector:
         #: Runs whose new state came with the hand-off, so were not folded again.
         self.folds_taken = 0
         #: Commit (the orchestrator's hand-off) to read model written, summed over the
-        #: in-process batches that wrote something, and their count (docs/performance.md).
+        #: in-process batches that wrote something, and their count (docs/performance.md
+        #: at 6f66b40).
         self.in_process_lag_ms_total = 0.0
         #: The part of it before the projector took the events (its thread's wake-up).
         self.in_process_wake_ms_total = 0.0

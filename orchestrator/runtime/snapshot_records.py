@@ -14,7 +14,7 @@ unchanged) with one header, :data:`SNAPSHOT_HEADER`, a short JSON array:
 A record without the header (written before it existed, a chunked state's head, a
 quarantine, the checkpoint marker) is decoded as before, so old snapshots stay
 readable; a header this code cannot read is ignored the same way. See
-docs/performance.md ("Recovery").
+docs/performance.md at 6f66b40 ("Recovery").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The in-process hand-off remembers when the oldest batch it hands over was published,
-so the projector can report commit-to-read-model lag (docs/performance.md)."""
+so the projector can report commit-to-read-model lag (docs/performance.md at 6f66b40)."""
 
 from __future__ import annotations
 
