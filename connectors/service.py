@@ -36,7 +36,7 @@ from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
 from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
 from connectors.tasks_api import TaskApi
-from connectors.webhooks import MAX_BODY_BYTES, WebhookSource, message_id, parse_body
+from connectors.webhooks import MAX_BODY_BYTES, message_id, parse_body
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.errors import (
@@ -54,6 +54,7 @@ from orchestrator.runtime.task_decisions import TaskDesk
 from orchestrator.runtime.task_tokens import tokens_for_app
 from orchestrator.runtime.tasks_projection import TasksView
 from orchestrator.settings import Settings
+from orchestrator.webhook_sources import WebhookSource
 
 __all__ = [
     "PAUSE_AFTER_ACK_ENV",

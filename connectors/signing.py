@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from orchestrator.domain.errors import KeelError
+from orchestrator.webhook_sources import DEFAULT_TOLERANCE_S
 
 __all__ = [
     "DEFAULT_TOLERANCE_S",
@@ -36,8 +37,6 @@ __all__ = [
 
 #: The request header that carries the timestamp and the signatures.
 SIGNATURE_HEADER = "Keel-Signature"
-#: How far (seconds, either way) a signature's timestamp may be from the receiver's clock.
-DEFAULT_TOLERANCE_S = 300
 #: A header longer than this is refused before it is parsed.
 MAX_HEADER_CHARS = 4096
 #: At most this many signatures in one header (a sender rotating holds two or three).

@@ -28,6 +28,7 @@ from orchestrator.domain import errors as kinds
 from orchestrator.domain.decider import Decider
 from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.upcasting import check_upcasters, schema_version_of
+from orchestrator.webhook_sources import WebhookSource
 
 __all__ = [
     "ActivityHandler",
@@ -127,10 +128,10 @@ class KeelApp:
         self._decider = None
         return definition
 
-    # -- webhook sources (served by `keel connector`; connectors/webhooks.py) ---------
+    # -- webhook sources (served by `keel connector`; orchestrator/webhook_sources.py) --
     @property
-    def webhooks(self) -> dict[str, Any]:
-        """Declared webhook sources by name (``connectors.webhooks.WebhookSource``)."""
+    def webhooks(self) -> dict[str, WebhookSource]:
+        """Declared webhook sources by name."""
         return self.__dict__.setdefault("_webhooks", {})  # type: ignore[no-any-return]
 
     def webhook(
@@ -141,14 +142,12 @@ class KeelApp:
         event_id: Callable[[dict[str, Any]], Any],
         route: Callable[[dict[str, Any]], Any],
         **options: Any,
-    ) -> Any:
+    ) -> WebhookSource:
         """Declare webhook ``source``: its secrets' variable, event id and routing.
 
-        ``route(body)`` returns ``connectors.webhooks.Signal`` or ``Start``; ``options``
-        are ``tolerance_s`` and ``dedupe_ttl_s`` (docs/connector.md).
+        ``route(body)`` returns ``orchestrator.webhook_sources.Signal`` or ``Start``;
+        ``options`` are ``tolerance_s`` and ``dedupe_ttl_s`` (docs/connector.md).
         """
-        from connectors.webhooks import WebhookSource
-
         if source in self.webhooks:
             raise AppError(f"webhook source '{source}' is already declared")
         declared = WebhookSource(source, secret_env, event_id, route, **options)

@@ -1,0 +1,206 @@
+"""Webhook sources: what an application declares about each sender, checked at declaration.
+
+An application declares each sender once with :meth:`KeelApp.webhook
+<orchestrator.app.KeelApp.webhook>` (docs/connector.md)::
+
+    app.webhook(
+        "ledger",
+        secret_env="KEEL_WEBHOOK_LEDGER_SECRETS",
+        event_id=lambda body: body["id"],
+        route=lambda body: Signal(body["workflow_id"], "payment_settled", body["data"]),
+    )
+
+``event_id`` names the delivery (the sender's own event id: its retries repeat it);
+``route`` maps the parsed JSON body to a :class:`Signal` to a workflow or a :class:`Start`
+of one. Both run on the sender's input, so any exception they raise is answered 400 with
+its reason. This module is authoring: it imports the domain only, so the application
+object holds its sources without loading the connector (``connectors/webhooks.py`` reads
+deliveries; ``connectors/service.py`` serves them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestrator.domain.errors import DefinitionError, InvalidInputError, KeelError
+from orchestrator.domain.ids import MAX_ID_LENGTH, check_workflow_id
+from orchestrator.domain.limits import check_payload_size
+from orchestrator.domain.messages import SignalWorkflow, StartWorkflow
+
+__all__ = [
+    "DEFAULT_DEDUPE_TTL_S",
+    "DEFAULT_TOLERANCE_S",
+    "MAX_EVENT_ID_CHARS",
+    "Command",
+    "RouteError",
+    "Signal",
+    "Start",
+    "StartValidator",
+    "WebhookSource",
+]
+
+#: The longest event id a sender may use.
+MAX_EVENT_ID_CHARS = MAX_ID_LENGTH
+#: How long a delivered event id is remembered in Redis (7 days: longer than any
+#: sender's retry schedule; past it the message id still stops a repeat).
+DEFAULT_DEDUPE_TTL_S = 7 * 24 * 3600
+#: How far (seconds, either way) a signature's timestamp may be from the receiver's clock.
+DEFAULT_TOLERANCE_S = 300
+
+_SOURCE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_SIGNAL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+
+
+class StartValidator(Protocol):
+    """What a routed start is checked against: the application (``KeelApp``)."""
+
+    def validate_start(self, name: str, version: int | None, input_obj: Any) -> Any: ...
+
+
+class RouteError(InvalidInputError):
+    """A delivery's body cannot be read as the source declares (answered 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Deliver signal ``name`` with ``payload`` (any JSON value) to ``workflow_id``."""
+
+    workflow_id: str
+    name: str
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start workflow ``name`` (latest version unless ``version``) as ``workflow_id``.
+
+    A start of an id that exists already creates nothing, so a repeat is harmless.
+    """
+
+    name: str
+    workflow_id: str
+    input: Any
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """The command a delivery becomes, ready to be wrapped in an envelope."""
+
+    workflow_id: str
+    payload: SignalWorkflow | StartWorkflow
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, KeyError):
+        return f"missing field {text}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class WebhookSource:
+    """One sender of webhooks, declared with :meth:`KeelApp.webhook`.
+
+    ``secret_env`` names the environment variable holding the active secrets,
+    comma-separated (two during a rotation); the connector reads it at start.
+    """
+
+    name: str
+    secret_env: str
+    event_id: Callable[[dict[str, Any]], Any]
+    route: Callable[[dict[str, Any]], Signal | Start]
+    tolerance_s: float = DEFAULT_TOLERANCE_S
+    dedupe_ttl_s: int = DEFAULT_DEDUPE_TTL_S
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _SOURCE_RE.fullmatch(self.name):
+            raise DefinitionError(
+                f"webhook source name {self.name!r} must be 1-64 characters: a lowercase "
+                "letter or digit first, then lowercase letters, digits, _ and -"
+            )
+        if not isinstance(self.secret_env, str) or not _ENV_RE.fullmatch(self.secret_env):
+            raise DefinitionError(
+                f"webhook source '{self.name}': secret_env {self.secret_env!r} is not the "
+                "name of an environment variable"
+            )
+        if not callable(self.event_id) or not callable(self.route):
+            raise DefinitionError(
+                f"webhook source '{self.name}': event_id and route must be functions of the body"
+            )
+        if not 0 < self.tolerance_s <= 24 * 3600:
+            raise DefinitionError(
+                f"webhook source '{self.name}': tolerance_s must be in (0, 86400] seconds"
+            )
+        if not 60 <= self.dedupe_ttl_s <= 366 * 24 * 3600:
+            raise DefinitionError(
+                f"webhook source '{self.name}': dedupe_ttl_s must be 60 s to 366 days"
+            )
+
+    def event_id_of(self, body: dict[str, Any]) -> str:
+        """The sender's event id of this delivery (text or an integer, at most 200 chars)."""
+        try:
+            value = self.event_id(body)
+        except Exception as exc:
+            raise RouteError(
+                f"cannot read the event id of a '{self.name}' delivery: {_reason(exc)}"
+            ) from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value:
+            raise RouteError(
+                f"the event id of a '{self.name}' delivery must be non-empty text, "
+                f"got {json.dumps(value)[:60]}"
+            )
+        if len(value) > MAX_EVENT_ID_CHARS:
+            raise RouteError(
+                f"the event id of a '{self.name}' delivery is {len(value)} characters; "
+                f"the limit is {MAX_EVENT_ID_CHARS}"
+            )
+        return value
+
+    def command_of(self, body: dict[str, Any], app: StartValidator) -> Command:
+        """The command this delivery asks for, checked as the client checks one."""
+        try:
+            routed = self.route(body)
+        except Exception as exc:
+            raise RouteError(f"cannot route a '{self.name}' delivery: {_reason(exc)}") from None
+        try:
+            if isinstance(routed, Signal):
+                return self._signal(routed)
+            if isinstance(routed, Start):
+                return self._start(routed, app)
+        except (InvalidInputError, ValueError, TypeError) as exc:
+            raise RouteError(str(exc)) from None
+        raise KeelError(
+            f"webhook source '{self.name}': route returned {type(routed).__name__}, "
+            "not Signal or Start (a bug in the application)"
+        )
+
+    def _signal(self, s: Signal) -> Command:
+        wid = check_workflow_id(s.workflow_id)
+        if not isinstance(s.name, str) or not _SIGNAL_RE.fullmatch(s.name):
+            raise RouteError(f"signal name {str(s.name)[:60]!r} is not a valid signal name")
+        payload_json = _dumps(s.payload, f"payload of signal '{s.name}'")
+        return Command(wid, SignalWorkflow(s.name, payload_json))
+
+    def _start(self, s: Start, app: StartValidator) -> Command:
+        wid = check_workflow_id(s.workflow_id)
+        definition = app.validate_start(s.name, s.version, s.input)
+        input_json = _dumps(s.input, f"input of {definition.label}")
+        return Command(wid, StartWorkflow(definition.name, definition.version, input_json))
+
+
+def _dumps(value: Any, what: str) -> str:
+    try:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise RouteError(f"{what} is not JSON: {exc}") from None
+    check_payload_size(text, what)
+    return text
