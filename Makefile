@@ -30,11 +30,26 @@ $(BIN)/keel: pyproject.toml
 setup: system-deps $(BIN)/keel
 	$(BIN)/keel infra fetch
 
+# One stage of the tests: the directory tests/$(1) as its own pytest session (its own
+# session fixtures, --durations and teardown summary), timed. A failing stage stops make,
+# and so does one that collects nothing (pytest exits 5).
+define test-stage
+	@start=$$(date +%s); rc=0; \
+	$(BIN)/pytest tests/$(1) $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 0 ]; then status=""; else status=" (failed: pytest exit $$rc)"; fi; \
+	echo "stage $(1): $$(( $$(date +%s) - start )) s$$status"; \
+	exit $$rc
+endef
+
+# Three stages, fastest first: unit (pure, in-process), integration (one real Kafka broker
+# and Redis for the stage), fault (a three-broker cluster, processes SIGKILLed).
 test: setup
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(call test-stage,unit)
+	$(call test-stage,integration)
+	$(call test-stage,fault)
 
 unit: $(BIN)/keel
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(call test-stage,unit)
 
 # Local Kafka + Redis, Keel's topics, then a checked batch of workflows through a crash.
 demo: setup

@@ -89,3 +89,17 @@ def test_every_test_has_exactly_the_marker_of_its_directory(tmp_path: Path) -> N
     )
     # Each stage of `make test` finds tests (pytest exits 5 on an empty stage).
     assert all(by_layer.values()), by_layer
+
+
+def test_make_test_runs_the_three_stages_in_order_and_ci_runs_it_after_lint() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\ntest: setup\n", 1)[1].split("\n\n", 1)[0]
+    assert [line.strip() for line in recipe.splitlines()] == [
+        f"$(call test-stage,{layer})" for layer in LAYERS
+    ]
+    assert all((TESTS / layer).is_dir() for layer in LAYERS)
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = [
+        line.split()[:2] for line in ci.splitlines() if line.startswith("make ") or " make " in line
+    ]
+    assert commands == [["make", "lint"], ["make", "test"]]
