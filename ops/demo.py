@@ -232,9 +232,9 @@ def _faults(invoices: int) -> dict[str, Any]:
 
 def run_demo(settings: Settings, size: int, console: Console) -> int:
     """Run the batch and print the report; the exit code is 0 only if every invariant held."""
-    from ops.topics import create_topics
     from orchestrator.examples import app
     from orchestrator.runtime.client import KeelClient
+    from orchestrator.runtime.topics import create_topics
 
     began = time.monotonic()
     prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"

@@ -111,21 +111,6 @@ class StackStatus:
         }
 
 
-def local_bootstrap_servers(settings: Settings) -> str:
-    """The Kafka servers a client should use: the configured ones, else every broker of
-    the local stack recorded under KEEL_HOME (all of a cluster's, not only the first),
-    else the first local port.
-    """
-    if settings.bootstrap_servers:
-        return settings.bootstrap_servers
-    try:
-        recorded = json.loads((settings.home / "stack.json").read_text())
-    except (OSError, ValueError):
-        recorded = None
-    servers = recorded.get("bootstrap_servers") if isinstance(recorded, dict) else None
-    return servers if isinstance(servers, str) and servers else settings.kafka_servers
-
-
 def port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)

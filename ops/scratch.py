@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import redis
 from confluent_kafka import KafkaException
 
-from ops.topics import admin_client, create_topics
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.projection import redis_client
+from orchestrator.runtime.topics import admin_client, create_topics
 from orchestrator.settings import TOPIC_KINDS, Settings
 
 __all__ = ["Dropped", "drop", "fresh"]

@@ -234,7 +234,7 @@ def dev(
 ) -> None:
     """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
-    from ops.topics import create_topics
+    from orchestrator.runtime.topics import create_topics
     from orchestrator.settings import load_settings
 
     settings = load_settings()

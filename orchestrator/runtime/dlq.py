@@ -131,7 +131,7 @@ def list_letters(settings: Settings, *, include_redriven: bool = True) -> list[L
 
 
 def _read_dlq(settings: Settings, topic: str) -> list[Message]:
-    from ops.topics import require_topic
+    from orchestrator.runtime.topics import require_topic
 
     partitions = dict.fromkeys(require_topic(settings, topic).partitions, 0)
     return list(read_partitions(settings, topic, partitions))

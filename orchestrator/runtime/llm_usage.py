@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.domain.messages import Envelope
+from orchestrator.runtime.history_entries import history_entry
 
 #: Upper bound for one recorded count, so a hostile record cannot overflow a counter.
 MAX_COUNT = 10**12
@@ -150,8 +151,6 @@ def usages_of(
     before them (``earlier_types``: a run that continued as new among them), so the name
     never depends on where a batch of events ended.
     """
-    from orchestrator.runtime.projection import history_entry
-
     entries = []
     for event in events:
         if isinstance(event, str):

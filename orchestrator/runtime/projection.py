@@ -19,7 +19,6 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import redis
@@ -28,6 +27,7 @@ from orchestrator.domain.errors import InvalidInputError, KeelError, Unavailable
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime import fast_json
+from orchestrator.runtime.history_entries import history_entry
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
@@ -68,40 +68,6 @@ class EpochChanged(Exception):
     def __init__(self, epoch: str | None) -> None:
         super().__init__(epoch)
         self.epoch = epoch
-
-
-def history_entry(env: Envelope[Any]) -> dict[str, Any]:
-    """One history line; ``*_json`` fields are shown parsed, under their plain name.
-
-    Parsing is bounded (``fast_json.loads_within_limits``): a value past the JSON limits
-    stays text, so a hostile payload can never stop the projector.
-    """
-    payload = env.payload
-    data: dict[str, Any] = {}
-    for name, shown in _history_fields(type(payload)):
-        value = getattr(payload, name)
-        if shown is not None and isinstance(value, str):
-            try:
-                data[shown] = fast_json.loads_within_limits(value, name)
-                continue
-            except (ValueError, RecursionError):
-                pass
-        data[name] = value
-    return {"seq": env.seq, "type": env.type, "recorded_at": env.recorded_at, "data": data}
-
-
-_HISTORY_FIELDS: dict[type, tuple[tuple[str, str | None], ...]] = {}
-
-
-def _history_fields(payload_type: type) -> tuple[tuple[str, str | None], ...]:
-    """A payload class's fields, each with its plain name if it holds JSON text."""
-    found = _HISTORY_FIELDS.get(payload_type)
-    if found is None:
-        found = _HISTORY_FIELDS[payload_type] = tuple(
-            (f.name, f.name[: -len("_json")] if f.name.endswith("_json") else None)
-            for f in fields(payload_type)
-        )
-    return found
 
 
 def redis_client(url: str) -> redis.Redis:

@@ -46,6 +46,7 @@ from orchestrator.runtime import fast_json
 from orchestrator.runtime.broker_errors import Stopping
 from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.runtime.feed_cursor import FeedCursor, Handed
+from orchestrator.runtime.history_entries import history_entry
 from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
@@ -54,7 +55,6 @@ from orchestrator.runtime.projection import (
     Projection,
     RebuildRunning,
     SeqConflict,
-    history_entry,
     redis_client,
 )
 from orchestrator.runtime.tasks_projection import TaskKeys, TaskWrites, task_writes
@@ -568,7 +568,7 @@ class Projector:
         try:
             store.clear()
             self._cache.clear()
-            from ops.topics import admin_client
+            from orchestrator.runtime.topics import admin_client
 
             meta = admin_client(self.settings).list_topics(self.topic, timeout=30)
             partitions = list(meta.topics[self.topic].partitions)

@@ -76,7 +76,7 @@ def require_sagas_topic(settings: Settings) -> None:
     majority in sync from three replicas). Creating it here instead would give it this
     process's settings alone, and a saga log on one broker of three.
     """
-    from ops.topics import require_topic
+    from orchestrator.runtime.topics import require_topic
 
     require_topic(settings, sagas_topic(settings))
 

@@ -566,7 +566,7 @@ def _build_connector_producer(s: Settings) -> None:
 
 
 def _build_topics_admin(s: Settings) -> None:
-    from ops.topics import admin_client
+    from orchestrator.runtime.topics import admin_client
 
     admin_client(s)
 
@@ -613,7 +613,7 @@ def _build_demo_tail(s: Settings) -> None:
         ("orchestrator.runtime.task_decisions", "Consumer", _build_dlq_watch),
         ("orchestrator.runtime.history_io", "Consumer", _build_history_reader),
         ("connectors.delivery", "Producer", _build_connector_producer),
-        ("ops.topics", "AdminClient", _build_topics_admin),
+        ("orchestrator.runtime.topics", "AdminClient", _build_topics_admin),
         ("ops.kafka_floor", "AdminClient", _build_floor_admin),
         ("ops.kafka_floor", "Consumer", _build_floor_watch),
         ("ops.kafka_floor", "Consumer", _build_floor_ceiling),
@@ -718,7 +718,7 @@ def test_every_client_construction_site_takes_its_config_from_a_builder() -> Non
         ("orchestrator/runtime/kafka.py", "transactional_producer", "Producer"),
         ("orchestrator/runtime/kafka.py", "read_batches", "Consumer"),
         ("orchestrator/sagas/manager.py", "run", "Consumer"),
-        ("ops/topics.py", "admin_client", "AdminClient"),
+        ("orchestrator/runtime/topics.py", "admin_client", "AdminClient"),
         ("ops/kafka_floor.py", "hop", "AdminClient"),
         ("ops/demo.py", "__init__", "Consumer"),
     } <= routed
