@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import statistics
 import subprocess
@@ -46,71 +45,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ops.bench_probes import EventTail, RssSampler, clock_ms
+from ops.bench_rig import (
+    LOCAL,
+    REMOTE,
+    Log,
+    _fresh_status,
+    _percentile,
+    _spawn,
+    fold_deferred_s,
+)
 from orchestrator.runtime.client import KeelClient
 from orchestrator.settings import Settings
-
-REMOTE = "three_step"
-LOCAL = "three_step_local"
-#: The old name of the remote benchmark workflow (kept for importers).
-WORKFLOW = REMOTE
-EVENTS_PER_WORKFLOW = 9
-APP = "ops.bench_app:app"
-#: Seconds between the orchestrator's status-file writes during a bench.
-STATUS_INTERVAL_S = 0.5
-#: Checkpoint interval of the orchestrator in ``--recovery`` (the default is 30 s).
-CHECKPOINT_S = 5.0
-
-Log = Callable[[str], None]
-
-
-def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
-    defaults = {
-        "KEEL_LOG_LEVEL": "WARNING",
-        "KEEL_HOME": str(home),
-        "KEEL_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S),
-    }
-    return settings.child_environment(**(defaults | extra))
-
-
-def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) -> subprocess.Popen:
-    log_path = home / f"{role}-{uuid.uuid4().hex[:4]}.log"
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", role, "--app", APP, *args],
-        env=_env(settings, home, **env),
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile: the smallest value with at least ``q`` of the
-    values at or below it (the p99 of 100 values is the 99th, not the largest)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered), math.ceil(q * len(ordered))) - 1)]
-
-
-def _status(home: Path) -> dict[str, Any]:
-    """The orchestrator's newest status file (timings are cumulative counters)."""
-    files = sorted((home / "status").glob("orchestrator-*.json"), key=lambda f: f.stat().st_mtime)
-    for _ in range(20):
-        try:
-            return dict(json.loads(files[-1].read_text())) if files else {}
-        except (ValueError, OSError):  # caught mid-write
-            time.sleep(0.05)
-    return {}
-
-
-def _fresh_status(home: Path) -> dict[str, Any]:
-    time.sleep(STATUS_INTERVAL_S * 2.5)
-    return _status(home)
 
 
 def _hops(before: dict[str, Any], after: dict[str, Any], workflows: int) -> dict[str, float]:
@@ -321,7 +270,7 @@ def _phases(
     light_only: bool,
     throughput_only: bool,
 ) -> dict[str, Any]:
-    from ops import kafka_floor  # it shares this module's helpers
+    from ops import kafka_floor
 
     out: dict[str, Any] = {}
     try:
@@ -386,20 +335,6 @@ def _phases(
     ceiling = kafka_floor.read_ceiling(b.settings, b.settings.topic("events"))
     out["read_ceiling_events_per_s"] = ceiling["records_per_s"]
     return _with_ratios(out)
-
-
-def fold_deferred_s(parts: dict[int, Any]) -> float:
-    """Fold every run a rebuild deferred (``tail_records``); how long it took.
-
-    The orchestrator pays these folds after its rebuild, a few ms at a time between
-    batches; a bench times them apart so a rebuild's whole cost shows. A version
-    without deferral (a before/after comparison) takes no time here.
-    """
-    began = time.monotonic()
-    for ps in parts.values():
-        if getattr(ps, "deferred", None):
-            ps.fold_deferred(float("inf"))
-    return time.monotonic() - began
 
 
 def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from typing import Any
 
 import psutil
 
-from ops.bench import (
+from ops.bench_probes import EventTail
+from ops.bench_rig import (
     CHECKPOINT_S,
     STATUS_INTERVAL_S,
     Log,
@@ -29,7 +30,6 @@ from ops.bench import (
     _status,
     fold_deferred_s,
 )
-from ops.bench_probes import EventTail
 from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.settings import Settings

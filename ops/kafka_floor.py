@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ops.bench import _percentile
+from ops.bench_rig import _percentile
 from orchestrator.runtime.kafka import (
     admin_config,
     consumer_config,

@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.app import KeelApp
 from orchestrator.definitions import (
     Context,
     SignalWait,
@@ -29,10 +28,10 @@ from orchestrator.definitions import (
     Transition,
     WorkflowDefinition,
 )
+from orchestrator.examples.registry import app
 
 __all__ = ["app"]
 
-app = KeelApp("keel-examples")
 
 APPROVAL_THRESHOLD = 3
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.domain import Context, Escalation, HumanTask, State, Step, WorkflowDefinition
 from orchestrator.domain.vocabulary import OnExpiry
-from orchestrator.examples import app
+from orchestrator.examples.registry import app
 
 __all__ = ["payment_approval"]
 

@@ -27,7 +27,7 @@ from handlers.context import activity
 from handlers.effects import side_effect
 from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
 from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
-from orchestrator.examples import app
+from orchestrator.examples.registry import app
 
 LEDGER_TIMEOUT_S = 2.0
 

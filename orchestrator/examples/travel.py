@@ -28,7 +28,7 @@ from handlers.context import activity
 from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
 from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
 from orchestrator.domain.policies import Compensation
-from orchestrator.examples import app
+from orchestrator.examples.registry import app
 
 BOOKING_TIMEOUT_S = 2.0
 
