@@ -1,7 +1,7 @@
 """The contract every adapter of the runtime ports keeps, run against each adapter.
 
 Like pyeventsourcing's recorder test cases: one abstract suite, subclassed once per
-adapter (``tests/unit/test_runtime_contract_memory.py`` for the in-memory adapter,
+adapter (``tests/unit/runtime/test_runtime_contract_memory.py`` for the in-memory adapter,
 ``tests/integration/test_runtime_contract_kafka.py`` for Kafka), so the in-memory
 adapter the fast unit tests rely on cannot drift from what the broker does.
 """

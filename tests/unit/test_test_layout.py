@@ -103,3 +103,15 @@ def test_make_test_runs_the_three_stages_in_order_and_ci_runs_it_after_lint() ->
         line.split()[:2] for line in ci.splitlines() if line.startswith("make ") or " make " in line
     ]
     assert commands == [["make", "lint"], ["make", "test"]]
+
+
+def test_the_unit_folders_mirror_the_product_packages() -> None:
+    unit = TESTS / "unit"
+    folders = [p for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert folders
+    for folder in folders:
+        assert (folder / "__init__.py").is_file(), folder
+        package = REPO / "orchestrator" / folder.name
+        if not package.is_dir():
+            package = REPO / folder.name
+        assert (package / "__init__.py").is_file(), f"{folder} mirrors no package"

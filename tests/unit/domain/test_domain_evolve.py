@@ -23,7 +23,7 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowStarted,
 )
-from tests.unit.test_domain_properties import DECIDER, WIDS, World
+from tests.unit.domain.test_domain_properties import DECIDER, WIDS, World
 
 T0 = 1_700_000_000_000
 STEPS = 20_000

@@ -45,7 +45,7 @@ from orchestrator.settings import (
     redact,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "pw-8f3c-hunter2-never-shown"
 CA = "/etc/keel/tls/ca.pem"
 SECURITY_KEYS = (

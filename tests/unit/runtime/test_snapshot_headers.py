@@ -22,7 +22,7 @@ from orchestrator.runtime.snapshot_records import (
     SnapshotKind,
     read_snapshot_header,
 )
-from tests.unit.runtime_support import MemoryRig, codec
+from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 
 def _snapshot_records(rig: MemoryRig, wf: str) -> list:

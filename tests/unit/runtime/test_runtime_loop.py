@@ -25,7 +25,7 @@ from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, runtime_envelope
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
-from tests.unit.runtime_support import MemoryRig, codec
+from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 
 def _sound(events) -> None:

@@ -300,7 +300,7 @@ def test_versions_survive_a_snapshot_and_old_snapshots_still_load() -> None:
 
 
 def test_the_worker_reports_the_version_of_its_handlers_output_model(tmp_path) -> None:
-    from tests.unit.test_worker_loop import MemoryEffects
+    from tests.unit.handlers.test_worker_loop import MemoryEffects
 
     app = KeelApp("priced")
 

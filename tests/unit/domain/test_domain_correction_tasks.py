@@ -30,7 +30,7 @@ from orchestrator.domain.messages import (
     WorkflowFailed,
 )
 from orchestrator.runtime.sealing import Sensitive
-from tests.unit.test_domain_human_tasks import T0, Harness
+from tests.unit.domain.test_domain_human_tasks import T0, Harness
 
 
 class Doc(BaseModel):

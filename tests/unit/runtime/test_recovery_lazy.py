@@ -9,7 +9,7 @@ from __future__ import annotations
 from orchestrator.runtime.envelopes import snapshot_envelope
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY
-from tests.unit.runtime_support import MemoryRig, codec
+from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 
 def test_an_untouched_live_run_stays_unparsed_and_its_timer_is_armed(tmp_path):

@@ -23,7 +23,7 @@ from orchestrator.app import KeelApp, UnknownActivityError
 from orchestrator.domain.errors import LimitExceededError
 from orchestrator.domain.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "activities.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "activities.md"
 
 
 class Shape(BaseModel):

@@ -20,7 +20,7 @@ from orchestrator.runtime.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import ConsumerReset
 from orchestrator.runtime.projector import Projector
-from tests.unit.runtime_support import MemoryRig, codec
+from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 GROUP = "mem.projector"
 

@@ -19,7 +19,7 @@ from orchestrator.runtime import fast_json
 from orchestrator.runtime.history_io import read_history_dir
 from orchestrator.runtime.projection import history_entry
 from orchestrator.runtime.tail_records import ARMED_HEADER, armed_header, parse_armed
-from tests.unit.test_state_json import CORPUS, _reference
+from tests.unit.domain.test_state_json import CORPUS, _reference
 
 
 def _corpus_states() -> list[tuple[object, WorkflowState]]:

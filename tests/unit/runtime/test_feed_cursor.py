@@ -16,8 +16,8 @@ from orchestrator.runtime.committed_pipe import PipePublisher, read_frames
 from orchestrator.runtime.feed_cursor import FeedCursor
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import Record
-from tests.unit.runtime_support import MemoryRig
-from tests.unit.test_projector_in_process import Rig
+from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.runtime.test_projector_in_process import Rig
 
 
 class Calls:

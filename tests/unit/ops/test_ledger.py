@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from ops.fakes.ledger import LedgerClient, create_app
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 Scenario = Callable[[TestClient], Awaitable[None]]
 

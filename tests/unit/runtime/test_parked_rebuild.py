@@ -24,7 +24,7 @@ from orchestrator.runtime.parked import parked_to_redrive
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY
 from tests.integration import versions_app
-from tests.unit.runtime_support import MemoryRig
+from tests.unit.runtime.runtime_support import MemoryRig
 
 codec = default_codec()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 #: Code no service command runs: the client and its helpers, the operator tools, the
 #: local-stack tooling, the connector (and aiohttp, which only the connector and an

@@ -18,7 +18,7 @@ import yaml
 
 from orchestrator.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "docker-compose.yml"
 KEEL_SERVICES = ("orchestrator", "worker")
 

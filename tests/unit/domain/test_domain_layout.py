@@ -24,7 +24,7 @@ from orchestrator.domain.vocabulary import (
     WorkflowStatus,
 )
 
-DOMAIN = Path(__file__).resolve().parents[2] / "orchestrator" / "domain"
+DOMAIN = Path(__file__).resolve().parents[3] / "orchestrator" / "domain"
 
 #: Layers, lowest first; a module may import domain modules of a lower layer only.
 LAYERS: dict[str, float] = {

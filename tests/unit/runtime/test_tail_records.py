@@ -12,8 +12,8 @@ import pytest
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY, TYPE_HEADER
 from orchestrator.runtime.tail_records import ARMED_HEADER, parse_armed
-from tests.unit.runtime_support import MemoryRig, codec
-from tests.unit.test_snapshot_headers import _count_decodes
+from tests.unit.runtime.runtime_support import MemoryRig, codec
+from tests.unit.runtime.test_snapshot_headers import _count_decodes
 
 P = 4
 

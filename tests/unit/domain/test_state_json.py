@@ -13,7 +13,7 @@ from orchestrator.domain.vocabulary import ActivityStatus
 from orchestrator.examples import app as examples
 from orchestrator.runtime.history_io import read_history_dir
 
-CORPUS = Path(__file__).resolve().parents[1] / "histories"
+CORPUS = Path(__file__).resolve().parents[2] / "histories"
 
 
 def _reference(state: WorkflowState) -> str:

@@ -22,7 +22,7 @@ from orchestrator.domain.messages import (
 from orchestrator.runtime.broker_errors import TxnAbortable
 from orchestrator.runtime.local_activities import LocalActivities
 from tests.integration import local_app
-from tests.unit.runtime_support import MemoryRig
+from tests.unit.runtime.runtime_support import MemoryRig
 
 
 def _types(events) -> list[str]:
@@ -78,7 +78,7 @@ def test_a_mixed_workflow_sends_only_its_remote_step_to_the_workers(tmp_path):
 
 
 def rig_decode(rec: Any) -> Any:
-    from tests.unit.runtime_support import codec
+    from tests.unit.runtime.runtime_support import codec
 
     return codec.decode(rec.value)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.test_replay_corpus import REPO, replay_check
+from tests.unit.domain.test_replay_corpus import REPO, replay_check
 
 CORPUS = REPO / "tests" / "llm_histories"
 APP = "orchestrator.examples.llm_invoices:app"

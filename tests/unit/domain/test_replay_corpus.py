@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.examples import app as examples
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "tests" / "histories"
 
 EDITED_APP = """

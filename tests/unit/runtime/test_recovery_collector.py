@@ -12,7 +12,7 @@ import gc
 import pytest
 
 from orchestrator.runtime.recovery import Recovery
-from tests.unit.runtime_support import MemoryRig
+from tests.unit.runtime.runtime_support import MemoryRig
 
 
 @pytest.mark.parametrize("enabled_before", [True, False])

@@ -19,7 +19,7 @@ from orchestrator.runtime.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.projector import Projector
 from tests.integration import local_app
-from tests.unit.runtime_support import MemoryRig
+from tests.unit.runtime.runtime_support import MemoryRig
 
 GROUP = "mem.projector"
 

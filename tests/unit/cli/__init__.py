@@ -1,0 +1,1 @@
+"""Unit tests of orchestrator/cli: the ``keel`` command (usage, lazy imports, service health)."""

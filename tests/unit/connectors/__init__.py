@@ -1,0 +1,1 @@
+"""Unit tests of connectors: webhooks and the human-task API's pure parts."""

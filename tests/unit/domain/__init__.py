@@ -1,0 +1,1 @@
+"""Unit tests of orchestrator/domain: the pure model (decider, evolve, replay, invariants, upcasting)."""

@@ -1,0 +1,1 @@
+"""Unit tests of handlers: the worker side (activity execution, effects, LLM steps)."""
