@@ -40,11 +40,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+# The marker is authoring (handlers/markers.py, no Redis); applications and tests have
+# always imported it from here too.
+from handlers.markers import side_effect as side_effect
 from orchestrator.runtime.keyspace import Keyspace
 
 log = logging.getLogger("keel.worker.effects")
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 DEFAULT_TTL_S = 14 * 24 * 3600
@@ -109,16 +111,6 @@ if redis.call('HGET', KEYS[1], 'state') == 'pending'
 end
 return 0
 """
-
-
-def side_effect(fn: F) -> F:
-    """Mark an activity handler as writing to an external system (see module doc)."""
-    fn.__keel_side_effect__ = True  # type: ignore[attr-defined]
-    return fn
-
-
-def has_side_effect(fn: Callable[..., Any]) -> bool:
-    return bool(getattr(fn, "__keel_side_effect__", False))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.effects import Claim, ClaimOutcome, RedisGate, Stopping, has_side_effect
+from handlers.effects import Claim, ClaimOutcome, RedisGate, Stopping
 from handlers.errors import (
     FailureClass,
     OutcomeUnknownError,
@@ -28,6 +28,7 @@ from handlers.errors import (
     ResultRefusedError,
     classify,
 )
+from handlers.markers import has_side_effect
 from orchestrator.app import ActivityHandler, KeelApp
 from orchestrator.definitions import format_validation_error
 from orchestrator.domain.errors import KeelError, LimitExceededError

@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Context": "orchestrator.domain.context",
     # activities
     "activity": "handlers.context",
-    "side_effect": "handlers.effects",
+    "side_effect": "handlers.markers",
     "TransientError": "handlers.errors",
     "PermanentError": "handlers.errors",
     "OutcomeUnknownError": "handlers.errors",
@@ -76,8 +76,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first use
     from handlers.context import activity
-    from handlers.effects import side_effect
     from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
+    from handlers.markers import side_effect
     from orchestrator.app import KeelApp, load_app
     from orchestrator.domain.context import Context
     from orchestrator.domain.definitions import (

@@ -24,8 +24,8 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.context import activity
-from handlers.effects import side_effect
 from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
+from handlers.markers import side_effect
 from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
 from orchestrator.examples.registry import app
 

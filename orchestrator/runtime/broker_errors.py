@@ -27,12 +27,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from orchestrator.domain.errors import KeelError, UnavailableError
+from orchestrator.runtime.ports import (
+    BrokerErrorKind,
+    CallStalled,
+    ProducerReset,
+    Stopping,
+    TxnAbortable,
+)
 
 __all__ = [
     "CALL_GRACE_S",
@@ -52,28 +57,6 @@ T = TypeVar("T")
 #: Extra seconds a client call may take past the timeout it was given before it is
 #: abandoned (librdkafka sometimes overruns its own timeout; see the module docstring).
 CALL_GRACE_S = 15.0
-
-
-class BrokerErrorKind(StrEnum):
-    RETRIABLE = "retriable"
-    ABORTABLE = "abortable"
-    FATAL = "fatal"
-
-
-class TxnAbortable(UnavailableError):
-    """The open transaction must be aborted; its input is processed again."""
-
-
-class ProducerReset(UnavailableError):
-    """The transactional producer is unusable (fatal, fenced, or in doubt): recreate it."""
-
-
-class CallStalled(ProducerReset):
-    """A blocking client call ran past its bound and was abandoned."""
-
-
-class Stopping(KeelError):
-    """The process was asked to stop while a call was waiting."""
 
 
 def kafka_error(exc: BaseException) -> KafkaError | None:

@@ -195,7 +195,7 @@ class LocalActivities:
         parse_input, result_json = h.execution.parse_input, h.execution.result_json
 
         s = r.scheduled
-        side_effect = h.effects.has_side_effect(handler.fn)
+        side_effect = h.markers.has_side_effect(handler.fn)
         ctx = self._context(r)
         store: tuple[Any, Any] | Exception = (None, None)
         if side_effect:  # opened here, on the orchestrator's thread, once
@@ -271,7 +271,7 @@ class LocalActivities:
         )
         if r.timer_armed:
             return None
-        side_effect = _handlers().effects.has_side_effect(self.app.handler(s.activity_type).fn)
+        side_effect = _handlers().markers.has_side_effect(self.app.handler(s.activity_type).fn)
         return FailActivity(
             s.activity_id,
             s.attempt,
@@ -298,7 +298,7 @@ class LocalActivities:
         h = _handlers()
         s = r.scheduled
         handler = self.app.handler(s.activity_type)
-        side_effect = h.effects.has_side_effect(handler.fn)
+        side_effect = h.markers.has_side_effect(handler.fn)
         effects: Any = None
         gate: Any = None
         token = h.context.set_current(self._context(r))
@@ -328,12 +328,13 @@ class _Plumbing:
     """The worker's handler modules, which a local run goes through as a worker would."""
 
     def __init__(self) -> None:
-        from handlers import context, effects, errors, execution
+        from handlers import context, effects, errors, execution, markers
 
         self.context: ModuleType = context
         self.effects: ModuleType = effects
         self.errors: ModuleType = errors
         self.execution: ModuleType = execution
+        self.markers: ModuleType = markers
 
 
 @functools.cache

@@ -14,28 +14,26 @@ call name (``MemoryBroker.inject``).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError
-
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.broker_errors import (
-    BrokerErrorKind,
-    ProducerReset,
-    TxnAbortable,
-    classify,
-)
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.ports import (
+    BrokerErrorKind,
     DeliveryCallback,
     DeliveryError,
+    EpochChanged,
     FailureCallback,
+    ProducerReset,
+    RebuildRunning,
     Record,
     RecordRefused,
+    SeqConflict,
+    TxnAbortable,
 )
-from orchestrator.runtime.projection import EpochChanged, RebuildRunning, SeqConflict
 
 __all__ = [
     "MemoryBroker",
@@ -48,6 +46,11 @@ __all__ = [
 
 #: librdkafka's default ``message.max.bytes``: a larger record is refused by produce().
 BROKER_MAX_RECORD = 1_000_000
+#: ``str(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))``: the client's words for that refusal
+#: (written out, so this adapter loads no Kafka client).
+MSG_SIZE_TOO_LARGE = (
+    'KafkaError{code=MSG_SIZE_TOO_LARGE,val=10,str="Broker: Message size too large"}'
+)
 
 
 @dataclass
@@ -209,7 +212,7 @@ class MemoryEventLog:
         if not self._open:
             raise ProducerReset("produce outside a transaction")
         if len(value) + len(key or b"") > BROKER_MAX_RECORD:
-            raise TxnAbortable(f"produce: {KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}")
+            raise TxnAbortable(f"produce: {MSG_SIZE_TOO_LARGE}")
         self.broker.fault("append")
         self._staged.append((topic, value, key, partition, tuple(headers), on_delivered))
 
@@ -314,8 +317,7 @@ class MemoryOutcomeSink:
         size = len(value) + len(key or b"")
         if size > BROKER_MAX_RECORD:
             raise RecordRefused(
-                f"Kafka refused a record of {len(value):,} bytes to {topic}: "
-                f"{KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)}"
+                f"Kafka refused a record of {len(value):,} bytes to {topic}: {MSG_SIZE_TOO_LARGE}"
             )
         self.broker.fault("send")
         self._pending.append((topic, value, key, tuple(headers), on_failed))
@@ -327,7 +329,7 @@ class MemoryOutcomeSink:
                 self.broker.fault("deliver")
             except Exception as exc:
                 if on_failed is not None:
-                    retriable = classify(exc) is BrokerErrorKind.RETRIABLE
+                    retriable = _retriable(exc)
                     on_failed(DeliveryError(str(exc), retriable))
                 continue
             self.broker.produce(topic, value, key, headers=headers)
@@ -430,3 +432,15 @@ class MemoryReadModel:
 
 def abortable(message: str = "injected abortable error") -> TxnAbortable:
     return TxnAbortable(message)
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether the Kafka adapter would send a record failing with ``exc`` again
+    (``broker_errors.classify``). Only a client's own exception can be retriable; a test
+    that injects one has loaded the client, so without it loaded the answer is no and this
+    adapter never loads it."""
+    if "confluent_kafka" not in sys.modules:
+        return False
+    from orchestrator.runtime.broker_errors import classify
+
+    return classify(exc) is BrokerErrorKind.RETRIABLE

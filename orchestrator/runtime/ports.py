@@ -16,29 +16,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.domain.errors import InvalidInputError, UnavailableError
+from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.frozen_init import fast_init
 
 if TYPE_CHECKING:
     from orchestrator.domain.state import WorkflowState
 
 __all__ = [
+    "BrokerErrorKind",
+    "CallStalled",
     "CommandIntake",
     "ConsumerReset",
     "DeliveryCallback",
     "DeliveryError",
+    "EpochChanged",
     "EventFeed",
     "EventLog",
     "GroupIntake",
     "OutcomeSink",
+    "ProducerReset",
     "ReadModel",
     "ReadModelStore",
+    "RebuildRunning",
     "Record",
     "RecordRefused",
+    "SeqConflict",
+    "Stopping",
     "TaskIntake",
     "TimerIndex",
+    "TxnAbortable",
 ]
 
 #: Called with (partition, offset) once an appended record is in the log.
@@ -280,3 +289,52 @@ class ReadModelStore(Protocol):
     def rebuild_running(self) -> bool: ...
 
     def publish_health(self, key: str, info_json: str, ttl_s: int) -> None: ...
+
+
+# -------------------------------------------------------------------- the ports' errors
+# What an adapter raises through a port, whichever adapter it is: the Kafka adapter sorts a
+# client's errors into them (``broker_errors``, ``projection``), the in-memory one raises
+# them itself. They live beside the ports so a caller or a test adapter needs no client.
+
+
+class BrokerErrorKind(StrEnum):
+    RETRIABLE = "retriable"
+    ABORTABLE = "abortable"
+    FATAL = "fatal"
+
+
+class TxnAbortable(UnavailableError):
+    """The open transaction must be aborted; its input is processed again."""
+
+
+class ProducerReset(UnavailableError):
+    """The transactional producer is unusable (fatal, fenced, or in doubt): recreate it."""
+
+
+class CallStalled(ProducerReset):
+    """A blocking client call ran past its bound and was abandoned."""
+
+
+class Stopping(KeelError):
+    """The process was asked to stop while a call was waiting."""
+
+
+class RebuildRunning(KeelError):
+    """A rebuild holds the read model; live projectors wait for it to finish."""
+
+
+class SeqConflict(Exception):
+    """Rows that did not hold the sequence number the writer expected (another writer, or
+    a row assumed new that exists): reload them and fold again."""
+
+    def __init__(self, workflow_ids: list[str]) -> None:
+        super().__init__(", ".join(workflow_ids))
+        self.workflow_ids = workflow_ids
+
+
+class EpochChanged(Exception):
+    """The read model was rebuilt since this writer's cache was filled."""
+
+    def __init__(self, epoch: str | None) -> None:
+        super().__init__(epoch)
+        self.epoch = epoch

@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 
 import redis
 
-from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
+from orchestrator.domain.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.history_entries import history_entry
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
+from orchestrator.runtime.ports import EpochChanged, RebuildRunning, SeqConflict
 from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.runtime.sealing import mask
 from orchestrator.runtime.tasks_projection import TaskWrites
@@ -44,30 +45,9 @@ Updates = Mapping[str, tuple[WorkflowState, Sequence[Envelope[Any] | str], str |
 REBUILD_LOCK_TTL_S = 60
 
 
-class RebuildRunning(KeelError):
-    """A rebuild holds the read model; live projectors wait for it to finish."""
-
-
-class SeqConflict(Exception):
-    """Rows that did not hold the sequence number the writer expected (another writer, or
-    a row assumed new that exists): reload them and fold again."""
-
-    def __init__(self, workflow_ids: list[str]) -> None:
-        super().__init__(", ".join(workflow_ids))
-        self.workflow_ids = workflow_ids
-
-
 #: A command with more arguments than this is not passed through the script (Lua's
 #: ``unpack`` has a stack bound); such a batch is written with WATCH and MULTI instead.
 _MAX_SCRIPT_COMMAND_ARGS = 4000
-
-
-class EpochChanged(Exception):
-    """The read model was rebuilt since this writer's cache was filled."""
-
-    def __init__(self, epoch: str | None) -> None:
-        super().__init__(epoch)
-        self.epoch = epoch
 
 
 def redis_client(url: str) -> redis.Redis:

@@ -1,0 +1,112 @@
+"""The layers load what they say: a unit test's adapter and an application's authoring code
+pull in no I/O client (docs/architecture.md, "The module map"; the import contracts in
+pyproject.toml, checked by ``lint-imports``, say what each layer may import).
+
+Each check imports the modules in a fresh interpreter and reads ``sys.modules``, so
+what another test loaded cannot hide an import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The clients of Kafka, Redis and HTTP, and the OpenTelemetry SDK.
+IO_CLIENTS = ("confluent_kafka", "redis", "aiohttp", "opentelemetry")
+
+
+def _loaded_after_importing(*modules: str) -> set[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(modules)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return set(json.loads(done.stdout))
+
+
+def _clients(loaded: set[str]) -> list[str]:
+    return sorted(m for m in loaded if m.split(".")[0] in IO_CLIENTS)
+
+
+def test_the_in_memory_adapter_loads_neither_kafka_nor_redis() -> None:
+    loaded = _loaded_after_importing("orchestrator.runtime.memory")
+    assert "orchestrator.runtime.memory" in loaded
+    assert _clients(loaded) == []
+
+
+def test_the_in_memory_adapter_refuses_a_large_record_in_the_clients_words() -> None:
+    from confluent_kafka import KafkaError
+
+    from orchestrator.runtime.memory import MSG_SIZE_TOO_LARGE
+
+    assert str(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)) == MSG_SIZE_TOO_LARGE
+
+
+def test_the_port_errors_are_the_adapters_errors() -> None:
+    from orchestrator.runtime import broker_errors, ports, projection
+
+    assert broker_errors.TxnAbortable is ports.TxnAbortable
+    assert broker_errors.ProducerReset is ports.ProducerReset
+    assert broker_errors.Stopping is ports.Stopping
+    assert projection.RebuildRunning is ports.RebuildRunning
+    assert projection.SeqConflict is ports.SeqConflict
+    assert projection.EpochChanged is ports.EpochChanged
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "orchestrator.runtime.ports",
+        "orchestrator.runtime.partitioning",
+        "orchestrator.runtime.history_entries",
+    ],
+)
+def test_a_port_or_a_pure_helper_loads_no_client(module: str) -> None:
+    assert _clients(_loaded_after_importing(module)) == []
+
+
+#: What an application's own modules import to declare workflows, activities and sagas.
+AUTHORING = (
+    "orchestrator.domain",
+    "orchestrator.app",
+    "orchestrator.webhook_sources",
+    "orchestrator.sagas.declare",
+    "orchestrator.codec",
+    "orchestrator.settings",
+    "handlers.context",
+    "handlers.errors",
+    "handlers.markers",
+)
+
+
+def test_authoring_loads_no_io_client() -> None:
+    assert _clients(_loaded_after_importing(*AUTHORING)) == []
+
+
+def test_every_name_of_the_public_face_loads_no_io_client() -> None:
+    code = (
+        "import json, sys, orchestrator\n"
+        "for name in orchestrator.__all__:\n"
+        "    getattr(orchestrator, name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    assert _clients(set(json.loads(done.stdout))) == []
