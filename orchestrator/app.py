@@ -238,17 +238,6 @@ class KeelApp:
             self._decider = Decider(self.definitions)
         return self._decider
 
-    def decider_for(self, settings: Any) -> Decider:
-        """The orchestrator's decider: it issues task tokens under the deployment's key.
-
-        An application that declares human tasks and has no key refuses here, at startup,
-        with one line (``ConfigError``; orchestrator/runtime/task_tokens.py).
-        """
-        from orchestrator.runtime.task_tokens import tokens_for_app
-
-        tokens = tokens_for_app(settings, self)
-        return self.decider(None if tokens is None else tokens.hasher)
-
     def __repr__(self) -> str:
         return (
             f"<KeelApp {self.name}: {len(self.definitions)} workflows, "

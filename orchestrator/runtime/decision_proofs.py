@@ -158,6 +158,6 @@ def load_decision_proofs(settings: Settings) -> DecisionProofs:
 
 def proofs_for(decider: Any) -> DecisionProofs | None:
     """The orchestrator's checker: the key behind the task tokens its decider issues
-    (``app.decider_for(settings)``); None when it issues none."""
+    (``task_tokens.decider_for(settings, app)``); None when it issues none."""
     tokens = getattr(getattr(decider, "task_token_hash", None), "__self__", None)
     return DecisionProofs.from_tokens(tokens) if isinstance(tokens, TaskTokens) else None

@@ -49,6 +49,7 @@ from orchestrator.runtime.recovery import (
     TYPE_HEADER,
     Recovery,
 )
+from orchestrator.runtime.task_tokens import decider_for
 from orchestrator.runtime.timers import TimerHeap
 from orchestrator.settings import Settings
 
@@ -93,7 +94,7 @@ class Orchestrator:
     ) -> None:
         self.settings = settings
         self.app = app
-        self.decider = app.decider_for(settings)
+        self.decider = decider_for(settings, app)
         self.codec = default_codec()
         self.batch_size = batch_size
         self.checkpoint_interval_s = checkpoint_interval_s

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.domain.decider import Decider
 from orchestrator.domain.errors import ConfigError
 from orchestrator.domain.messages import Envelope, HumanTaskOpened
 from orchestrator.domain.waits import HumanTask, token_hash
@@ -34,6 +35,7 @@ from orchestrator.settings import MIN_SECRET_CHARS, Settings
 __all__ = [
     "DEFAULT_SECRET_FILE",
     "TaskTokens",
+    "decider_for",
     "human_task_states",
     "load_task_tokens",
     "recorded_token_hashes",
@@ -163,6 +165,15 @@ def tokens_for_app(settings: Settings, app: Any) -> TaskTokens | None:
     except ConfigError as exc:
         shown = ", ".join(states[:5]) + (" ..." if len(states) > 5 else "")
         raise ConfigError(f"the application declares human tasks ({shown}): {exc}") from None
+
+
+def decider_for(settings: Settings, app: Any) -> Decider:
+    """The orchestrator's decider for ``app`` (a ``KeelApp``): it issues task tokens under
+    the deployment's key. An application that declares human tasks and has no key refuses
+    here, at startup, with one line (``ConfigError``)."""
+    tokens = tokens_for_app(settings, app)
+    decider: Decider = app.decider(None if tokens is None else tokens.hasher)
+    return decider
 
 
 def recorded_token_hashes(envelopes: Iterable[Envelope[Any]]) -> Callable[[str], str]:

@@ -2,13 +2,12 @@
 
 Declare one on an application with :func:`register`; ``keel sagas`` (alone) or
 ``keel orchestrator`` (a supervised thread, when the application declares any) runs
-:class:`~orchestrator.sagas.manager.SagaManager`. Compensation of a single run's effects
-is the decider's built-in saga (``orchestrator.domain.compensation``), not this.
+:class:`~orchestrator.sagas.manager.SagaManager` (import it from there: this package's
+face is what an application declares, and loads no Kafka client). Compensation of a single
+run's effects is the decider's built-in saga (``orchestrator.domain.compensation``), not this.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from orchestrator.sagas.declare import (
     Emit,
@@ -24,17 +23,8 @@ __all__ = [
     "Emit",
     "Saga",
     "SagaFact",
-    "SagaManager",
     "SagaView",
     "command_id",
     "register",
     "sagas_of",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SagaManager":  # the Kafka runtime, imported only when used
-        from orchestrator.sagas.manager import SagaManager
-
-        return SagaManager
-    raise AttributeError(name)
