@@ -64,6 +64,7 @@ lint: $(BIN)/keel
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy orchestrator handlers connectors ops
+	$(BIN)/lint-imports
 
 fmt: $(BIN)/keel
 	$(BIN)/ruff format .

@@ -110,3 +110,51 @@ def test_every_name_of_the_public_face_loads_no_io_client() -> None:
         check=True,
     )  # fmt: skip
     assert _clients(set(json.loads(done.stdout))) == []
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected groups of more than one module among all of Keel's modules,
+    imports inside functions and under ``TYPE_CHECKING`` included."""
+    import grimp
+
+    graph = grimp.build_graph("orchestrator", "handlers", "connectors", "ops", cache_dir=None)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for module in sorted(graph.modules):
+            if module not in index:
+                visit(module)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert _cycles() == []
