@@ -36,7 +36,6 @@ import uuid
 from collections import deque
 from typing import Any
 
-from confluent_kafka import Message
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.context import ActivityContext, reset_current, set_current
@@ -58,7 +57,7 @@ from orchestrator.domain.messages import (
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import Stopping as BrokerStopping
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.kafka import dead_letter, now_ms, to_record
+from orchestrator.runtime.kafka import ClientMessage, dead_letter, now_ms, to_record
 from orchestrator.runtime.ports import (
     ConsumerReset,
     DeliveryError,
@@ -580,7 +579,7 @@ class Worker:
 
 
 def bounded_dead_letter(
-    msg: Message | Record, reason: str, env: Envelope[Any] | None = None
+    msg: ClientMessage | Record, reason: str, env: Envelope[Any] | None = None
 ) -> Envelope[Any]:
     """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
 

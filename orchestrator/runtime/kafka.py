@@ -41,6 +41,10 @@ log = logging.getLogger("keel.kafka")
 client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
 
+#: A record as the Kafka client delivers it (``to_record`` makes it a ports ``Record``):
+#: named here so a process that handles one does not import the client itself.
+ClientMessage = Message
+
 PARTITIONER = "murmur2_random"
 #: How long a fetch may wait at the broker for data. No hop pays it: the broker answers
 #: a waiting fetch as soon as a record becomes readable (a commit marker moves the

@@ -36,8 +36,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Message
-
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
@@ -47,7 +45,7 @@ from orchestrator.runtime.broker_errors import Stopping
 from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.runtime.feed_cursor import FeedCursor, Handed
 from orchestrator.runtime.history_entries import history_entry
-from orchestrator.runtime.kafka import now_ms, read_partitions, to_record
+from orchestrator.runtime.kafka import ClientMessage, now_ms, read_partitions, to_record
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
 from orchestrator.runtime.projection import (
@@ -363,7 +361,7 @@ class Projector:
         return applied
 
     # ------------------------------------------------------------------ folding
-    def _decode(self, records: Iterable[Record | Message]) -> dict[str, list[Envelope[Any]]]:
+    def _decode(self, records: Iterable[Record | ClientMessage]) -> dict[str, list[Envelope[Any]]]:
         by_wf: dict[str, list[Envelope[Any]]] = {}
         for item in records:
             rec = item if isinstance(item, Record) else to_record(item)
@@ -482,7 +480,7 @@ class Projector:
                 break
         return state, lines, applied
 
-    def apply(self, records: Iterable[Record | Message], guarded: bool = True) -> int:
+    def apply(self, records: Iterable[Record | ClientMessage], guarded: bool = True) -> int:
         """Fold a batch of event records into the read model; returns events applied.
 
         ``guarded``: wait out a running rebuild and follow its epoch (live projectors);
@@ -572,7 +570,7 @@ class Projector:
 
             meta = admin_client(self.settings).list_topics(self.topic, timeout=30)
             partitions = list(meta.topics[self.topic].partitions)
-            batch: list[Message] = []
+            batch: list[ClientMessage] = []
             total = 0
             for msg in read_partitions(self.settings, self.topic, dict.fromkeys(partitions, 0)):
                 batch.append(msg)
