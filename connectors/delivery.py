@@ -160,6 +160,19 @@ class Dedupe:
         self.wait_s = wait_s
         self._release = redis.register_script(_RELEASE)
 
+    @classmethod
+    def connect(cls, url: str, keyspace: Keyspace, lock_s: float, wait_s: float) -> Dedupe:
+        """Markers in the Redis at ``url``, over a connection of its own with bounded waits."""
+        return cls(
+            Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5),
+            keyspace,
+            lock_s,
+            wait_s,
+        )
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
     async def claim(self, source: str, event_id: str) -> Claim:
         """Claim the event, or say it was delivered or is being delivered (after waiting)."""
         key = self.keyspace.dedupe(source, event_id)

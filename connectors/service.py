@@ -30,7 +30,6 @@ from enum import StrEnum
 from typing import Any
 
 from aiohttp import web
-from redis.asyncio import Redis
 
 from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
@@ -122,17 +121,18 @@ class Connector:
         self.codec = default_codec()
         self.keyspace = Keyspace(settings.topic_prefix)
         self.producer: AckingProducer | None = None
-        self.redis: Redis | None = None
         self.dedupe: Dedupe | None = None
         self._tracer = tracing.tracer()
         self.tasks = _task_api(settings, app)
 
     async def open(self) -> None:
         self.producer = AckingProducer(self.settings, self.ack_timeout_s)
-        self.redis = Redis.from_url(self.settings.redis, socket_connect_timeout=2, socket_timeout=5)
         # a claim outlives the longest wait for Kafka, so only a crashed holder loses it
-        self.dedupe = Dedupe(
-            self.redis, self.keyspace, lock_s=self.ack_timeout_s + 5, wait_s=self.ack_timeout_s
+        self.dedupe = Dedupe.connect(
+            self.settings.redis,
+            self.keyspace,
+            lock_s=self.ack_timeout_s + 5,
+            wait_s=self.ack_timeout_s,
         )
 
     async def close(self) -> None:
@@ -140,8 +140,8 @@ class Connector:
         await loop.run_in_executor(None, self.tasks.desk_client.close)
         if self.producer is not None:
             await loop.run_in_executor(None, self.producer.close)
-        if self.redis is not None:
-            await self.redis.aclose()
+        if self.dedupe is not None:
+            await self.dedupe.aclose()
 
     # ------------------------------------------------------------------ handlers
     async def healthz(self, request: web.Request) -> web.Response:
