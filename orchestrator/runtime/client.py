@@ -15,7 +15,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
 from pydantic import BaseModel
 
 from orchestrator.app import KeelApp
@@ -38,7 +37,7 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
-from orchestrator.runtime.kafka import BATCHED_LINGER_MS, now_ms, producer_config
+from orchestrator.runtime.kafka import BATCHED_LINGER_MS, ClientProducer, now_ms, plain_producer
 from orchestrator.runtime.projection import Projection
 from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.row_watch import RowWatch
@@ -119,8 +118,8 @@ class KeelClient:
         self.app = app
         self.codec = default_codec()
         self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
-        self._producer: Producer | None = None
-        self._bulk_producer: Producer | None = None
+        self._producer: ClientProducer | None = None
+        self._bulk_producer: ClientProducer | None = None
         self._errors: list[str] = []
         self._tracer = tracing.tracer()
         self._seal_keys: SealKeys | None = None
@@ -152,15 +151,15 @@ class KeelClient:
         return self.seal_keys.seal_fields(model, input_obj)
 
     @property
-    def producer(self) -> Producer:
+    def producer(self) -> ClientProducer:
         if self._producer is None:
             # No linger: a command is sent the moment it is produced, so what the caller
             # does until the flush (e.g. subscribing on Redis) overlaps Kafka's round trip.
-            self._producer = Producer(producer_config(self.settings, **{"linger.ms": 0}))
+            self._producer = plain_producer(self.settings, **{"linger.ms": 0})
         return self._producer
 
     @property
-    def bulk_producer(self) -> Producer:
+    def bulk_producer(self) -> ClientProducer:
         """``start_many``'s producer: it lingers, so a batch goes out in a few requests.
 
         One request per few commands (what no linger gives a loop of produces) costs the
@@ -168,9 +167,7 @@ class KeelClient:
         ends every batch sends what lingers at once (docs/performance.md).
         """
         if self._bulk_producer is None:
-            self._bulk_producer = Producer(
-                producer_config(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
-            )
+            self._bulk_producer = plain_producer(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
         return self._bulk_producer
 
     def send(self, workflow_id: str, payload: Any) -> str:
@@ -191,9 +188,9 @@ class KeelClient:
         payload: Any,
         flush: bool = True,
         message_id: str | None = None,
-        producer: Producer | None = None,
+        producer: ClientProducer | None = None,
     ) -> str:
-        if producer is None:  # not "or": a Producer with an empty queue is falsy (len 0)
+        if producer is None:  # not "or": a producer with an empty queue is falsy (len 0)
             producer = self.producer
         mid = message_id or uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
@@ -232,7 +229,7 @@ class KeelClient:
         if err is not None:
             self._errors.append(str(err))
 
-    def _flush(self, producer: Producer | None = None) -> None:
+    def _flush(self, producer: ClientProducer | None = None) -> None:
         """Return only once Kafka acknowledged every command sent so far."""
         if producer is None:
             producer = self.producer

@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import Consumer
-
 from orchestrator.codec import DecodeError, default_codec
 from orchestrator.domain.errors import HistoryError, InvalidInputError
 from orchestrator.domain.invariants import HistoryChecker, Invariant, ProofCheck, Violation
 from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
-from orchestrator.runtime.kafka import consumer_config, read_partitions
+from orchestrator.runtime.kafka import list_partitions, read_partitions
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -145,15 +143,10 @@ def read_history_dir(root: Path | str) -> Iterator[Envelope[Any]]:
 
 
 def _partitions(settings: Settings, topic: str) -> list[int]:
-    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}.reader"))
-    try:
-        meta = consumer.list_topics(topic, timeout=settings.admin_timeout_s)
-    finally:
-        consumer.close()
-    found = meta.topics.get(topic)
-    if found is None or found.error is not None or not found.partitions:
+    partitions = list_partitions(settings, topic)
+    if not partitions:
         raise InvalidInputError(f"topic {topic} does not exist at {settings.kafka_servers}")
-    return sorted(found.partitions)
+    return partitions
 
 
 def _read(settings: Settings, kind: str, workflow_ids: set[str] | None) -> Iterator[Envelope[Any]]:

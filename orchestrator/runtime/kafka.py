@@ -44,6 +44,8 @@ client_log.setLevel(logging.ERROR)
 #: A record as the Kafka client delivers it (``to_record`` makes it a ports ``Record``):
 #: named here so a process that handles one does not import the client itself.
 ClientMessage = Message
+#: A producer as the Kafka client makes it (:func:`plain_producer`, :func:`transactional_producer`).
+ClientProducer = Producer
 
 PARTITIONER = "murmur2_random"
 #: How long a fetch may wait at the broker for data. No hop pays it: the broker answers
@@ -163,6 +165,25 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         **security_config(settings),
         **extra,
     }
+
+
+def plain_producer(settings: Settings, **extra: Any) -> Producer:
+    """A producer outside transactions, with Keel's client settings and ``extra`` (the
+    client's commands)."""
+    return Producer(producer_config(settings, **extra))
+
+
+def list_partitions(settings: Settings, topic: str) -> list[int]:
+    """The partitions of ``topic``, from a plain consumer's metadata (none when missing)."""
+    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}.reader"))
+    try:
+        meta = consumer.list_topics(topic, timeout=settings.admin_timeout_s)
+    finally:
+        consumer.close()
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None:
+        return []
+    return sorted(found.partitions)
 
 
 def transactional_producer(
