@@ -186,6 +186,41 @@ def list_partitions(settings: Settings, topic: str) -> list[int]:
     return sorted(found.partitions)
 
 
+class EndTail:
+    """Topic ``topic`` read from the end it had when this was made, outside any group's
+    offsets: :meth:`poll` returns the records written since (the ones without an error)."""
+
+    def __init__(self, settings: Settings, topic: str, group_id: str, **extra: Any) -> None:
+        self.topic = topic
+        self.consumer = Consumer(
+            consumer_config(settings, group_id, **{"enable.partition.eof": False, **extra})
+        )
+        meta = self.consumer.list_topics(topic, timeout=settings.admin_timeout_s)
+        parts = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+        starts = []
+        for p in parts:
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=settings.admin_timeout_s
+            )
+            starts.append(TopicPartition(topic, p, high))
+        self.consumer.assign(starts)
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        """What arrived: waits up to ``timeout_s`` for the first record, then takes the rest
+        already fetched."""
+        found = []
+        msg = self.consumer.poll(timeout_s)
+        while msg is not None:
+            err = msg.error()
+            if err is None or err.code() == KafkaError._PARTITION_EOF:
+                found.append(msg)
+            msg = self.consumer.poll(0)
+        return found
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def transactional_producer(
     settings: Settings, transactional_id: str, *, init: bool = True
 ) -> Producer:

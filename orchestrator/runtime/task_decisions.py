@@ -36,15 +36,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from orchestrator.codec import default_codec
 from orchestrator.domain.fingerprint import canonical_json
 from orchestrator.domain.messages import DeadLetter, DecideHumanTask
 from orchestrator.domain.vocabulary import HumanDecision
 from orchestrator.domain.waits import token_hash
 from orchestrator.runtime.decision_proofs import DecisionProofs, load_decision_proofs
-from orchestrator.runtime.kafka import consumer_config
+from orchestrator.runtime.kafka import EndTail
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -168,31 +166,14 @@ class DlqWatch:
     def __init__(self, settings: Settings) -> None:
         self.topic = settings.topic("dlq")
         self.codec = default_codec()
-        self.consumer = Consumer(
-            consumer_config(
-                settings,
-                f"{settings.topic_prefix}.decisions",
-                **{"fetch.wait.max.ms": 50, "enable.partition.eof": False},
-            )
+        self.tail = EndTail(
+            settings, self.topic, f"{settings.topic_prefix}.decisions", **{"fetch.wait.max.ms": 50}
         )
-        meta = self.consumer.list_topics(self.topic, timeout=settings.admin_timeout_s)
-        parts = sorted(meta.topics[self.topic].partitions) if self.topic in meta.topics else []
-        starts = []
-        for p in parts:
-            _, high = self.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=settings.admin_timeout_s
-            )
-            starts.append(TopicPartition(self.topic, p, high))
-        self.consumer.assign(starts)
         self.letters: dict[str, str] = {}  # causation id -> reason
 
     def poll(self, timeout_s: float) -> None:
-        msg = self.consumer.poll(timeout_s)
-        while msg is not None:
-            err = msg.error()
-            if err is None or err.code() == KafkaError._PARTITION_EOF:
-                self._take(msg)
-            msg = self.consumer.poll(0)
+        for msg in self.tail.poll(timeout_s):
+            self._take(msg)
 
     def _take(self, msg: Any) -> None:
         value = msg.value()
@@ -207,7 +188,7 @@ class DlqWatch:
             self.letters[env.causation_id] = env.payload.reason.removeprefix(REJECTED)
 
     def close(self) -> None:
-        self.consumer.close()
+        self.tail.close()
 
 
 class TaskDesk:

@@ -610,7 +610,7 @@ def _build_demo_tail(s: Settings) -> None:
         ("orchestrator.runtime.kafka", "Producer", _build_client_bulk_producer),
         ("orchestrator.runtime.kafka_outcomes", "Producer", _build_outcome_sink),
         ("orchestrator.runtime.kafka_adapter", "Consumer", _build_command_intake),
-        ("orchestrator.runtime.task_decisions", "Consumer", _build_dlq_watch),
+        ("orchestrator.runtime.kafka", "Consumer", _build_dlq_watch),
         ("orchestrator.runtime.kafka", "Consumer", _build_history_reader),
         ("connectors.delivery", "Producer", _build_connector_producer),
         ("orchestrator.runtime.topics", "AdminClient", _build_topics_admin),
