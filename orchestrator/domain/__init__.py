@@ -5,9 +5,9 @@ Layers, each importing only those before it (and the standard library and pydant
 ``state``, ``keys`` -> ``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
 ``irreversible``, ``policies`` -> ``definitions`` -> ``activities`` (the activity lifecycle) ->
 ``signals`` (inbox, correlations, late signals) -> ``human_tasks`` (approvals) ->
-``parking`` (runs of a version this process lacks) ->
+``missing_versions`` (runs of a version this process lacks) ->
 ``compensation`` (undoing effects, docs/sagas.md) -> ``evolve`` (state from events) ->
-``decide`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
+``command_handlers`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
 ``replay`` (re-decide recorded histories). ``invariants`` (what every recorded history
 must satisfy, checked from the history alone) stands beside them, over ``messages``
 only. The Kafka runtime depends on this package, never the reverse.

@@ -24,7 +24,7 @@ command's ``recorded_at``), which keeps the deadline at most a third behind the 
 See docs/activities.md.
 
 The functions here act on a :class:`Decision` (the scratch simulation of one command,
-implemented in :mod:`orchestrator.domain.decide`), so this module depends on nothing
+implemented in :mod:`orchestrator.domain.command_handlers`), so this module depends on nothing
 above it.
 """
 

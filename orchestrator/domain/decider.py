@@ -1,7 +1,7 @@
-"""The decider: one small facade over ``decide`` (events from commands) and ``evolve``
+"""The decider: one small facade over ``command_handlers`` (events from commands) and ``evolve``
 (state from events), compiled from a set of workflow definitions.
 
-Both are pure and deterministic; see :mod:`orchestrator.domain.decide`,
+Both are pure and deterministic; see :mod:`orchestrator.domain.command_handlers`,
 :mod:`orchestrator.domain.evolve` and, for activities, :mod:`orchestrator.domain.activities`.
 The names the runtime has always imported from here are re-exported.
 """
@@ -22,7 +22,7 @@ from orchestrator.domain.activities import (
     query_outcome,
     retry_delay_ms,
 )
-from orchestrator.domain.decide import MAX_TRANSITIONS_PER_DECISION, decide
+from orchestrator.domain.command_handlers import MAX_TRANSITIONS_PER_DECISION, decide
 from orchestrator.domain.definitions import WorkflowDefinition, index_definitions
 from orchestrator.domain.errors import CommandRejected, HistoryError
 from orchestrator.domain.human_tasks import TaskTokenHash

@@ -48,7 +48,7 @@ from orchestrator.domain.messages import (
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
-from orchestrator.domain.parking import VERSION_MISSING
+from orchestrator.domain.missing_versions import VERSION_MISSING
 from orchestrator.domain.state import (
     ATTENTION,
     ActivityState,

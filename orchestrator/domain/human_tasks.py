@@ -21,7 +21,7 @@ id to the sha256 of the token it issues (e.g. the token is HMAC(secret, task id)
 the domain never sees a secret and history never holds a token.
 
 Like :mod:`orchestrator.domain.activities`, the deciding functions act on a
-``Decision`` (implemented in :mod:`orchestrator.domain.decide`); the appliers at the
+``Decision`` (implemented in :mod:`orchestrator.domain.command_handlers`); the appliers at the
 end fold the events (registered by :mod:`orchestrator.domain.evolve`).
 """
 

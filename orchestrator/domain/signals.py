@@ -15,7 +15,7 @@ The rules (docs/workflows.md, "Signals"):
   whose correlation it carries when that wait opens. So a late or stray signal is
   never applied to the wrong step.
 
-The deciding half acts on a ``Decision`` (see :mod:`orchestrator.domain.decide`); the
+The deciding half acts on a ``Decision`` (see :mod:`orchestrator.domain.command_handlers`); the
 appliers at the end fold the events (registered by :mod:`orchestrator.domain.evolve`).
 """
 

@@ -41,7 +41,7 @@ from orchestrator.domain.messages import (
     SignalWorkflow,
     StartWorkflow,
 )
-from orchestrator.domain.parking import PARKED, RunParked
+from orchestrator.domain.missing_versions import PARKED, RunParked
 from orchestrator.domain.state import WorkflowState
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import TxnAbortable

@@ -40,7 +40,7 @@ from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.local_activities import LOCAL_BOUND_MS, LocalActivities
 from orchestrator.runtime.owned import OrchestratorStats, PartitionState
-from orchestrator.runtime.parked import ParkedRedrive
+from orchestrator.runtime.parked_redrive import ParkedRedrive
 from orchestrator.runtime.ports import CommandIntake, EventLog
 from orchestrator.runtime.recovery import (
     CHECKPOINT_KEY,
@@ -114,7 +114,7 @@ class Orchestrator:
         self._retry_recovery_at = 0.0
         self._last_poll = time.monotonic()
         self.state = "starting"
-        #: Redrives parked commands this process can decide (orchestrator/runtime/parked.py).
+        #: Redrives parked commands this process can decide (runtime/parked_redrive.py).
         self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
         if adapters is None:
             adapters = self._kafka_adapters()

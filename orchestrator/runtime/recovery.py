@@ -11,7 +11,7 @@ A run whose history cannot be rebuilt (an event the current definition cannot fo
 an undecodable record, a broken snapshot) is quarantined, never dropped: dropping it
 would let a repeated start open a second run at seq 1 in the same stream. A live run of
 a version this process does not have is held as a stand-in instead (its commands are
-parked, orchestrator/domain/parking.py); a checkpoint never writes a stand-in and keeps
+parked, orchestrator/domain/missing_versions.py); a checkpoint never writes a stand-in and keeps
 its partition's marker before the stand-in's first unfolded event, so a process with the
 version folds the whole history.
 """
@@ -31,7 +31,7 @@ try:  # the package's name once the domain exports it; the decider module's unti
 except ImportError:  # pragma: no cover - depends on the domain layout
     from orchestrator.domain.decider import SUMMARY_EVENTS
 from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
-from orchestrator.domain.parking import stand_in
+from orchestrator.domain.missing_versions import stand_in
 from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.context import RuntimeContext

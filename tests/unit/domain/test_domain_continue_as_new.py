@@ -18,8 +18,8 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain import decide as decide_module
-from orchestrator.domain.decide import continued_run_id
+from orchestrator.domain import command_handlers as decide_module
+from orchestrator.domain.command_handlers import continued_run_id
 from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (
     ActivityScheduled,

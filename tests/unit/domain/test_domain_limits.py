@@ -30,7 +30,7 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain import decide as decide_module
+from orchestrator.domain import command_handlers as decide_module
 from orchestrator.domain.limits import MAX_DURATION_MS, MAX_PAYLOAD_BYTES, MAX_REASON_CHARS
 from orchestrator.domain.messages import (
     ActivityCompleted,

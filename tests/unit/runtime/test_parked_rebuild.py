@@ -17,10 +17,10 @@ import pytest
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import StartWorkflow, WorkflowNeedsAttention
-from orchestrator.domain.parking import is_parked, parked_version
+from orchestrator.domain.missing_versions import is_parked, parked_version
 from orchestrator.domain.vocabulary import WorkflowStatus
 from orchestrator.runtime.dlq import Letter, LetterKind
-from orchestrator.runtime.parked import parked_to_redrive
+from orchestrator.runtime.parked_redrive import parked_to_redrive
 from orchestrator.runtime.partitioning import partition_for
 from orchestrator.runtime.recovery import CHECKPOINT_KEY
 from tests.integration import versions_app

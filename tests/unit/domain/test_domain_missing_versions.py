@@ -16,7 +16,7 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowNeedsAttention,
 )
-from orchestrator.domain.parking import RunParked, is_parked
+from orchestrator.domain.missing_versions import RunParked, is_parked
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
 from tests.integration.versions_app import V1, V2

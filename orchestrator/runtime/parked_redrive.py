@@ -1,7 +1,7 @@
 """Parked commands go out again by themselves once a process that has their version runs.
 
 A process without a run's version keeps the run's commands in ``keel.dlq`` with a reason
-starting ``parked:`` that names the run's (name, version) (orchestrator/domain/parking.py).
+starting ``parked:`` that names the run's (name, version) (orchestrator/domain/missing_versions.py).
 When an orchestrator is assigned partitions (at start and on every rebalance), it looks
 for open parked letters of those partitions whose version it has, and redrives them the
 way ``keel dlq redrive`` does (a Redis claim each, then the records and their markers in
@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Collection, Iterable
 
-from orchestrator.domain.parking import parked_version
+from orchestrator.domain.missing_versions import parked_version
 from orchestrator.runtime.dlq import Letter, LetterKind, LetterState, list_letters, redrive_letters
 from orchestrator.settings import Settings
 

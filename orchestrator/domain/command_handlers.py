@@ -75,7 +75,7 @@ from orchestrator.domain.messages import (
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
-from orchestrator.domain.parking import (
+from orchestrator.domain.missing_versions import (
     VERSION_MISSING,
     RunParked,
     is_parked,
@@ -191,7 +191,7 @@ def _park(
     what: str,
 ) -> RunParked:
     """The refusal of a command for a run whose version this process lacks; the first
-    one records why the run waits (see :mod:`orchestrator.domain.parking`)."""
+    one records why the run waits (see :mod:`orchestrator.domain.missing_versions`)."""
     reason = missing_version_reason(state)
     refusal = f"{reason.removeprefix(VERSION_MISSING)}; {what} kept"
     if is_parked(state):
