@@ -1,11 +1,16 @@
 """Keel: a durable, event-sourced workflow orchestrator on Apache Kafka.
 
-This package is the public face an application imports (docs/workflows.md,
-docs/activities.md): the application object, the definitions API, the context a
-definition's functions read, the activity helpers and the errors. Everything else —
-the Kafka and Redis runtime, the CLI — stays behind the processes that run it.
+This package is the public face, and the only one, an application imports
+(docs/workflows.md, docs/activities.md): the application object, the definitions API and
+the words it is written in, the context a definition's functions read, the activity
+helpers, sensitive fields, compensation, sagas, webhook sources, LLM steps and the
+errors. Everything else (the domain's internals, the Kafka and Redis runtime, the
+processes, the CLI) stays behind the processes that run it and may change between
+releases; the docs' examples import from here only (tests/unit/test_doc_snippets.py).
 
-Names load lazily, so ``import orchestrator`` is cheap and pulls in no I/O client.
+Names load lazily, so ``import orchestrator`` is cheap and pulls in no I/O client; so
+does every name but the LLM steps', whose module brings the built-in LLM activity's
+HTTP and Redis clients with it (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     # the application object
     "KeelApp": "orchestrator.app",
     "load_app": "orchestrator.app",
-    # definitions
+    # definitions: a workflow, its states, steps, transitions and waits
     "WorkflowDefinition": "orchestrator.domain.definitions",
     "State": "orchestrator.domain.definitions",
     "Step": "orchestrator.domain.definitions",
@@ -26,13 +31,58 @@ _EXPORTS: dict[str, str] = {
     "TimerWait": "orchestrator.domain.definitions",
     "SignalWait": "orchestrator.domain.definitions",
     "RetryPolicy": "orchestrator.domain.definitions",
+    "HumanTask": "orchestrator.domain.waits",
+    "Escalation": "orchestrator.domain.waits",
+    "Compensation": "orchestrator.domain.policies",
+    "Migration": "orchestrator.domain.migrations",
     "Context": "orchestrator.domain.context",
+    # the vocabulary a definition is written in (each member equals its string)
+    "OnUnknown": "orchestrator.domain.vocabulary",
+    "OnExhausted": "orchestrator.domain.vocabulary",
+    "OnCancel": "orchestrator.domain.vocabulary",
+    "OnExpiry": "orchestrator.domain.vocabulary",
+    "HumanDecision": "orchestrator.domain.vocabulary",
+    "WorkflowStatus": "orchestrator.domain.vocabulary",
+    # a field sealed outside its handler (docs/secrets.md)
+    "Sensitive": "orchestrator.runtime.sealing",
     # activities
     "activity": "handlers.context",
+    "ActivityContext": "handlers.context",
     "side_effect": "handlers.markers",
+    "ActivityError": "handlers.errors",
     "TransientError": "handlers.errors",
     "PermanentError": "handlers.errors",
     "OutcomeUnknownError": "handlers.errors",
+    # sagas across workflows (docs/sagas.md) and the commands they emit
+    "Saga": "orchestrator.sagas.declare",
+    "Emit": "orchestrator.sagas.declare",
+    "SagaFact": "orchestrator.sagas.declare",
+    "SagaView": "orchestrator.sagas.declare",
+    "register": "orchestrator.sagas.declare",
+    "StartWorkflow": "orchestrator.domain.messages",
+    "SignalWorkflow": "orchestrator.domain.messages",
+    "CancelWorkflow": "orchestrator.domain.messages",
+    # webhook sources (docs/connector.md)
+    "WebhookSource": "orchestrator.webhook_sources",
+    "Signal": "orchestrator.webhook_sources",
+    "Start": "orchestrator.webhook_sources",
+    "RouteError": "orchestrator.webhook_sources",
+    # LLM steps (docs/llm-nodes.md)
+    "llm_step": "handlers.llm.node",
+    "LlmCall": "handlers.llm.node",
+    "OnInvalid": "handlers.llm.node",
+    "RiskRule": "handlers.llm.node",
+    "confidence_below": "handlers.llm.node",
+    "has_flag": "handlers.llm.node",
+    "INVALID_OUTPUT": "handlers.llm.node",
+    "agent_step": "handlers.llm.agent",
+    "AgentCall": "handlers.llm.agent",
+    "PromptTemplate": "handlers.llm.prompts",
+    "prompts": "handlers.llm.prompts",
+    "load_prompt": "handlers.llm.prompts",
+    "Tool": "handlers.llm.tools",
+    "CachePolicy": "handlers.llm.cache",
+    "Pricing": "handlers.llm.runtime",
     # errors
     "KeelError": "orchestrator.domain.errors",
     "DefinitionError": "orchestrator.domain.errors",
@@ -47,39 +97,121 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "INVALID_OUTPUT",
+    "ActivityContext",
+    "ActivityError",
+    "AgentCall",
+    "CachePolicy",
+    "CancelWorkflow",
     "CommandRejected",
+    "Compensation",
     "ConfigError",
     "Context",
     "DefinitionError",
+    "Emit",
+    "Escalation",
+    "HumanDecision",
+    "HumanTask",
     "InvalidIdError",
     "InvalidInputError",
     "KeelApp",
     "KeelError",
     "LimitExceededError",
+    "LlmCall",
+    "Migration",
     "NotFoundError",
+    "OnCancel",
+    "OnExhausted",
+    "OnExpiry",
+    "OnInvalid",
+    "OnUnknown",
     "OutcomeUnknownError",
     "PermanentError",
+    "Pricing",
+    "PromptTemplate",
     "RetryPolicy",
+    "RiskRule",
+    "RouteError",
+    "Saga",
+    "SagaFact",
+    "SagaView",
+    "Sensitive",
+    "Signal",
     "SignalWait",
+    "SignalWorkflow",
+    "Start",
+    "StartWorkflow",
     "State",
     "Step",
     "TimerWait",
+    "Tool",
     "TransientError",
     "Transition",
     "UnavailableError",
     "UnknownWorkflowError",
+    "WebhookSource",
     "WorkflowDefinition",
+    "WorkflowStatus",
     "activity",
+    "agent_step",
+    "confidence_below",
+    "has_flag",
+    "llm_step",
     "load_app",
+    "load_prompt",
+    "prompts",
+    "register",
     "side_effect",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first use
-    from handlers.context import activity
-    from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
-    from handlers.markers import side_effect
-    from orchestrator.app import KeelApp, load_app
-    from orchestrator.domain.context import Context
+    from handlers.context import (
+        ActivityContext,
+        activity,
+    )
+    from handlers.errors import (
+        ActivityError,
+        OutcomeUnknownError,
+        PermanentError,
+        TransientError,
+    )
+    from handlers.llm.agent import (
+        AgentCall,
+        agent_step,
+    )
+    from handlers.llm.cache import (
+        CachePolicy,
+    )
+    from handlers.llm.node import (
+        INVALID_OUTPUT,
+        LlmCall,
+        OnInvalid,
+        RiskRule,
+        confidence_below,
+        has_flag,
+        llm_step,
+    )
+    from handlers.llm.prompts import (
+        PromptTemplate,
+        load_prompt,
+        prompts,
+    )
+    from handlers.llm.runtime import (
+        Pricing,
+    )
+    from handlers.llm.tools import (
+        Tool,
+    )
+    from handlers.markers import (
+        side_effect,
+    )
+    from orchestrator.app import (
+        KeelApp,
+        load_app,
+    )
+    from orchestrator.domain.context import (
+        Context,
+    )
     from orchestrator.domain.definitions import (
         RetryPolicy,
         SignalWait,
@@ -100,6 +232,45 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         NotFoundError,
         UnavailableError,
         UnknownWorkflowError,
+    )
+    from orchestrator.domain.messages import (
+        CancelWorkflow,
+        SignalWorkflow,
+        StartWorkflow,
+    )
+    from orchestrator.domain.migrations import (
+        Migration,
+    )
+    from orchestrator.domain.policies import (
+        Compensation,
+    )
+    from orchestrator.domain.vocabulary import (
+        HumanDecision,
+        OnCancel,
+        OnExhausted,
+        OnExpiry,
+        OnUnknown,
+        WorkflowStatus,
+    )
+    from orchestrator.domain.waits import (
+        Escalation,
+        HumanTask,
+    )
+    from orchestrator.runtime.sealing import (
+        Sensitive,
+    )
+    from orchestrator.sagas.declare import (
+        Emit,
+        Saga,
+        SagaFact,
+        SagaView,
+        register,
+    )
+    from orchestrator.webhook_sources import (
+        RouteError,
+        Signal,
+        Start,
+        WebhookSource,
     )
 
 

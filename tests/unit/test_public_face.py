@@ -54,3 +54,98 @@ def test_unknown_names_are_attribute_errors() -> None:
 
 def test_all_lists_exactly_the_lazy_exports() -> None:
     assert sorted(orchestrator.__all__) == sorted(orchestrator._EXPORTS)
+
+
+#: Every name an application may import from ``orchestrator``, pinned: adding one is a
+#: decision (the docs and this list change with it), removing one breaks applications.
+PUBLIC_NAMES = {
+    # the application object
+    "KeelApp",
+    "load_app",
+    # definitions and the words they are written in
+    "WorkflowDefinition",
+    "State",
+    "Step",
+    "Transition",
+    "TimerWait",
+    "SignalWait",
+    "HumanTask",
+    "Escalation",
+    "RetryPolicy",
+    "Compensation",
+    "Migration",
+    "Context",
+    "OnUnknown",
+    "OnExhausted",
+    "OnCancel",
+    "OnExpiry",
+    "HumanDecision",
+    "WorkflowStatus",
+    "Sensitive",
+    # activities
+    "activity",
+    "ActivityContext",
+    "side_effect",
+    "ActivityError",
+    "TransientError",
+    "PermanentError",
+    "OutcomeUnknownError",
+    # sagas and the commands they emit
+    "Saga",
+    "Emit",
+    "SagaFact",
+    "SagaView",
+    "register",
+    "StartWorkflow",
+    "SignalWorkflow",
+    "CancelWorkflow",
+    # webhook sources
+    "WebhookSource",
+    "Signal",
+    "Start",
+    "RouteError",
+    # LLM steps
+    "llm_step",
+    "agent_step",
+    "LlmCall",
+    "AgentCall",
+    "OnInvalid",
+    "RiskRule",
+    "confidence_below",
+    "has_flag",
+    "INVALID_OUTPUT",
+    "PromptTemplate",
+    "prompts",
+    "load_prompt",
+    "Tool",
+    "CachePolicy",
+    "Pricing",
+    # errors
+    "KeelError",
+    "DefinitionError",
+    "InvalidInputError",
+    "InvalidIdError",
+    "LimitExceededError",
+    "UnknownWorkflowError",
+    "NotFoundError",
+    "CommandRejected",
+    "ConfigError",
+    "UnavailableError",
+}
+
+
+def test_the_exported_names_are_pinned() -> None:
+    assert set(orchestrator.__all__) == PUBLIC_NAMES
+    assert len(orchestrator.__all__) == len(PUBLIC_NAMES)
+
+
+def test_each_public_name_is_the_object_its_home_module_defines() -> None:
+    """The face re-exports; it never wraps (``isinstance`` and ``is`` hold across paths)."""
+    import importlib
+
+    for name, module in orchestrator._EXPORTS.items():
+        assert getattr(orchestrator, name) is getattr(importlib.import_module(module), name)
+
+
+def test_dir_lists_the_public_names() -> None:
+    assert set(dir(orchestrator)) >= PUBLIC_NAMES
