@@ -44,9 +44,9 @@ from orchestrator.domain.errors import (
     KeelError,
     UnavailableError,
 )
-from orchestrator.domain.messages import Envelope
 from orchestrator.runtime import tracing
 from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.envelopes import command_envelope
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.task_decisions import TaskDesk
@@ -236,14 +236,11 @@ class Connector:
         assert self.producer is not None
         with self._tracer.start_as_current_span(f"keel.connector webhook {source}"):
             traceparent = tracing.current_traceparent()
-            env: Envelope[Any] = Envelope(
-                message_id=mid,
-                workflow_id=workflow_id,
-                run_id="",
-                seq=0,
-                type=type(payload).__name__,
-                recorded_at=now_ms(),
-                payload=payload,
+            env = command_envelope(
+                mid,
+                workflow_id,
+                payload,
+                now_ms(),
                 correlation_id=workflow_id,
                 traceparent=traceparent,
             )

@@ -56,6 +56,7 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.runtime import tracing
 from orchestrator.runtime.broker_errors import Stopping as BrokerStopping
+from orchestrator.runtime.envelopes import report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.kafka import ClientMessage, dead_letter, now_ms, to_record
 from orchestrator.runtime.ports import (
@@ -510,18 +511,7 @@ class Worker:
         traceparent: str | None,
     ) -> str | None:
         """Send one report for ``rec``'s task; the problem when it cannot be produced."""
-        report: Envelope[Any] = Envelope(
-            message_id=message_id,
-            workflow_id=task.workflow_id,
-            run_id=task.run_id,
-            seq=0,
-            type=type(payload).__name__,
-            recorded_at=now_ms(),
-            payload=payload,
-            causation_id=task.message_id,
-            correlation_id=task.correlation_id,
-            traceparent=traceparent,
-        )
+        report = report_envelope(task, message_id, payload, now_ms(), traceparent)
         headers = [("traceparent", traceparent.encode())] if traceparent else []
         key = task.workflow_id.encode()
         value = self.codec.encode(report)

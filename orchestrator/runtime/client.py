@@ -30,13 +30,13 @@ from orchestrator.domain.ids import check_workflow_id
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.domain.messages import (
     CancelWorkflow,
-    Envelope,
     ResolveActivity,
     SignalWorkflow,
     StartWorkflow,
 )
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
+from orchestrator.runtime.envelopes import command_envelope
 from orchestrator.runtime.kafka import BATCHED_LINGER_MS, ClientProducer, now_ms, plain_producer
 from orchestrator.runtime.projection import Projection
 from orchestrator.runtime.read_model_rows import announced_row
@@ -195,14 +195,11 @@ class KeelClient:
         mid = message_id or uuid.uuid4().hex
         with self._tracer.start_as_current_span(f"keel.client {type(payload).__name__}"):
             traceparent = tracing.current_traceparent()
-            env: Envelope[Any] = Envelope(
-                message_id=mid,
-                workflow_id=workflow_id,
-                run_id="",
-                seq=0,
-                type=type(payload).__name__,
-                recorded_at=now_ms(),
-                payload=payload,
+            env = command_envelope(
+                mid,
+                workflow_id,
+                payload,
+                now_ms(),
                 correlation_id=workflow_id,
                 traceparent=traceparent,
             )

@@ -54,6 +54,7 @@ from orchestrator.runtime.envelopes import (
     dead_letter_envelope,
     follow_up,
     runtime_envelope,
+    stamped,
 )
 from orchestrator.runtime.kafka import dead_letter, now_ms
 from orchestrator.runtime.local_activities import LocalRun
@@ -116,22 +117,6 @@ def _over_limits(payload: Any) -> str | None:
 #: Rounds of local activities one batch runs (a chain of local steps is one round per
 #: step); past it, the rest go to the workers, so a looping workflow cannot hold a batch.
 MAX_LOCAL_ROUNDS = 32
-
-
-def _at(cmd: Envelope[Any], now: int) -> Envelope[Any]:
-    """``cmd`` stamped ``now`` (``dataclasses.replace`` without its per-call field walk)."""
-    return Envelope(
-        cmd.message_id,
-        cmd.workflow_id,
-        cmd.run_id,
-        cmd.seq,
-        cmd.type,
-        now,
-        cmd.payload,
-        cmd.causation_id,
-        cmd.correlation_id,
-        cmd.traceparent,
-    )
 
 
 #: Home partitions of recent keys: ``murmur2`` in Python costs more than the lookup, and
@@ -265,14 +250,12 @@ class CommandLoop:
 
     def _local_report(self, r: LocalRun, report: Any, overlay: Overlay, now: int) -> list[Out]:
         """Decide a local activity's report exactly as a worker's report would be."""
-        env: Envelope[Any] = Envelope(
-            message_id=r.report_message_id,
-            workflow_id=r.workflow_id,
-            run_id=r.run_id,
-            seq=0,
-            type=type(report).__name__,
-            recorded_at=now,
-            payload=report,
+        env = runtime_envelope(
+            r.report_message_id,
+            r.workflow_id,
+            r.run_id,
+            report,
+            now,
             causation_id=r.task_message_id,
             correlation_id=r.correlation_id,
         )
@@ -299,14 +282,12 @@ class CommandLoop:
 
     def _remote_task(self, r: LocalRun, now: int) -> Out:
         """A local step past the batch's rounds: its task goes to the workers after all."""
-        ev: Envelope[Any] = Envelope(
-            message_id=r.event_message_id,
-            workflow_id=r.workflow_id,
-            run_id=r.run_id,
-            seq=0,
-            type="ActivityScheduled",
-            recorded_at=now,
-            payload=r.scheduled,
+        ev = runtime_envelope(
+            r.event_message_id,
+            r.workflow_id,
+            r.run_id,
+            r.scheduled,
+            now,
             correlation_id=r.correlation_id,
         )
         return self._task(ev, r.workflow_id.encode(), (), now)
@@ -477,7 +458,7 @@ class CommandLoop:
         # The decision's clock is when this orchestrator takes the command, not when a
         # client wrote it: a command that waited in Kafka (an orchestrator down, a lag)
         # must not find its timeouts already expired, nor a skewed client move them.
-        taken = cmd if cmd.recorded_at == now else _at(cmd, now)
+        taken = cmd if cmd.recorded_at == now else stamped(cmd, now)
         kept: list[Out] = []
         try:
             if type(cmd.payload) is DecideHumanTask:

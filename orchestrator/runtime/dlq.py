@@ -41,6 +41,7 @@ from orchestrator.domain.messages import (
     Envelope,
     RedriveActivity,
 )
+from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
 from orchestrator.runtime.kafka import header, now_ms, read_partitions, transactional_producer
 from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.settings import Settings
@@ -312,14 +313,11 @@ def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> 
     codec = default_codec()
     if letter.kind == LetterKind.ACTIVITY:
         assert letter.activity_id is not None
-        command: Envelope[Any] = Envelope(
-            message_id=f"redrive/{letter.id}",
-            workflow_id=letter.workflow_id,
-            run_id="",
-            seq=0,
-            type="RedriveActivity",
-            recorded_at=at,
-            payload=RedriveActivity(letter.activity_id),
+        command = command_envelope(
+            f"redrive/{letter.id}",
+            letter.workflow_id,
+            RedriveActivity(letter.activity_id),
+            at,
             correlation_id=letter.workflow_id,
         )
         producer.produce(
@@ -342,14 +340,11 @@ def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> 
 
 
 def _marker(settings: Settings, letter: Letter, at: int) -> Envelope[Any]:
-    return Envelope(
-        message_id=f"redriven/{letter.id}",
-        workflow_id=letter.workflow_id,
-        run_id="",
-        seq=0,
-        type="DeadLetter",
-        recorded_at=at,
-        payload=DeadLetter(
+    return runtime_envelope(
+        f"redriven/{letter.id}",
+        letter.workflow_id,
+        "",
+        DeadLetter(
             settings.topic("dlq"),
             -1,
             -1,
@@ -358,6 +353,7 @@ def _marker(settings: Settings, letter: Letter, at: int) -> Envelope[Any]:
             letter.id.encode(),
             None,
         ),
+        at,
         causation_id=letter.id,
     )
 

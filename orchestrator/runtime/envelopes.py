@@ -1,5 +1,21 @@
 """The one factory of the envelopes the runtime writes itself, and the record size policy.
 
+Every envelope the product builds outside the domain is built here: commands from outside a
+run (:func:`command_envelope`: the client, the connector's webhooks, a dead letter's
+redrive, a saga's commands, a migration's dry run), a record that follows another
+(:func:`follow_up`: a task, a dead letter; :func:`report_envelope`: a worker's report on a
+task), a command stamped with the deciding clock (:func:`stamped`), snapshots, dead letters
+and anything else the runtime writes itself (:func:`runtime_envelope`). Three kinds of
+construction stay where they are, and nowhere else builds an ``Envelope`` by hand:
+
+- the domain's own (``orchestrator/domain``): the decider's events (``command_handlers``)
+  and the commands replay rebuilds from a recorded history (``replay``); the domain is
+  below this module and imports nothing from the runtime;
+- decoding, which rebuilds an envelope that was already written, field for field:
+  ``orchestrator/codec.py`` (the Avro reader, and its benchmark's sample record) and
+  ``orchestrator/runtime/history_io.py`` (an exported history's JSON lines);
+- tests, which build what they feed.
+
 Every record Keel produces must fit under the broker's record limit (1 MiB by default),
 so each is checked here against :data:`MAX_RECORD_BYTES` before it reaches a producer
 (docs/limits.md). A dead letter wraps the record it refuses, so it truncates what it
@@ -17,10 +33,13 @@ from orchestrator.domain.messages import DeadLetter, Envelope, WorkflowSnapshot
 __all__ = [
     "MAX_RECORD_BYTES",
     "check_record_size",
+    "command_envelope",
     "dead_letter_envelope",
     "follow_up",
+    "report_envelope",
     "runtime_envelope",
     "snapshot_envelope",
+    "stamped",
 ]
 
 #: The largest record Keel writes: room under the broker's 1,048,588-byte default and
@@ -80,6 +99,64 @@ def follow_up(ev: Envelope[Any], tag: str, now: int, payload: Any) -> Envelope[A
         causation_id=ev.message_id,
         correlation_id=ev.correlation_id,
         traceparent=ev.traceparent,
+    )
+
+
+def command_envelope(
+    message_id: str,
+    workflow_id: str,
+    payload: Any,
+    now: int,
+    *,
+    causation_id: str | None = None,
+    correlation_id: str | None = None,
+    traceparent: str | None = None,
+) -> Envelope[Any]:
+    """A command for ``keel.commands`` from outside a run (the client, a webhook, a redrive,
+    a saga, a migration's dry run): no run id and seq 0, the orchestrator finds the run."""
+    return runtime_envelope(
+        message_id,
+        workflow_id,
+        "",
+        payload,
+        now,
+        causation_id=causation_id,
+        correlation_id=correlation_id,
+        traceparent=traceparent,
+    )
+
+
+def report_envelope(
+    task: Envelope[Any], message_id: str, payload: Any, now: int, traceparent: str | None
+) -> Envelope[Any]:
+    """A worker's report on ``task`` (its completion, failure, heartbeat): same run, caused
+    by the task, in the task's correlation, under the worker's own span."""
+    return runtime_envelope(
+        message_id,
+        task.workflow_id,
+        task.run_id,
+        payload,
+        now,
+        causation_id=task.message_id,
+        correlation_id=task.correlation_id,
+        traceparent=traceparent,
+    )
+
+
+def stamped(cmd: Envelope[Any], now: int) -> Envelope[Any]:
+    """``cmd`` with ``recorded_at`` = ``now``, the deciding clock; everything else kept
+    (``dataclasses.replace`` without its per-call field walk: the command loop's hot path)."""
+    return Envelope(
+        cmd.message_id,
+        cmd.workflow_id,
+        cmd.run_id,
+        cmd.seq,
+        cmd.type,
+        now,
+        cmd.payload,
+        cmd.causation_id,
+        cmd.correlation_id,
+        cmd.traceparent,
     )
 
 

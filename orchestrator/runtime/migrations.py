@@ -26,6 +26,7 @@ from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigr
 from orchestrator.domain.replay import RunReport, group_runs, payload_dict, replay_on_version
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime.client import KeelClient
+from orchestrator.runtime.envelopes import command_envelope
 from orchestrator.runtime.history_io import read_topic_history
 from orchestrator.runtime.kafka import now_ms
 from orchestrator.runtime.task_decisions import DlqWatch
@@ -125,16 +126,13 @@ def plan(
         state = decider.fold(events)
         assert state is not None
         target = decider.definitions.get((state.name, to_version))
-        cmd: Envelope[Any] = Envelope(
-            message_id=f"dry-run/{wid}",
-            workflow_id=wid,
-            run_id="",
-            seq=0,
-            type=MigrateWorkflow.__name__,
-            recorded_at=now,
-            payload=MigrateWorkflow(
+        cmd = command_envelope(
+            f"dry-run/{wid}",
+            wid,
+            MigrateWorkflow(
                 to_version, actor, reason, state.version, target.digest if target else ""
             ),
+            now,
         )
         p = MigrationPlan(
             workflow_id=wid,

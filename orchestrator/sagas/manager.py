@@ -45,6 +45,7 @@ from orchestrator.domain.messages import (
     WorkflowStarted,
 )
 from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
+from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
 from orchestrator.runtime.kafka import (
     consumer_config,
     next_offsets,
@@ -303,14 +304,12 @@ class SagaManager:
                 data_json=json.dumps(_data(env.payload), sort_keys=True, default=str),
             )
             key = f"{saga.name}/{corr}"
-            record: Envelope[Any] = Envelope(
-                message_id=f"sagafact/{saga.name}/{env.workflow_id}/{env.seq}",
-                workflow_id=key,
-                run_id="",
-                seq=0,
-                type="SagaEvent",
-                recorded_at=now_ms(),
-                payload=fact,
+            record = runtime_envelope(
+                f"sagafact/{saga.name}/{env.workflow_id}/{env.seq}",
+                key,
+                "",
+                fact,
+                now_ms(),
                 causation_id=env.message_id,
                 correlation_id=corr,
                 traceparent=env.traceparent,
@@ -340,14 +339,11 @@ class SagaManager:
             emits = []
         view.add(fact)
         for i, e in enumerate(emits):
-            record: Envelope[Any] = Envelope(
-                message_id=command_id(saga.name, p.correlation, fact, i),
-                workflow_id=e.workflow_id,
-                run_id="",
-                seq=0,
-                type=type(e.command).__name__,
-                recorded_at=now_ms(),
-                payload=e.command,
+            record = command_envelope(
+                command_id(saga.name, p.correlation, fact, i),
+                e.workflow_id,
+                e.command,
+                now_ms(),
                 causation_id=env.message_id,
                 correlation_id=p.correlation,
                 traceparent=env.traceparent,
