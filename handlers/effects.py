@@ -45,6 +45,10 @@ from redis.retry import Retry
 from handlers.markers import side_effect as side_effect
 from orchestrator.runtime.keyspace import Keyspace
 
+# The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
+# the task is abandoned (and redelivered); re-exported, callers import it from here too.
+from orchestrator.runtime.ports import Stopping as Stopping
+
 log = logging.getLogger("keel.worker.effects")
 
 T = TypeVar("T")
@@ -194,10 +198,6 @@ class EffectStore:
 
     def get(self, key: str) -> dict[str, str]:
         return cast("dict[str, str]", self.r.hgetall(self.key(key)))
-
-
-class Stopping(Exception):
-    """The worker is stopping while Redis is away: abandon the task (it is redelivered)."""
 
 
 class RedisGate:

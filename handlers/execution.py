@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.effects import Claim, ClaimOutcome, RedisGate, Stopping
+from handlers.effects import Claim, ClaimOutcome, RedisGate
 from handlers.errors import (
     FailureClass,
     OutcomeUnknownError,
@@ -33,6 +33,7 @@ from orchestrator.app import ActivityHandler, KeelApp
 from orchestrator.definitions import format_validation_error
 from orchestrator.domain.errors import KeelError, LimitExceededError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
+from orchestrator.runtime.ports import Stopping
 from orchestrator.runtime.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 from orchestrator.settings import load_settings
 

@@ -39,7 +39,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.context import ActivityContext, reset_current, set_current
-from handlers.effects import EffectStore, RedisGate, Stopping
+from handlers.effects import EffectStore, RedisGate
 from handlers.errors import classify, error_type, retry_after_ms
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from orchestrator.app import KeelApp
@@ -55,7 +55,6 @@ from orchestrator.domain.messages import (
     HeartbeatActivity,
 )
 from orchestrator.runtime import tracing
-from orchestrator.runtime.broker_errors import Stopping as BrokerStopping
 from orchestrator.runtime.envelopes import report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.kafka import ClientMessage, dead_letter, now_ms, to_record
@@ -65,6 +64,7 @@ from orchestrator.runtime.ports import (
     OutcomeSink,
     Record,
     RecordRefused,
+    Stopping,
     TaskIntake,
 )
 from orchestrator.settings import Settings
@@ -195,12 +195,9 @@ class Worker:
             while not self._stop.is_set():
                 try:
                     if not self.step():
-                        log.info(
-                            "stopping while Redis is away: the rest of the batch will be "
-                            "redelivered"
-                        )
+                        log.info("stopping mid-batch: the rest of the batch will be redelivered")
                         break
-                except BrokerStopping:
+                except Stopping:
                     break
                 status.maybe_write()
         finally:
@@ -217,7 +214,8 @@ class Worker:
     def step(self) -> bool:
         """One poll, and the batch it brought run, reported and committed (or rewound).
 
-        False when the worker stopped mid-batch (Redis away): nothing of it is committed.
+        False when the worker stopped mid-batch (Redis away, or the producer's queue full):
+        nothing of it is committed.
         """
         try:
             records = self.intake.poll(self.batch_size, 0.1)
@@ -382,7 +380,8 @@ class Worker:
 
     # ------------------------------------------------------------------ one task
     async def _run_one(self, rec: Record) -> bool:
-        """Run one record and report; False only when abandoned because of a stop."""
+        """Run one record and report; False only when abandoned because of a stop (the
+        Redis gate's, or the sink's while its queue is full): never a dead letter."""
         try:
             await self._handle(rec)
         except Stopping:

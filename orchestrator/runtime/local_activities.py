@@ -44,6 +44,7 @@ from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, Fa
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import TimeoutKind
 from orchestrator.runtime.broker_errors import TxnAbortable
+from orchestrator.runtime.ports import Stopping
 
 __all__ = ["LOCAL_BOUND_MS", "LocalActivities", "LocalRun"]
 
@@ -247,7 +248,7 @@ class LocalActivities:
             return CompleteActivity(s.activity_id, s.attempt, value, version)
         h = _handlers()
         errors = h.errors
-        if isinstance(value, h.effects.Stopping):  # stopping while Redis is away: commit nothing
+        if isinstance(value, Stopping):  # stopping while Redis is away: commit nothing
             raise TxnAbortable(f"local activity {s.activity_id} abandoned: {value}") from value
         return FailActivity(
             s.activity_id,

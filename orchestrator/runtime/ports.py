@@ -316,7 +316,11 @@ class CallStalled(ProducerReset):
 
 
 class Stopping(KeelError):
-    """The process was asked to stop while a call was waiting."""
+    """The process was asked to stop while a call was waiting (a Kafka call, the worker's
+    Redis gate, a projector waiting out a rebuild): what the call served is abandoned, not
+    committed, and read again by whoever owns it next; never a failure of the work.
+
+    The one ``Stopping``: ``broker_errors`` and ``handlers.effects`` re-export it."""
 
 
 class RebuildRunning(KeelError):

@@ -77,10 +77,6 @@ HEALTH_TTL_S = 30
 Update = tuple[WorkflowState, list[str], str | None]
 
 
-class _Stopping(Exception):
-    """Stop was requested while a batch waited; the batch is not committed."""
-
-
 class RedisReadModelStore(Projection):
     """The Redis adapter of :class:`~orchestrator.runtime.ports.ReadModelStore`."""
 
@@ -218,7 +214,7 @@ class Projector:
             while not self._stop.is_set():
                 try:
                     self.step()
-                except (_Stopping, Stopping):
+                except Stopping:  # asked to stop while a batch waited: it is not committed
                     break
         finally:
             if self._stop.is_set():
@@ -547,7 +543,7 @@ class Projector:
         try:
             while self.projection.rebuild_running():
                 if self._stop.wait(0.5):
-                    raise _Stopping
+                    raise Stopping("stopped while waiting for a rebuild of the read model")
         finally:
             self.waiting_for_rebuild = False
 

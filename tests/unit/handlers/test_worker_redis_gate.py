@@ -78,3 +78,9 @@ def test_a_stop_ends_the_wait():
 
     with pytest.raises(Stopping, match=r"stopping while Redis is unreachable \(claim\)"):
         asyncio.run(run())
+
+
+def test_the_gate_stops_with_the_ports_one_stopping():
+    from orchestrator.runtime import broker_errors, ports
+
+    assert Stopping is ports.Stopping is broker_errors.Stopping
