@@ -17,9 +17,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator import KeelApp, Signal, Start
 from orchestrator.examples import app as examples
-from orchestrator.webhook_sources import Signal, Start
 
 __all__ = ["DOCUMENTS_SECRETS_ENV", "DocumentEvent", "app"]
 

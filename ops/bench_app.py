@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, Step, WorkflowDefinition
+from orchestrator import Context, KeelApp, Step, WorkflowDefinition
 from orchestrator.examples import NInput
 from orchestrator.examples import app as examples
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from orchestrator.codec import default_codec
+from orchestrator.domain.messages import ActivityTask, Envelope
 
 
 def read_topic(
@@ -139,3 +142,55 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+# -- talking to the worker through the real topics (tests/integration/test_worker_*.py) --
+
+
+def task_envelope(
+    workflow_id: str,
+    activity_type: str,
+    input_json: str,
+    *,
+    attempt: int = 1,
+    activity_id: str = "run#1/step",
+    message_id: str | None = None,
+):
+    """An ActivityTask as the orchestrator would send it (idempotency key ``wf/type/1``)."""
+    return Envelope(
+        message_id=message_id or f"test/{workflow_id}/{activity_type}/{attempt}",
+        workflow_id=workflow_id,
+        run_id="r1",
+        seq=0,
+        type="ActivityTask",
+        recorded_at=int(time.time() * 1000),
+        payload=ActivityTask(
+            activity_id,
+            activity_type,
+            "step",
+            input_json,
+            1,
+            attempt,
+            f"{workflow_id}/{activity_type}/1",
+        ),
+    )
+
+
+def produce(settings, topic_kind: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    """Produce raw ``(key, value)`` records to a Keel topic and wait for the broker."""
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_servers, "message.max.bytes": 2_000_000}
+    )
+    for key, value in records:
+        producer.produce(settings.topic(topic_kind), key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def reports(settings, workflow_id: str | None = None) -> list:
+    """Every command on the commands topic (decoded), optionally of one workflow."""
+    codec = default_codec()
+    records = read_topic(
+        settings.kafka_servers, settings.topic("commands"), settings.partitions, max_s=2
+    )
+    found = [codec.decode(r.value()) for r in records]
+    return [e for e in found if workflow_id is None or e.workflow_id == workflow_id]

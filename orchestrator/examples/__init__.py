@@ -19,15 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.definitions import (
-    Context,
-    SignalWait,
-    State,
-    Step,
-    TimerWait,
-    Transition,
-    WorkflowDefinition,
-)
+from orchestrator import Context, SignalWait, State, Step, TimerWait, Transition, WorkflowDefinition
 from orchestrator.examples.registry import app
 
 __all__ = ["app"]

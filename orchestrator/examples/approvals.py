@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.domain import Context, Escalation, HumanTask, State, Step, WorkflowDefinition
-from orchestrator.domain.vocabulary import OnExpiry
+from orchestrator import Context, Escalation, HumanTask, OnExpiry, State, Step, WorkflowDefinition
 from orchestrator.examples.registry import app
 
 __all__ = ["payment_approval"]

@@ -23,10 +23,17 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.context import activity
-from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
-from handlers.markers import side_effect
-from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
+from orchestrator import (
+    Context,
+    OutcomeUnknownError,
+    PermanentError,
+    RetryPolicy,
+    Step,
+    TransientError,
+    WorkflowDefinition,
+    activity,
+    side_effect,
+)
 from orchestrator.examples.registry import app
 
 LEDGER_TIMEOUT_S = 2.0

@@ -33,31 +33,29 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.llm import (
+from orchestrator import (
     INVALID_OUTPUT,
     AgentCall,
     CachePolicy,
+    Context,
+    HumanTask,
+    KeelApp,
     LlmCall,
     OnInvalid,
     Pricing,
     PromptTemplate,
+    RetryPolicy,
+    SignalWait,
+    State,
     Tool,
+    Transition,
+    WorkflowDefinition,
     agent_step,
     confidence_below,
     has_flag,
     llm_step,
     prompts,
 )
-from orchestrator.app import KeelApp
-from orchestrator.definitions import (
-    Context,
-    RetryPolicy,
-    SignalWait,
-    State,
-    Transition,
-    WorkflowDefinition,
-)
-from orchestrator.domain import HumanTask
 
 __all__ = ["app"]
 

@@ -6,7 +6,7 @@ A module of its own so that the examples in this package (``approvals``, ``invoi
 
 from __future__ import annotations
 
-from orchestrator.app import KeelApp
+from orchestrator import KeelApp
 
 __all__ = ["app"]
 

@@ -24,10 +24,17 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.context import activity
-from handlers.errors import OutcomeUnknownError, PermanentError, TransientError
-from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
-from orchestrator.domain.policies import Compensation
+from orchestrator import (
+    Compensation,
+    Context,
+    OutcomeUnknownError,
+    PermanentError,
+    RetryPolicy,
+    Step,
+    TransientError,
+    WorkflowDefinition,
+    activity,
+)
 from orchestrator.examples.registry import app
 
 BOOKING_TIMEOUT_S = 2.0

@@ -4,10 +4,8 @@ orchestrator and the saga manager while compensations run."""
 
 from __future__ import annotations
 
-from orchestrator.app import KeelApp
-from orchestrator.domain.messages import StartWorkflow
+from orchestrator import Emit, KeelApp, Saga, SagaFact, SagaView, StartWorkflow, register
 from orchestrator.examples import app as examples
-from orchestrator.sagas import Emit, Saga, SagaFact, SagaView, register
 
 app = KeelApp("travel-sagas")
 app.definitions.update(examples.definitions)

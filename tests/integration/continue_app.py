@@ -22,15 +22,18 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.llm import LlmCall, PromptTemplate, llm_step, prompts
-from orchestrator.app import KeelApp
-from orchestrator.definitions import (
+from orchestrator import (
     Context,
+    KeelApp,
+    LlmCall,
+    PromptTemplate,
     RetryPolicy,
     State,
     Step,
     Transition,
     WorkflowDefinition,
+    llm_step,
+    prompts,
 )
 from orchestrator.examples import app as examples_app
 

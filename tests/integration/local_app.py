@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
+from orchestrator import Context, KeelApp, RetryPolicy, Step, WorkflowDefinition
 from orchestrator.examples import app as examples
 from orchestrator.examples import invoices
 from orchestrator.examples.invoices import Invoice

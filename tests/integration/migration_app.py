@@ -13,9 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import SignalWait, State, Step, Transition, WorkflowDefinition
-from orchestrator.domain.migrations import Migration
+from orchestrator import KeelApp, Migration, SignalWait, State, Step, Transition, WorkflowDefinition
 
 
 class TicketV1(BaseModel):

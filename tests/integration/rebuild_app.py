@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import SignalWait, State, Transition, WorkflowDefinition
+from orchestrator import KeelApp, SignalWait, State, Transition, WorkflowDefinition
 from orchestrator.examples import app as examples_app
 from orchestrator.examples.llm_invoices import app as llm_app
 from tests.integration.migration_app import app as migration_app

@@ -13,11 +13,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from handlers.errors import PermanentError
-from orchestrator.app import KeelApp
-from orchestrator.definitions import SignalWait, State, Step, WorkflowDefinition
-from orchestrator.domain.messages import CancelWorkflow
-from orchestrator.sagas import Emit, Saga, SagaFact, SagaView, register
+from orchestrator import (
+    CancelWorkflow,
+    Emit,
+    KeelApp,
+    PermanentError,
+    Saga,
+    SagaFact,
+    SagaView,
+    SignalWait,
+    State,
+    Step,
+    WorkflowDefinition,
+    register,
+)
 
 app = KeelApp("sagas-test")
 

@@ -13,10 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from handlers.effects import side_effect
-from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, Step, WorkflowDefinition
-from orchestrator.runtime.sealing import Sensitive
+from orchestrator import Context, KeelApp, Sensitive, Step, WorkflowDefinition, side_effect
 
 APP = "tests.integration.sealed_app:app"
 

@@ -14,9 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.app import KeelApp
-from orchestrator.domain import Context, Escalation, HumanTask, State, Step, WorkflowDefinition
-from orchestrator.domain.vocabulary import OnExpiry
+from orchestrator import (
+    Context,
+    Escalation,
+    HumanTask,
+    KeelApp,
+    OnExpiry,
+    State,
+    Step,
+    WorkflowDefinition,
+)
 
 DAY_S = 2.0
 app = KeelApp("tasks-test")

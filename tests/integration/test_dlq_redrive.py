@@ -8,8 +8,7 @@ import threading
 from orchestrator.domain.errors import CommandRejected
 from orchestrator.runtime.dlq import list_letters, redrive
 from tests.integration.test_durable_core import keel
-from tests.integration.worker_app import produce
-from tests.support import read_topic, wait_until
+from tests.support import produce, read_topic, wait_until
 
 GARBAGE = b"\x00not a task at all"
 

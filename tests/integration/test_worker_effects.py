@@ -12,8 +12,16 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import ActivityFailed, ActivityScheduled, FailActivity
 from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
-from tests.integration.worker_app import APP, produce, reports, task_envelope
-from tests.support import Services, assert_sound_history, histories, wait_until
+from tests.integration.worker_app import APP
+from tests.support import (
+    Services,
+    assert_sound_history,
+    histories,
+    produce,
+    reports,
+    task_envelope,
+    wait_until,
+)
 
 REFUSED = (
     "result of activity 'post_then_misreport' refused after the handler returned; its effect "

@@ -7,8 +7,8 @@ import signal
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import CompleteActivity
-from tests.integration.worker_app import APP, produce, reports, task_envelope
-from tests.support import Services, wait_until
+from tests.integration.worker_app import APP
+from tests.support import Services, produce, reports, task_envelope, wait_until
 
 
 def test_the_worker_status_file_shows_partitions_and_commits_and_sigterm_stops_it(

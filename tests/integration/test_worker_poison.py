@@ -10,8 +10,16 @@ from orchestrator.domain.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.messages import Envelope, FailActivity, StartWorkflow
 from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
-from tests.integration.worker_app import APP, produce, reports, task_envelope
-from tests.support import Services, decode_all, read_topic, wait_until
+from tests.integration.worker_app import APP
+from tests.support import (
+    Services,
+    decode_all,
+    produce,
+    read_topic,
+    reports,
+    task_envelope,
+    wait_until,
+)
 
 LIMIT = f"the limit is {MAX_PAYLOAD_BYTES:,} bytes (store large documents elsewhere and pass a reference)"
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
+from orchestrator import Context, KeelApp, RetryPolicy, Step, WorkflowDefinition
 from orchestrator.examples import app as examples
 from orchestrator.examples import invoices
 from orchestrator.examples.invoices import Invoice

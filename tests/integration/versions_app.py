@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.app import KeelApp
-from orchestrator.definitions import SignalWait, State, Step, Transition, WorkflowDefinition
+from orchestrator import KeelApp, SignalWait, State, Step, Transition, WorkflowDefinition
 
 
 class Order(BaseModel):

@@ -12,9 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from connectors.webhooks import Signal
-from orchestrator.app import KeelApp
-from orchestrator.definitions import SignalWait, State, Transition, WorkflowDefinition
+from orchestrator import KeelApp, Signal, SignalWait, State, Transition, WorkflowDefinition
 
 __all__ = ["EVERY", "SECRETS_ENV", "SOURCE", "app"]
 

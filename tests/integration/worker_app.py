@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.effects import side_effect
-from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, RetryPolicy, Step, WorkflowDefinition
+from orchestrator import Context, KeelApp, RetryPolicy, Step, WorkflowDefinition, side_effect
 from orchestrator.examples import app as examples
 from orchestrator.examples.invoices import Invoice, Posting, post_to_ledger
 
@@ -56,64 +54,3 @@ misreported_posting = app.workflow(
         description="A posting whose handler returns a result of the wrong shape.",
     )
 )
-
-
-# -- helpers for tests that talk to the worker through the real topics -----------------
-
-
-def task_envelope(
-    workflow_id: str,
-    activity_type: str,
-    input_json: str,
-    *,
-    attempt: int = 1,
-    activity_id: str = "run#1/step",
-    message_id: str | None = None,
-):
-    """An ActivityTask as the orchestrator would send it (idempotency key ``wf/type/1``)."""
-    import time
-
-    from orchestrator.domain.messages import ActivityTask, Envelope
-
-    return Envelope(
-        message_id=message_id or f"test/{workflow_id}/{activity_type}/{attempt}",
-        workflow_id=workflow_id,
-        run_id="r1",
-        seq=0,
-        type="ActivityTask",
-        recorded_at=int(time.time() * 1000),
-        payload=ActivityTask(
-            activity_id,
-            activity_type,
-            "step",
-            input_json,
-            1,
-            attempt,
-            f"{workflow_id}/{activity_type}/1",
-        ),
-    )
-
-
-def produce(settings, topic_kind: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
-    """Produce raw ``(key, value)`` records to a Keel topic and wait for the broker."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka_servers, "message.max.bytes": 2_000_000}
-    )
-    for key, value in records:
-        producer.produce(settings.topic(topic_kind), key=key, value=value)
-    assert producer.flush(30) == 0
-
-
-def reports(settings, workflow_id: str | None = None) -> list:
-    """Every command on the commands topic (decoded), optionally of one workflow."""
-    from orchestrator.codec import default_codec
-    from tests.support import read_topic
-
-    codec = default_codec()
-    records = read_topic(
-        settings.kafka_servers, settings.topic("commands"), settings.partitions, max_s=2
-    )
-    found = [codec.decode(r.value()) for r in records]
-    return [e for e in found if workflow_id is None or e.workflow_id == workflow_id]
