@@ -43,8 +43,9 @@ _EXPORTS: dict[str, str] = {
     "OnExpiry": "orchestrator.domain.vocabulary",
     "HumanDecision": "orchestrator.domain.vocabulary",
     "WorkflowStatus": "orchestrator.domain.vocabulary",
-    # a field sealed outside its handler (docs/secrets.md)
+    # fields sealed outside their handler (docs/secrets.md)
     "Sensitive": "orchestrator.runtime.sealing",
+    "SealedValue": "orchestrator.runtime.sealing",
     # activities
     "activity": "handlers.context",
     "ActivityContext": "handlers.context",
@@ -135,6 +136,7 @@ __all__ = [
     "Saga",
     "SagaFact",
     "SagaView",
+    "SealedValue",
     "Sensitive",
     "Signal",
     "SignalWait",
@@ -257,6 +259,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         HumanTask,
     )
     from orchestrator.runtime.sealing import (
+        SealedValue,
         Sensitive,
     )
     from orchestrator.sagas.declare import (

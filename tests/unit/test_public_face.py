@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import orchestrator
+from tests.unit.test_doc_snippets import foreign_imports
 
 
 def test_every_public_name_resolves() -> None:
@@ -82,6 +87,7 @@ PUBLIC_NAMES = {
     "HumanDecision",
     "WorkflowStatus",
     "Sensitive",
+    "SealedValue",
     # activities
     "activity",
     "ActivityContext",
@@ -149,3 +155,33 @@ def test_each_public_name_is_the_object_its_home_module_defines() -> None:
 
 def test_dir_lists_the_public_names() -> None:
     assert set(dir(orchestrator)) >= PUBLIC_NAMES
+
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The applications Keel ships or tests with: written against the face like any other.
+APPLICATIONS = sorted(
+    [
+        *(ROOT / "orchestrator" / "examples").glob("*.py"),
+        ROOT / "connectors" / "examples.py",
+        ROOT / "ops" / "bench_app.py",
+        *(ROOT / "tests" / "integration").glob("*_app.py"),
+        *(ROOT / "tests" / "fault").glob("*_app.py"),
+    ]
+)
+#: Other applications an application may build on (their workflows, handlers and models).
+OTHER_APPS = re.compile(r"orchestrator\.examples(\..+)?|tests\.(integration|fault)\.\w+_app")
+
+
+@pytest.mark.parametrize("path", APPLICATIONS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_an_application_imports_only_the_public_face(path: Path) -> None:
+    bad = [
+        imported
+        for imported in foreign_imports(path.read_text(encoding="utf-8"))
+        if not OTHER_APPS.fullmatch(imported.split(": ", 1)[1])
+    ]
+    assert bad == [], f"{path.relative_to(ROOT)} imports past `orchestrator`: {bad}"
+
+
+def test_the_applications_are_found() -> None:
+    names = {p.name for p in APPLICATIONS}
+    assert {"invoices.py", "examples.py", "worker_app.py", "travel_sagas_app.py"} <= names

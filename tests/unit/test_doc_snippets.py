@@ -1,0 +1,137 @@
+"""The docs teach the public face only: every Python snippet in README.md and docs/*.md
+imports from ``orchestrator`` (the package itself), the standard library or third-party
+packages, never from Keel's internals (``orchestrator.<sub>``, ``handlers``,
+``connectors``, ``ops``).
+
+A snippet that shows an operator's or a maintainer's view of the internals says so with a
+``# keel-internal`` comment (and the text around it says why); it is exempt. Use it
+sparingly: what an application writes must be writable from the face.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+#: Keel's own top-level packages; of them only ``orchestrator`` itself may be imported.
+KEEL_PACKAGES = frozenset({"orchestrator", "handlers", "connectors", "ops", "avro", "tests"})
+#: The marker of a snippet about the internals, exempt from the rule.
+INTERNAL = "# keel-internal"
+PYTHON = frozenset({"python", "py", "python3"})
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$")
+_KEEL_IMPORT = re.compile(r"^\s*(from|import)\s+(orchestrator|handlers|connectors|ops)\b", re.M)
+
+
+@dataclass(frozen=True)
+class Snippet:
+    page: Path
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def snippets(page: Path) -> list[Snippet]:
+    """The fenced code blocks of a page (indented ones, as in a list, dedented)."""
+    found: list[Snippet] = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, fence = opening["indent"], opening["fence"]
+        lang = (opening["info"].strip().split() or [""])[0].lower()
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and not (
+            lines[j].strip().startswith(fence) and lines[j].strip().strip(fence[0]) == ""
+        ):
+            text = lines[j]
+            body.append(text[len(indent) :] if text.startswith(indent) else text.lstrip())
+            j += 1
+        found.append(Snippet(page, i + 1, lang, "\n".join(body) + "\n"))
+        i = j + 1
+    return found
+
+
+def python_snippets() -> list[Snippet]:
+    """Blocks tagged Python, and any other block with an import of a Keel package in it."""
+    return [
+        s
+        for page in PAGES
+        for s in snippets(page)
+        if s.lang in PYTHON or _KEEL_IMPORT.search(s.code)
+    ]
+
+
+def foreign_imports(source: str) -> list[str]:
+    """The imports in ``source`` (nested ones included) that reach past the public face."""
+    bad: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                bad.append(f"line {node.lineno}: a relative import")
+                continue
+            modules = [node.module or ""]
+        else:
+            continue
+        for module in modules:
+            if module.split(".")[0] in KEEL_PACKAGES and module != "orchestrator":
+                bad.append(f"line {node.lineno}: {module}")
+    return bad
+
+
+SNIPPETS = python_snippets()
+
+
+def test_the_pages_have_python_snippets() -> None:
+    assert len(SNIPPETS) >= 10
+    assert {s.page.name for s in SNIPPETS} >= {"workflows.md", "sagas.md", "llm-nodes.md"}
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=str)
+def test_a_snippet_imports_only_the_public_face(snippet: Snippet) -> None:
+    if INTERNAL in snippet.code:
+        return
+    try:
+        bad = foreign_imports(snippet.code)
+    except SyntaxError as exc:
+        pytest.fail(f"{snippet}: not valid Python ({exc.msg}, line {exc.lineno})")
+    assert bad == [], (
+        f"{snippet} imports past the public face ({', '.join(bad)}): import from "
+        f"`orchestrator`, or mark an operator's snippet `{INTERNAL}` and say why"
+    )
+
+
+def test_the_rule_tells_the_face_from_the_internals() -> None:
+    assert foreign_imports("import orchestrator\nfrom orchestrator import KeelApp\n") == []
+    assert foreign_imports("from pydantic import BaseModel\nimport hashlib\n") == []
+    assert foreign_imports("from orchestrator.domain import State\n") == [
+        "line 1: orchestrator.domain"
+    ]
+    assert foreign_imports("def f():\n    import handlers.llm\n") == ["line 2: handlers.llm"]
+    assert foreign_imports("from connectors.webhooks import Signal\n") != []
+    assert foreign_imports("from ops.topics import create_topics\n") != []
+    assert foreign_imports("from . import x\n") != []
+
+
+def test_a_snippet_inside_a_list_item_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text("1. step\n\n   ```python\n   from handlers.llm import llm_step\n   ```\n")
+    (found,) = snippets(page)
+    assert found.lang == "python"
+    assert foreign_imports(found.code) == ["line 1: handlers.llm"]
