@@ -17,6 +17,7 @@ the reason; a computed payload over the size limit, or a history past
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -214,8 +215,10 @@ def _start_definition(
         loads_bounded(p.input_json, f"input of {defn.label}")
     except LimitExceededError as exc:
         raise CommandRejected(str(exc)) from None
-    except ValueError:
+    except json.JSONDecodeError:
         pass  # not JSON: parse_input says so, in its words
+    except ValueError as exc:  # JSON, but not standard JSON (the input rule, docs/limits.md)
+        raise CommandRejected(str(exc)) from None
     try:
         defn.parse_input(p.input_json)
     except InvalidInputError as exc:

@@ -6,11 +6,18 @@ bounded, and so are its nesting depth, its integers and every duration. The clie
 checks these first (a clear error, nothing written); the decider checks them again,
 because it is the authority and commands can come from any producer. Large documents
 belong in object storage: pass a reference (a URL and a digest), not the bytes.
+
+One input rule holds at every edge (CLI, client, connector, worker, orchestrator): a
+JSON value is standard JSON (RFC 8259) in valid UTF-8. ``NaN``, ``Infinity``, a number
+that overflows a double (``1e400``), a lone surrogate (``"\ud800"``) and invalid UTF-8
+are refused by :func:`loads_bounded`, so no event ever holds a value another JSON reader
+refuses (docs/limits.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -41,6 +48,9 @@ MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 64
 #: A run of digits longer than any integer Keel accepts (a cheap pre-check).
 _LONG_DIGITS = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
+#: Text that may hold what standard JSON does not allow: a ``NaN`` / ``Infinity``
+#: constant, an exponent that may overflow a double, a surrogate escape (paired or not).
+_NONSTANDARD = re.compile(r"NaN|Infinity|[eE][+-]?\d{3}|\\u[dD][89a-fA-F]")
 #: Events in one run's history; past it the run needs attention (continue-as-new instead).
 MAX_HISTORY_EVENTS = 50_000
 #: Encoded payload bytes of one run's history.
@@ -112,17 +122,60 @@ def _parse_int(what: str) -> Any:
     return parse
 
 
-def loads_bounded(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
-    """Parse JSON ``text`` within every limit; ``LimitExceededError`` or ``ValueError`` else."""
+def _refuse_constant(what: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{what} holds {name}, which is not standard JSON (RFC 8259)")
+
+    return refuse
+
+
+def _finite_float(what: str) -> Any:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{what} holds the number {text[:40]}, which overflows a double")
+        return value
+
+    return parse
+
+
+def _utf8(text: str | bytes | bytearray, what: str) -> str:
+    """``text`` as a str that encodes to valid UTF-8, else ``ValueError`` naming where."""
+    if not isinstance(text, str):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{what} is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+            ) from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
+            "which is not valid Unicode"
+        ) from None
+    return text
+
+
+def loads_bounded(text: str | bytes, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """Parse JSON ``text`` within every limit and the input rule (the module doc);
+    ``LimitExceededError`` or ``ValueError`` else."""
+    text = _utf8(text, what)
     check_payload_size(text, what, limit)
-    if not isinstance(text, str):  # bytes: the careful path
-        _check_depth(text.decode("utf-8", "replace"), what)
-        return json.loads(text, parse_int=_parse_int(what))
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest deeper
         _check_depth(text, what)
-    if _LONG_DIGITS.search(text) is None:  # no integer can be too long: the plain decoder
-        return parse_json(text)
-    return json.loads(text, parse_int=_parse_int(what))
+    if _LONG_DIGITS.search(text) is None and _NONSTANDARD.search(text) is None:
+        return parse_json(text)  # nothing non-standard can be in it: the fast parser
+    value = json.loads(
+        text,
+        parse_int=_parse_int(what),
+        parse_float=_finite_float(what),
+        parse_constant=_refuse_constant(what),
+    )
+    if "\\u" in text:  # an escaped lone surrogate decodes to a str UTF-8 cannot hold
+        _utf8(json.dumps(value, ensure_ascii=False), what)
+    return value
 
 
 def check_json_text(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> None:

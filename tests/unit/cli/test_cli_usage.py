@@ -87,6 +87,26 @@ def test_a_bad_log_level_is_one_line():
             "error: --input is not valid JSON: Expecting property name enclosed in double "
             "quotes at line 1 column 2",
         ),
+        (  # the input rule (docs/limits.md): standard JSON in valid UTF-8, nothing else
+            ["workflow", "start", "parallel_checks", "--input", '{"amount": 1e400}'],
+            "error: --input is not valid JSON: --input holds the number 1e400, which "
+            "overflows a double",
+        ),
+        (
+            ["workflow", "start", "parallel_checks", "--input", '{"amount": NaN}'],
+            "error: --input is not valid JSON: --input holds NaN, which is not standard "
+            "JSON (RFC 8259)",
+        ),
+        (
+            ["workflow", "start", "parallel_checks", "--input", '{"a": [-Infinity]}'],
+            "error: --input is not valid JSON: --input holds -Infinity, which is not "
+            "standard JSON (RFC 8259)",
+        ),
+        (
+            ["workflow", "start", "parallel_checks", "--input", '{"s": "\\ud800"}'],
+            "error: --input is not valid JSON: --input holds a lone surrogate (U+D800), "
+            "which is not valid Unicode",
+        ),
         (
             ["workflow", "start", "parallel_checks", "--input", "@/nonexistent/in.json"],
             "error: cannot read --input file '/nonexistent/in.json': No such file or directory",

@@ -31,7 +31,12 @@ from orchestrator.domain import (
     WorkflowState,
 )
 from orchestrator.domain import command_handlers as decide_module
-from orchestrator.domain.limits import MAX_DURATION_MS, MAX_PAYLOAD_BYTES, MAX_REASON_CHARS
+from orchestrator.domain.limits import (
+    MAX_DURATION_MS,
+    MAX_PAYLOAD_BYTES,
+    MAX_REASON_CHARS,
+    loads_bounded,
+)
 from orchestrator.domain.messages import (
     ActivityCompleted,
     ActivityFailed,
@@ -325,3 +330,47 @@ def test_a_found_resolution_result_is_checked() -> None:
     )
     events = run.send(ResolveActivity("run#1/pay", "found", '{"ok": 1}', "checked by hand"))
     assert events[1] == ActivityCompleted("run#1/pay", 1, '{"ok": 1}')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1e400", "input holds the number 1e400, which overflows a double"),
+        ('{"a": [-1e999]}', "input holds the number -1e999, which overflows a double"),
+        ("9" * 60 + ".0e300", f"input holds the number {'9' * 40}, which overflows a double"),
+        ("NaN", "input holds NaN, which is not standard JSON (RFC 8259)"),
+        ('{"x": Infinity}', "input holds Infinity, which is not standard JSON (RFC 8259)"),
+        ('["\\ud800"]', "input holds a lone surrogate (U+D800), which is not valid Unicode"),
+        ('"\ud800"', "input holds a lone surrogate (U+D800), which is not valid Unicode"),
+        (b'"\xff"', "input is not valid UTF-8 (byte 1: invalid start byte)"),
+    ],
+)
+def test_the_input_rule_refuses_what_standard_json_does_not_allow(text, message) -> None:
+    with pytest.raises(ValueError) as exc:
+        loads_bounded(text, "input")
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('"NaN and Infinity are words"', "NaN and Infinity are words"),
+        ('"\\ud83d\\ude00"', "\U0001f600"),  # a surrogate pair is one character
+        ("1.5e308", 1.5e308),
+        ("-0.0", -0.0),
+        (b'{"caf\xc3\xa9": 1}', {"café": 1}),
+    ],
+)
+def test_the_input_rule_keeps_every_standard_value(text, value) -> None:
+    assert loads_bounded(text, "input") == value
+
+
+def test_the_orchestrator_refuses_a_raw_start_holding_infinity() -> None:
+    """A producer that skips the edges meets the same rule in the decider."""
+    run = examples()
+    with pytest.raises(CommandRejected) as exc:
+        run.send(StartWorkflow("timer_demo", 1, '{"seconds": 1e400}'))
+    assert str(exc.value).endswith("holds the number 1e400, which overflows a double")
+    with pytest.raises(CommandRejected, match=r"holds NaN, which is not standard JSON"):
+        run.send(StartWorkflow("timer_demo", 1, '{"seconds": NaN}'))
+    assert run.state is None and run.history == []
