@@ -5,6 +5,6 @@
   with a Redis dedupe claim and answers 202 only after Kafka's ack). See docs/connector.md.
 * ``examples.py``: the bundled example application plus a demo webhook source.
 
-``connectors.ledger`` only re-exports the fake finance ledger, which lives with the other
-test and demo stand-ins in ``ops/fakes/``.
+The fake finance ledger of the tests and demos lives with the other stand-ins in
+``ops/fakes/``.
 """

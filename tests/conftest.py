@@ -171,13 +171,13 @@ def client(settings):
 
 @pytest.fixture(scope="session")
 def ledger_url() -> Iterator[str]:
-    """The fake finance ledger (connectors/ledger.py) as a real process on a free port."""
+    """The fake finance ledger (ops/fakes/ledger.py) as a real process on a free port."""
     import select
     import subprocess
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "connectors.ledger", "--port", "0"],
+        [sys.executable, "-m", "ops.fakes.ledger", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -196,7 +196,7 @@ def ledger_url() -> Iterator[str]:
 
 @pytest.fixture
 def ledger(ledger_url):
-    from connectors.ledger import LedgerClient
+    from ops.fakes.ledger import LedgerClient
 
     client = LedgerClient(ledger_url)
     client.reset()

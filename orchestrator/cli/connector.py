@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -12,7 +11,7 @@ from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 def _pause_after_ack() -> float:
     from connectors.service import PAUSE_AFTER_ACK_ENV
-    from orchestrator.errors import ConfigError
+    from orchestrator.domain.errors import ConfigError
 
     raw = os.environ.get(PAUSE_AFTER_ACK_ENV, "")
     try:
@@ -39,7 +38,7 @@ def connector(
     import asyncio
 
     from connectors.service import Connector, serve
-    from orchestrator.errors import KeelError
+    from orchestrator.domain.errors import KeelError
     from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.tracing import configure_tracing

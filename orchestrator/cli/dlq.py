@@ -68,7 +68,7 @@ def resolve(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
-    from orchestrator.errors import KeelError
+    from orchestrator.domain.errors import KeelError
     from orchestrator.runtime.client import KeelClient, parse_json
     from orchestrator.settings import load_settings
 

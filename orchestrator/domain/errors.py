@@ -3,7 +3,7 @@
 Every expected failure is a :class:`KeelError`: the CLI prints its message as one line
 and exits 1, services log it without a traceback. Each kind is raised where the problem
 is found, so no layer translates one error into another by hand. Pure: the domain,
-the runtime and the CLI all import it from here (``orchestrator.errors`` re-exports it).
+the runtime and the CLI all import it from here (applications: ``from orchestrator import``).
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def test_keel_demo_refuses_a_bad_size_before_starting_anything(size):
 
 def test_no_product_module_imports_the_examples():
     code = (
-        "import sys, orchestrator, orchestrator.cli, orchestrator.bench, handlers.worker, "
+        "import sys, orchestrator, orchestrator.cli, handlers.worker, "
         "connectors; assert 'orchestrator.examples' not in sys.modules, 'examples imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

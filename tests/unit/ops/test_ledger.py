@@ -332,30 +332,3 @@ def test_runner_subprocess_with_sync_client() -> None:
         assert proc.wait(timeout=10) == 0
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-def test_old_module_path_still_runs_the_ledger() -> None:
-    """``python -m connectors.ledger`` (used by older scripts and fixtures) still serves."""
-    import connectors.ledger as shim
-    import ops.fakes.ledger as fake
-
-    assert shim.create_app is fake.create_app
-    assert shim.LedgerClient is fake.LedgerClient
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "connectors.ledger", "--port", "0"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = _wait_for_line(proc, 20)
-        assert line.startswith("ledger listening on http://127.0.0.1:"), line
-        base = line.removeprefix("ledger listening on ")
-        assert LedgerClient(base).ledger()["total_effects"] == 0
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0
-        if proc.stdout is not None:
-            proc.stdout.close()
