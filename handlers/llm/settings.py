@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.settings import SettingsError
+from orchestrator.domain.errors import ConfigError
 
 __all__ = ["LlmSettings", "ProviderKind", "StructuredOutput", "load_llm_settings"]
 
@@ -59,7 +59,7 @@ class LlmSettings(BaseSettings):
 
 
 def load_llm_settings() -> LlmSettings:
-    """The settings from the environment, or ``SettingsError`` naming the variable."""
+    """The settings from the environment, or ``ConfigError`` naming the variable."""
     try:
         return LlmSettings()
     except ValidationError as exc:
@@ -68,4 +68,4 @@ def load_llm_settings() -> LlmSettings:
             name = "KEEL_LLM_" + ".".join(str(p) for p in err["loc"]).upper()
             shown = "" if name == "KEEL_LLM_API_KEY" else f"={err.get('input')}"
             problems.append(f"{name}{shown}: {err['msg']}")
-        raise SettingsError("invalid setting " + "; ".join(problems)) from None
+        raise ConfigError("invalid setting " + "; ".join(problems)) from None

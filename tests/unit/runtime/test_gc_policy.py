@@ -6,8 +6,9 @@ import gc
 
 import pytest
 
+from orchestrator.domain.errors import ConfigError
 from orchestrator.runtime.gc_policy import configure_gc
-from orchestrator.settings import SettingsError, load_settings
+from orchestrator.settings import load_settings
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_the_variable_sets_them(monkeypatch, restored_thresholds):
 )
 def test_a_bad_value_names_the_variable(monkeypatch, value, problem):
     monkeypatch.setenv("KEEL_GC_THRESHOLDS", value)
-    with pytest.raises(SettingsError) as info:
+    with pytest.raises(ConfigError) as info:
         load_settings()
     assert str(info.value).startswith("invalid setting KEEL_GC_THRESHOLDS"), str(info.value)
     assert problem in str(info.value)
