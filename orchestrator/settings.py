@@ -35,9 +35,6 @@ SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password
 #: The shortest task-token key accepted (docs/configuration.md).
 MIN_SECRET_CHARS = 32
 
-#: The old name of :class:`~orchestrator.domain.errors.ConfigError`.
-SettingsError = ConfigError
-
 # ``user:password@`` in a URL or a bootstrap server, and ``password=`` in a query string.
 _USERINFO = re.compile(r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@,;]*):[^\s/,]*@")
 _QUERY_SECRET = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pass|secret|token)=)[^&\s]*")
