@@ -1,12 +1,12 @@
 """Webhook deliveries: a body read within the limits, and the id of the command it becomes.
 
-What an application declares about a sender (:class:`WebhookSource`, and the
-:class:`Signal` or :class:`Start` its ``route`` returns) lives in the authoring layer,
+What an application declares about a sender (``WebhookSource``, and the ``Signal`` or
+``Start`` its ``route`` returns) lives in the authoring layer,
 ``orchestrator/webhook_sources.py``, so the application object holds its sources without
-importing the connector; those names are re-exported here, where a connector app has
-always imported them. The command's message id is a function of (source, event id) alone,
-so the orchestrator, which ignores a signal it has seen by message id, ignores a repeat
-even when the Redis dedupe marker is gone.
+importing the connector; an application imports them from ``orchestrator``. The command's
+message id is a function of (source, event id) alone, so the orchestrator, which ignores a
+signal it has seen by message id, ignores a repeat even when the Redis dedupe marker is
+gone.
 """
 
 from __future__ import annotations
@@ -17,28 +17,9 @@ from typing import Any
 
 from orchestrator.domain.errors import InvalidInputError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
-from orchestrator.webhook_sources import (
-    DEFAULT_DEDUPE_TTL_S,
-    MAX_EVENT_ID_CHARS,
-    Command,
-    RouteError,
-    Signal,
-    Start,
-    WebhookSource,
-)
+from orchestrator.webhook_sources import RouteError
 
-__all__ = [
-    "DEFAULT_DEDUPE_TTL_S",
-    "MAX_BODY_BYTES",
-    "MAX_EVENT_ID_CHARS",
-    "Command",
-    "RouteError",
-    "Signal",
-    "Start",
-    "WebhookSource",
-    "message_id",
-    "parse_body",
-]
+__all__ = ["MAX_BODY_BYTES", "message_id", "parse_body"]
 
 #: The largest webhook body accepted (the limit of one JSON value, docs/limits.md).
 MAX_BODY_BYTES = MAX_PAYLOAD_BYTES

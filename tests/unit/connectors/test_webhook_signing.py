@@ -17,7 +17,8 @@ from connectors.signing import (
     signature_header,
     verify,
 )
-from connectors.webhooks import RouteError, Signal, WebhookSource, message_id, parse_body
+from connectors.webhooks import message_id, parse_body
+from orchestrator.webhook_sources import RouteError, Signal, WebhookSource
 
 NOW = 1_767_225_600
 bodies = st.binary(max_size=512)
