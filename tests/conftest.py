@@ -130,7 +130,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest):
     """Settings for one test: the session's servers, a fresh prefix, topics created;
     afterwards the prefix's histories must keep the invariants."""
-    from ops.topics import create_topics
+    from orchestrator.runtime.topics import create_topics
     from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 

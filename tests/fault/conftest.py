@@ -80,7 +80,7 @@ def cluster_settings(
 ):
     """A test's prefix on the cluster; afterwards (every broker back) its histories
     must keep the invariants (tests/history_check.py)."""
-    from ops.topics import create_topics
+    from orchestrator.runtime.topics import create_topics
     from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 

@@ -58,7 +58,7 @@ def _signal_broker(stack: LocalStack, sig: signal.Signals) -> None:
 
 @pytest.fixture
 def stall_settings(own_broker, servers, topic_prefix, tmp_path):
-    from ops.topics import create_topics
+    from orchestrator.runtime.topics import create_topics
     from orchestrator.settings import Settings
 
     s = Settings(

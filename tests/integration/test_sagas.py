@@ -112,7 +112,7 @@ def test_the_saga_manager_refuses_to_start_without_its_topic(settings):
     manager = SagaManager(bare, sagas_app)
     with pytest.raises(KeelError, match="does not exist; run `keel topics create`"):
         manager.run()
-    from ops.topics import admin_client
+    from orchestrator.runtime.topics import admin_client
 
     assert not any(
         t.startswith(bare.topic_prefix + ".")

@@ -125,7 +125,7 @@ def test_the_rule_tells_the_face_from_the_internals() -> None:
     ]
     assert foreign_imports("def f():\n    import handlers.llm\n") == ["line 2: handlers.llm"]
     assert foreign_imports("from connectors.webhooks import Signal\n") != []
-    assert foreign_imports("from ops.topics import create_topics\n") != []
+    assert foreign_imports("from ops.local import LocalStack\n") != []
     assert foreign_imports("from . import x\n") != []
 
 

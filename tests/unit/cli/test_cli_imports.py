@@ -27,7 +27,6 @@ NOT_FOR_SERVICES = (
     "confluent_kafka.admin",
     "connectors",
     "ops.local",
-    "ops.topics",
     "orchestrator.domain.replay",
     "orchestrator.runtime.client",
     "orchestrator.runtime.history_io",
