@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -168,7 +169,10 @@ def decide(
     reason: Annotated[str, typer.Option(help="Why (history keeps its sha256).")] = "",
     operation_digest: Annotated[
         str | None,
-        typer.Option(help="The digest approved (default: the one `keel tasks show` shows)."),
+        typer.Option(
+            help="The digest of the operation you reviewed (`keel tasks show`); required to "
+            "approve, unless a terminal asks you to confirm the operation it shows."
+        ),
     ] = None,
     correction: Annotated[
         str | None,
@@ -204,6 +208,12 @@ def decide(
 
     if approve == reject:
         raise InvalidInputError("give exactly one of --approve and --reject")
+    confirm = approve and operation_digest is None
+    if confirm and not sys.stdin.isatty():
+        raise InvalidInputError(
+            "--operation-digest is required to approve: `keel tasks show ID` shows the "
+            "operation and its digest; pass the digest of what you reviewed"
+        )
     corrected = None if correction is None else read_json_arg(correction, "--correction")
     settings = load_settings()
     actors = Actors.load(settings.actors_file)
@@ -223,6 +233,8 @@ def decide(
             client.send_as,
             wait_s=wait,
         )
+        if confirm:  # a person at a terminal: show the operation, approve only on a yes
+            operation_digest = _confirmed_digest(desk, token)
         with reachable(settings.redis):
             outcome = desk.decide(
                 token,
@@ -247,3 +259,21 @@ def decide(
         console.print(line if outcome.reason is None else f"{line}: {outcome.reason}", markup=False)
     if outcome.http_status == 202:
         raise typer.Exit(EXIT_PENDING)
+
+
+def _confirmed_digest(desk: Any, token: str) -> str:
+    """The digest of the operation the person at the terminal saw and confirmed."""
+    from orchestrator.domain.errors import CommandRejected, NotFoundError
+
+    task = desk.find(token)
+    if task is None:
+        raise NotFoundError("no human task has this token")
+    console.print(
+        f"task {task['task_id']} ({task['task_name']}) of workflow {task['workflow_id']}\n"
+        f"operation: {task['resource']}, digest {task['operation_digest']}\n"
+        f"evidence: {json.dumps(task.get('evidence'))[:400]}",
+        markup=False,
+    )
+    if not typer.confirm("approve this operation?", default=False):
+        raise CommandRejected("not approved: nothing was sent")
+    return str(task["operation_digest"])

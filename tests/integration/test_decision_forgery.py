@@ -130,7 +130,7 @@ def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack)
     # the real path: `keel tasks decide ID` derives the token and signs with the key
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator", "tasks", "decide", task.task_id, "--approve",
-         "--actor", "alice", "--reason", "matches invoice 7", "--app", APP],
+         "--operation-digest", task.operation_digest, "--actor", "alice", "--reason", "matches invoice 7", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

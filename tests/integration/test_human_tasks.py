@@ -237,7 +237,7 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     token = TaskTokens(SECRET.encode(), "test").issue(task["task_id"])
     late = subprocess.run(
         [sys.executable, "-m", "orchestrator", "tasks", "decide", token, "--approve",
-         "--actor", "alice", "--app", APP],
+         "--operation-digest", task["operation_digest"], "--actor", "alice", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert late.returncode == 1, late.stdout + late.stderr

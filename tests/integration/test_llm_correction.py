@@ -128,7 +128,7 @@ def test_malformed_past_the_bound_opens_a_correction_task_and_its_correction_com
     bad_file.write_text(json.dumps({**bad, "total": 10}))
     cli = subprocess.run(
         [sys.executable, "-m", "orchestrator", "tasks", "decide", token, "--approve",
-         "--actor", "clara", "--correction", f"@{bad_file}", "--app", APP],
+         "--operation-digest", task.operation_digest, "--actor", "clara", "--correction", f"@{bad_file}", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert cli.returncode == 1, cli.stdout + cli.stderr
