@@ -13,14 +13,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from orchestrator.definitions import (
-    RetryPolicy,
-    State,
-    Step,
-    Transition,
-    WorkflowDefinition,
-    canonical_json,
-)
 from orchestrator.domain import (
     CommandRejected,
     Decider,
@@ -28,6 +20,14 @@ from orchestrator.domain import (
     WorkflowState,
     idempotency_key,
     retry_delay_ms,
+)
+from orchestrator.domain.definitions import (
+    RetryPolicy,
+    State,
+    Step,
+    Transition,
+    WorkflowDefinition,
+    canonical_json,
 )
 from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (

@@ -8,15 +8,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from orchestrator.definitions import (
-    RetryPolicy,
-    SignalWait,
-    State,
-    Step,
-    TimerWait,
-    Transition,
-    WorkflowDefinition,
-)
 from orchestrator.domain import (
     CommandRejected,
     Decider,
@@ -24,6 +15,15 @@ from orchestrator.domain import (
     WorkflowState,
     idempotency_key,
     retry_delay_ms,
+)
+from orchestrator.domain.definitions import (
+    RetryPolicy,
+    SignalWait,
+    State,
+    Step,
+    TimerWait,
+    Transition,
+    WorkflowDefinition,
 )
 from orchestrator.domain.messages import (
     ActivityCompleted,

@@ -18,7 +18,7 @@ from orchestrator.app import (
     UnknownWorkflowError,
     load_app,
 )
-from orchestrator.definitions import (
+from orchestrator.domain.definitions import (
     DefinitionError,
     RetryPolicy,
     SignalWait,

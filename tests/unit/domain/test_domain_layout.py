@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import orchestrator.definitions as legacy_definitions
 from orchestrator.domain import definitions as domain_definitions
 from orchestrator.domain import errors, messages
 from orchestrator.domain.vocabulary import (
@@ -96,7 +95,6 @@ def test_domain_modules_stay_small() -> None:
 
 def test_one_definition_of_each_error() -> None:
     for name in ("DefinitionError", "InvalidInputError", "UnknownWorkflowError"):
-        assert getattr(legacy_definitions, name) is getattr(errors, name)
         assert getattr(domain_definitions, name) is getattr(errors, name)
     from orchestrator.domain import decider
 

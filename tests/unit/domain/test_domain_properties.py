@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from orchestrator.definitions import (
+from orchestrator.domain import FAILURE_CLASSES, CommandRejected, Decider, WorkflowState
+from orchestrator.domain.decider import RESOLUTIONS, activity_timeout
+from orchestrator.domain.definitions import (
     RetryPolicy,
     SignalWait,
     State,
@@ -36,8 +38,6 @@ from orchestrator.definitions import (
     Transition,
     WorkflowDefinition,
 )
-from orchestrator.domain import FAILURE_CLASSES, CommandRejected, Decider, WorkflowState
-from orchestrator.domain.decider import RESOLUTIONS, activity_timeout
 from orchestrator.domain.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,

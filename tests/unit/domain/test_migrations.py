@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from orchestrator.definitions import (
+from orchestrator.domain import Decider
+from orchestrator.domain.definitions import (
     SignalWait,
     State,
     Step,
@@ -17,7 +18,6 @@ from orchestrator.definitions import (
     Transition,
     WorkflowDefinition,
 )
-from orchestrator.domain import Decider
 from orchestrator.domain.errors import CommandRejected, DefinitionError
 from orchestrator.domain.messages import (
     CompleteActivity,

@@ -44,7 +44,7 @@ from handlers.llm.providers import (
 )
 from handlers.llm.runtime import parse_output
 from orchestrator.app import KeelApp
-from orchestrator.definitions import WorkflowDefinition
+from orchestrator.domain.definitions import WorkflowDefinition
 from orchestrator.domain.errors import DefinitionError, InvalidInputError
 
 
