@@ -16,7 +16,8 @@ import pytest
 import redis
 from confluent_kafka import KafkaError, KafkaException
 
-from handlers.effects import Claim, ClaimOutcome, RedisGate, side_effect
+from handlers.effects import Claim, ClaimOutcome, RedisGate
+from handlers.markers import side_effect
 from handlers.worker import Worker
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec

@@ -127,7 +127,7 @@ class FakeEffects:
 
 
 def test_a_side_effect_rerun_after_an_abort_returns_the_recorded_result(tmp_path):
-    from handlers.effects import side_effect
+    from handlers.markers import side_effect
 
     app = local_app.app
     effects_made: list[str] = []
