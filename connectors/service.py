@@ -56,7 +56,6 @@ from orchestrator.settings import Settings
 from orchestrator.webhook_sources import WebhookSource
 
 __all__ = [
-    "PAUSE_AFTER_ACK_ENV",
     "Connector",
     "Outcome",
     "create_app",
@@ -65,9 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("keel.connector")
-
-#: Test hook: seconds to sleep after Kafka's ack and before answering (crash tests only).
-PAUSE_AFTER_ACK_ENV = "KEEL_CONNECTOR_TEST_PAUSE_AFTER_ACK_S"
 
 
 class Outcome(StrEnum):

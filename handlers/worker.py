@@ -122,7 +122,7 @@ class Worker:
         self.t_dlq = settings.topic("dlq")
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         if status_interval_s is None:
-            status_interval_s = float(os.environ.get("KEEL_STATUS_INTERVAL_S", "5"))
+            status_interval_s = settings.status_interval_s
         self.status_interval_s = status_interval_s
         self.max_resets = max_resets
         self.reset_window_s = reset_window_s

@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.domain.errors import ConfigError
@@ -34,6 +35,8 @@ TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq", "sagas")
 SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password"})
 #: The shortest task-token key accepted (docs/configuration.md).
 MIN_SECRET_CHARS = 32
+#: The levels ``KEEL_LOG_LEVEL`` may name (any case).
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 # ``user:password@`` in a URL or a bootstrap server, and ``password=`` in a query string.
 _USERINFO = re.compile(r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@,;]*):[^\s/,]*@")
@@ -83,8 +86,8 @@ class SaslMechanism(StrEnum):
     SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
-#: Read by ``orchestrator/runtime/kafka.py`` at import (docs/configuration.md); a child
-#: process inherits them.
+#: The Kafka client tuning settings (``fetch_wait_max_ms``, ``linger_ms``,
+#: ``batched_linger_ms``; docs/configuration.md): a child process inherits them.
 CLIENT_TUNING_VARIABLES = frozenset(
     {"KEEL_FETCH_WAIT_MAX_MS", "KEEL_LINGER_MS", "KEEL_BATCHED_LINGER_MS"}
 )
@@ -209,6 +212,67 @@ class Settings(BaseSettings):
             '{"alice": {"token_sha256": "<hex>", "roles": ["finance-approver"]}}.'
         ),
     )
+    log_level: str = Field(
+        default="info",
+        description="Level of the services' JSON logs: debug, info, warning, error or "
+        "critical (any case).",
+    )
+    trace_file: Path | None = Field(
+        default=None,
+        description="Write every finished span as a JSON line to this file (tests, local "
+        "debugging); unset or empty: no file.",
+    )
+    status_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often each orchestrator and worker rewrites its status file "
+        "<KEEL_HOME>/status/<process>-<instance>.json.",
+    )
+    fetch_wait_max_ms: int = Field(
+        default=100,
+        ge=0,
+        le=300_000,
+        description="How long a consumer's fetch may wait at the broker for data "
+        "(fetch.wait.max.ms); it bounds idle fetches, not latency. For measuring.",
+    )
+    linger_ms: float = Field(
+        default=1.0,
+        ge=0,
+        le=900_000,
+        description="Producers' batching delay (linger.ms): each hop of a workflow pays it.",
+    )
+    batched_linger_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=900_000,
+        description="The linger of producers whose batches end in a commit or a flush (the "
+        "orchestrator's transactions, the worker's reports, start_many).",
+    )
+    connector_test_pause_after_ack_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=600,
+        description="Test hook: seconds the connector pauses after Kafka's ack of a "
+        "webhook, before marking it delivered (fault tests); 0 in production.",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level_is_known(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        name = value.strip().lower() or "info"  # empty: the default
+        if name not in LOG_LEVELS:
+            raise PydanticCustomError(
+                "log_level", "expected one of {levels}", {"levels": ", ".join(LOG_LEVELS)}
+            )
+        return name
+
+    @field_validator("trace_file", mode="before")
+    @classmethod
+    def _empty_trace_file_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("task_token_secret")
     @classmethod

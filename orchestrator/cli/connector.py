@@ -9,20 +9,6 @@ import typer
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 
-def _pause_after_ack() -> float:
-    from connectors.service import PAUSE_AFTER_ACK_ENV
-    from orchestrator.domain.errors import ConfigError
-
-    raw = os.environ.get(PAUSE_AFTER_ACK_ENV, "")
-    try:
-        value = float(raw) if raw else 0.0
-    except ValueError:
-        raise ConfigError(f"{PAUSE_AFTER_ACK_ENV}={raw}: not a number of seconds") from None
-    if not 0 <= value <= 600:
-        raise ConfigError(f"{PAUSE_AFTER_ACK_ENV}={raw}: must be 0 to 600 seconds")
-    return value
-
-
 def connector(
     app: AppOption = DEFAULT_APP,
     host: Annotated[
@@ -49,7 +35,10 @@ def connector(
     settings = load_settings()
     configure_gc(settings)
     service = Connector(
-        settings, app_from(app), ack_timeout_s=ack_timeout, pause_after_ack_s=_pause_after_ack()
+        settings,
+        app_from(app),
+        ack_timeout_s=ack_timeout,
+        pause_after_ack_s=settings.connector_test_pause_after_ack_s,  # a fault test's hook
     )
     try:
         asyncio.run(serve(service, host, port))

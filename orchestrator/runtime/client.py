@@ -37,7 +37,7 @@ from orchestrator.domain.messages import (
 from orchestrator.domain.state import TERMINAL_STATUSES
 from orchestrator.runtime import tracing
 from orchestrator.runtime.envelopes import command_envelope
-from orchestrator.runtime.kafka import BATCHED_LINGER_MS, ClientProducer, now_ms, plain_producer
+from orchestrator.runtime.kafka import ClientProducer, now_ms, plain_producer
 from orchestrator.runtime.projection import Projection
 from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.row_watch import RowWatch
@@ -167,7 +167,9 @@ class KeelClient:
         ends every batch sends what lingers at once (docs/performance.md).
         """
         if self._bulk_producer is None:
-            self._bulk_producer = plain_producer(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
+            self._bulk_producer = plain_producer(
+                self.settings, **{"linger.ms": self.settings.batched_linger_ms}
+            )
         return self._bulk_producer
 
     def send(self, workflow_id: str, payload: Any) -> str:

@@ -14,7 +14,6 @@ TLS settings say (``security_config``; docs/operations.md, the trust model).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -48,19 +47,18 @@ ClientMessage = Message
 ClientProducer = Producer
 
 PARTITIONER = "murmur2_random"
-#: How long a fetch may wait at the broker for data. No hop pays it: the broker answers
-#: a waiting fetch as soon as a record becomes readable (a commit marker moves the
-#: last stable offset on). An idle consumer sends one fetch per wait, though, and the
-#: broker spent ~0.4 ms of CPU on each: 10 ms cost it ~15 % of a core with nothing
-#: to do (docs/performance.md at 6f66b40, "Idle fetches"). Overridable for measuring.
-FETCH_WAIT_MAX_MS = int(os.environ.get("KEEL_FETCH_WAIT_MAX_MS", "100"))
-#: Producers' linger: each hop of a workflow pays it.
-LINGER_MS = float(os.environ.get("KEEL_LINGER_MS", "1"))
-#: Linger of producers whose every batch ends in ``commit_transaction`` or ``flush``
-#: (the orchestrator's transactions, the worker's reports): both send at once whatever
-#: lingers, so a long linger costs no latency, and saves the client's thread a wake-up
-#: per record and the broker requests (docs/performance.md at 6f66b40, "Throughput").
-BATCHED_LINGER_MS = float(os.environ.get("KEEL_BATCHED_LINGER_MS", "50"))
+# The clients' tuning is in the settings (docs/configuration.md):
+# ``settings.fetch_wait_max_ms`` (100): how long a fetch may wait at the broker for data.
+#   No hop pays it: the broker answers a waiting fetch as soon as a record becomes
+#   readable (a commit marker moves the last stable offset on). An idle consumer sends one
+#   fetch per wait, though, and the broker spent ~0.4 ms of CPU on each: 10 ms cost it
+#   ~15 % of a core with nothing to do (docs/performance.md at 6f66b40, "Idle fetches").
+# ``settings.linger_ms`` (1): producers' linger; each hop of a workflow pays it.
+# ``settings.batched_linger_ms`` (50): linger of producers whose every batch ends in
+#   ``commit_transaction`` or ``flush`` (the orchestrator's transactions, the worker's
+#   reports): both send at once whatever lingers, so a long linger costs no latency, and
+#   saves the client's thread a wake-up per record and the broker requests
+#   (docs/performance.md at 6f66b40, "Throughput").
 
 
 def now_ms() -> int:
@@ -158,7 +156,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": settings.kafka_servers,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": LINGER_MS,
+        "linger.ms": settings.linger_ms,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
         "logger": client_log,
@@ -229,7 +227,7 @@ def transactional_producer(
             settings,
             **{
                 "transactional.id": transactional_id,
-                "linger.ms": BATCHED_LINGER_MS,
+                "linger.ms": settings.batched_linger_ms,
                 # A zombie's open transaction blocks read_committed readers until it
                 # ends; keep that window short.
                 "transaction.timeout.ms": 10000,
@@ -254,7 +252,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        "fetch.wait.max.ms": settings.fetch_wait_max_ms,
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,

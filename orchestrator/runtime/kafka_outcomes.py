@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from orchestrator.runtime.broker_errors import CALL_GRACE_S, BoundedCaller, CallStalled, Stopping
-from orchestrator.runtime.kafka import BATCHED_LINGER_MS, producer_config
+from orchestrator.runtime.kafka import producer_config
 from orchestrator.runtime.ports import DeliveryError, FailureCallback, RecordRefused
 from orchestrator.settings import Settings
 
@@ -44,7 +44,9 @@ class KafkaOutcomeSink:
     def producer(self) -> Producer:
         if self._producer is None:
             # every batch of reports ends in ``flush``, which sends what lingers at once
-            config = producer_config(self.settings, **{"linger.ms": BATCHED_LINGER_MS})
+            config = producer_config(
+                self.settings, **{"linger.ms": self.settings.batched_linger_ms}
+            )
             self._producer = Producer(config)
         return self._producer
 

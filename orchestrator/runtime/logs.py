@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 
 from orchestrator.domain.errors import ConfigError
-from orchestrator.settings import redact
+from orchestrator.settings import LOG_LEVELS, Settings, load_settings, redact
 
-LEVELS = ("debug", "info", "warning", "error", "critical")
+LEVELS = LOG_LEVELS
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,9 +32,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def log_level(value: str | None) -> int:
-    """The logging level named by ``value`` (default ``KEEL_LOG_LEVEL``, else info)."""
-    name = (value or os.environ.get("KEEL_LOG_LEVEL") or "info").strip().lower()
+def log_level(value: str | None, settings: Settings | None = None) -> int:
+    """The logging level named by ``value`` (default the settings' ``log_level``,
+    ``KEEL_LOG_LEVEL``, else info)."""
+    if not value:
+        value = (settings or load_settings()).log_level
+    name = value.strip().lower()
     if name not in LEVELS:
         raise ConfigError(
             f"invalid setting KEEL_LOG_LEVEL={redact(name)[:40]}: expected one of "
@@ -44,8 +46,8 @@ def log_level(value: str | None) -> int:
     return logging.getLevelNamesMapping()[name.upper()]
 
 
-def configure_logging(level: str | None = None) -> None:
-    resolved = log_level(level)
+def configure_logging(level: str | None = None, settings: Settings | None = None) -> None:
+    resolved = log_level(level, settings)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -101,7 +101,7 @@ class Orchestrator:
         self.checkpoint_events = checkpoint_events
         self.on_assigned = on_assigned
         if status_interval_s is None:  # ``keel bench`` asks for a finer cadence
-            status_interval_s = float(os.environ.get("KEEL_STATUS_INTERVAL_S", "5"))
+            status_interval_s = settings.status_interval_s
         self.status_interval_s = status_interval_s
         self.max_resets = max_resets
         self.reset_window_s = reset_window_s

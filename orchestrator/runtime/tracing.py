@@ -29,6 +29,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from orchestrator.settings import Settings, load_settings
+
 _propagator = TraceContextTextMapPropagator()
 _configured = False
 _enabled = False
@@ -65,16 +67,17 @@ class JsonLinesExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def configure_tracing(service_name: str) -> None:
-    """Install the SDK tracer provider once per process, with exporters from the environment."""
+def configure_tracing(service_name: str, settings: Settings | None = None) -> None:
+    """Install the SDK tracer provider once per process, with exporters from the settings
+    (``KEEL_TRACE_FILE``) and OpenTelemetry's own environment."""
     global _configured, _enabled
     if _configured:
         return
     _configured = True
     processors: list[SpanProcessor] = []
-    path = os.environ.get("KEEL_TRACE_FILE")
-    if path:
-        processors.append(SimpleSpanProcessor(JsonLinesExporter(path)))
+    path = (settings or load_settings()).trace_file
+    if path is not None:
+        processors.append(SimpleSpanProcessor(JsonLinesExporter(str(path))))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore

@@ -151,3 +151,45 @@ def test_a_child_environment_points_at_these_settings_and_drops_the_callers_keel
         "KEEL_FETCH_WAIT_MAX_MS": "7",
     }
     assert env["PATH"] == "/usr/bin"
+
+
+def test_every_keel_variable_of_the_product_is_read_through_settings(monkeypatch):
+    """No product module reads a ``KEEL_*`` variable from the environment itself: each is a
+    field of ``Settings`` (the examples read their own fakes' URLs; ``ops/`` are tools)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    read = re.compile(r"(os\.environ|getenv)[^\n]*KEEL_")
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for top in ("orchestrator", "handlers", "connectors")
+        for path in sorted((root / top).rglob("*.py"))
+        if "examples" not in path.relative_to(root).parts
+        and path.relative_to(root).as_posix() != "orchestrator/settings.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if read.search(line)
+    ]
+    assert found == []
+
+
+def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
+    from orchestrator.runtime.kafka import consumer_config, producer_config
+    from orchestrator.runtime.logs import log_level
+
+    s = Settings()
+    assert (s.fetch_wait_max_ms, s.linger_ms, s.batched_linger_ms) == (100, 1.0, 50.0)
+    assert (s.status_interval_s, s.log_level, s.trace_file) == (5.0, "info", None)
+    assert s.connector_test_pause_after_ack_s == 0.0
+    monkeypatch.setenv("KEEL_FETCH_WAIT_MAX_MS", "7")
+    monkeypatch.setenv("KEEL_LINGER_MS", "2.5")
+    monkeypatch.setenv("KEEL_LOG_LEVEL", " Warning ")
+    monkeypatch.setenv("KEEL_TRACE_FILE", "")
+    s = load_settings()
+    assert consumer_config(s, "g")["fetch.wait.max.ms"] == 7
+    assert producer_config(s)["linger.ms"] == 2.5
+    assert s.trace_file is None
+    assert log_level(None, s) == log_level(None) == 30
+    monkeypatch.setenv("KEEL_STATUS_INTERVAL_S", "0")
+    with pytest.raises(ConfigError, match="KEEL_STATUS_INTERVAL_S=0: Input should be greater"):
+        load_settings()

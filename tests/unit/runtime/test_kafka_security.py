@@ -26,9 +26,6 @@ import pytest
 from orchestrator.domain.errors import ConfigError
 from orchestrator.runtime import kafka
 from orchestrator.runtime.kafka import (
-    BATCHED_LINGER_MS,
-    FETCH_WAIT_MAX_MS,
-    LINGER_MS,
     PARTITIONER,
     admin_config,
     client_log,
@@ -214,7 +211,7 @@ def test_plaintext_leaves_every_client_config_as_it_was() -> None:
         "bootstrap.servers": "10.0.0.1:9092",
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": LINGER_MS,
+        "linger.ms": s.linger_ms,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
         "logger": client_log,
@@ -226,7 +223,7 @@ def test_plaintext_leaves_every_client_config_as_it_was() -> None:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        "fetch.wait.max.ms": s.fetch_wait_max_ms,
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
@@ -643,7 +640,7 @@ def test_the_transactional_producer_keeps_its_own_settings_and_adds_security(
     config = built.value.config
     assert _has_security(config)
     assert config["transactional.id"] == "t.orchestrator.x"
-    assert config["linger.ms"] == BATCHED_LINGER_MS
+    assert config["linger.ms"] == scram().batched_linger_ms
 
 
 #: Clients made without Keel's settings, on purpose: both address the local stack
