@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -77,7 +79,8 @@ def python_snippets() -> list[Snippet]:
 
 
 def foreign_imports(source: str) -> list[str]:
-    """The imports in ``source`` (nested ones included) that reach past the public face."""
+    """The imports in ``source`` (nested ones included) that reach past the public face,
+    or ask it for a name it does not export."""
     bad: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -87,6 +90,12 @@ def foreign_imports(source: str) -> list[str]:
                 bad.append(f"line {node.lineno}: a relative import")
                 continue
             modules = [node.module or ""]
+            if node.module == "orchestrator":
+                bad += [
+                    f"line {node.lineno}: orchestrator has no public {alias.name}"
+                    for alias in node.names
+                    if alias.name not in orchestrator.__all__
+                ]
         else:
             continue
         for module in modules:
@@ -127,6 +136,9 @@ def test_the_rule_tells_the_face_from_the_internals() -> None:
     assert foreign_imports("from connectors.webhooks import Signal\n") != []
     assert foreign_imports("from ops.local import LocalStack\n") != []
     assert foreign_imports("from . import x\n") != []
+    assert foreign_imports("from orchestrator import Decider\n") == [
+        "line 1: orchestrator has no public Decider"
+    ]
 
 
 def test_a_snippet_inside_a_list_item_is_found(tmp_path: Path) -> None:
