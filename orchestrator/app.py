@@ -78,13 +78,25 @@ class ActivityHandler:
 
 
 class KeelApp:
-    """Registry of workflow definitions by (name, version) and activity handlers by type."""
+    """Registry of workflow definitions by (name, version) and activity handlers by type,
+    and of what else an application declares: webhook sources, sagas and LLM nodes.
+
+    :meth:`include` takes in another application's registrations (an app that serves
+    several at once)."""
 
     def __init__(self, name: str = "keel") -> None:
         self.name = name
         self.definitions: dict[tuple[str, int], WorkflowDefinition] = {}
         self.handlers: dict[str, ActivityHandler] = {}
         self.external_activities: set[str] = set()
+        #: Webhook sources by name (:meth:`webhook`; served by ``keel connector``).
+        self.webhooks: dict[str, WebhookSource] = {}
+        #: Sagas by name (``orchestrator.sagas.register``; run by the saga manager; typed
+        #: there, by ``sagas_of``: the ``orchestrator.sagas`` package imports this module).
+        self.sagas: dict[str, Any] = {}
+        #: LLM nodes by activity type, then spec digest: ``(node, runner)``
+        #: (``handlers.llm.node_step``; the type's one handler runs the spec a task names).
+        self.llm_nodes: dict[str, dict[str, Any]] = {}
         self._decider: Decider | None = None
 
     # -- registration ---------------------------------------------------------------
@@ -128,12 +140,24 @@ class KeelApp:
         self._decider = None
         return definition
 
-    # -- webhook sources (served by `keel connector`; orchestrator/webhook_sources.py) --
-    @property
-    def webhooks(self) -> dict[str, WebhookSource]:
-        """Declared webhook sources by name."""
-        return self.__dict__.setdefault("_webhooks", {})  # type: ignore[no-any-return]
+    def include(self, other: KeelApp) -> KeelApp:
+        """Take in everything ``other`` registered: its definitions, activity handlers,
+        external activities, webhook sources, sagas and LLM nodes; returns this app.
 
+        What both hold must be the same registration (the same definition contents, the
+        same handler, the same source, saga or node specs); anything else is an
+        ``AppError`` (``DefinitionError`` for a definition), as registering it twice here.
+        """
+        for definition in other.definitions.values():
+            self.workflow(definition)
+        _merge(self.handlers, other.handlers, "activity", same=lambda a, b: a == b)
+        self.external_activities |= other.external_activities
+        _merge(self.webhooks, other.webhooks, "webhook source")
+        _merge(self.sagas, other.sagas, "saga")
+        _merge(self.llm_nodes, other.llm_nodes, "LLM node activity")
+        return self
+
+    # -- webhook sources (served by `keel connector`; orchestrator/webhook_sources.py) --
     def webhook(
         self,
         source: str,
@@ -243,6 +267,23 @@ class KeelApp:
             f"<KeelApp {self.name}: {len(self.definitions)} workflows, "
             f"{len(self.handlers)} activities>"
         )
+
+
+V = TypeVar("V")
+
+
+def _merge(
+    into: dict[str, V],
+    new: dict[str, V],
+    what: str,
+    same: Callable[[V, V], bool] = lambda a, b: a is b,
+) -> None:
+    """``new``'s entries added to ``into``; a name both hold differently is an AppError."""
+    for name, value in new.items():
+        existing = into.get(name)
+        if existing is not None and not same(existing, value):
+            raise AppError(f"{what} '{name}' is already registered otherwise")
+        into[name] = value
 
 
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:

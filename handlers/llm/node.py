@@ -210,7 +210,7 @@ def node_step(
     Several definitions (versions) may use the same activity type with other specs:
     the handler keeps every spec by digest and runs the one the task names.
     """
-    nodes: dict[str, dict[str, Any]] = app.__dict__.setdefault("_llm_nodes", {})
+    nodes = app.llm_nodes
     specs = nodes.get(node.type_name)
     if specs is None:
         if node.type_name in app.handlers:

@@ -134,8 +134,9 @@ def command_id(saga: str, correlation: str, fact: SagaFact, i: int) -> str:
 
 
 def sagas_of(app: Any) -> dict[str, Saga]:
-    """The sagas declared on an application (a ``KeelApp``), by name."""
-    return app.__dict__.setdefault("_sagas", {})  # type: ignore[no-any-return]
+    """The sagas declared on an application (a ``KeelApp``, its ``sagas``), by name."""
+    sagas: dict[str, Saga] = app.sagas
+    return sagas
 
 
 def register(app: Any, saga: Saga) -> Saga:

@@ -22,17 +22,8 @@ from tests.integration.sagas_app import app as sagas_app
 
 app = KeelApp("rebuild-equality")
 
-#: What an application keeps beside its definitions and handlers (sagas, LLM node specs,
-#: webhook sources), each a dict on the instance.
-_DECLARED = ("_sagas", "_llm_nodes", "_webhooks")
-
 for source in (examples_app, llm_app, sagas_app, migration_app):
-    for definition in source.definitions.values():
-        app.workflow(definition)
-    app.handlers.update(source.handlers)
-    app.external_activities |= source.external_activities
-    for name in _DECLARED:
-        app.__dict__.setdefault(name, {}).update(source.__dict__.get(name, {}))
+    app.include(source)
 
 #: Signals a run of ``counter`` takes before it continues as new.
 EVERY = 3
