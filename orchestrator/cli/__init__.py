@@ -1,11 +1,11 @@
 """The ``keel`` command line: one typer application, one sub-app per area.
 
 Exit status (docs/configuration.md, "Exit status"): 0 success; 1 an expected failure
-(a :class:`~orchestrator.domain.errors.KeelError`, printed as one line on stderr, with
-every URL password redacted); 2 a usage error (typer's usage text); 3 the thing asked
-about is not well (``workflow start --wait`` ended otherwise than completed,
-``infra status`` unhealthy); 130 interrupted. Anything else is a bug and keeps its
-traceback.
+(a :class:`~orchestrator.domain.errors.KeelError`, or Kafka or Redis failing the
+command, printed as one line on stderr, with every URL password redacted); 2 a usage
+error (typer's usage text); 3 the thing asked about is not well (``workflow start
+--wait`` ended otherwise than completed, ``infra status`` unhealthy); 130 interrupted.
+Anything else is a bug and keeps its traceback.
 
 Start-up carries only what the command run needs: the command modules import typer and
 the standard library at the top, rich on first output (``output.py``), and the runtime,
@@ -78,6 +78,20 @@ def _expected(exc: BaseException) -> bool:
     return isinstance(exc, KeelError)
 
 
+def _server_failure(exc: BaseException) -> str | None:
+    """The one line for Kafka or Redis failing a command (unreachable, timed out,
+    refusing), None for anything else; the client modules are looked up, never loaded."""
+    kafka = sys.modules.get("confluent_kafka")
+    if kafka is not None and isinstance(exc, kafka.KafkaException):
+        err = exc.args[0] if exc.args else None
+        why = err.str() if hasattr(err, "str") else str(exc)
+        return f"Kafka failed the command: {why} (is it running? KEEL_BOOTSTRAP_SERVERS)"
+    redis = sys.modules.get("redis")
+    if redis is not None and isinstance(exc, redis.RedisError):
+        return f"Redis failed the command: {exc} (is it running? KEEL_REDIS_URL)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
@@ -94,7 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             err_console.print(f"error: {exc.format_message()}", markup=False)
         sys.exit(exc.exit_code)
-    except Exception as exc:  # a KeelError is expected; anything else is a bug
+    except Exception as exc:  # a KeelError or a server's failure is expected; else a bug
+        server = _server_failure(exc)
+        if server is not None:
+            err_console.print(error_line(RuntimeError(server)), markup=False)
+            sys.exit(EXIT_ERROR)
         if not _expected(exc):
             raise
         err_console.print(error_line(exc), markup=False)

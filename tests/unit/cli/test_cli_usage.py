@@ -153,3 +153,22 @@ def test_approving_from_a_script_needs_the_digest_of_what_was_reviewed():
         "operation and its digest; pass the digest of what you reviewed"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "server"),
+    [
+        (["dlq", "list"], "Kafka"),
+        (["dlq", "redrive", "letter-1"], "Kafka"),
+        (["workflow", "verify", "--all"], "Kafka"),
+        (["replay-check", "--from-topic"], "Kafka"),
+        (["workflow", "list"], "Redis"),
+    ],
+)
+def test_a_dead_server_is_one_error_line_never_a_traceback(args, server):
+    result = keel(*args, stdin="")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), result.stderr
+    assert server in last, last
