@@ -82,8 +82,12 @@ def start(
     if wait:
         done = client.wait(result.workflow_id, timeout, stop_on_attention=True)
         out.update(status=done["status"], output=done["output"])
+        why = done.get("failure_reason") or done.get("attention_reason")
+        if why is not None and done["status"] != "completed":
+            out["reason"] = why
         if not json_:
-            console.print(f"{done['status']}: {json.dumps(done['output'])}", markup=False)
+            shown = json.dumps(done["output"]) if why is None else why
+            console.print(f"{done['status']}: {shown}", markup=False)
         if done["status"] != "completed":
             if json_:
                 typer.echo(json.dumps(out))

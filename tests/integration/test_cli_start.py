@@ -119,3 +119,20 @@ def test_inputs_from_a_file_and_stdin_and_signal_names_checked(
         "the refused signal wrote nothing"
     )
     assert json.loads(signals[0].payload_json) == {"document": "the signed page"}
+
+
+def test_start_wait_on_a_run_that_stops_for_an_operator_prints_why_and_exits_3(settings, services):
+    """``needs_attention`` is not ``completed``: exit 3 and the reason, never ``null``."""
+    services.env["KEEL_LEDGER_URL"] = "http://127.0.0.1:1"  # nothing listens: refused
+    services.start("orchestrator")
+    services.start("worker")
+    done = keel(
+        settings, "workflow", "start", "invoice_posting", "--id", "post-ledger-down",
+        "--input", json.dumps({"invoice_id": "I1", "account": "A", "amount": 5}),
+        "--wait", "--timeout", "90",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    first, second = done.stdout.strip().splitlines()
+    assert first.startswith("started: post-ledger-down (run ")
+    assert second.startswith("needs_attention: "), second
+    assert "run#1/post" in second and "null" not in second, second
