@@ -84,7 +84,7 @@ def _server_failure(exc: BaseException) -> str | None:
     kafka = sys.modules.get("confluent_kafka")
     if kafka is not None and isinstance(exc, kafka.KafkaException):
         err = exc.args[0] if exc.args else None
-        why = err.str() if hasattr(err, "str") else str(exc)
+        why = str(err.str()) if err is not None and hasattr(err, "str") else str(exc)
         return f"Kafka failed the command: {why} (is it running? KEEL_BOOTSTRAP_SERVERS)"
     redis = sys.modules.get("redis")
     if redis is not None and isinstance(exc, redis.RedisError):
