@@ -21,7 +21,7 @@ import math
 from pydantic import ValidationError
 
 from orchestrator.app import UnknownActivityError
-from orchestrator.domain.errors import InvalidInputError
+from orchestrator.domain.errors import InvalidInputError, KeelError
 from orchestrator.domain.limits import MAX_DURATION_MS
 from orchestrator.domain.vocabulary import FailureClass
 
@@ -36,7 +36,10 @@ BAD_SHAPE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class ActivityError(Exception):
+class ActivityError(KeelError):
+    """A failure an activity handler reports, with its class (Keel's one error root,
+    ``KeelError``, above it: the worker classifies it, a CLI prints it in one line)."""
+
     failure_class: str = FailureClass.TRANSIENT
 
 

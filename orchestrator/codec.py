@@ -28,6 +28,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import to_parsing_canonical_form
 
 from orchestrator.codec_fast import Unsupported, compile_schema
+from orchestrator.domain.errors import KeelError
 from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
 
 __all__ = [
@@ -51,7 +52,7 @@ ENVELOPE_NAME = "keel.Envelope"
 _FILE_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)\.v(?P<version>[1-9][0-9]*)\.avsc$")
 
 
-class DecodeError(ValueError):
+class DecodeError(KeelError, ValueError):
     """A record cannot be decoded; the message is a one-line reason (for dead letters)."""
 
 

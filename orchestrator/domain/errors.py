@@ -4,6 +4,10 @@ Every expected failure is a :class:`KeelError`: the CLI prints its message as on
 and exits 1, services log it without a traceback. Each kind is raised where the problem
 is found, so no layer translates one error into another by hand. Pure: the domain,
 the runtime and the CLI all import it from here (applications: ``from orchestrator import``).
+
+Every other error class of the product derives from it too (the handlers' ``ActivityError``
+family, the codec's ``DecodeError``, the ports' errors, ...); only control-flow signals,
+each caught by its one receiver, do not (``tests/unit/test_error_root.py`` lists them).
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Out:
 def reason_of(exc: BaseException) -> str:
     """One line for a dead letter: a Keel error's message, else the exception's type too."""
     text = " ".join(str(exc).split())
-    if isinstance(exc, KeelError | DecodeError):
+    if isinstance(exc, KeelError):  # DecodeError included
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -336,7 +336,7 @@ class CommandLoop:
                 rec.partition,
                 rec.offset,
                 reason_of(exc),
-                exc_info=not isinstance(exc, KeelError | DecodeError),
+                exc_info=not isinstance(exc, KeelError),
             )
             reason = reason_of(exc)
         return self._letter(rec, env, reason)

@@ -1,0 +1,66 @@
+"""One error root: every exception class of the product is a ``KeelError`` (the CLI prints
+it in one line, services log it without a traceback), but for the control-flow signals
+below, which must never be caught as an error on their way (issue 30, item 3)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+from orchestrator.domain.errors import KeelError
+
+#: Signals, each caught by its one receiver and turned into something else; a broad
+#: ``except KeelError`` on their way (the domain's, a CLI's) must not swallow them.
+CONTROL_FLOW = {
+    # the fast Avro compiler meets a schema it does not compile: fastavro instead
+    "orchestrator.codec_fast._Unsupported",
+    "orchestrator.codec_fast.Unsupported",
+    # the decider's own: a definition function failed / the run hit a limit / a recorded
+    # value this code cannot read; each becomes the run's failure or needs_attention event
+    "orchestrator.domain.activities.UserCodeFailed",
+    "orchestrator.domain.activities.RunNeedsAttention",
+    "orchestrator.domain.upcasting.SchemaUnreadable",
+    # the read model's store tells the projector to reload rows or its cache, then retry
+    "orchestrator.runtime.ports.SeqConflict",
+    "orchestrator.runtime.ports.EpochChanged",
+    # an attempt the effect store knows is stale never runs; its report is ignored
+    "handlers.execution.SupersededAttempt",
+}
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    found = {}
+    for top in ("orchestrator", "handlers", "connectors", "ops"):
+        package = importlib.import_module(top)
+        for info in pkgutil.walk_packages(package.__path__, f"{top}."):
+            if ".examples" in info.name or info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for name, obj in vars(module).items():
+                if (
+                    inspect.isclass(obj)
+                    and issubclass(obj, BaseException)
+                    and obj.__module__ == module.__name__
+                ):
+                    found[f"{module.__name__}.{name}"] = obj
+    return found
+
+
+def test_every_error_of_the_product_is_a_keel_error() -> None:
+    classes = _exception_classes()
+    assert "handlers.errors.ActivityError" in classes
+    outside = {name for name, cls in classes.items() if not issubclass(cls, KeelError)}
+    assert outside == CONTROL_FLOW
+
+
+def test_the_activity_errors_and_decode_errors_are_keel_errors() -> None:
+    from handlers.errors import ActivityError, PermanentError, TransientError, classify
+    from orchestrator.codec import DecodeError
+    from orchestrator.domain.vocabulary import FailureClass
+
+    assert issubclass(ActivityError, KeelError)
+    assert issubclass(DecodeError, KeelError) and issubclass(DecodeError, ValueError)
+    assert classify(TransientError("x")) is FailureClass.TRANSIENT
+    assert classify(PermanentError("x")) is FailureClass.PERMANENT
+    assert classify(KeelError("x")) is FailureClass.TRANSIENT  # as any other exception
