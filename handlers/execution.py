@@ -30,7 +30,7 @@ from handlers.errors import (
 )
 from handlers.markers import has_side_effect
 from orchestrator.app import ActivityHandler, KeelApp
-from orchestrator.definitions import format_validation_error
+from orchestrator.domain.definitions import format_validation_error
 from orchestrator.domain.errors import KeelError, LimitExceededError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
 from orchestrator.runtime.ports import Stopping

@@ -17,15 +17,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from orchestrator.definitions import (
+from orchestrator.domain import errors as kinds
+from orchestrator.domain.decider import Decider
+from orchestrator.domain.definitions import (
     DefinitionError,
     InvalidInputError,
     UnknownWorkflowError,
     WorkflowDefinition,
     resolve_definition,
 )
-from orchestrator.domain import errors as kinds
-from orchestrator.domain.decider import Decider
 from orchestrator.domain.limits import loads_bounded
 from orchestrator.domain.upcasting import check_upcasters, schema_version_of
 from orchestrator.webhook_sources import WebhookSource
@@ -312,7 +312,7 @@ _BRIDGED: dict[type, type] = {}
 def _as_keel_error(exc: ValueError) -> Exception:
     """``exc`` as an ``InvalidInputError`` that is still an instance of its own class.
 
-    A bridge for while ``orchestrator.definitions`` raises plain ``ValueError`` kinds;
+    A bridge for while ``orchestrator.domain.definitions`` raises plain ``ValueError`` kinds;
     once it raises the domain kinds (``orchestrator.domain.errors``) this is never called.
     """
     cls = type(exc)

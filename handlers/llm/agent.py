@@ -36,7 +36,7 @@ from handlers.llm.providers import ChatRequest
 from handlers.llm.runtime import Pricing, call_summary, obtain, parse_output, runtime, totals
 from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, Step, format_validation_error
+from orchestrator.domain.definitions import Context, Step, format_validation_error
 from orchestrator.domain.errors import DefinitionError
 from orchestrator.domain.fingerprint import canonical_json
 

@@ -49,7 +49,7 @@ from handlers.llm.runtime import (
 )
 from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp
-from orchestrator.definitions import Context, Step
+from orchestrator.domain.definitions import Context, Step
 from orchestrator.domain.errors import DefinitionError
 from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
 

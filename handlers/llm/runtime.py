@@ -28,7 +28,7 @@ from handlers.llm.providers import (
 )
 from handlers.llm.settings import LlmSettings, load_llm_settings
 from handlers.llm.store import LlmStore
-from orchestrator.definitions import format_validation_error
+from orchestrator.domain.definitions import format_validation_error
 from orchestrator.domain.errors import DefinitionError
 from orchestrator.settings import load_settings
 

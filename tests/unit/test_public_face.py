@@ -185,3 +185,18 @@ def test_an_application_imports_only_the_public_face(path: Path) -> None:
 def test_the_applications_are_found() -> None:
     names = {p.name for p in APPLICATIONS}
     assert {"invoices.py", "examples.py", "worker_app.py", "travel_sagas_app.py"} <= names
+
+
+def test_the_old_compatibility_paths_are_gone() -> None:
+    import importlib.util
+
+    for gone in (
+        "orchestrator.definitions",
+        "orchestrator.bench",
+        "orchestrator.errors",
+        "connectors.ledger",
+    ):
+        assert importlib.util.find_spec(gone) is None, gone
+    import orchestrator.settings
+
+    assert not hasattr(orchestrator.settings, "SettingsError")
