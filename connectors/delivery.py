@@ -7,7 +7,7 @@ retry. (``confluent_kafka.aio.AIOProducer`` is experimental and batches behind a
 timeout; one poll thread and a future per record is all this needs.)
 
 :class:`Dedupe` keeps one Redis key per (source, event id) under the ``dd`` keyspace
-(``orchestrator/runtime/keyspace.py``): ``pending`` while one connector delivers it (a
+(``orchestrator/io/redis/keyspace.py``): ``pending`` while one connector delivers it (a
 ``SET NX`` with a short expiry, so a crashed holder frees it), ``done`` once Kafka
 acknowledged it (kept for the source's dedupe TTL).
 """
@@ -28,8 +28,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from orchestrator.domain.errors import UnavailableError
-from orchestrator.runtime.kafka import now_ms, producer_config
-from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.io.kafka.clients import now_ms, producer_config
+from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.settings import Settings
 
 __all__ = ["AckingProducer", "Claim", "ClaimState", "Dedupe"]

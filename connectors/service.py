@@ -37,6 +37,8 @@ from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, 
 from connectors.tasks_api import TaskApi
 from connectors.webhooks import MAX_BODY_BYTES, message_id, parse_body
 from orchestrator.app import KeelApp
+from orchestrator.client.client import KeelClient
+from orchestrator.client.task_decisions import TaskDesk
 from orchestrator.codec import default_codec
 from orchestrator.domain.errors import (
     ConfigError,
@@ -44,14 +46,12 @@ from orchestrator.domain.errors import (
     KeelError,
     UnavailableError,
 )
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime import tracing
-from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.envelopes import command_envelope
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.task_decisions import TaskDesk
 from orchestrator.runtime.task_tokens import tokens_for_app
-from orchestrator.runtime.tasks_projection import TasksView
 from orchestrator.settings import Settings
 from orchestrator.webhook_sources import WebhookSource
 

@@ -43,11 +43,11 @@ from redis.retry import Retry
 # The marker is authoring (handlers/markers.py, no Redis); applications and tests have
 # always imported it from here too.
 from handlers.markers import side_effect as side_effect
-from orchestrator.runtime.keyspace import Keyspace
 
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
 # the task is abandoned (and redelivered); re-exported, callers import it from here too.
-from orchestrator.runtime.ports import Stopping as Stopping
+from orchestrator.io.ports import Stopping as Stopping
+from orchestrator.io.redis.keyspace import Keyspace
 
 log = logging.getLogger("keel.worker.effects")
 

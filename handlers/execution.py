@@ -33,7 +33,7 @@ from orchestrator.app import ActivityHandler, KeelApp
 from orchestrator.domain.definitions import format_validation_error
 from orchestrator.domain.errors import KeelError, LimitExceededError
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
-from orchestrator.runtime.ports import Stopping
+from orchestrator.io.ports import Stopping
 from orchestrator.runtime.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 from orchestrator.settings import load_settings
 

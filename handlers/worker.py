@@ -13,9 +13,9 @@ fit); a task that cannot be run or whose result is unusable is reported as a per
 failure; a report the broker would refuse is never produced; produce and commit errors
 are logged and the batch is run again, never raised.
 
-The worker talks to Kafka only through two ports (``orchestrator.runtime.ports``): a
-:class:`~orchestrator.runtime.ports.TaskIntake` and an
-:class:`~orchestrator.runtime.ports.OutcomeSink`; the Kafka adapter bounds every
+The worker talks to Kafka only through two ports (``orchestrator.io.ports``): a
+:class:`~orchestrator.io.ports.TaskIntake` and an
+:class:`~orchestrator.io.ports.OutcomeSink`; the Kafka adapter bounds every
 blocking call (a stop request is seen within a fraction of a second) and a consumer
 that hits a fatal error or a stalled call is recreated. Too many resets in a window
 exit with status 70 for a supervisor. The worker writes
@@ -54,11 +54,8 @@ from orchestrator.domain.messages import (
     FailActivity,
     HeartbeatActivity,
 )
-from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import report_envelope
-from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.kafka import ClientMessage, dead_letter, now_ms, to_record
-from orchestrator.runtime.ports import (
+from orchestrator.io.kafka.clients import ClientMessage, dead_letter, now_ms, to_record
+from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryError,
     OutcomeSink,
@@ -67,6 +64,9 @@ from orchestrator.runtime.ports import (
     Stopping,
     TaskIntake,
 )
+from orchestrator.runtime import tracing
+from orchestrator.runtime.envelopes import report_envelope
+from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
 
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
@@ -154,8 +154,8 @@ class Worker:
         self._undelivered: list[tuple[Record, DeliveryError]] = []
 
     def _kafka_adapters(self) -> tuple[TaskIntake, OutcomeSink]:
-        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
-        from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
+        from orchestrator.io.kafka.adapter import KafkaGroupIntake
+        from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
 
         intake = KafkaGroupIntake(
             self.settings,

@@ -58,7 +58,7 @@ from ops.bench_rig import (
     _spawn,
     fold_deferred_s,
 )
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
 from orchestrator.settings import Settings
 
 
@@ -323,7 +323,7 @@ def _phases(
         b.close()
     log("cold start: rebuilding every partition from keel.events")
     from ops.bench_app import app
-    from orchestrator.runtime.orchestrator import Orchestrator
+    from orchestrator.engine.orchestrator import Orchestrator
 
     cold = Orchestrator(b.settings, app, local_activities=False)
     t0 = time.monotonic()

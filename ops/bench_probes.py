@@ -23,8 +23,8 @@ from orchestrator.domain.messages import (
     ActivityScheduled,
     WorkflowStarted,
 )
-from orchestrator.runtime.kafka import consume_batch, consumer_config
-from orchestrator.runtime.recovery import TYPE_HEADER
+from orchestrator.engine.recovery import TYPE_HEADER
+from orchestrator.io.kafka.clients import consume_batch, consumer_config
 from orchestrator.settings import Settings
 
 __all__ = ["EventTail", "RssSampler", "clock_ms"]

@@ -30,8 +30,8 @@ from ops.bench_rig import (
     _status,
     fold_deferred_s,
 )
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.kafka import now_ms
+from orchestrator.client.client import KeelClient
+from orchestrator.io.kafka.clients import now_ms
 from orchestrator.settings import Settings
 
 __all__ = ["run_finished", "run_recovery"]
@@ -162,7 +162,7 @@ def _cold_rebuild(settings: Settings) -> dict[str, float]:
     events per second, the runs' states all folded (``cold_live_events_per_s``) or
     summarized (``cold_finished_events_per_s``)."""
     from ops.bench_app import app
-    from orchestrator.runtime.orchestrator import Orchestrator
+    from orchestrator.engine.orchestrator import Orchestrator
 
     orch = Orchestrator(settings, app, local_activities=False)
     owned = list(range(settings.partitions))

@@ -35,7 +35,7 @@ from ops.fakes.ledger import LedgerClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.errors import UnavailableError
 from orchestrator.domain.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
-from orchestrator.runtime.kafka import security_config
+from orchestrator.io.kafka.clients import security_config
 from orchestrator.settings import Settings
 
 START_RATE_PER_S = 80.0
@@ -232,9 +232,9 @@ def _faults(invoices: int) -> dict[str, Any]:
 
 def run_demo(settings: Settings, size: int, console: Console) -> int:
     """Run the batch and print the report; the exit code is 0 only if every invariant held."""
+    from orchestrator.client.client import KeelClient
     from orchestrator.examples import app
-    from orchestrator.runtime.client import KeelClient
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
 
     began = time.monotonic()
     prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.bench_rig import _percentile
-from orchestrator.runtime.kafka import (
+from orchestrator.io.kafka.clients import (
     admin_config,
     consumer_config,
     producer_config,

@@ -33,14 +33,14 @@ from typing import Any
 from ops.fakes import serving
 from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
+from orchestrator.client.client import KeelClient
+from orchestrator.client.history_io import read_topic_history, write_history
+from orchestrator.client.task_decisions import DecisionStatus, TaskDesk
 from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.history_io import read_topic_history, write_history
-from orchestrator.runtime.task_decisions import DecisionStatus, TaskDesk
+from orchestrator.io.kafka.topics import create_topics
+from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime.task_tokens import TaskTokens
-from orchestrator.runtime.tasks_projection import TasksView
-from orchestrator.runtime.topics import create_topics
 from orchestrator.settings import Settings, load_settings
 
 WAIT_S = 60.0

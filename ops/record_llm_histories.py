@@ -25,13 +25,13 @@ from typing import Any
 
 from ops.fakes.openai_server import running
 from ops.record_histories import WAIT_S, _process, recording_env
+from orchestrator.client.client import KeelClient
+from orchestrator.client.history_io import read_topic_history, write_history
+from orchestrator.client.task_decisions import DecisionStatus, TaskDesk
 from orchestrator.examples.llm_invoices import app
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.history_io import read_topic_history, write_history
-from orchestrator.runtime.task_decisions import DecisionStatus, TaskDesk
+from orchestrator.io.kafka.topics import create_topics
+from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime.task_tokens import TaskTokens
-from orchestrator.runtime.tasks_projection import TasksView
-from orchestrator.runtime.topics import create_topics
 from orchestrator.settings import Settings, load_settings
 
 APP = "orchestrator.examples.llm_invoices:app"

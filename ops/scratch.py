@@ -8,7 +8,7 @@ it is done, unless asked to keep it (``--keep-topics``) for inspection.
 
 Only the run's own names are touched: its topics (``<prefix>.<kind>`` for each of
 ``TOPIC_KINDS``, and Kafka's floor's ``<prefix>.floor-*``) and its Redis keys under
-``keel:<prefix>:`` (orchestrator/runtime/keyspace.py). Another prefix that merely starts
+``keel:<prefix>:`` (orchestrator/io/redis/keyspace.py). Another prefix that merely starts
 with this one (``<prefix>.x``) is left alone. The run's consumer
 groups are left to expire with the broker's ``offsets.retention.minutes``: a statically
 named orchestrator that was SIGKILLed stays a member until its session times out, and a
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import redis
 from confluent_kafka import KafkaException
 
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.projection import redis_client
-from orchestrator.runtime.topics import admin_client, create_topics
+from orchestrator.io.kafka.topics import admin_client, create_topics
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import redis_client
 from orchestrator.settings import TOPIC_KINDS, Settings
 
 __all__ = ["Dropped", "drop", "fresh"]

@@ -130,7 +130,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest):
     """Settings for one test: the session's servers, a fresh prefix, topics created;
     afterwards the prefix's histories must keep the invariants."""
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 
@@ -161,8 +161,8 @@ def services(settings, tmp_path):
 
 @pytest.fixture
 def client(settings):
+    from orchestrator.client.client import KeelClient
     from orchestrator.examples import app
-    from orchestrator.runtime.client import KeelClient
 
     c = KeelClient(settings, app)
     yield c

@@ -45,8 +45,8 @@ def verify_after_test(request: pytest.FixtureRequest, settings) -> None:
     if os.environ.get("KEEL_TEST_VERIFY_HISTORIES", "1") == "0":
         return
     from orchestrator.cli.verify import decision_proof_check
+    from orchestrator.client.history_io import verify_topic
     from orchestrator.domain.errors import InvalidInputError
-    from orchestrator.runtime.history_io import verify_topic
 
     began = time.monotonic()
     try:

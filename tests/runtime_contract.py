@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.broker_errors import ProducerReset, TxnAbortable
-from orchestrator.runtime.log_scan import group_runs
-from orchestrator.runtime.ports import (
+from orchestrator.engine.log_scan import group_runs
+from orchestrator.io.kafka.broker_errors import ProducerReset, TxnAbortable
+from orchestrator.io.ports import (
     CommandIntake,
     DeliveryError,
     EventLog,
@@ -25,7 +25,7 @@ from orchestrator.runtime.ports import (
     Record,
     RecordRefused,
 )
-from orchestrator.runtime.projection import EpochChanged, SeqConflict
+from orchestrator.io.redis.read_model import EpochChanged, SeqConflict
 
 #: The event type header a rebuild groups by (``recovery.TYPE_HEADER``).
 TYPE = "keel.type"

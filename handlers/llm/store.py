@@ -1,6 +1,6 @@
 """Where LLM nodes keep what they must never ask a model twice for: Redis, by attempt.
 
-Keys live under the topic prefix's root (``orchestrator.runtime.keyspace``), in a space
+Keys live under the topic prefix's root (``orchestrator.io.redis.keyspace``), in a space
 of their own, ``llm``, which no rebuild clears (like the effect store ``fx``)::
 
     keel:<prefix>:llm:call:<index>:<K>    one raw provider response (or tool result)
@@ -30,7 +30,7 @@ import redis
 
 from handlers.effects import REDIS_DOWN, redis_client
 from handlers.errors import TransientError
-from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["CALL_TTL_S", "LlmStore"]
 

@@ -23,7 +23,7 @@ def list_(
     ] = False,
 ) -> None:
     """Open dead letters, oldest first (``--all``: redriven ones too)."""
-    from orchestrator.runtime.dlq import list_letters
+    from orchestrator.client.dlq import list_letters
     from orchestrator.settings import load_settings
 
     letters = list_letters(load_settings())
@@ -46,7 +46,7 @@ def list_(
 @dlq_app.command("redrive")
 def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
-    from orchestrator.runtime.dlq import redrive as do_redrive
+    from orchestrator.client.dlq import redrive as do_redrive
     from orchestrator.settings import load_settings
 
     console.print(escape(do_redrive(load_settings(), None, letter_id)))
@@ -68,8 +68,8 @@ def resolve(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
+    from orchestrator.client.client import KeelClient, parse_json
     from orchestrator.domain.errors import KeelError
-    from orchestrator.runtime.client import KeelClient, parse_json
     from orchestrator.settings import load_settings
 
     chosen = [o for o in (found is not None, not_found, failed is not None) if o]

@@ -185,7 +185,7 @@ def topics_create(
     ] = None,
 ) -> None:
     """Create Keel's topics if missing (idempotent) and report them."""
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import load_settings
 
     settings = load_settings() if partitions is None else load_settings(partitions=partitions)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator.cli.output import LazyConsole, escape, new_table
-from orchestrator.runtime.placement import ProjectorPlacement
+from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
     from orchestrator.app import KeelApp
@@ -69,10 +69,10 @@ def orchestrator(
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
+    from orchestrator.engine.orchestrator import Orchestrator
     from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
-    from orchestrator.runtime.orchestrator import Orchestrator
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.sagas import sagas_of
@@ -87,7 +87,7 @@ def orchestrator(
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     if projector and placement is ProjectorPlacement.CHILD:
-        from orchestrator.runtime.committed_pipe import PipePublisher
+        from orchestrator.projector.committed_pipe import PipePublisher
 
         publisher = PipePublisher()
     orch = Orchestrator(
@@ -96,7 +96,7 @@ def orchestrator(
     stoppables: list = [orch]
     child = None
     if publisher is not None:
-        from orchestrator.runtime.projector_child import ProjectorChild
+        from orchestrator.projector.projector_child import ProjectorChild
 
         # Supervised like the thread: a child that dies is started again after a backoff.
         child = Supervisor("projector", ProjectorChild(app, publisher)).start()
@@ -104,8 +104,8 @@ def orchestrator(
     elif projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
         # fed this process's committed events in process (docs/performance.md at 6f66b40).
-        from orchestrator.runtime.committed import CommittedEvents
-        from orchestrator.runtime.projector import Projector
+        from orchestrator.projector.committed import CommittedEvents
+        from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
         feed = Projector(settings, application, committed=orch.committed)
@@ -149,10 +149,10 @@ def projector(
     ] = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.projector.projector import Projector
     from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.metrics import configure_metrics
-    from orchestrator.runtime.projector import Projector
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.settings import load_settings
 
@@ -160,7 +160,7 @@ def projector(
     configure_metrics("keel-projector")
     committed = None
     if feed_fd is not None:
-        from orchestrator.runtime.committed import CommittedEvents
+        from orchestrator.projector.committed import CommittedEvents
 
         committed = CommittedEvents()
     settings = load_settings()
@@ -168,7 +168,7 @@ def projector(
     projector = Projector(settings, app_from(app), committed=committed)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
-        from orchestrator.runtime.committed_pipe import read_frames
+        from orchestrator.projector.committed_pipe import read_frames
 
         read_frames(feed_fd, committed, supervised.stop)  # stops when its orchestrator ends
     _stop_on_signals(supervised)
@@ -182,7 +182,7 @@ def rebuild(app: AppOption = DEFAULT_APP) -> None:
 
     Safe while services run: live projectors pause until it ends, then reload.
     """
-    from orchestrator.runtime.projector import Projector
+    from orchestrator.projector.projector import Projector
     from orchestrator.settings import load_settings
 
     p = Projector(load_settings(), app_from(app))
@@ -196,7 +196,7 @@ def projections_status(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Each live projector's health (published every few seconds), and any rebuild running."""
-    from orchestrator.runtime.projection import Projection
+    from orchestrator.io.redis.read_model import Projection
     from orchestrator.settings import load_settings
 
     settings = load_settings()
@@ -234,7 +234,7 @@ def dev(
 ) -> None:
     """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import load_settings
 
     settings = load_settings()

@@ -1,8 +1,8 @@
 """``keel tasks list | show | decide``: the human-task inbox and decisions from a terminal.
 
-The inbox is the Redis projection of orchestrator/runtime/tasks_projection.py; a decision
+The inbox is the Redis projection of orchestrator/io/redis/tasks_read_model.py; a decision
 goes through the orchestrator exactly as the connector's ``POST /tasks/{token}/decision``
-does (orchestrator/runtime/task_decisions.py), acting as an actor of ``KEEL_ACTORS_FILE``.
+does (orchestrator/client/task_decisions.py), acting as an actor of ``KEEL_ACTORS_FILE``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.io.redis.tasks_read_model import TasksView
     from orchestrator.settings import Settings
 
 tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
@@ -31,8 +31,8 @@ _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(settings: Settings) -> TasksView:
-    from orchestrator.runtime.projection import redis_client
-    from orchestrator.runtime.tasks_projection import TasksView
+    from orchestrator.io.redis.read_model import redis_client
+    from orchestrator.io.redis.tasks_read_model import TasksView
 
     return TasksView(redis_client(settings.redis), settings.topic_prefix)
 
@@ -76,7 +76,7 @@ def list_(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Open human tasks by due time: owner, escalation level, workflow, evidence."""
-    from orchestrator.runtime.projection import reachable
+    from orchestrator.io.redis.read_model import reachable
     from orchestrator.settings import load_settings
 
     settings = load_settings()
@@ -106,7 +106,7 @@ def show(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One task: evidence, operation digest, decision, and its history."""
-    from orchestrator.runtime.projection import reachable
+    from orchestrator.io.redis.read_model import reachable
     from orchestrator.settings import load_settings
 
     settings = load_settings()
@@ -192,6 +192,8 @@ def decide(
     (``--correction``), which the orchestrator checks against the task's schema.
     """
     from connectors.auth import Actors
+    from orchestrator.client.client import KeelClient, read_json_arg
+    from orchestrator.client.task_decisions import TaskDesk
     from orchestrator.domain.errors import (
         CommandRejected,
         ConfigError,
@@ -199,11 +201,9 @@ def decide(
         KeelError,
         NotFoundError,
     )
-    from orchestrator.runtime.client import KeelClient, read_json_arg
-    from orchestrator.runtime.projection import reachable
-    from orchestrator.runtime.task_decisions import TaskDesk
+    from orchestrator.io.redis.read_model import reachable
+    from orchestrator.io.redis.tasks_read_model import TasksView
     from orchestrator.runtime.task_tokens import load_task_tokens
-    from orchestrator.runtime.tasks_projection import TasksView
     from orchestrator.settings import load_settings
 
     if approve == reject:

@@ -15,8 +15,8 @@ import typer
 from orchestrator.cli.output import LazyConsole, escape, new_table
 
 if TYPE_CHECKING:
+    from orchestrator.client.history_io import Verification
     from orchestrator.domain.invariants import ProofCheck
-    from orchestrator.runtime.history_io import Verification
     from orchestrator.settings import Settings
 
 console = LazyConsole(highlight=False, emoji=False)
@@ -51,8 +51,8 @@ def verify(
     """Check workflows' recorded histories; exit 1 when any invariant is broken."""
     if bool(workflow_ids) == all_:
         raise typer.BadParameter("give workflow IDs or --all (exactly one of them)")
+    from orchestrator.client.history_io import verify_topic
     from orchestrator.domain.invariants import Invariant, Violation
-    from orchestrator.runtime.history_io import verify_topic
     from orchestrator.settings import load_settings
 
     settings = load_settings()

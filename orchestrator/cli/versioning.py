@@ -38,9 +38,9 @@ def replay_check(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
+    from orchestrator.client.history_io import read_history_dir, read_topic_history
     from orchestrator.domain.errors import KeelError
     from orchestrator.domain.replay import replay_history
-    from orchestrator.runtime.history_io import read_history_dir, read_topic_history
     from orchestrator.runtime.task_tokens import recorded_token_hashes
     from orchestrator.settings import load_settings
 
@@ -131,8 +131,8 @@ def export(
     ] = True,
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
+    from orchestrator.client.history_io import read_topic_history, write_history
     from orchestrator.domain.errors import KeelError
-    from orchestrator.runtime.history_io import read_topic_history, write_history
     from orchestrator.settings import load_settings
 
     envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)

@@ -18,7 +18,7 @@ from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.cli.verify import verify
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.client import KeelClient
+    from orchestrator.client.client import KeelClient
 
 workflow_app = typer.Typer(help="Start, inspect, signal, cancel, migrate and verify workflows.")
 workflow_app.command("migrate")(migrate)
@@ -32,7 +32,7 @@ JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from s
 
 
 def _client(app: str) -> KeelClient:
-    from orchestrator.runtime.client import KeelClient
+    from orchestrator.client.client import KeelClient
     from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
 
@@ -66,7 +66,7 @@ def start(
 
     The run reported is the true one: the command waits until the read model shows it.
     """
-    from orchestrator.runtime.client import read_json_arg
+    from orchestrator.client.client import read_json_arg
 
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
@@ -195,7 +195,7 @@ def signal_(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
-    from orchestrator.runtime.client import read_json_arg
+    from orchestrator.client.client import read_json_arg
 
     payload_obj = read_json_arg(payload, "--payload")
     mid = _client(app).signal(workflow_id, name, payload_obj, tuple(sensitive or ()))

@@ -1,6 +1,11 @@
-"""Kafka and Redis runtime: orchestrator loop, worker plumbing, projections, client.
+"""Services every Keel process shares, none of them a process or an adapter: the one
+envelope factory (``envelopes``), JSON on the hot path (``fast_json``), sealed fields
+(``sealing``), human-task tokens and decision proofs (``task_tokens``,
+``decision_proofs``), telemetry and logs (``metrics``, ``tracing``, ``logs``,
+``gc_policy``), the status file and supervised threads (``health``, ``supervisor``).
 
-Its modules sit in several layers (the processes, their parts, the client, the I/O
-adapters, the ports): docs/architecture.md, "The layers", names each module's, and
-``lint-imports`` (the contracts in pyproject.toml) checks what each may import.
+The processes live beside it: ``orchestrator.engine``, ``orchestrator.projector``,
+``handlers`` (the worker), ``connectors``, ``orchestrator.sagas``; the client in
+``orchestrator.client``; ports and adapters in ``orchestrator.io``. docs/architecture.md,
+"The layers", says what each may import, and ``lint-imports`` checks it.
 """

@@ -13,7 +13,7 @@ construction stay where they are, and nowhere else builds an ``Envelope`` by han
   below this module and imports nothing from the runtime;
 - decoding, which rebuilds an envelope that was already written, field for field:
   ``orchestrator/codec.py`` (the Avro reader, and its benchmark's sample record) and
-  ``orchestrator/runtime/history_io.py`` (an exported history's JSON lines);
+  ``orchestrator/client/history_io.py`` (an exported history's JSON lines);
 - tests, which build what they feed.
 
 Every record Keel produces must fit under the broker's record limit (1 MiB by default),
@@ -24,6 +24,7 @@ wraps until the letter itself fits.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from orchestrator.domain.errors import LimitExceededError
@@ -36,6 +37,7 @@ __all__ = [
     "command_envelope",
     "dead_letter_envelope",
     "follow_up",
+    "now_ms",
     "report_envelope",
     "runtime_envelope",
     "snapshot_envelope",
@@ -218,3 +220,8 @@ def dead_letter_envelope(
         now,
         causation_id=causation_id,
     )
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds: the ``recorded_at`` every Keel process stamps."""
+    return time.time_ns() // 1_000_000

@@ -1,7 +1,7 @@
 """OpenTelemetry metrics of model calls: tokens, cost, calls and cache hits per activity type.
 
 Recorded on the read side, by the live projector after its write to the read model has
-committed (:meth:`~orchestrator.runtime.projection.Projection.write_guarded`). The
+committed (:meth:`~orchestrator.io.redis.read_model.Projection.write_guarded`). The
 projector folds each event once (it skips events at or below the sequence number the
 read model holds), so a replayed batch counts nothing twice; a rebuild of the read model
 does not count again either. Instruments come from the global meter provider: without one

@@ -20,7 +20,7 @@ still running), each instance from its ``sagas`` partition, both up to the commi
 offsets (read as *stable* offsets, so a previous owner's open transaction has ended).
 Rebuilding never reacts, so nothing is emitted twice; a batch whose transaction aborts
 is read again after a rebuild. Broker errors are sorted by
-``orchestrator.runtime.broker_errors``: retriable ones retried, abortable ones abort and
+``orchestrator.io.kafka.broker_errors``: retriable ones retried, abortable ones abort and
 rewind, fatal ones recreate the producer (fencing the old one) and rebuild.
 """
 
@@ -44,16 +44,16 @@ from orchestrator.domain.messages import (
     SagaEvent,
     WorkflowStarted,
 )
-from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
-from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
-from orchestrator.runtime.kafka import (
+from orchestrator.io.kafka.adapter import KafkaEventLog
+from orchestrator.io.kafka.broker_errors import ProducerReset, Stopping, TxnAbortable
+from orchestrator.io.kafka.clients import (
     consumer_config,
     next_offsets,
     now_ms,
     poll_records,
     read_partitions,
 )
-from orchestrator.runtime.kafka_adapter import KafkaEventLog
+from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
 from orchestrator.sagas.declare import Saga, SagaFact, SagaView, command_id, sagas_of
 from orchestrator.settings import Settings
 
@@ -77,7 +77,7 @@ def require_sagas_topic(settings: Settings) -> None:
     majority in sync from three replicas). Creating it here instead would give it this
     process's settings alone, and a saga log on one broker of three.
     """
-    from orchestrator.runtime.topics import require_topic
+    from orchestrator.io.kafka.topics import require_topic
 
     require_topic(settings, sagas_topic(settings))
 

@@ -80,7 +80,7 @@ def cluster_settings(
 ):
     """A test's prefix on the cluster; afterwards (every broker back) its histories
     must keep the invariants (tests/history_check.py)."""
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 
@@ -111,8 +111,8 @@ def cluster_services(cluster_settings, tmp_path):
 
 @pytest.fixture
 def cluster_client(cluster_settings):
+    from orchestrator.client.client import KeelClient
     from orchestrator.examples import app
-    from orchestrator.runtime.client import KeelClient
 
     c = KeelClient(cluster_settings, app)
     yield c

@@ -36,8 +36,8 @@ from ops.cluster import (
     under_replicated,
 )
 from ops.local import LocalStack
+from orchestrator.client.client import KeelClient
 from orchestrator.domain.messages import WorkflowCompleted
-from orchestrator.runtime.client import KeelClient
 from orchestrator.settings import Settings
 from tests.fault.conftest import heal
 from tests.support import Services, assert_sound_history, histories, wait_until

@@ -58,7 +58,7 @@ def _signal_broker(stack: LocalStack, sig: signal.Signals) -> None:
 
 @pytest.fixture
 def stall_settings(own_broker, servers, topic_prefix, tmp_path):
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import Settings
 
     s = Settings(
@@ -84,8 +84,8 @@ def stall_services(stall_settings, tmp_path):
 
 @pytest.fixture
 def stall_client(stall_settings):
+    from orchestrator.client.client import KeelClient
     from orchestrator.examples import app
-    from orchestrator.runtime.client import KeelClient
 
     c = KeelClient(stall_settings, app)
     yield c

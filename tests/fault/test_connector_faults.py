@@ -15,9 +15,9 @@ import pytest
 
 from connectors.webhooks import message_id
 from ops.local import LocalStack, port_in_use
+from orchestrator.client.client import KeelClient
 from orchestrator.examples import app as examples
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.topics import create_topics
+from orchestrator.io.kafka.topics import create_topics
 from orchestrator.settings import Settings
 from tests.conftest import KEEL_DIR
 from tests.integration import test_connector as hook

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from ops.fakes.openai_server import running
+from orchestrator.client.client import KeelClient
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.client import KeelClient
 from tests.support import assert_sound_history, histories, wait_until
 
 APP = "orchestrator.examples.llm_invoices:app"

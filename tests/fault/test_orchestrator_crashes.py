@@ -81,7 +81,7 @@ def test_a_timer_scheduled_before_a_sigkill_fires_once_after_restart(settings, s
 
 
 def test_recovery_from_snapshot_checkpoints_after_a_sigkill(settings, services, client):
-    from orchestrator.runtime.orchestrator import CHECKPOINT_KEY
+    from orchestrator.engine.orchestrator import CHECKPOINT_KEY
     from tests.support import decode_all, read_topic
 
     args = ("--checkpoint-interval", "0.5")

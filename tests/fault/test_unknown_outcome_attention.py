@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from orchestrator.client.client import KeelClient
 from orchestrator.domain.invariants import check_history
 from orchestrator.domain.messages import (
     ActivityCompleted,
@@ -25,7 +26,6 @@ from orchestrator.domain.messages import (
     TimerScheduled,
     WorkflowNeedsAttention,
 )
-from orchestrator.runtime.client import KeelClient
 from tests.integration.test_durable_core import keel
 from tests.integration.unknown_app import APP
 from tests.integration.unknown_app import app as unknown_app

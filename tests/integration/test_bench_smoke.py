@@ -14,8 +14,8 @@ import sys
 import time
 
 from ops import scratch
-from orchestrator.runtime.projection import redis_client
-from orchestrator.runtime.topics import admin_client
+from orchestrator.io.kafka.topics import admin_client
+from orchestrator.io.redis.read_model import redis_client
 from orchestrator.settings import TOPIC_KINDS
 from tests.conftest import REPO
 
@@ -192,7 +192,7 @@ def test_bench_recovery_reports_the_first_decision_and_rss(settings):
 
 
 def test_drop_removes_its_own_prefix_and_not_one_that_starts_with_it(settings):
-    from orchestrator.runtime.topics import create_topics
+    from orchestrator.io.kafka.topics import create_topics
 
     mine = scratch.fresh(settings, lambda _m: None, "drop")
     other = mine.model_copy(update={"topic_prefix": f"{mine.topic_prefix}.x"})

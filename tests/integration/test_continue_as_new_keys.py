@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ops.fakes.openai_server import running
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
 from tests.integration import continue_app
 from tests.integration.continue_app import APP, CONTINUES, LAST_MONTH, statement
 from tests.integration.test_durable_core import keel

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import (
     ActivityScheduled,
@@ -32,9 +33,8 @@ from orchestrator.domain.messages import (
     HumanTaskOpened,
 )
 from orchestrator.examples import app as examples_app
-from orchestrator.runtime.client import KeelClient
+from orchestrator.io.kafka.clients import now_ms, producer_config
 from orchestrator.runtime.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
-from orchestrator.runtime.kafka import now_ms, producer_config
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.support import histories, read_topic, wait_until
 

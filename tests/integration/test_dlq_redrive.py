@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+from orchestrator.client.dlq import list_letters, redrive
 from orchestrator.domain.errors import CommandRejected
-from orchestrator.runtime.dlq import list_letters, redrive
 from tests.integration.test_durable_core import keel
 from tests.support import produce, read_topic, wait_until
 

@@ -42,7 +42,7 @@ def test_a_definite_failure_releases_the_claim_but_keeps_older_attempts_fenced(s
 def test_effect_records_live_in_their_own_keyspace(servers):
     import redis
 
-    from orchestrator.runtime.keyspace import Keyspace
+    from orchestrator.io.redis.keyspace import Keyspace
 
     prefix = f"t{uuid.uuid4().hex[:8]}"
     store = EffectStore.from_url(servers.redis_url, prefix)
@@ -83,7 +83,7 @@ def test_release_never_touches_a_later_attempts_claim(store):
 
 def test_effect_records_survive_a_read_model_rebuild(settings):
     """``keel projections rebuild`` clears the read model only (Keyspace.read_model)."""
-    from orchestrator.runtime.projection import Projection
+    from orchestrator.io.redis.read_model import Projection
 
     store = EffectStore.from_url(settings.redis, settings.topic_prefix)
     store.begin("wf/pay/1", 1)

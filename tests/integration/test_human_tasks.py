@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from orchestrator.client.client import KeelClient
 from orchestrator.domain.messages import (
     ActivityScheduled,
     HumanTaskDecided,
@@ -29,10 +30,9 @@ from orchestrator.domain.messages import (
     StateEntered,
     TimerScheduled,
 )
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.projector import Projector
+from orchestrator.io.redis.tasks_read_model import TasksView
+from orchestrator.projector.projector import Projector
 from orchestrator.runtime.task_tokens import TaskTokens
-from orchestrator.runtime.tasks_projection import TasksView
 from tests.integration import tasks_app
 from tests.integration.test_connector import request, start_connector
 from tests.support import histories, read_topic, wait_until

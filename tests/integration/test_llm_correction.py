@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from ops.fakes.openai_server import running
+from orchestrator.client.client import KeelClient
 from orchestrator.domain.messages import HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import InvoiceCorrection
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.client import KeelClient
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.integration.test_connector import request, start_connector
 from tests.support import assert_sound_history, histories, wait_until

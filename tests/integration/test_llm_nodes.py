@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ops.fakes.openai_server import running
+from orchestrator.client.client import KeelClient
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.client import KeelClient
 from tests.support import assert_sound_history, histories
 
 APP = "orchestrator.examples.llm_invoices:app"

@@ -13,8 +13,8 @@ from typing import Any
 import redis
 
 from ops.fakes.openai_server import running
+from orchestrator.client.client import KeelClient
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.client import KeelClient
 from orchestrator.settings import TOPIC_KINDS
 from tests.support import decode_all, read_topic
 

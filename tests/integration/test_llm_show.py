@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.kafka import read_partitions
-from orchestrator.runtime.projector import Projector
+from orchestrator.io.kafka.clients import read_partitions
+from orchestrator.projector.projector import Projector
 from tests.integration import test_llm_nodes as nodes
 from tests.integration.test_llm_nodes import completed_result, events_of, fields
 from tests.integration.test_read_model import keel

@@ -17,7 +17,7 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
 from tests.integration import migration_app
 from tests.support import histories, wait_until
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.dlq import LetterState, list_letters
+from orchestrator.client.client import KeelClient
+from orchestrator.client.dlq import LetterState, list_letters
 from tests.integration import versions_app
 from tests.support import histories, wait_until
 

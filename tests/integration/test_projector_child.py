@@ -11,10 +11,10 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import redis_client
 from orchestrator.runtime.health import status_path
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.projection import redis_client
 from tests.integration import local_app
 from tests.support import Services, assert_sound_history, histories, wait_until
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
 from tests.integration.test_read_model import keel
 from tests.support import Services, wait_until
 

@@ -13,10 +13,10 @@ from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope, StartWorkflow, StateEntered, WorkflowStarted
+from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.examples import app
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import TYPE_HEADER
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.io.kafka.partitioning import partition_for
 from tests.support import decode_all, histories, read_topic, wait_until
 
 codec = default_codec()

@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.examples import app as example_app
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.projection import Projection
-from orchestrator.runtime.projector import Projector
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import Projection
+from orchestrator.projector.projector import Projector
 from tests.support import histories, wait_until
 
 

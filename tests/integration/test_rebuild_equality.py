@@ -32,11 +32,11 @@ from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.fakes.openai_server import running as openai_fake
 from ops.record_histories import Recorder, _invoice, _trip
-from orchestrator.runtime import migrations
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.placement import ProjectorPlacement
-from orchestrator.runtime.projector import Projector, RedisReadModelStore
+from orchestrator.client import migrations
+from orchestrator.client.client import KeelClient
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.projector.placement import ProjectorPlacement
+from orchestrator.projector.projector import Projector, RedisReadModelStore
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.integration import rebuild_app
 from tests.integration.test_llm_nodes import fields
@@ -204,7 +204,7 @@ def refold(settings: Any, records: list[Any], prefix: str, batches: Any) -> dict
 
 
 def store_client(settings: Any) -> Any:
-    from orchestrator.runtime.projection import redis_client
+    from orchestrator.io.redis.read_model import redis_client
 
     return redis_client(settings.redis)
 

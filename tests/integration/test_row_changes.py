@@ -17,11 +17,11 @@ import pytest
 from orchestrator.domain.messages import Envelope, WorkflowStarted
 from orchestrator.domain.state import WorkflowState
 from orchestrator.examples import app as example_app
+from orchestrator.io.redis.read_model import EpochChanged, Projection, RebuildRunning, SeqConflict
+from orchestrator.io.redis.row_watch import RowWatch
+from orchestrator.projector.projector import Projector
 from orchestrator.runtime import fast_json
-from orchestrator.runtime.projection import EpochChanged, Projection, RebuildRunning, SeqConflict
-from orchestrator.runtime.projector import Projector
 from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
-from orchestrator.runtime.row_watch import RowWatch
 
 
 def _state(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.runtime.kafka import to_record
-from orchestrator.runtime.kafka_adapter import KafkaCommandIntake, KafkaEventLog, KafkaGroupIntake
-from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
-from orchestrator.runtime.projection import redis_client
-from orchestrator.runtime.projector import RedisReadModelStore
+from orchestrator.io.kafka.adapter import KafkaCommandIntake, KafkaEventLog, KafkaGroupIntake
+from orchestrator.io.kafka.clients import to_record
+from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
+from orchestrator.io.redis.read_model import redis_client
+from orchestrator.projector.projector import RedisReadModelStore
 from tests.runtime_contract import Harness, RuntimeContract
 from tests.support import read_topic
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.client.client import KeelClient
 from orchestrator.domain.errors import KeelError
 from orchestrator.domain.messages import CancelWorkflow, WorkflowCancelled
-from orchestrator.runtime.client import KeelClient
 from orchestrator.sagas.manager import SagaManager, require_sagas_topic, sagas_topic
 from tests.integration.sagas_app import app as sagas_app
 from tests.support import Services, assert_sound_history, decode_all, histories, read_topic
@@ -112,7 +112,7 @@ def test_the_saga_manager_refuses_to_start_without_its_topic(settings):
     manager = SagaManager(bare, sagas_app)
     with pytest.raises(KeelError, match="does not exist; run `keel topics create`"):
         manager.run()
-    from orchestrator.runtime.topics import admin_client
+    from orchestrator.io.kafka.topics import admin_client
 
     assert not any(
         t.startswith(bare.topic_prefix + ".")

@@ -13,9 +13,9 @@ import json
 
 from pydantic import SecretStr
 
-from orchestrator.runtime.client import KeelClient
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.projection import redis_client
+from orchestrator.client.client import KeelClient
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import redis_client
 from orchestrator.runtime.sealing import MASK, SEALED_KEY, new_key_entry
 from orchestrator.settings import TOPIC_KINDS
 from tests.integration import sealed_app

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from orchestrator.runtime.client import KeelClient
+from orchestrator.client.client import KeelClient
 from tests.integration import versions_app
 from tests.support import histories, wait_until
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from handlers.effects import EffectStore
+from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import ActivityFailed, ActivityScheduled, FailActivity
-from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

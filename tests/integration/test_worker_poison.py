@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.messages import Envelope, FailActivity, StartWorkflow
-from orchestrator.runtime.client import KeelClient
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

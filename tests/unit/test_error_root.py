@@ -22,8 +22,8 @@ CONTROL_FLOW = {
     "orchestrator.domain.activities.RunNeedsAttention",
     "orchestrator.domain.upcasting.SchemaUnreadable",
     # the read model's store tells the projector to reload rows or its cache, then retry
-    "orchestrator.runtime.ports.SeqConflict",
-    "orchestrator.runtime.ports.EpochChanged",
+    "orchestrator.io.ports.SeqConflict",
+    "orchestrator.io.ports.EpochChanged",
     # an attempt the effect store knows is stale never runs; its report is ignored
     "handlers.execution.SupersededAttempt",
 }

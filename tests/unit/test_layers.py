@@ -44,21 +44,23 @@ def _clients(loaded: set[str]) -> list[str]:
 
 
 def test_the_in_memory_adapter_loads_neither_kafka_nor_redis() -> None:
-    loaded = _loaded_after_importing("orchestrator.runtime.memory")
-    assert "orchestrator.runtime.memory" in loaded
+    loaded = _loaded_after_importing("orchestrator.io.memory")
+    assert "orchestrator.io.memory" in loaded
     assert _clients(loaded) == []
 
 
 def test_the_in_memory_adapter_refuses_a_large_record_in_the_clients_words() -> None:
     from confluent_kafka import KafkaError
 
-    from orchestrator.runtime.memory import MSG_SIZE_TOO_LARGE
+    from orchestrator.io.memory import MSG_SIZE_TOO_LARGE
 
     assert str(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)) == MSG_SIZE_TOO_LARGE
 
 
 def test_the_port_errors_are_the_adapters_errors() -> None:
-    from orchestrator.runtime import broker_errors, ports, projection
+    from orchestrator.io import ports
+    from orchestrator.io.kafka import broker_errors
+    from orchestrator.io.redis import read_model as projection
 
     assert broker_errors.TxnAbortable is ports.TxnAbortable
     assert broker_errors.ProducerReset is ports.ProducerReset
@@ -71,8 +73,8 @@ def test_the_port_errors_are_the_adapters_errors() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "orchestrator.runtime.ports",
-        "orchestrator.runtime.partitioning",
+        "orchestrator.io.ports",
+        "orchestrator.io.kafka.partitioning",
         "orchestrator.runtime.history_entries",
     ],
 )

@@ -174,7 +174,7 @@ def test_every_keel_variable_of_the_product_is_read_through_settings(monkeypatch
 
 
 def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
-    from orchestrator.runtime.kafka import consumer_config, producer_config
+    from orchestrator.io.kafka.clients import consumer_config, producer_config
     from orchestrator.runtime.logs import log_level
 
     s = Settings()

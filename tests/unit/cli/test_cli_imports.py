@@ -28,10 +28,10 @@ NOT_FOR_SERVICES = (
     "connectors",
     "ops.local",
     "orchestrator.domain.replay",
-    "orchestrator.runtime.client",
-    "orchestrator.runtime.history_io",
-    "orchestrator.runtime.migrations",
-    "orchestrator.runtime.task_decisions",
+    "orchestrator.client.client",
+    "orchestrator.client.history_io",
+    "orchestrator.client.migrations",
+    "orchestrator.client.task_decisions",
     "rich",
 )
 
@@ -95,9 +95,9 @@ def _modules_at_construction(tmp_path: Path, module: str, name: str, *argv: str)
 @pytest.mark.parametrize(
     ("command", "module", "name"),
     [
-        ("orchestrator", "orchestrator.runtime.orchestrator", "Orchestrator"),
+        ("orchestrator", "orchestrator.engine.orchestrator", "Orchestrator"),
         ("worker", "handlers.worker", "Worker"),
-        ("projector", "orchestrator.runtime.projector", "Projector"),
+        ("projector", "orchestrator.projector.projector", "Projector"),
     ],
 )
 def test_a_service_command_loads_no_other_commands_code(

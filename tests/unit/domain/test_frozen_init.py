@@ -15,10 +15,10 @@ import pytest
 from orchestrator.domain import state_parts
 from orchestrator.domain.frozen_init import fast_init, replace
 from orchestrator.domain.messages import PAYLOAD_TYPES, ActivityScheduled, Envelope
-from orchestrator.runtime.command_loop import Out
-from orchestrator.runtime.committed import CommittedEvent
-from orchestrator.runtime.local_activities import LocalRun
-from orchestrator.runtime.ports import Record
+from orchestrator.engine.command_loop import Out
+from orchestrator.engine.local_activities import LocalRun
+from orchestrator.io.ports import Record
+from orchestrator.projector.committed import CommittedEvent
 
 FAST = [
     *PAYLOAD_TYPES.values(),

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
 from orchestrator.domain import replay
 from orchestrator.domain.decider import Decider
 from orchestrator.domain.definitions import TimerWait, Transition, WorkflowDefinition
@@ -27,7 +28,6 @@ from orchestrator.domain.messages import (
     StartWorkflow,
 )
 from orchestrator.examples import document_review, timer_demo
-from orchestrator.runtime.history_io import envelope_from_dict, envelope_to_dict, write_history
 
 T0 = 1_750_000_000_000
 LAG_MS = 37  # how long each command waits in Kafka before it is decided

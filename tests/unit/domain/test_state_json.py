@@ -8,10 +8,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import ActivityStatus
 from orchestrator.examples import app as examples
-from orchestrator.runtime.history_io import read_history_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "histories"
 

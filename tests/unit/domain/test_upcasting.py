@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from handlers.worker import Worker
 from orchestrator.app import KeelApp
+from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
 from orchestrator.codec import default_codec
 from orchestrator.domain import replay
 from orchestrator.domain.context import Context
@@ -38,8 +39,7 @@ from orchestrator.domain.messages import (
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.upcasting import SchemaUnreadable, check_upcasters, upcast
 from orchestrator.domain.vocabulary import WorkflowStatus
-from orchestrator.runtime.history_io import envelope_from_dict, envelope_to_dict, write_history
-from orchestrator.runtime.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
+from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.settings import Settings
 
 T0 = 1_750_000_000_000

@@ -29,9 +29,9 @@ from orchestrator.domain.messages import (
     FailActivity,
     StartWorkflow,
 )
-from orchestrator.runtime.broker_errors import Stopping
-from orchestrator.runtime.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
-from orchestrator.runtime.ports import ConsumerReset
+from orchestrator.io.kafka.broker_errors import Stopping
+from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
+from orchestrator.io.ports import ConsumerReset
 from orchestrator.settings import Settings
 
 codec = default_codec()
@@ -144,7 +144,7 @@ class Rig:
         ]
 
     def committed(self, wf: str) -> int | None:
-        from orchestrator.runtime.partitioning import partition_for
+        from orchestrator.io.kafka.partitioning import partition_for
 
         return self.broker.committed.get((GROUP, self.tasks, partition_for(wf.encode(), 4)))
 

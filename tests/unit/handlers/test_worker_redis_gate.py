@@ -81,6 +81,7 @@ def test_a_stop_ends_the_wait():
 
 
 def test_the_gate_stops_with_the_ports_one_stopping():
-    from orchestrator.runtime import broker_errors, ports
+    from orchestrator.io import ports
+    from orchestrator.io.kafka import broker_errors
 
     assert Stopping is ports.Stopping is broker_errors.Stopping

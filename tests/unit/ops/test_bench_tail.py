@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ops.bench_probes import EventTail, _type_of
-from orchestrator.runtime.recovery import TYPE_HEADER
+from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.settings import Settings
 
 

@@ -14,11 +14,11 @@ from orchestrator.domain.messages import (
     SignalWorkflow,
     StartWorkflow,
 )
+from orchestrator.engine.context import Topics
+from orchestrator.engine.orchestrator import Orchestrator
 from orchestrator.examples import app as example_app
-from orchestrator.runtime.context import Topics
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
 from orchestrator.settings import Settings
 
 codec = default_codec()

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope, WorkflowStarted
-from orchestrator.runtime.committed import CommittedEvent, CommittedEvents
-from orchestrator.runtime.committed_pipe import (
+from orchestrator.projector.committed import CommittedEvent, CommittedEvents
+from orchestrator.projector.committed_pipe import (
     PipePublisher,
     decode_frames,
     encode_frame,

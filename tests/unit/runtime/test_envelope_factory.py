@@ -22,7 +22,7 @@ ALLOWED = (
     "orchestrator/domain/",
     "orchestrator/codec.py",
     "orchestrator/runtime/envelopes.py",
-    "orchestrator/runtime/history_io.py",
+    "orchestrator/client/history_io.py",
 )
 
 

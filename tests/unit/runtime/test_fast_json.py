@@ -10,15 +10,15 @@ import math
 
 import pytest
 
+from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.errors import LimitExceededError
 from orchestrator.domain.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.engine.tail_records import ARMED_HEADER, armed_header, parse_armed
 from orchestrator.examples import app as examples
+from orchestrator.io.redis.read_model import history_entry
 from orchestrator.runtime import fast_json
-from orchestrator.runtime.history_io import read_history_dir
-from orchestrator.runtime.projection import history_entry
-from orchestrator.runtime.tail_records import ARMED_HEADER, armed_header, parse_armed
 from tests.unit.domain.test_state_json import CORPUS, _reference
 
 

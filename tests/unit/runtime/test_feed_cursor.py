@@ -11,11 +11,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.runtime.committed import CommittedEvents
-from orchestrator.runtime.committed_pipe import PipePublisher, read_frames
-from orchestrator.runtime.feed_cursor import FeedCursor
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.ports import Record
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.ports import Record
+from orchestrator.projector.committed import CommittedEvents
+from orchestrator.projector.committed_pipe import PipePublisher, read_frames
+from orchestrator.projector.feed_cursor import FeedCursor
 from tests.unit.runtime.runtime_support import MemoryRig
 from tests.unit.runtime.test_projector_in_process import Rig
 

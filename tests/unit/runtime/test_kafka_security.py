@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from orchestrator.domain.errors import ConfigError
-from orchestrator.runtime import kafka
-from orchestrator.runtime.kafka import (
+from orchestrator.io.kafka import clients as kafka
+from orchestrator.io.kafka.clients import (
     PARTITIONER,
     admin_config,
     client_log,
@@ -518,25 +518,25 @@ def _build_reader(s: Settings) -> None:
 
 
 def _build_client_producer(s: Settings) -> None:
-    from orchestrator.runtime.client import KeelClient
+    from orchestrator.client.client import KeelClient
 
     _ = KeelClient(s, None).producer  # type: ignore[arg-type]
 
 
 def _build_client_bulk_producer(s: Settings) -> None:
-    from orchestrator.runtime.client import KeelClient
+    from orchestrator.client.client import KeelClient
 
     _ = KeelClient(s, None).bulk_producer  # type: ignore[arg-type]
 
 
 def _build_outcome_sink(s: Settings) -> None:
-    from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
+    from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
 
     _ = KafkaOutcomeSink(s, stopping=lambda: False).producer
 
 
 def _build_command_intake(s: Settings) -> None:
-    from orchestrator.runtime.kafka_adapter import KafkaCommandIntake
+    from orchestrator.io.kafka.adapter import KafkaCommandIntake
 
     intake = KafkaCommandIntake(
         s, "t.commands", "t.orchestrator", instance_id="pod-1", stopping=lambda: False
@@ -545,13 +545,13 @@ def _build_command_intake(s: Settings) -> None:
 
 
 def _build_dlq_watch(s: Settings) -> None:
-    from orchestrator.runtime.task_decisions import DlqWatch
+    from orchestrator.client.task_decisions import DlqWatch
 
     DlqWatch(s)
 
 
 def _build_history_reader(s: Settings) -> None:
-    from orchestrator.runtime.history_io import _partitions
+    from orchestrator.client.history_io import _partitions
 
     _partitions(s, "t.events")
 
@@ -563,7 +563,7 @@ def _build_connector_producer(s: Settings) -> None:
 
 
 def _build_topics_admin(s: Settings) -> None:
-    from orchestrator.runtime.topics import admin_client
+    from orchestrator.io.kafka.topics import admin_client
 
     admin_client(s)
 
@@ -601,16 +601,16 @@ def _build_demo_tail(s: Settings) -> None:
 @pytest.mark.parametrize(
     ("module", "kind", "build"),
     [
-        ("orchestrator.runtime.kafka", "Producer", _build_transactional_producer),
-        ("orchestrator.runtime.kafka", "Consumer", _build_reader),
-        ("orchestrator.runtime.kafka", "Producer", _build_client_producer),
-        ("orchestrator.runtime.kafka", "Producer", _build_client_bulk_producer),
-        ("orchestrator.runtime.kafka_outcomes", "Producer", _build_outcome_sink),
-        ("orchestrator.runtime.kafka_adapter", "Consumer", _build_command_intake),
-        ("orchestrator.runtime.kafka", "Consumer", _build_dlq_watch),
-        ("orchestrator.runtime.kafka", "Consumer", _build_history_reader),
+        ("orchestrator.io.kafka.clients", "Producer", _build_transactional_producer),
+        ("orchestrator.io.kafka.clients", "Consumer", _build_reader),
+        ("orchestrator.io.kafka.clients", "Producer", _build_client_producer),
+        ("orchestrator.io.kafka.clients", "Producer", _build_client_bulk_producer),
+        ("orchestrator.io.kafka.outcomes", "Producer", _build_outcome_sink),
+        ("orchestrator.io.kafka.adapter", "Consumer", _build_command_intake),
+        ("orchestrator.io.kafka.clients", "Consumer", _build_dlq_watch),
+        ("orchestrator.io.kafka.clients", "Consumer", _build_history_reader),
         ("connectors.delivery", "Producer", _build_connector_producer),
-        ("orchestrator.runtime.topics", "AdminClient", _build_topics_admin),
+        ("orchestrator.io.kafka.topics", "AdminClient", _build_topics_admin),
         ("ops.kafka_floor", "AdminClient", _build_floor_admin),
         ("ops.kafka_floor", "Consumer", _build_floor_watch),
         ("ops.kafka_floor", "Consumer", _build_floor_ceiling),
@@ -712,10 +712,10 @@ def test_every_client_construction_site_takes_its_config_from_a_builder() -> Non
     routed, other = _client_sites()
     assert other == NOT_FROM_SETTINGS
     assert {
-        ("orchestrator/runtime/kafka.py", "transactional_producer", "Producer"),
-        ("orchestrator/runtime/kafka.py", "read_batches", "Consumer"),
+        ("orchestrator/io/kafka/clients.py", "transactional_producer", "Producer"),
+        ("orchestrator/io/kafka/clients.py", "read_batches", "Consumer"),
         ("orchestrator/sagas/manager.py", "run", "Consumer"),
-        ("orchestrator/runtime/topics.py", "admin_client", "AdminClient"),
+        ("orchestrator/io/kafka/topics.py", "admin_client", "AdminClient"),
         ("ops/kafka_floor.py", "hop", "AdminClient"),
         ("ops/demo.py", "__init__", "Consumer"),
     } <= routed

@@ -19,8 +19,8 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowFailed,
 )
-from orchestrator.runtime.broker_errors import TxnAbortable
-from orchestrator.runtime.local_activities import LocalActivities
+from orchestrator.engine.local_activities import LocalActivities
+from orchestrator.io.kafka.broker_errors import TxnAbortable
 from tests.integration import local_app
 from tests.unit.runtime.runtime_support import MemoryRig
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.app import KeelApp
 from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, FailActivity
-from orchestrator.runtime.local_activities import LocalActivities, LocalRun
+from orchestrator.engine.local_activities import LocalActivities, LocalRun
 
 app = KeelApp("keel-local-runner-tests")
 release = threading.Event()

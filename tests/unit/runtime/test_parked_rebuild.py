@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.client.dlq import Letter, LetterKind
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import StartWorkflow, WorkflowNeedsAttention
 from orchestrator.domain.missing_versions import is_parked, parked_version
 from orchestrator.domain.vocabulary import WorkflowStatus
-from orchestrator.runtime.dlq import Letter, LetterKind
-from orchestrator.runtime.parked_redrive import parked_to_redrive
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import CHECKPOINT_KEY
+from orchestrator.engine.parked_redrive import parked_to_redrive
+from orchestrator.engine.recovery import CHECKPOINT_KEY
+from orchestrator.io.kafka.partitioning import partition_for
 from tests.integration import versions_app
 from tests.unit.runtime.runtime_support import MemoryRig
 

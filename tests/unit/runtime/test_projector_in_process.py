@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
-from orchestrator.runtime.memory import MemoryGroupIntake, MemoryReadModel
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.projector import Projector
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
+from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
+from orchestrator.projector.projector import Projector
 from tests.integration import local_app
 from tests.unit.runtime.runtime_support import MemoryRig
 

@@ -14,12 +14,12 @@ import pytest
 
 from orchestrator.domain.errors import UnavailableError
 from orchestrator.domain.messages import WorkflowStarted
-from orchestrator.runtime.broker_errors import Stopping
+from orchestrator.io.kafka.broker_errors import Stopping
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
+from orchestrator.io.ports import ConsumerReset
+from orchestrator.projector.projector import Projector
 from orchestrator.runtime.envelopes import runtime_envelope
-from orchestrator.runtime.memory import MemoryGroupIntake, MemoryReadModel
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.ports import ConsumerReset
-from orchestrator.runtime.projector import Projector
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 GROUP = "mem.projector"

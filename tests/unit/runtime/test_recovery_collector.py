@@ -11,7 +11,7 @@ import gc
 
 import pytest
 
-from orchestrator.runtime.recovery import Recovery
+from orchestrator.engine.recovery import Recovery
 from tests.unit.runtime.runtime_support import MemoryRig
 
 

@@ -6,9 +6,9 @@ out unreadable when it is used is quarantined, never treated as absent.
 
 from __future__ import annotations
 
+from orchestrator.engine.recovery import CHECKPOINT_KEY
+from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.runtime.envelopes import snapshot_envelope
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import CHECKPOINT_KEY
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 

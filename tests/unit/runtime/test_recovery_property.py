@@ -21,7 +21,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.runtime.partitioning import partition_for
+from orchestrator.io.kafka.partitioning import partition_for
 from tests.integration import local_app
 from tests.unit.runtime.runtime_support import MemoryRig
 
@@ -70,7 +70,7 @@ def test_rebuilt_state_equals_the_full_fold(tmp_path_factory, plan, folds):
         elif action[1]:
             rig.orch.checkpoint()
         else:  # the format before snapshot headers
-            with mock.patch("orchestrator.runtime.recovery.snapshot_headers", return_value=()):
+            with mock.patch("orchestrator.engine.recovery.snapshot_headers", return_value=()):
                 rig.orch.checkpoint()
     rig.orch.step()
     fresh = rig.new_orchestrator()

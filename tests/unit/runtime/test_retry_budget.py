@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.runtime.budget import RetryBudget
+from orchestrator.engine.budget import RetryBudget
 
 
 def test_burst_then_rate_per_activity_type():

@@ -7,7 +7,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from orchestrator.runtime.broker_errors import (
+from orchestrator.io.kafka.broker_errors import (
     BoundedCaller,
     BrokerErrorKind,
     CallStalled,
@@ -180,7 +180,7 @@ class _FencedConsumer:
 
 
 def test_a_fatal_consumer_is_replaced_and_the_group_joined_again(tmp_path):
-    from orchestrator.runtime.kafka_adapter import KafkaCommandIntake
+    from orchestrator.io.kafka.adapter import KafkaCommandIntake
     from orchestrator.settings import Settings
 
     settings = Settings(bootstrap_servers="127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.runtime.memory import (
+from orchestrator.io.memory import (
     MemoryBroker,
     MemoryCommandIntake,
     MemoryEventLog,

@@ -20,11 +20,11 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowStarted,
 )
-from orchestrator.runtime.broker_errors import CallStalled, ProducerReset, TxnAbortable
+from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
+from orchestrator.io.kafka.broker_errors import CallStalled, ProducerReset, TxnAbortable
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, runtime_envelope
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 
@@ -152,7 +152,7 @@ def test_a_run_that_cannot_be_rebuilt_is_quarantined_and_refuses_commands(tmp_pa
 
 
 def test_a_large_state_is_snapshotted_in_chunks_and_rebuilt(tmp_path, monkeypatch):
-    import orchestrator.runtime.recovery as recovery
+    import orchestrator.engine.recovery as recovery
 
     monkeypatch.setattr(recovery, "CHUNK_CHARS", 300)
     rig = MemoryRig(tmp_path)

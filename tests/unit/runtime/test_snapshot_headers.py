@@ -14,14 +14,14 @@ import pytest
 
 from orchestrator.codec import Codec
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.envelopes import snapshot_envelope
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import CHECKPOINT_KEY
-from orchestrator.runtime.snapshot_records import (
+from orchestrator.engine.recovery import CHECKPOINT_KEY
+from orchestrator.engine.snapshot_records import (
     SNAPSHOT_HEADER,
     SnapshotKind,
     read_snapshot_header,
 )
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.runtime.envelopes import snapshot_envelope
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.recovery import CHECKPOINT_KEY, TYPE_HEADER
-from orchestrator.runtime.tail_records import ARMED_HEADER, parse_armed
+from orchestrator.engine.recovery import CHECKPOINT_KEY, TYPE_HEADER
+from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
+from orchestrator.io.kafka.partitioning import partition_for
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 from tests.unit.runtime.test_snapshot_headers import _count_decodes
 

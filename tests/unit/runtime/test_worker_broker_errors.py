@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from orchestrator.domain.errors import UnavailableError
-from orchestrator.runtime.broker_errors import Stopping
-from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
-from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
-from orchestrator.runtime.ports import ConsumerReset
+from orchestrator.io.kafka.adapter import KafkaGroupIntake
+from orchestrator.io.kafka.broker_errors import Stopping
+from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
+from orchestrator.io.ports import ConsumerReset
 from orchestrator.settings import Settings
 
 SETTINGS = Settings(

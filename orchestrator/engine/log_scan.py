@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.runtime.ports import EventLog
+from orchestrator.io.ports import EventLog
 
 __all__ = ["RunGroups", "ScannedRecord", "TailRecords", "group_runs", "header_value", "scan"]
 
@@ -75,14 +75,14 @@ def group_runs(
     it takes the consumer's batches whole and touches each message once, with no
     generator or tuple per record between them.
     """
-    from orchestrator.runtime.kafka_adapter import KafkaEventLog
+    from orchestrator.io.kafka.adapter import KafkaEventLog
 
     groups = RunGroups.empty(starts)
     if not isinstance(log, KafkaEventLog):
         for p, offset, key, value, headers in scan(log, topic, starts, stop):
             _add(groups, p, offset, key or b"", value, headers, type_header)
         return groups
-    from orchestrator.runtime.kafka import read_batches
+    from orchestrator.io.kafka.clients import read_batches
 
     kinds = groups.kinds
     current = -1
@@ -144,10 +144,10 @@ def scan(
     log: EventLog, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None
 ) -> Iterator[ScannedRecord]:
     """Every committed record of the partitions from their start offsets to the end."""
-    from orchestrator.runtime.kafka_adapter import KafkaEventLog
+    from orchestrator.io.kafka.adapter import KafkaEventLog
 
     if isinstance(log, KafkaEventLog):
-        from orchestrator.runtime.kafka import read_partitions
+        from orchestrator.io.kafka.clients import read_partitions
 
         for m in read_partitions(log.settings, topic, dict(starts), stop=stop, batch=_BATCH):
             hs: Any = m.headers() or ()  # consumed headers: a list of (str, bytes | None)

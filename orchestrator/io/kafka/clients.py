@@ -29,9 +29,9 @@ from confluent_kafka import (
 )
 
 from orchestrator.domain.messages import Envelope
-from orchestrator.runtime.broker_errors import Stopping
-from orchestrator.runtime.envelopes import dead_letter_envelope
-from orchestrator.runtime.ports import Record
+from orchestrator.io.kafka.broker_errors import Stopping
+from orchestrator.io.ports import Record
+from orchestrator.runtime.envelopes import dead_letter_envelope, now_ms
 from orchestrator.settings import KafkaSecurityProtocol, Settings
 
 log = logging.getLogger("keel.kafka")
@@ -59,11 +59,6 @@ PARTITIONER = "murmur2_random"
 #   reports): both send at once whatever lingers, so a long linger costs no latency, and
 #   saves the client's thread a wake-up per record and the broker requests
 #   (docs/performance.md at 6f66b40, "Throughput").
-
-
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds: the ``recorded_at`` every Keel process stamps."""
-    return time.time_ns() // 1_000_000
 
 
 def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:

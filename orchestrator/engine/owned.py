@@ -27,8 +27,8 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.errors import KeelError
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import WorkflowStatus
-from orchestrator.runtime.log_scan import TailRecords
-from orchestrator.runtime.snapshot_records import snapshot_state_json
+from orchestrator.engine.log_scan import TailRecords
+from orchestrator.engine.snapshot_records import snapshot_state_json
 
 __all__ = [
     "QUARANTINE_FIELD",

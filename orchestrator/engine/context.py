@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.codec import Codec
-from orchestrator.runtime.budget import RetryBudget
-from orchestrator.runtime.owned import OrchestratorStats, PartitionState
-from orchestrator.runtime.ports import CommandIntake, EventLog, TimerIndex
+from orchestrator.engine.budget import RetryBudget
+from orchestrator.engine.owned import OrchestratorStats, PartitionState
+from orchestrator.io.ports import CommandIntake, EventLog, TimerIndex
 
 __all__ = ["RuntimeContext", "Topics"]
 

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from orchestrator.runtime.ports import (
+from orchestrator.io.ports import (
     BrokerErrorKind,
     CallStalled,
     ProducerReset,

@@ -43,11 +43,18 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.missing_versions import PARKED, RunParked
 from orchestrator.domain.state import WorkflowState
+from orchestrator.engine.context import RuntimeContext
+from orchestrator.engine.local_activities import LocalRun
+from orchestrator.engine.owned import PartitionState
+from orchestrator.engine.recovery import TYPE_HEADER
+from orchestrator.engine.tail_records import armed_header
+from orchestrator.io.kafka.broker_errors import TxnAbortable
+from orchestrator.io.kafka.clients import dead_letter, now_ms
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.ports import DeliveryCallback, Record
+from orchestrator.projector.committed import CommittedEvent, CommittedSink
+from orchestrator.projector.committed_pipe import PipePublisher
 from orchestrator.runtime import tracing
-from orchestrator.runtime.broker_errors import TxnAbortable
-from orchestrator.runtime.committed import CommittedEvent, CommittedSink
-from orchestrator.runtime.committed_pipe import PipePublisher
-from orchestrator.runtime.context import RuntimeContext
 from orchestrator.runtime.decision_proofs import DecisionProofs, proofs_for
 from orchestrator.runtime.envelopes import (
     check_record_size,
@@ -56,13 +63,6 @@ from orchestrator.runtime.envelopes import (
     runtime_envelope,
     stamped,
 )
-from orchestrator.runtime.kafka import dead_letter, now_ms
-from orchestrator.runtime.local_activities import LocalRun
-from orchestrator.runtime.owned import PartitionState
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.ports import DeliveryCallback, Record
-from orchestrator.runtime.recovery import TYPE_HEADER
-from orchestrator.runtime.tail_records import armed_header
 
 __all__ = ["CommandLoop", "Out"]
 

@@ -27,7 +27,7 @@ from confluent_kafka import (
 )
 
 from orchestrator.domain.errors import UnavailableError
-from orchestrator.runtime.broker_errors import (
+from orchestrator.io.kafka.broker_errors import (
     CALL_GRACE_S,
     BoundedCaller,
     BrokerErrorKind,
@@ -37,15 +37,15 @@ from orchestrator.runtime.broker_errors import (
     classify,
     retry_call,
 )
-from orchestrator.runtime.kafka import (
+from orchestrator.io.kafka.clients import (
     consume_batch,
     consumer_config,
     read_partitions,
     to_record,
     transactional_producer,
 )
-from orchestrator.runtime.kafka_outcomes import KafkaOutcomeSink
-from orchestrator.runtime.ports import (
+from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
+from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryCallback,
     Record,

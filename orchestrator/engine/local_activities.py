@@ -43,8 +43,8 @@ from orchestrator.domain.frozen_init import fast_init
 from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, FailActivity
 from orchestrator.domain.state import WorkflowState
 from orchestrator.domain.vocabulary import TimeoutKind
-from orchestrator.runtime.broker_errors import TxnAbortable
-from orchestrator.runtime.ports import Stopping
+from orchestrator.io.kafka.broker_errors import TxnAbortable
+from orchestrator.io.ports import Stopping
 
 __all__ = ["LOCAL_BOUND_MS", "LocalActivities", "LocalRun"]
 

@@ -8,8 +8,8 @@ for its workflow (whose row then says so), never fatal. A Redis outage makes ``r
 raise (the batch is rewound first); the supervisor restarts it with backoff and it
 resumes from the committed offsets.
 
-It reads through an :class:`~orchestrator.runtime.ports.EventFeed` and writes through a
-:class:`~orchestrator.runtime.ports.ReadModelStore`: Kafka and Redis in every process,
+It reads through an :class:`~orchestrator.io.ports.EventFeed` and writes through a
+:class:`~orchestrator.io.ports.ReadModelStore`: Kafka and Redis in every process,
 the in-memory adapter in unit tests (``tests/unit/test_projector_loop.py``).
 
 While ``keel projections rebuild`` runs, live projectors hold their batch and wait; after
@@ -40,22 +40,22 @@ from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.broker_errors import Stopping
-from orchestrator.runtime.committed import CommittedEvent, CommittedEvents, channel
-from orchestrator.runtime.feed_cursor import FeedCursor, Handed
-from orchestrator.runtime.history_entries import history_entry
-from orchestrator.runtime.kafka import ClientMessage, now_ms, read_partitions, to_record
-from orchestrator.runtime.keyspace import Keyspace
-from orchestrator.runtime.ports import ConsumerReset, EventFeed, ReadModelStore, Record
-from orchestrator.runtime.projection import (
+from orchestrator.io.kafka.broker_errors import Stopping
+from orchestrator.io.kafka.clients import ClientMessage, now_ms, read_partitions, to_record
+from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import (
     EpochChanged,
     Projection,
     RebuildRunning,
     SeqConflict,
     redis_client,
 )
-from orchestrator.runtime.tasks_projection import TaskKeys, TaskWrites, task_writes
+from orchestrator.io.redis.tasks_read_model import TaskKeys, TaskWrites, task_writes
+from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
+from orchestrator.projector.feed_cursor import FeedCursor, Handed
+from orchestrator.runtime import fast_json
+from orchestrator.runtime.history_entries import history_entry
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.projector")
@@ -78,7 +78,7 @@ Update = tuple[WorkflowState, list[str], str | None]
 
 
 class RedisReadModelStore(Projection):
-    """The Redis adapter of :class:`~orchestrator.runtime.ports.ReadModelStore`."""
+    """The Redis adapter of :class:`~orchestrator.io.ports.ReadModelStore`."""
 
     def publish_health(self, key: str, info_json: str, ttl_s: int) -> None:
         self.r.set(key, info_json, ex=ttl_s)
@@ -178,7 +178,7 @@ class Projector:
 
     # ------------------------------------------------------------------ the loop
     def _kafka_feed(self) -> EventFeed:
-        from orchestrator.runtime.kafka_adapter import KafkaGroupIntake
+        from orchestrator.io.kafka.adapter import KafkaGroupIntake
 
         return KafkaGroupIntake(
             self.settings,
@@ -562,7 +562,7 @@ class Projector:
         try:
             store.clear()
             self._cache.clear()
-            from orchestrator.runtime.topics import admin_client
+            from orchestrator.io.kafka.topics import admin_client
 
             meta = admin_client(self.settings).list_topics(self.topic, timeout=30)
             partitions = list(meta.topics[self.topic].partitions)

@@ -30,27 +30,27 @@ from typing import Any
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.runtime.broker_errors import ProducerReset, Stopping, TxnAbortable
-from orchestrator.runtime.budget import RetryBudget
-from orchestrator.runtime.command_loop import CommandLoop
-from orchestrator.runtime.committed import CommittedSink, channel
-from orchestrator.runtime.context import RuntimeContext, Topics
-from orchestrator.runtime.envelopes import follow_up as _follow_up
-from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.local_activities import LOCAL_BOUND_MS, LocalActivities
-from orchestrator.runtime.owned import OrchestratorStats, PartitionState
-from orchestrator.runtime.parked_redrive import ParkedRedrive
-from orchestrator.runtime.ports import CommandIntake, EventLog
-from orchestrator.runtime.recovery import (
+from orchestrator.engine.budget import RetryBudget
+from orchestrator.engine.command_loop import CommandLoop
+from orchestrator.engine.context import RuntimeContext, Topics
+from orchestrator.engine.local_activities import LOCAL_BOUND_MS, LocalActivities
+from orchestrator.engine.owned import OrchestratorStats, PartitionState
+from orchestrator.engine.parked_redrive import ParkedRedrive
+from orchestrator.engine.recovery import (
     CHECKPOINT_KEY,
     SUMMARY_TYPES,
     TERMINAL_TYPES,
     TYPE_HEADER,
     Recovery,
 )
+from orchestrator.engine.timers import TimerHeap
+from orchestrator.io.kafka.broker_errors import ProducerReset, Stopping, TxnAbortable
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.io.ports import CommandIntake, EventLog
+from orchestrator.projector.committed import CommittedSink, channel
+from orchestrator.runtime.envelopes import follow_up as _follow_up
+from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.task_tokens import decider_for
-from orchestrator.runtime.timers import TimerHeap
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -114,7 +114,7 @@ class Orchestrator:
         self._retry_recovery_at = 0.0
         self._last_poll = time.monotonic()
         self.state = "starting"
-        #: Redrives parked commands this process can decide (runtime/parked_redrive.py).
+        #: Redrives parked commands this process can decide (orchestrator/engine/parked_redrive.py).
         self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
         if adapters is None:
             adapters = self._kafka_adapters()
@@ -146,7 +146,7 @@ class Orchestrator:
         self.recovery = Recovery(self.ctx)
 
     def _kafka_adapters(self) -> tuple[CommandIntake, EventLog]:
-        from orchestrator.runtime.kafka_adapter import KafkaCommandIntake, KafkaEventLog
+        from orchestrator.io.kafka.adapter import KafkaCommandIntake, KafkaEventLog
 
         intake = KafkaCommandIntake(
             self.settings,

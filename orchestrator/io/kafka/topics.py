@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
 from orchestrator.domain.errors import KeelError
-from orchestrator.runtime.kafka import admin_config
+from orchestrator.io.kafka.clients import admin_config
 from orchestrator.settings import TOPIC_KINDS, Settings
 
 _quiet = logging.getLogger("keel.ops.topics.librdkafka")

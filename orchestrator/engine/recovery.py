@@ -33,25 +33,25 @@ except ImportError:  # pragma: no cover - depends on the domain layout
 from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
 from orchestrator.domain.missing_versions import stand_in
 from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.context import RuntimeContext
-from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.log_scan import group_runs, header_value, scan
-from orchestrator.runtime.owned import (
+from orchestrator.engine.context import RuntimeContext
+from orchestrator.engine.log_scan import group_runs, header_value, scan
+from orchestrator.engine.owned import (
     PartitionState,
     TailRecords,
     collector_paused,
     quarantine_json,
     quarantine_reason,
 )
-from orchestrator.runtime.snapshot_records import (
+from orchestrator.engine.snapshot_records import (
     SNAPSHOT_HEADER,
     SnapshotKind,
     parse_snapshot_meta,
     snapshot_headers,
 )
-from orchestrator.runtime.tail_records import ARMED_HEADER, parse_armed
+from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
+from orchestrator.io.kafka.clients import now_ms
+from orchestrator.runtime import fast_json
+from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -400,7 +400,7 @@ class Recovery:
         Raises what ``EventLog.commit`` raises but ``TxnAbortable`` (the checkpoint is
         aborted and tried again at the next interval).
         """
-        from orchestrator.runtime.broker_errors import TxnAbortable
+        from orchestrator.io.kafka.broker_errors import TxnAbortable
 
         ctx = self.ctx
         self.last_checkpoint = time.monotonic()

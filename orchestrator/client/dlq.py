@@ -41,9 +41,9 @@ from orchestrator.domain.messages import (
     Envelope,
     RedriveActivity,
 )
+from orchestrator.io.kafka.clients import header, now_ms, read_partitions, transactional_producer
+from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
-from orchestrator.runtime.kafka import header, now_ms, read_partitions, transactional_producer
-from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -132,7 +132,7 @@ def list_letters(settings: Settings, *, include_redriven: bool = True) -> list[L
 
 
 def _read_dlq(settings: Settings, topic: str) -> list[Message]:
-    from orchestrator.runtime.topics import require_topic
+    from orchestrator.io.kafka.topics import require_topic
 
     partitions = dict.fromkeys(require_topic(settings, topic).partitions, 0)
     return list(read_partitions(settings, topic, partitions))

@@ -8,7 +8,7 @@ learns what the orchestrator decided (docs/versioning.md, "Migrate").
   decided differently.
 * :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
   the operator checked) and watches two places until one answers, as a human-task
-  decision does (:mod:`orchestrator.runtime.task_decisions`): the run's history in the
+  decision does (:mod:`orchestrator.client.task_decisions`): the run's history in the
   read model (``WorkflowMigrated`` → migrated) and ``keel.dlq`` (the refused command's
   letter → refused, with the orchestrator's reason).
 """
@@ -21,15 +21,15 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.app import KeelApp
+from orchestrator.client.client import KeelClient
+from orchestrator.client.history_io import read_topic_history
+from orchestrator.client.task_decisions import DlqWatch
 from orchestrator.domain.errors import CommandRejected, NotFoundError
 from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.replay import RunReport, group_runs, payload_dict, replay_on_version
 from orchestrator.domain.state import TERMINAL_STATUSES
-from orchestrator.runtime.client import KeelClient
+from orchestrator.io.kafka.clients import now_ms
 from orchestrator.runtime.envelopes import command_envelope
-from orchestrator.runtime.history_io import read_topic_history
-from orchestrator.runtime.kafka import now_ms
-from orchestrator.runtime.task_decisions import DlqWatch
 from orchestrator.runtime.task_tokens import recorded_token_hashes
 from orchestrator.settings import Settings
 

@@ -4,7 +4,7 @@ It is a projection, not a source of truth: everything in it is rebuilt from
 ``keel.events`` (``keel projections rebuild``). Writes are idempotent by event
 sequence number, so replaying a batch after a crash changes nothing.
 
-Every key lives in the read-model space of :class:`~orchestrator.runtime.keyspace.Keyspace`
+Every key lives in the read-model space of :class:`~orchestrator.io.redis.keyspace.Keyspace`
 (``keel:<prefix>:rm:...``), so :meth:`Projection.clear` can never touch the effect
 store, the dedupe markers or the dead-letter books. Two more keys coordinate a rebuild
 with live projectors (docs/architecture.md, "Rebuilding the read model"):
@@ -26,14 +26,14 @@ import redis
 from orchestrator.domain.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
+from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
+from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.tasks_read_model import TaskWrites
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.history_entries import history_entry
-from orchestrator.runtime.keyspace import Keyspace
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
-from orchestrator.runtime.ports import EpochChanged, RebuildRunning, SeqConflict
 from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.runtime.sealing import mask
-from orchestrator.runtime.tasks_projection import TaskWrites
 from orchestrator.settings import redact
 
 T = TypeVar("T")
@@ -228,7 +228,7 @@ class Projection:
         """Store new states and append their new history entries, in one transaction.
 
         ``updates`` maps workflow id to (new state, newly folded events, previous status);
-        ``tasks`` (a :class:`~orchestrator.runtime.tasks_projection.TaskWrites`) are the
+        ``tasks`` (a :class:`~orchestrator.io.redis.tasks_read_model.TaskWrites`) are the
         inbox's changes of the same events, written in the same transaction.
         Unguarded: for a rebuild (which holds the lock) and for tests.
         """

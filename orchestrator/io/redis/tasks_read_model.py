@@ -1,6 +1,6 @@
 """The human-task inbox: a Redis projection of ``HumanTask*`` events (docs/human-tasks.md).
 
-Like the workflow read model (:mod:`orchestrator.runtime.projection`) it is rebuilt from
+Like the workflow read model (:mod:`orchestrator.io.redis.read_model`) it is rebuilt from
 ``keel.events`` by ``keel projections rebuild`` and written by the projector in the same
 Redis transaction as the workflow's row, so it is exactly as current and as idempotent.
 Every key lives in the read-model space (``keel:<prefix>:rm:``), variable part last:
@@ -48,7 +48,7 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.domain.state import HumanTaskState, WorkflowState
 from orchestrator.domain.vocabulary import HumanTaskStatus
-from orchestrator.runtime.keyspace import Keyspace
+from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["TaskKeys", "TaskWrites", "TasksView", "task_writes"]
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from orchestrator.runtime.ports import EventFeed, Record
+from orchestrator.io.ports import EventFeed, Record
 
 __all__ = ["COMMIT_EVERY_S", "MAX_FOLDED_AHEAD", "RECHECK_S", "FeedCursor", "Handed"]
 

@@ -24,7 +24,7 @@ from orchestrator.codec import DecodeError, default_codec
 from orchestrator.domain.errors import HistoryError, InvalidInputError
 from orchestrator.domain.invariants import HistoryChecker, Invariant, ProofCheck, Violation
 from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
-from orchestrator.runtime.kafka import list_partitions, read_partitions
+from orchestrator.io.kafka.clients import list_partitions, read_partitions
 from orchestrator.settings import Settings
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 A live projector announces each change of a row's status (its creation included) on the
 row's pub/sub channel, in the same atomic step as the write
-(:meth:`~orchestrator.runtime.projection.Projection.write_guarded`). ``KeelClient.start``
+(:meth:`~orchestrator.io.redis.read_model.Projection.write_guarded`). ``KeelClient.start``
 and ``KeelClient.wait`` subscribe *before* they look at the row, so a change made after
 that look is always announced to them: they read the row once more on each announcement
 instead of polling it every few milliseconds. Pub/sub is not durable (a dropped
@@ -26,7 +26,7 @@ from typing import Any
 import redis
 from redis.client import PubSub
 
-from orchestrator.runtime.projection import Projection
+from orchestrator.io.redis.read_model import Projection
 
 __all__ = ["RowWatch"]
 

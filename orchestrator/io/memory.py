@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.domain.state import WorkflowState
-from orchestrator.runtime.partitioning import partition_for
-from orchestrator.runtime.ports import (
+from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.ports import (
     BrokerErrorKind,
     DeliveryCallback,
     DeliveryError,
@@ -441,6 +441,6 @@ def _retriable(exc: BaseException) -> bool:
     adapter never loads it."""
     if "confluent_kafka" not in sys.modules:
         return False
-    from orchestrator.runtime.broker_errors import classify
+    from orchestrator.io.kafka.broker_errors import classify
 
     return classify(exc) is BrokerErrorKind.RETRIABLE
