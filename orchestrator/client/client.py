@@ -44,9 +44,6 @@ from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
 from orchestrator.settings import Settings, redact
 
-#: The old name of the client's errors: every refusal is now a ``KeelError`` kind.
-ClientError = KeelError
-
 #: ``--input @FILE`` and ``--input -`` read at most this much more than the limit.
 _READ_SLACK = 16
 

@@ -26,7 +26,7 @@ from orchestrator.domain.errors import KeelError
 from orchestrator.io.kafka.clients import admin_config
 from orchestrator.settings import TOPIC_KINDS, Settings
 
-_quiet = logging.getLogger("keel.ops.topics.librdkafka")
+_quiet = logging.getLogger("keel.topics.librdkafka")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 
