@@ -28,8 +28,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from orchestrator.domain.errors import UnavailableError
-from orchestrator.io.kafka.clients import now_ms, producer_config
+from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.runtime.envelopes import now_ms
 from orchestrator.settings import Settings
 
 __all__ = ["AckingProducer", "Claim", "ClaimState", "Dedupe"]

@@ -46,11 +46,10 @@ from orchestrator.domain.errors import (
     KeelError,
     UnavailableError,
 )
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import command_envelope
+from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.task_tokens import tokens_for_app
 from orchestrator.settings import Settings
 from orchestrator.webhook_sources import WebhookSource

@@ -54,7 +54,7 @@ from orchestrator.domain.messages import (
     FailActivity,
     HeartbeatActivity,
 )
-from orchestrator.io.kafka.clients import ClientMessage, dead_letter, now_ms, to_record
+from orchestrator.io.kafka.clients import ClientMessage, dead_letter, to_record
 from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryError,
@@ -65,7 +65,7 @@ from orchestrator.io.ports import (
     TaskIntake,
 )
 from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import report_envelope
+from orchestrator.runtime.envelopes import now_ms, report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
 

@@ -35,11 +35,11 @@ from orchestrator.domain.messages import (
     StartWorkflow,
 )
 from orchestrator.domain.state import TERMINAL_STATUSES
-from orchestrator.io.kafka.clients import ClientProducer, now_ms, plain_producer
+from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import command_envelope
+from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.read_model_rows import announced_row
 from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
 from orchestrator.settings import Settings, redact

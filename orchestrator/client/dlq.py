@@ -41,9 +41,9 @@ from orchestrator.domain.messages import (
     Envelope,
     RedriveActivity,
 )
-from orchestrator.io.kafka.clients import header, now_ms, read_partitions, transactional_producer
+from orchestrator.io.kafka.clients import header, read_partitions, transactional_producer
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
+from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_envelope
 from orchestrator.settings import Settings
 
 __all__ = [

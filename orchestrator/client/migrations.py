@@ -28,8 +28,7 @@ from orchestrator.domain.errors import CommandRejected, NotFoundError
 from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.replay import RunReport, group_runs, payload_dict, replay_on_version
 from orchestrator.domain.state import TERMINAL_STATUSES
-from orchestrator.io.kafka.clients import now_ms
-from orchestrator.runtime.envelopes import command_envelope
+from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.task_tokens import recorded_token_hashes
 from orchestrator.settings import Settings
 

@@ -46,11 +46,14 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 64
 #: Digits of one JSON integer (beyond 2**53 JSON numbers are not portable anyway).
 MAX_INT_DIGITS = 64
-#: A run of digits longer than any integer Keel accepts (a cheap pre-check).
-_LONG_DIGITS = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
-#: Text that may hold what standard JSON does not allow: a ``NaN`` / ``Infinity``
-#: constant, an exponent that may overflow a double, a surrogate escape (paired or not).
-_NONSTANDARD = re.compile(r"NaN|Infinity|[eE][+-]?\d{3}|\\u[dD][89a-fA-F]")
+#: A surrogate escape (paired or not): only one that is paired decodes to valid Unicode.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+#: Text the fast parser must not take, found in one scan: an integer past the limit, or
+#: what standard JSON does not allow (a ``NaN`` / ``Infinity`` constant, an exponent that
+#: may overflow a double, a surrogate escape).
+_CAREFUL = re.compile(
+    rf"\d{{{MAX_INT_DIGITS + 1},}}|NaN|Infinity|[eE][+-]?\d{{3}}|{_SURROGATE_ESCAPE.pattern}"
+)
 #: Events in one run's history; past it the run needs attention (continue-as-new instead).
 MAX_HISTORY_EVENTS = 50_000
 #: Encoded payload bytes of one run's history.
@@ -78,7 +81,10 @@ def parse_json(text: str) -> Any:
 
 
 def check_payload_size(text: str, what: str, limit: int = MAX_PAYLOAD_BYTES) -> None:
-    size = len(text.encode("utf-8", "surrogatepass"))
+    _check_size(len(text.encode("utf-8", "surrogatepass")), what, limit)
+
+
+def _check_size(size: int, what: str, limit: int) -> None:
     if size > limit:
         raise LimitExceededError(
             f"{what} is {size:,} bytes; the limit is {limit:,} bytes "
@@ -139,42 +145,42 @@ def _finite_float(what: str) -> Any:
     return parse
 
 
-def _utf8(text: str | bytes | bytearray, what: str) -> str:
-    """``text`` as a str that encodes to valid UTF-8, else ``ValueError`` naming where."""
+def _utf8_size(text: str | bytes | bytearray, what: str) -> tuple[str, int]:
+    """``text`` as a str that encodes to valid UTF-8, and its size in bytes (one encode);
+    else ``ValueError`` naming where."""
     if not isinstance(text, str):
         try:
-            return bytes(text).decode("utf-8")
+            return bytes(text).decode("utf-8"), len(text)
         except UnicodeDecodeError as exc:
             raise ValueError(
                 f"{what} is not valid UTF-8 (byte {exc.start}: {exc.reason})"
             ) from None
     try:
-        text.encode("utf-8")
+        return text, len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise ValueError(
             f"{what} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
             "which is not valid Unicode"
         ) from None
-    return text
 
 
 def loads_bounded(text: str | bytes, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
     """Parse JSON ``text`` within every limit and the input rule (the module doc);
     ``LimitExceededError`` or ``ValueError`` else."""
-    text = _utf8(text, what)
-    check_payload_size(text, what, limit)
+    text, size = _utf8_size(text, what)
+    _check_size(size, what, limit)
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest deeper
         _check_depth(text, what)
-    if _LONG_DIGITS.search(text) is None and _NONSTANDARD.search(text) is None:
-        return parse_json(text)  # nothing non-standard can be in it: the fast parser
+    if _CAREFUL.search(text) is None:
+        return parse_json(text)  # nothing past a limit or non-standard: the fast parser
     value = json.loads(
         text,
         parse_int=_parse_int(what),
         parse_float=_finite_float(what),
         parse_constant=_refuse_constant(what),
     )
-    if "\\u" in text:  # an escaped lone surrogate decodes to a str UTF-8 cannot hold
-        _utf8(json.dumps(value, ensure_ascii=False), what)
+    if _SURROGATE_ESCAPE.search(text):  # a lone one decodes to a str UTF-8 cannot hold
+        _utf8_size(json.dumps(value, ensure_ascii=False), what)
     return value
 
 

@@ -49,7 +49,7 @@ from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.engine.tail_records import armed_header
 from orchestrator.io.kafka.broker_errors import TxnAbortable
-from orchestrator.io.kafka.clients import dead_letter, now_ms
+from orchestrator.io.kafka.clients import dead_letter
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record
 from orchestrator.projector.committed import CommittedEvent, CommittedSink
@@ -60,6 +60,7 @@ from orchestrator.runtime.envelopes import (
     check_record_size,
     dead_letter_envelope,
     follow_up,
+    now_ms,
     runtime_envelope,
     stamped,
 )

@@ -45,10 +45,10 @@ from orchestrator.engine.recovery import (
 )
 from orchestrator.engine.timers import TimerHeap
 from orchestrator.io.kafka.broker_errors import ProducerReset, Stopping, TxnAbortable
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.io.ports import CommandIntake, EventLog
 from orchestrator.projector.committed import CommittedSink, channel
 from orchestrator.runtime.envelopes import follow_up as _follow_up
+from orchestrator.runtime.envelopes import now_ms
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.runtime.task_tokens import decider_for
 from orchestrator.settings import Settings

@@ -49,9 +49,8 @@ from orchestrator.engine.snapshot_records import (
     snapshot_headers,
 )
 from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.runtime import fast_json
-from orchestrator.runtime.envelopes import check_record_size, snapshot_envelope
+from orchestrator.runtime.envelopes import check_record_size, now_ms, snapshot_envelope
 
 __all__ = [
     "CHECKPOINT_KEY",

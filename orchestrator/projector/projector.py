@@ -41,7 +41,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope
 from orchestrator.domain.state import WorkflowState
 from orchestrator.io.kafka.broker_errors import Stopping
-from orchestrator.io.kafka.clients import ClientMessage, now_ms, read_partitions, to_record
+from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
 from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import (
@@ -55,6 +55,7 @@ from orchestrator.io.redis.tasks_read_model import TaskKeys, TaskWrites, task_wr
 from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.runtime import fast_json
+from orchestrator.runtime.envelopes import now_ms
 from orchestrator.runtime.history_entries import history_entry
 from orchestrator.settings import Settings
 

@@ -33,8 +33,9 @@ from orchestrator.domain.messages import (
     HumanTaskOpened,
 )
 from orchestrator.examples import app as examples_app
-from orchestrator.io.kafka.clients import now_ms, producer_config
+from orchestrator.io.kafka.clients import producer_config
 from orchestrator.runtime.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
+from orchestrator.runtime.envelopes import now_ms
 from orchestrator.runtime.task_tokens import TaskTokens
 from tests.support import histories, read_topic, wait_until
 

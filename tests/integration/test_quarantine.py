@@ -15,8 +15,8 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.messages import Envelope, StartWorkflow, StateEntered, WorkflowStarted
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.examples import app
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.runtime.envelopes import now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 
 codec = default_codec()

@@ -17,8 +17,8 @@ from orchestrator.domain.messages import (
 from orchestrator.engine.context import Topics
 from orchestrator.engine.orchestrator import Orchestrator
 from orchestrator.examples import app as example_app
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
+from orchestrator.runtime.envelopes import now_ms
 from orchestrator.settings import Settings
 
 codec = default_codec()

@@ -22,9 +22,8 @@ from orchestrator.domain.messages import (
 )
 from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
 from orchestrator.io.kafka.broker_errors import CallStalled, ProducerReset, TxnAbortable
-from orchestrator.io.kafka.clients import now_ms
 from orchestrator.io.kafka.partitioning import partition_for
-from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, runtime_envelope
+from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
 from tests.unit.runtime.runtime_support import MemoryRig, codec
 
 
