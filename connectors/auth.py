@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 
 __all__ = ["Actor", "Actors", "hash_token"]
 

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from orchestrator.domain.errors import UnavailableError
+from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.runtime.envelopes import now_ms

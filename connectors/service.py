@@ -40,7 +40,7 @@ from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.task_decisions import TaskDesk
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import (
+from orchestrator.domain.model.errors import (
     ConfigError,
     InvalidInputError,
     KeelError,

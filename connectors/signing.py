@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-from orchestrator.domain.errors import KeelError
+from orchestrator.domain.model.errors import KeelError
 from orchestrator.webhook_sources import DEFAULT_TOLERANCE_S
 
 __all__ = [

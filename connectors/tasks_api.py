@@ -26,8 +26,8 @@ from aiohttp import web
 
 from connectors.auth import Actor, Actors
 from orchestrator.client.task_decisions import MAX_REASON_CHARS, TaskDesk
-from orchestrator.domain.errors import KeelError, UnavailableError
-from orchestrator.domain.vocabulary import HumanDecision
+from orchestrator.domain.model.errors import KeelError, UnavailableError
+from orchestrator.domain.model.vocabulary import HumanDecision
 from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime.task_tokens import TaskTokens
 
@@ -88,7 +88,7 @@ class TaskApi:
             return None
         token = self.tokens.issue(task["task_id"])
         recorded = self.view.token_hash_of(task["task_id"])
-        from orchestrator.domain.waits import token_hash
+        from orchestrator.domain.authoring.waits import token_hash
 
         return token if recorded == token_hash(token) else None
 

@@ -15,8 +15,8 @@ import hashlib
 import json
 from typing import Any
 
-from orchestrator.domain.errors import InvalidInputError
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.errors import InvalidInputError
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.webhook_sources import RouteError
 
 __all__ = ["MAX_BODY_BYTES", "message_id", "parse_body"]

@@ -21,9 +21,9 @@ import math
 from pydantic import ValidationError
 
 from orchestrator.app import UnknownActivityError
-from orchestrator.domain.errors import InvalidInputError, KeelError
-from orchestrator.domain.limits import MAX_DURATION_MS
-from orchestrator.domain.vocabulary import FailureClass
+from orchestrator.domain.model.errors import InvalidInputError, KeelError
+from orchestrator.domain.model.limits import MAX_DURATION_MS
+from orchestrator.domain.model.vocabulary import FailureClass
 
 #: Exceptions that mean a bug in the handler: a retry runs the same code the same way.
 PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (TypeError, AttributeError, NameError)

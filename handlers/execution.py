@@ -30,9 +30,8 @@ from handlers.errors import (
 )
 from handlers.markers import has_side_effect
 from orchestrator.app import ActivityHandler, KeelApp
-from orchestrator.domain.definitions import format_validation_error
-from orchestrator.domain.errors import KeelError, LimitExceededError
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
+from orchestrator.domain.model.errors import KeelError, LimitExceededError, format_validation_error
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
 from orchestrator.io.ports import Stopping
 from orchestrator.runtime.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 from orchestrator.settings import load_settings

@@ -44,9 +44,9 @@ from handlers.errors import classify, error_type, retry_after_ms
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import UnavailableError
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, MAX_REASON_CHARS, check_json_text
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, MAX_REASON_CHARS, check_json_text
+from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
     DeadLetter,

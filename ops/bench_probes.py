@@ -16,7 +16,7 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     TERMINAL_EVENT_NAMES,
     TERMINAL_EVENTS,
     ActivityCompleted,

@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from orchestrator.domain.errors import KeelError
+from orchestrator.domain.model.errors import KeelError
 
 ADMIN_SOURCE = Path(__file__).resolve().parent / "kafka" / "ClusterAdmin.java"
 

@@ -33,8 +33,8 @@ from rich.table import Table
 from ops.demo_checks import Expectation, Findings, Kind, check
 from ops.fakes.ledger import LedgerClient
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import UnavailableError
-from orchestrator.domain.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
+from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.domain.model.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
 from orchestrator.io.kafka.clients import security_config
 from orchestrator.settings import Settings
 

@@ -3,7 +3,7 @@
 Pure functions over decoded ``keel.events`` envelopes, so the invariants can be tested on
 crafted histories without a broker. A run's history must have contiguous ``seq`` from 1,
 no repeated event, exactly one terminal event and nothing after it, and the output the
-demo expects; it must keep every invariant of ``orchestrator.domain.invariants`` (the
+demo expects; it must keep every invariant of ``orchestrator.domain.history.invariants`` (the
 checker ``keel workflow verify`` runs: each attempt scheduled and completed once, one
 logical attempt per idempotency key, human decisions that match their task, ...); the
 ledger must hold at most one posting per idempotency key, and every posting must belong
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.domain.invariants import Invariant, check_history
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import Invariant, check_history
+from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
     ActivityFailed,

@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from orchestrator.domain.errors import KeelError
+from orchestrator.domain.model.errors import KeelError
 from orchestrator.settings import Settings, broker_properties
 
 OPS_DIR = Path(__file__).resolve().parent

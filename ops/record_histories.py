@@ -36,7 +36,7 @@ from ops.fakes.ledger import LedgerClient
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history, write_history
 from orchestrator.client.task_decisions import DecisionStatus, TaskDesk
-from orchestrator.domain.messages import RedriveActivity, SignalWorkflow
+from orchestrator.domain.model.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
 from orchestrator.io.kafka.topics import create_topics
 from orchestrator.io.redis.tasks_read_model import TasksView

@@ -24,25 +24,25 @@ _EXPORTS: dict[str, str] = {
     "KeelApp": "orchestrator.app",
     "load_app": "orchestrator.app",
     # definitions: a workflow, its states, steps, transitions and waits
-    "WorkflowDefinition": "orchestrator.domain.definitions",
-    "State": "orchestrator.domain.definitions",
-    "Step": "orchestrator.domain.definitions",
-    "Transition": "orchestrator.domain.definitions",
-    "TimerWait": "orchestrator.domain.definitions",
-    "SignalWait": "orchestrator.domain.definitions",
-    "RetryPolicy": "orchestrator.domain.definitions",
-    "HumanTask": "orchestrator.domain.waits",
-    "Escalation": "orchestrator.domain.waits",
-    "Compensation": "orchestrator.domain.policies",
-    "Migration": "orchestrator.domain.migrations",
-    "Context": "orchestrator.domain.context",
+    "WorkflowDefinition": "orchestrator.domain.authoring.definitions",
+    "State": "orchestrator.domain.authoring.definitions",
+    "Step": "orchestrator.domain.authoring.definitions",
+    "Transition": "orchestrator.domain.authoring.definitions",
+    "TimerWait": "orchestrator.domain.authoring.definitions",
+    "SignalWait": "orchestrator.domain.authoring.definitions",
+    "RetryPolicy": "orchestrator.domain.authoring.definitions",
+    "HumanTask": "orchestrator.domain.authoring.waits",
+    "Escalation": "orchestrator.domain.authoring.waits",
+    "Compensation": "orchestrator.domain.authoring.policies",
+    "Migration": "orchestrator.domain.authoring.migrations",
+    "Context": "orchestrator.domain.authoring.run_context",
     # the vocabulary a definition is written in (each member equals its string)
-    "OnUnknown": "orchestrator.domain.vocabulary",
-    "OnExhausted": "orchestrator.domain.vocabulary",
-    "OnCancel": "orchestrator.domain.vocabulary",
-    "OnExpiry": "orchestrator.domain.vocabulary",
-    "HumanDecision": "orchestrator.domain.vocabulary",
-    "WorkflowStatus": "orchestrator.domain.vocabulary",
+    "OnUnknown": "orchestrator.domain.model.vocabulary",
+    "OnExhausted": "orchestrator.domain.model.vocabulary",
+    "OnCancel": "orchestrator.domain.model.vocabulary",
+    "OnExpiry": "orchestrator.domain.model.vocabulary",
+    "HumanDecision": "orchestrator.domain.model.vocabulary",
+    "WorkflowStatus": "orchestrator.domain.model.vocabulary",
     # fields sealed outside their handler (docs/secrets.md)
     "Sensitive": "orchestrator.runtime.sealing",
     "SealedValue": "orchestrator.runtime.sealing",
@@ -60,9 +60,9 @@ _EXPORTS: dict[str, str] = {
     "SagaFact": "orchestrator.sagas.declare",
     "SagaView": "orchestrator.sagas.declare",
     "register": "orchestrator.sagas.declare",
-    "StartWorkflow": "orchestrator.domain.messages",
-    "SignalWorkflow": "orchestrator.domain.messages",
-    "CancelWorkflow": "orchestrator.domain.messages",
+    "StartWorkflow": "orchestrator.domain.model.messages",
+    "SignalWorkflow": "orchestrator.domain.model.messages",
+    "CancelWorkflow": "orchestrator.domain.model.messages",
     # webhook sources (docs/connector.md)
     "WebhookSource": "orchestrator.webhook_sources",
     "Signal": "orchestrator.webhook_sources",
@@ -85,16 +85,16 @@ _EXPORTS: dict[str, str] = {
     "CachePolicy": "handlers.llm.cache",
     "Pricing": "handlers.llm.runtime",
     # errors
-    "KeelError": "orchestrator.domain.errors",
-    "DefinitionError": "orchestrator.domain.errors",
-    "InvalidInputError": "orchestrator.domain.errors",
-    "InvalidIdError": "orchestrator.domain.errors",
-    "LimitExceededError": "orchestrator.domain.errors",
-    "UnknownWorkflowError": "orchestrator.domain.errors",
-    "NotFoundError": "orchestrator.domain.errors",
-    "CommandRejected": "orchestrator.domain.errors",
-    "ConfigError": "orchestrator.domain.errors",
-    "UnavailableError": "orchestrator.domain.errors",
+    "KeelError": "orchestrator.domain.model.errors",
+    "DefinitionError": "orchestrator.domain.model.errors",
+    "InvalidInputError": "orchestrator.domain.model.errors",
+    "InvalidIdError": "orchestrator.domain.model.errors",
+    "LimitExceededError": "orchestrator.domain.model.errors",
+    "UnknownWorkflowError": "orchestrator.domain.model.errors",
+    "NotFoundError": "orchestrator.domain.model.errors",
+    "CommandRejected": "orchestrator.domain.model.errors",
+    "ConfigError": "orchestrator.domain.model.errors",
+    "UnavailableError": "orchestrator.domain.model.errors",
 }
 
 __all__ = [
@@ -211,10 +211,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         KeelApp,
         load_app,
     )
-    from orchestrator.domain.context import (
-        Context,
-    )
-    from orchestrator.domain.definitions import (
+    from orchestrator.domain.authoring.definitions import (
         RetryPolicy,
         SignalWait,
         State,
@@ -223,7 +220,20 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         Transition,
         WorkflowDefinition,
     )
-    from orchestrator.domain.errors import (
+    from orchestrator.domain.authoring.migrations import (
+        Migration,
+    )
+    from orchestrator.domain.authoring.policies import (
+        Compensation,
+    )
+    from orchestrator.domain.authoring.run_context import (
+        Context,
+    )
+    from orchestrator.domain.authoring.waits import (
+        Escalation,
+        HumanTask,
+    )
+    from orchestrator.domain.model.errors import (
         CommandRejected,
         ConfigError,
         DefinitionError,
@@ -235,28 +245,18 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         UnavailableError,
         UnknownWorkflowError,
     )
-    from orchestrator.domain.messages import (
+    from orchestrator.domain.model.messages import (
         CancelWorkflow,
         SignalWorkflow,
         StartWorkflow,
     )
-    from orchestrator.domain.migrations import (
-        Migration,
-    )
-    from orchestrator.domain.policies import (
-        Compensation,
-    )
-    from orchestrator.domain.vocabulary import (
+    from orchestrator.domain.model.vocabulary import (
         HumanDecision,
         OnCancel,
         OnExhausted,
         OnExpiry,
         OnUnknown,
         WorkflowStatus,
-    )
-    from orchestrator.domain.waits import (
-        Escalation,
-        HumanTask,
     )
     from orchestrator.runtime.sealing import (
         SealedValue,

@@ -17,17 +17,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from orchestrator.domain import errors as kinds
-from orchestrator.domain.decider import Decider
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     DefinitionError,
     InvalidInputError,
     UnknownWorkflowError,
     WorkflowDefinition,
     resolve_definition,
 )
-from orchestrator.domain.limits import loads_bounded
-from orchestrator.domain.upcasting import check_upcasters, schema_version_of
+from orchestrator.domain.authoring.upcasting import check_upcasters, schema_version_of
+from orchestrator.domain.lifecycle.decider import Decider
+from orchestrator.domain.model import errors as kinds
+from orchestrator.domain.model.limits import loads_bounded
 from orchestrator.webhook_sources import WebhookSource
 
 __all__ = [
@@ -203,7 +203,7 @@ class KeelApp:
     ) -> WorkflowDefinition:
         """Check a start before it is sent: the definition exists and the input fits.
 
-        Raises a :class:`~orchestrator.domain.errors.InvalidInputError` kind (unknown
+        Raises a :class:`~orchestrator.domain.model.errors.InvalidInputError` kind (unknown
         workflow, bad JSON, a limit of docs/limits.md, the input schema).
         """
         try:
@@ -312,8 +312,9 @@ _BRIDGED: dict[type, type] = {}
 def _as_keel_error(exc: ValueError) -> Exception:
     """``exc`` as an ``InvalidInputError`` that is still an instance of its own class.
 
-    A bridge for while ``orchestrator.domain.definitions`` raises plain ``ValueError`` kinds;
-    once it raises the domain kinds (``orchestrator.domain.errors``) this is never called.
+    A bridge for while ``orchestrator.domain.authoring.definitions`` raises plain ``ValueError``
+    kinds; once it raises the domain kinds (``orchestrator.domain.model.errors``) this is never
+    called.
     """
     cls = type(exc)
     if cls not in _BRIDGED:

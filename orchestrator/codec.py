@@ -28,8 +28,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import to_parsing_canonical_form
 
 from orchestrator.codec_fast import Unsupported, compile_schema
-from orchestrator.domain.errors import KeelError
-from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
+from orchestrator.domain.model.errors import KeelError
+from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -393,7 +393,7 @@ def default_codec() -> Codec:
 
 def bench(n: int = 20000, codec: Codec | None = None) -> dict[str, float]:
     """Encode/decode throughput of a typical record (for ``keel bench``; not a test)."""
-    from orchestrator.domain.messages import ActivityScheduled
+    from orchestrator.domain.model.messages import ActivityScheduled
 
     c = codec or default_codec()
     env: Envelope[Any] = Envelope(

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 
 #: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
 #: all with one replication policy (docs/operations.md).

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from orchestrator.domain.errors import DefinitionError, InvalidInputError, KeelError
-from orchestrator.domain.ids import MAX_ID_LENGTH, check_workflow_id
-from orchestrator.domain.limits import check_payload_size
-from orchestrator.domain.messages import SignalWorkflow, StartWorkflow
+from orchestrator.domain.model.errors import DefinitionError, InvalidInputError, KeelError
+from orchestrator.domain.model.ids import MAX_ID_LENGTH, check_workflow_id
+from orchestrator.domain.model.limits import check_payload_size
+from orchestrator.domain.model.messages import SignalWorkflow, StartWorkflow
 
 __all__ = [
     "DEFAULT_DEDUPE_TTL_S",

@@ -46,7 +46,7 @@ def verify_after_test(request: pytest.FixtureRequest, settings) -> None:
         return
     from orchestrator.cli.verify import decision_proof_check
     from orchestrator.client.history_io import verify_topic
-    from orchestrator.domain.errors import InvalidInputError
+    from orchestrator.domain.model.errors import InvalidInputError
 
     began = time.monotonic()
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.log_scan import group_runs
 from orchestrator.io.kafka.broker_errors import ProducerReset, TxnAbortable
 from orchestrator.io.ports import (

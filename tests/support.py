@@ -8,7 +8,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import ActivityTask, Envelope
+from orchestrator.domain.model.messages import ActivityTask, Envelope
 
 
 def read_topic(
@@ -122,7 +122,7 @@ def histories(settings, expect_events: int = 0) -> dict[str, list]:
 
 def assert_sound_history(wf: str, events: list) -> None:
     """Contiguous seq from 1, no duplicate event, exactly one terminal event, last."""
-    from orchestrator.domain.messages import TERMINAL_EVENTS
+    from orchestrator.domain.model.messages import TERMINAL_EVENTS
 
     seqs = [e.seq for e in events]
     assert seqs == list(range(1, len(events) + 1)), f"{wf}: seqs {seqs}"

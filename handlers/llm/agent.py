@@ -36,9 +36,9 @@ from handlers.llm.providers import ChatRequest
 from handlers.llm.runtime import Pricing, call_summary, obtain, parse_output, runtime, totals
 from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp
-from orchestrator.domain.definitions import Context, Step, format_validation_error
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.authoring.definitions import Context, Step
+from orchestrator.domain.model.errors import DefinitionError, format_validation_error
+from orchestrator.domain.model.fingerprint import canonical_json
 
 __all__ = ["AgentCall", "AgentExhausted", "Exhaustion", "StopReason", "agent_step"]
 

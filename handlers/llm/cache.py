@@ -14,8 +14,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import canonical_json
 
 __all__ = ["CachePolicy", "CacheStatus", "content_hash"]
 

@@ -49,9 +49,9 @@ from handlers.llm.runtime import (
 )
 from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp
-from orchestrator.domain.definitions import Context, Step
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.authoring.definitions import Context, Step
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
 
 __all__ = [
     "INVALID_OUTPUT",

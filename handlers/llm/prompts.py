@@ -17,8 +17,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from orchestrator.domain.errors import DefinitionError, InvalidInputError
-from orchestrator.domain.fingerprint import canonical_json
+from orchestrator.domain.model.errors import DefinitionError, InvalidInputError
+from orchestrator.domain.model.fingerprint import canonical_json
 
 __all__ = ["PromptRegistry", "PromptTemplate", "load_prompt", "prompts"]
 

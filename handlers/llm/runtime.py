@@ -28,8 +28,7 @@ from handlers.llm.providers import (
 )
 from handlers.llm.settings import LlmSettings, load_llm_settings
 from handlers.llm.store import LlmStore
-from orchestrator.domain.definitions import format_validation_error
-from orchestrator.domain.errors import DefinitionError
+from orchestrator.domain.model.errors import DefinitionError, format_validation_error
 from orchestrator.settings import load_settings
 
 __all__ = ["LlmRuntime", "Pricing", "configure", "obtain", "parse_output", "runtime"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 
 __all__ = ["LlmSettings", "ProviderKind", "StructuredOutput", "load_llm_settings"]
 

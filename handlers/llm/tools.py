@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.domain.errors import DefinitionError
+from orchestrator.domain.model.errors import DefinitionError
 
 __all__ = ["Tool"]
 

@@ -1,7 +1,7 @@
 """The ``keel`` command line: one typer application, one sub-app per area.
 
 Exit status (docs/configuration.md, "Exit status"): 0 success; 1 an expected failure
-(a :class:`~orchestrator.domain.errors.KeelError`, or Kafka or Redis failing the
+(a :class:`~orchestrator.domain.model.errors.KeelError`, or Kafka or Redis failing the
 command, printed as one line on stderr, with every URL password redacted); 2 a usage
 error (typer's usage text); 3 the thing asked about is not well (``workflow start
 --wait`` ended otherwise than completed, ``infra status`` unhealthy); 130 interrupted.
@@ -73,7 +73,7 @@ def error_line(exc: BaseException) -> str:
 
 def _expected(exc: BaseException) -> bool:
     """Whether ``exc`` is a :class:`KeelError` (imported here: only a failure pays for it)."""
-    from orchestrator.domain.errors import KeelError
+    from orchestrator.domain.model.errors import KeelError
 
     return isinstance(exc, KeelError)
 

@@ -24,7 +24,7 @@ def connector(
     import asyncio
 
     from connectors.service import Connector, serve
-    from orchestrator.domain.errors import KeelError
+    from orchestrator.domain.model.errors import KeelError
     from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.tracing import configure_tracing

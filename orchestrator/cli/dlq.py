@@ -69,7 +69,7 @@ def resolve(
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
     from orchestrator.client.client import KeelClient, parse_json
-    from orchestrator.domain.errors import KeelError
+    from orchestrator.domain.model.errors import KeelError
     from orchestrator.settings import load_settings
 
     chosen = [o for o in (found is not None, not_found, failed is not None) if o]

@@ -51,7 +51,7 @@ def migrate(
     """Move live runs to another version of their workflow (recorded: who, why)."""
     from orchestrator.client.client import KeelClient
     from orchestrator.client.migrations import Outcome, plan, select, send
-    from orchestrator.domain.errors import InvalidInputError
+    from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.settings import load_settings
 
     if to_version < 1:

@@ -44,8 +44,8 @@ def _when(ms: int | None) -> str:
 
 
 def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
-    from orchestrator.domain.errors import NotFoundError
-    from orchestrator.domain.waits import token_hash
+    from orchestrator.domain.authoring.waits import token_hash
+    from orchestrator.domain.model.errors import NotFoundError
 
     task = view.by_token_hash(token_hash(token_or_id)) if _TOKEN.match(token_or_id) else None
     task = task or view.get(token_or_id)
@@ -56,8 +56,8 @@ def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
 
 def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     """The task's token, when this process holds the deployment's key (else None)."""
-    from orchestrator.domain.errors import ConfigError
-    from orchestrator.domain.waits import token_hash
+    from orchestrator.domain.authoring.waits import token_hash
+    from orchestrator.domain.model.errors import ConfigError
     from orchestrator.runtime.task_tokens import load_task_tokens
 
     try:
@@ -194,7 +194,7 @@ def decide(
     from connectors.auth import Actors
     from orchestrator.client.client import KeelClient, read_json_arg
     from orchestrator.client.task_decisions import TaskDesk
-    from orchestrator.domain.errors import (
+    from orchestrator.domain.model.errors import (
         CommandRejected,
         ConfigError,
         InvalidInputError,
@@ -263,7 +263,7 @@ def decide(
 
 def _confirmed_digest(desk: Any, token: str) -> str:
     """The digest of the operation the person at the terminal saw and confirmed."""
-    from orchestrator.domain.errors import CommandRejected, NotFoundError
+    from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 
     task = desk.find(token)
     if task is None:

@@ -1,5 +1,5 @@
 """``keel workflow verify ID... | --all [--json]``: check recorded histories against the
-invariants every history must keep (orchestrator/domain/invariants.py).
+invariants every history must keep (orchestrator/domain/history/invariants.py).
 
 It reads ``<prefix>.events`` once, keeping a streaming checker per workflow rather than
 its envelopes, and exits 1 when any invariant is broken, so a script or CI can gate on it.
@@ -16,7 +16,7 @@ from orchestrator.cli.output import LazyConsole, escape, new_table
 
 if TYPE_CHECKING:
     from orchestrator.client.history_io import Verification
-    from orchestrator.domain.invariants import ProofCheck
+    from orchestrator.domain.history.invariants import ProofCheck
     from orchestrator.settings import Settings
 
 console = LazyConsole(highlight=False, emoji=False)
@@ -29,7 +29,7 @@ def decision_proof_check(settings: Settings) -> ProofCheck | None:
     """The check that recomputes each human decision's proof under the deployment's key
     (orchestrator/runtime/decision_proofs.py); None when this deployment has no task-token
     key here: then only a proof's form (64 lowercase hex) and its token hash are checked."""
-    from orchestrator.domain.errors import ConfigError
+    from orchestrator.domain.model.errors import ConfigError
     from orchestrator.runtime.decision_proofs import load_proof_key, proof_matches
 
     try:
@@ -52,7 +52,7 @@ def verify(
     if bool(workflow_ids) == all_:
         raise typer.BadParameter("give workflow IDs or --all (exactly one of them)")
     from orchestrator.client.history_io import verify_topic
-    from orchestrator.domain.invariants import Invariant, Violation
+    from orchestrator.domain.history.invariants import Invariant, Violation
     from orchestrator.settings import load_settings
 
     settings = load_settings()

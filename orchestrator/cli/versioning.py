@@ -21,7 +21,7 @@ from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
-    from orchestrator.domain.replay import RunReport
+    from orchestrator.domain.history.replay import RunReport
 
 console = LazyConsole(highlight=False, soft_wrap=True)
 
@@ -39,8 +39,8 @@ def replay_check(
 ) -> None:
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
     from orchestrator.client.history_io import read_history_dir, read_topic_history
-    from orchestrator.domain.errors import KeelError
-    from orchestrator.domain.replay import replay_history
+    from orchestrator.domain.history.replay import replay_history
+    from orchestrator.domain.model.errors import KeelError
     from orchestrator.runtime.task_tokens import recorded_token_hashes
     from orchestrator.settings import load_settings
 
@@ -132,7 +132,7 @@ def export(
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
     from orchestrator.client.history_io import read_topic_history, write_history
-    from orchestrator.domain.errors import KeelError
+    from orchestrator.domain.model.errors import KeelError
     from orchestrator.settings import load_settings
 
     envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)

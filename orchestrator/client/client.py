@@ -19,22 +19,22 @@ from pydantic import BaseModel
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import (
+from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
     KeelError,
     NotFoundError,
     UnavailableError,
 )
-from orchestrator.domain.ids import check_workflow_id
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.ids import check_workflow_id
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.messages import (
     CancelWorkflow,
     ResolveActivity,
     SignalWorkflow,
     StartWorkflow,
 )
-from orchestrator.domain.state import TERMINAL_STATUSES
+from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
@@ -62,7 +62,7 @@ def read_json_arg(value: str, what: str) -> Any:
     """An option's JSON: inline text, ``@path`` (a file) or ``-`` (stdin), within the limits.
 
     Every limit of docs/limits.md is checked before the value is used
-    (:func:`~orchestrator.domain.limits.loads_bounded`), so a deep or huge value is one line.
+    (:func:`~orchestrator.domain.model.limits.loads_bounded`), so a deep or huge value is one line.
     """
     text = value
     if value == "-":

@@ -34,8 +34,8 @@ import redis
 from confluent_kafka import KafkaException, Message
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import CommandRejected, NotFoundError, UnavailableError
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.errors import CommandRejected, NotFoundError, UnavailableError
+from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     DeadLetter,
     Envelope,

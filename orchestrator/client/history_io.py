@@ -3,7 +3,7 @@ from JSON-lines files of the Avro-decoded envelopes (docs/versioning.md).
 
 One line per envelope: ``{"message_id", "workflow_id", "run_id", "seq", "type",
 "recorded_at", "payload": {field: value}, "causation_id", "correlation_id"}``. The
-payload's fields are those of its dataclass in :mod:`orchestrator.domain.messages`, so
+payload's fields are those of its dataclass in :mod:`orchestrator.domain.model.messages`, so
 any event or command type round-trips without code here; a field a file lacks takes its
 default (a file written before the field existed). Commands are exported next to the
 events they caused while ``keel.commands`` still holds them (7 days): they give replay the
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.codec import DecodeError, default_codec
-from orchestrator.domain.errors import HistoryError, InvalidInputError
-from orchestrator.domain.invariants import HistoryChecker, Invariant, ProofCheck, Violation
-from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope
+from orchestrator.domain.history.invariants import HistoryChecker, Invariant, ProofCheck, Violation
+from orchestrator.domain.model.errors import HistoryError, InvalidInputError
+from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
 from orchestrator.io.kafka.clients import list_partitions, read_partitions
 from orchestrator.settings import Settings
 
@@ -213,7 +213,7 @@ def verify_topic(
     *,
     proof_ok: ProofCheck | None = None,
 ) -> Verification:
-    """Check the invariants (:mod:`orchestrator.domain.invariants`) of ``workflow_ids``
+    """Check the invariants (:mod:`orchestrator.domain.history.invariants`) of ``workflow_ids``
     (every workflow when None) from ``keel.events``, read once from the start.
 
     Each workflow keeps a streaming checker, not its envelopes, so the memory of a scan

@@ -4,7 +4,7 @@ learns what the orchestrator decided (docs/versioning.md, "Migrate").
 * :func:`plan` rebuilds each run from ``keel.events``, decides ``MigrateWorkflow`` on it
   with this application's decider (pure: nothing is produced anywhere) and replays the
   run's recorded history as if it had started on the target version
-  (:func:`orchestrator.domain.replay.replay_on_version`): where that version would have
+  (:func:`orchestrator.domain.history.replay.replay_on_version`): where that version would have
   decided differently.
 * :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
   the operator checked) and watches two places until one answers, as a human-task
@@ -24,10 +24,15 @@ from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history
 from orchestrator.client.task_decisions import DlqWatch
-from orchestrator.domain.errors import CommandRejected, NotFoundError
-from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigrated
-from orchestrator.domain.replay import RunReport, group_runs, payload_dict, replay_on_version
-from orchestrator.domain.state import TERMINAL_STATUSES
+from orchestrator.domain.history.replay import (
+    RunReport,
+    group_runs,
+    payload_dict,
+    replay_on_version,
+)
+from orchestrator.domain.model.errors import CommandRejected, NotFoundError
+from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
+from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.task_tokens import recorded_token_hashes
 from orchestrator.settings import Settings

@@ -37,10 +37,10 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.fingerprint import canonical_json
-from orchestrator.domain.messages import DeadLetter, DecideHumanTask
-from orchestrator.domain.vocabulary import HumanDecision
-from orchestrator.domain.waits import token_hash
+from orchestrator.domain.authoring.waits import token_hash
+from orchestrator.domain.model.fingerprint import canonical_json
+from orchestrator.domain.model.messages import DeadLetter, DecideHumanTask
+from orchestrator.domain.model.vocabulary import HumanDecision
 from orchestrator.io.kafka.clients import EndTail
 from orchestrator.runtime.decision_proofs import DecisionProofs, load_decision_proofs
 from orchestrator.settings import Settings

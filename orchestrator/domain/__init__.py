@@ -1,31 +1,22 @@
 """Keel's pure domain: the whole model of a workflow run, with no I/O.
 
-Layers, each importing only those before it (and the standard library and pydantic):
-``errors``, ``ids``, ``limits``, ``vocabulary`` -> ``saga_messages`` -> ``messages`` ->
-``state``, ``keys`` -> ``context``, ``fingerprint`` -> ``waits`` (timer, signal and human waits) ->
-``irreversible``, ``policies`` -> ``definitions`` -> ``activities`` (the activity lifecycle) ->
-``signals`` (inbox, correlations, late signals) -> ``human_tasks`` (approvals) ->
-``missing_versions`` (runs of a version this process lacks) ->
-``compensation`` (undoing effects, docs/sagas.md) -> ``evolve`` (state from events) ->
-``command_handlers`` (events from commands) -> ``decider`` (the facade the runtime uses) ->
-``replay`` (re-decide recorded histories). ``invariants`` (what every recorded history
-must satisfy, checked from the history alone) stands beside them, over ``messages``
-only. The Kafka runtime depends on this package, never the reverse.
+Four rooms, each importing only the rooms before it (and the standard library and
+pydantic), so the model reads bottom-up:
+
+- ``model``: the vocabulary, errors, limits, ids and keys, the message catalogue and the
+  folded state of a run;
+- ``authoring``: what an application declares (definitions, steps, waits, policies,
+  upcasters, migrations) and the read-only ``Context`` its functions get;
+- ``lifecycle``: ``evolve`` (state from events), ``command_handlers`` (events from
+  commands), the lifecycles of activities, signals, human tasks, compensation and runs of a
+  missing version, and the ``Decider`` facade the engine uses;
+- ``history``: the invariants every recorded history satisfies and the replay check.
+
+The layers are import-linter contracts (pyproject.toml, ``domain-rooms``); the Kafka runtime
+depends on this package, never the reverse.
 """
 
-from orchestrator.domain.context import Context
-from orchestrator.domain.decider import (
-    FAILURE_CLASSES,
-    QUERY_RETRY,
-    RESOLUTIONS,
-    SUMMARY_EVENTS,
-    TIMEOUT_ERROR_TYPES,
-    Decider,
-    activity_timeout,
-    query_outcome,
-    retry_delay_ms,
-)
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     ON_EXHAUSTED,
     TIMEOUT_KINDS,
     Compensation,
@@ -41,26 +32,39 @@ from orchestrator.domain.definitions import (
     WorkflowDefinition,
     canonical_json,
     duration_ms,
-    format_validation_error,
     resolve_definition,
 )
-from orchestrator.domain.errors import (
-    CommandRejected,
-    DefinitionError,
-    HistoryError,
-    InvalidInputError,
-    UnknownWorkflowError,
-)
-from orchestrator.domain.human_tasks import TaskTokenHash, task_id_for
-from orchestrator.domain.invariants import (
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.waits import operation_digest, sha256_hex, token_hash
+from orchestrator.domain.history.invariants import (
     HistoryChecker,
     Invariant,
     Violation,
     check_history,
 )
-from orchestrator.domain.keys import idempotency_key, parse_idempotency_key
-from orchestrator.domain.messages import TERMINAL_EVENT_NAMES, TERMINAL_EVENTS
-from orchestrator.domain.state import (
+from orchestrator.domain.lifecycle.decider import (
+    FAILURE_CLASSES,
+    QUERY_RETRY,
+    RESOLUTIONS,
+    SUMMARY_EVENTS,
+    TIMEOUT_ERROR_TYPES,
+    Decider,
+    activity_timeout,
+    query_outcome,
+    retry_delay_ms,
+)
+from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash, task_id_for
+from orchestrator.domain.model.errors import (
+    CommandRejected,
+    DefinitionError,
+    HistoryError,
+    InvalidInputError,
+    UnknownWorkflowError,
+    format_validation_error,
+)
+from orchestrator.domain.model.keys import idempotency_key, parse_idempotency_key
+from orchestrator.domain.model.messages import TERMINAL_EVENT_NAMES, TERMINAL_EVENTS
+from orchestrator.domain.model.state import (
     ACTIVITY_STATUSES,
     NEEDS_ATTENTION,
     SEEN_COMMANDS_WINDOW,
@@ -73,7 +77,7 @@ from orchestrator.domain.state import (
     WaitState,
     WorkflowState,
 )
-from orchestrator.domain.vocabulary import (
+from orchestrator.domain.model.vocabulary import (
     ActivityStatus,
     CompensationCause,
     FailureClass,
@@ -90,7 +94,6 @@ from orchestrator.domain.vocabulary import (
     WaitKind,
     WorkflowStatus,
 )
-from orchestrator.domain.waits import operation_digest, sha256_hex, token_hash
 
 __all__ = [
     "ACTIVITY_STATUSES",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 
 
 @dataclass

@@ -26,11 +26,12 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.codec import DecodeError
 from orchestrator.domain import CommandRejected
-from orchestrator.domain.errors import KeelError, LimitExceededError
-from orchestrator.domain.frozen_init import fast_init
-from orchestrator.domain.ids import check_workflow_id
-from orchestrator.domain.limits import check_json_text
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.missing_versions import PARKED, RunParked
+from orchestrator.domain.model.errors import KeelError, LimitExceededError
+from orchestrator.domain.model.frozen_init import fast_init
+from orchestrator.domain.model.ids import check_workflow_id
+from orchestrator.domain.model.limits import check_json_text
+from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityScheduled,
     ActivityTask,
@@ -41,8 +42,7 @@ from orchestrator.domain.messages import (
     SignalWorkflow,
     StartWorkflow,
 )
-from orchestrator.domain.missing_versions import PARKED, RunParked
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.context import RuntimeContext
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState

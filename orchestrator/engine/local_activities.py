@@ -38,11 +38,11 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator.app import KeelApp
-from orchestrator.domain.definitions import Step
-from orchestrator.domain.frozen_init import fast_init
-from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, FailActivity
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import TimeoutKind
+from orchestrator.domain.authoring.definitions import Step
+from orchestrator.domain.model.frozen_init import fast_init
+from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivity, FailActivity
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import TimeoutKind
 from orchestrator.io.kafka.broker_errors import TxnAbortable
 from orchestrator.io.ports import Stopping
 

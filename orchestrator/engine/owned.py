@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import KeelError
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.errors import KeelError
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.log_scan import TailRecords
 from orchestrator.engine.snapshot_records import snapshot_state_json
 

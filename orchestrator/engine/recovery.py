@@ -7,12 +7,12 @@ recovery time stays bounded as history grows. A state too large for one record i
 written in chunks (keys ``_chunk/<id>/<i>``, which no workflow id can take) under a head
 record naming their count.
 
-A run whose history cannot be rebuilt (an event the current definition cannot fold,
-an undecodable record, a broken snapshot) is quarantined, never dropped: dropping it
-would let a repeated start open a second run at seq 1 in the same stream. A live run of
-a version this process does not have is held as a stand-in instead (its commands are
-parked, orchestrator/domain/missing_versions.py); a checkpoint never writes a stand-in and keeps
-its partition's marker before the stand-in's first unfolded event, so a process with the
+A run whose history cannot be rebuilt (an event the current definition cannot fold, an
+undecodable record, a broken snapshot) is quarantined, never dropped: dropping it would let a
+repeated start open a second run at seq 1 in the same stream. A live run of a version this
+process does not have is held as a stand-in instead (its commands are parked,
+orchestrator/domain/lifecycle/missing_versions.py); a checkpoint never writes a stand-in and
+keeps its partition's marker before the stand-in's first unfolded event, so a process with the
 version folds the whole history.
 """
 
@@ -29,10 +29,10 @@ from orchestrator.codec import DecodeError
 try:  # the package's name once the domain exports it; the decider module's until then
     from orchestrator.domain import SUMMARY_EVENTS  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the domain layout
-    from orchestrator.domain.decider import SUMMARY_EVENTS
-from orchestrator.domain.messages import TERMINAL_EVENTS, WorkflowSnapshot
-from orchestrator.domain.missing_versions import stand_in
-from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
+    from orchestrator.domain.lifecycle.decider import SUMMARY_EVENTS
+from orchestrator.domain.lifecycle.missing_versions import stand_in
+from orchestrator.domain.model.messages import TERMINAL_EVENTS, WorkflowSnapshot
+from orchestrator.domain.model.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.engine.context import RuntimeContext
 from orchestrator.engine.log_scan import group_runs, header_value, scan
 from orchestrator.engine.owned import (

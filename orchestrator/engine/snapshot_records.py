@@ -24,9 +24,9 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.codec import Codec, DecodeError
-from orchestrator.domain.messages import WorkflowSnapshot
-from orchestrator.domain.state import TERMINAL_STATUSES, WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.messages import WorkflowSnapshot
+from orchestrator.domain.model.state import TERMINAL_STATUSES, WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 
 __all__ = [
     "SNAPSHOT_HEADER",

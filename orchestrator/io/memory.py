@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import (
     BrokerErrorKind,

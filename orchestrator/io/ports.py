@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.domain.errors import InvalidInputError, KeelError, UnavailableError
-from orchestrator.domain.frozen_init import fast_init
+from orchestrator.domain.model.errors import InvalidInputError, KeelError, UnavailableError
+from orchestrator.domain.model.frozen_init import fast_init
 
 if TYPE_CHECKING:
-    from orchestrator.domain.state import WorkflowState
+    from orchestrator.domain.model.state import WorkflowState
 
 __all__ = [
     "BrokerErrorKind",

@@ -25,9 +25,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from orchestrator.domain.frozen_init import fast_init
-from orchestrator.domain.messages import Envelope
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.frozen_init import fast_init
+from orchestrator.domain.model.messages import Envelope
+from orchestrator.domain.model.state import WorkflowState
 
 __all__ = [
     "MAX_WAITING_EVENTS",

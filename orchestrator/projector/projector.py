@@ -38,8 +38,8 @@ from typing import Any
 
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import Envelope
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.messages import Envelope
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
 from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record

@@ -26,10 +26,10 @@ import hmac
 import re
 from typing import Any
 
-from orchestrator.domain.errors import CommandRejected
-from orchestrator.domain.fingerprint import canonical_json
-from orchestrator.domain.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.domain.waits import sha256_hex
+from orchestrator.domain.authoring.waits import sha256_hex
+from orchestrator.domain.model.errors import CommandRejected
+from orchestrator.domain.model.fingerprint import canonical_json
+from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
 from orchestrator.runtime.task_tokens import TaskTokens, load_task_tokens
 from orchestrator.settings import Settings
 

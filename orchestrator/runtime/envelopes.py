@@ -27,9 +27,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.domain.errors import LimitExceededError
-from orchestrator.domain.limits import MAX_REASON_CHARS
-from orchestrator.domain.messages import DeadLetter, Envelope, WorkflowSnapshot
+from orchestrator.domain.model.errors import LimitExceededError
+from orchestrator.domain.model.limits import MAX_REASON_CHARS
+from orchestrator.domain.model.messages import DeadLetter, Envelope, WorkflowSnapshot
 
 __all__ = [
     "MAX_RECORD_BYTES",

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from orchestrator.domain.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, loads_bounded
 
 
 def dumps(value: Any) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from orchestrator.domain.messages import Envelope
+from orchestrator.domain.model.messages import Envelope
 from orchestrator.runtime import fast_json
 
 __all__ = ["history_entry"]

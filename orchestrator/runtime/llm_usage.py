@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.domain.messages import Envelope
+from orchestrator.domain.model.messages import Envelope
 from orchestrator.runtime.history_entries import history_entry
 
 #: Upper bound for one recorded count, so a hostile record cannot overflow a counter.

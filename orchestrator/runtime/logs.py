@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 from orchestrator.settings import LOG_LEVELS, Settings, load_settings, redact
 
 LEVELS = LOG_LEVELS

@@ -31,7 +31,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from orchestrator.domain.errors import ConfigError, InvalidInputError
+from orchestrator.domain.model.errors import ConfigError, InvalidInputError
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings

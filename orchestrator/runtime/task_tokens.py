@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.domain.decider import Decider
-from orchestrator.domain.errors import ConfigError
-from orchestrator.domain.messages import Envelope, HumanTaskOpened
-from orchestrator.domain.waits import HumanTask, token_hash
+from orchestrator.domain.authoring.waits import HumanTask, token_hash
+from orchestrator.domain.lifecycle.decider import Decider
+from orchestrator.domain.model.errors import ConfigError
+from orchestrator.domain.model.messages import Envelope, HumanTaskOpened
 from orchestrator.settings import MIN_SECRET_CHARS, Settings
 
 __all__ = [

@@ -21,8 +21,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.messages import CancelWorkflow, SignalWorkflow, StartWorkflow
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.messages import CancelWorkflow, SignalWorkflow, StartWorkflow
 
 __all__ = [
     "Command",

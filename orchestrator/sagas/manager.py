@@ -37,8 +37,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.limits import loads_bounded
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.limits import loads_bounded
+from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     Envelope,
     SagaEvent,

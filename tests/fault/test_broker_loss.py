@@ -37,7 +37,7 @@ from ops.cluster import (
 )
 from ops.local import LocalStack
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import WorkflowCompleted
+from orchestrator.domain.model.messages import WorkflowCompleted
 from orchestrator.settings import Settings
 from tests.fault.conftest import heal
 from tests.support import Services, assert_sound_history, histories, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from orchestrator.domain.messages import TimerFired, TimerScheduled, WorkflowCompleted
+from orchestrator.domain.model.messages import TimerFired, TimerScheduled, WorkflowCompleted
 from tests.support import assert_sound_history, histories, wait_until
 
 

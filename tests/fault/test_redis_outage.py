@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator.domain.messages import ActivityDeadLettered, ActivityFailed, ActivityScheduled
+from orchestrator.domain.model.messages import (
+    ActivityDeadLettered,
+    ActivityFailed,
+    ActivityScheduled,
+)
 from tests.support import assert_sound_history, histories, read_topic, wait_until
 
 OUTAGE_S = 10

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import ActivityCompleted, ActivityScheduled, StartWorkflow
+from orchestrator.domain.model.messages import ActivityCompleted, ActivityScheduled, StartWorkflow
 from tests.fault.travel_sagas_app import app as travel_app
 from tests.fault.travel_sagas_app import followup_id
 from tests.sagas_support import booking, booking_url, trip  # noqa: F401

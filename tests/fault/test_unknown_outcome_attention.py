@@ -17,8 +17,8 @@ import json
 import pytest
 
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.invariants import check_history
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityResolved,

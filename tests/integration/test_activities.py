@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityFailed,
     ActivityScheduled,
@@ -207,7 +207,7 @@ def test_a_task_whose_input_fails_its_schema_is_a_permanent_failure(settings, se
     from confluent_kafka import Producer
 
     from orchestrator.codec import default_codec
-    from orchestrator.domain.messages import ActivityTask, Envelope
+    from orchestrator.domain.model.messages import ActivityTask, Envelope
 
     services.start("worker")
     task = Envelope(

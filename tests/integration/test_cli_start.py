@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from orchestrator.domain.messages import SignalWorkflow, WorkflowStarted
+from orchestrator.domain.model.messages import SignalWorkflow, WorkflowStarted
 from tests.integration.test_read_model import keel
 from tests.support import decode_all, histories, read_topic, wait_until
 

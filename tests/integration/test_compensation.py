@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CompensationFailed,
     CompensationStarted,

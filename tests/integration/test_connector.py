@@ -20,7 +20,7 @@ import redis
 
 from connectors.signing import signature_header
 from connectors.webhooks import MAX_BODY_BYTES, message_id
-from orchestrator.domain.messages import SignalReceived
+from orchestrator.domain.model.messages import SignalReceived
 from tests.support import decode_all, histories, read_topic, wait_until
 
 SOURCE = "documents"

@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     DeadLetter,
     DecideHumanTask,

@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 
-from orchestrator.domain.messages import SignalReceived, WorkflowCompleted
+from orchestrator.domain.model.messages import SignalReceived, WorkflowCompleted
 from tests.support import assert_sound_history, histories
 
 SIZE = 12  # 4 of each: reviews 0 and 3 approve after 2 signals, 1 rejects after 2, 2 at once

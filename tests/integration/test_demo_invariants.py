@@ -15,7 +15,7 @@ import pytest
 
 from ops.demo import plan
 from ops.demo_checks import Expectation, Kind, check
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,

@@ -6,7 +6,7 @@ import json
 import threading
 
 from orchestrator.client.dlq import list_letters, redrive
-from orchestrator.domain.errors import CommandRejected
+from orchestrator.domain.model.errors import CommandRejected
 from tests.integration.test_durable_core import keel
 from tests.support import produce, read_topic, wait_until
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from orchestrator.domain.messages import SignalReceived, WorkflowCompleted
+from orchestrator.domain.model.messages import SignalReceived, WorkflowCompleted
 from tests.support import assert_sound_history, histories, read_topic, wait_until
 
 

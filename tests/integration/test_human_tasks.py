@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     HumanTaskDecided,
     HumanTaskEscalated,

@@ -10,7 +10,7 @@ import pytest
 
 from ops.fakes.openai_server import running
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import DecideHumanTask, HumanTaskDecided, HumanTaskOpened
+from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.decision_proofs import DecisionProofs
 from orchestrator.runtime.task_tokens import TaskTokens

@@ -20,7 +20,7 @@ import pytest
 
 from ops.fakes.openai_server import running
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import HumanTaskDecided, HumanTaskOpened
+from orchestrator.domain.model.messages import HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import InvoiceCorrection
 from orchestrator.examples.llm_invoices import app as llm_app
 from orchestrator.runtime.task_tokens import TaskTokens

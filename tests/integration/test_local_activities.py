@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import ActivityTimedOut, WorkflowCompleted, WorkflowFailed
+from orchestrator.domain.model.messages import ActivityTimedOut, WorkflowCompleted, WorkflowFailed
 from tests.integration.local_app import APP
 from tests.integration.local_app import app as local_app
 from tests.support import assert_sound_history, histories, read_topic, wait_until

@@ -12,8 +12,12 @@ a second one for the same attempt.
 
 from __future__ import annotations
 
-from orchestrator.domain.invariants import check_history
-from orchestrator.domain.messages import ActivityCompleted, ActivityScheduled, ActivityTimedOut
+from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.model.messages import (
+    ActivityCompleted,
+    ActivityScheduled,
+    ActivityTimedOut,
+)
 from tests.support import assert_sound_history, histories, wait_until
 
 #: Several runs, so the late report meets the query's answer in more than one interleaving.

@@ -13,7 +13,7 @@ import uuid
 from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import Envelope, SignalWorkflow, StartWorkflow
+from orchestrator.domain.model.messages import Envelope, SignalWorkflow, StartWorkflow
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, now_ms
 from tests.support import decode_all, histories, read_topic, wait_until

@@ -111,7 +111,7 @@ def test_a_stopped_orchestrator_stops_its_child_first(settings, tmp_path):
 
 
 def _completed(settings, wf: str) -> bool:
-    from orchestrator.domain.messages import TERMINAL_EVENTS
+    from orchestrator.domain.model.messages import TERMINAL_EVENTS
 
     return any(isinstance(e.payload, TERMINAL_EVENTS) for e in histories(settings).get(wf, []))
 

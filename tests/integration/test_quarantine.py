@@ -12,7 +12,12 @@ import uuid
 from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import Envelope, StartWorkflow, StateEntered, WorkflowStarted
+from orchestrator.domain.model.messages import (
+    Envelope,
+    StartWorkflow,
+    StateEntered,
+    WorkflowStarted,
+)
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.examples import app
 from orchestrator.io.kafka.partitioning import partition_for

@@ -76,8 +76,8 @@ def test_an_id_that_looks_like_another_key_is_its_own_workflow(settings, service
 
 def test_markup_in_ids_and_state_names_is_printed_as_text(settings):
     """A row written before ids were checked, with rich markup in its id and its state."""
-    from orchestrator.domain.messages import Envelope, WorkflowStarted
-    from orchestrator.domain.state import WorkflowState
+    from orchestrator.domain.model.messages import Envelope, WorkflowStarted
+    from orchestrator.domain.model.state import WorkflowState
 
     wf = "[/bold]"
     started = Envelope(
@@ -155,7 +155,7 @@ def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     settings, services, client
 ):
     from orchestrator.codec import default_codec
-    from orchestrator.domain.messages import Envelope, WorkflowCompleted
+    from orchestrator.domain.model.messages import Envelope, WorkflowCompleted
 
     services.start("orchestrator")
     services.start("worker")

@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from orchestrator.domain.messages import Envelope, WorkflowStarted
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.messages import Envelope, WorkflowStarted
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.examples import app as example_app
 from orchestrator.io.redis.read_model import EpochChanged, Projection, RebuildRunning, SeqConflict
 from orchestrator.io.redis.row_watch import RowWatch

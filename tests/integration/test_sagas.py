@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.errors import KeelError
-from orchestrator.domain.messages import CancelWorkflow, WorkflowCancelled
+from orchestrator.domain.model.errors import KeelError
+from orchestrator.domain.model.messages import CancelWorkflow, WorkflowCancelled
 from orchestrator.sagas.manager import SagaManager, require_sagas_topic, sagas_topic
 from tests.integration.sagas_app import app as sagas_app
 from tests.support import Services, assert_sound_history, decode_all, histories, read_topic

@@ -17,8 +17,8 @@ from typing import Any
 from connectors.signing import signature_header
 from connectors.webhooks import message_id
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.messages import SignalReceived, WorkflowContinuedAsNew
-from orchestrator.domain.state import SEEN_COMMANDS_WINDOW
+from orchestrator.domain.model.messages import SignalReceived, WorkflowContinuedAsNew
+from orchestrator.domain.model.state import SEEN_COMMANDS_WINDOW
 from tests.integration.test_connector import (
     commands_with_id,
     delete_dedupe_keys,

@@ -10,7 +10,7 @@ import json
 from handlers.effects import EffectStore
 from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import ActivityFailed, ActivityScheduled, FailActivity
+from orchestrator.domain.model.messages import ActivityFailed, ActivityScheduled, FailActivity
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

@@ -6,7 +6,7 @@ import json
 import signal
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import CompleteActivity
+from orchestrator.domain.model.messages import CompleteActivity
 from tests.integration.worker_app import APP
 from tests.support import Services, produce, reports, task_envelope, wait_until
 

@@ -7,8 +7,8 @@ import json
 
 from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES
-from orchestrator.domain.messages import Envelope, FailActivity, StartWorkflow
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
+from orchestrator.domain.model.messages import Envelope, FailActivity, StartWorkflow
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

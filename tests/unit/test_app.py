@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.app import AppError, KeelApp
-from orchestrator.domain.errors import DefinitionError
+from orchestrator.domain.model.errors import DefinitionError
 from orchestrator.sagas import Saga, register, sagas_of
 from orchestrator.webhook_sources import Signal
 

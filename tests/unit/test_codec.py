@@ -28,7 +28,7 @@ from orchestrator.codec import (
     rabin_fingerprint,
     schema_fingerprint,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     PAYLOAD_TYPES,
     DeadLetter,
     Envelope,

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.codec import Codec, DecodeError, default_codec
 from orchestrator.codec_fast import read_long, write_long
-from orchestrator.domain.messages import PAYLOAD_TYPES, Envelope, TimerFired
+from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope, TimerFired
 
 _INTS = [0, 1, -1, 63, 64, -64, -65, 8191, 8192, -8192, 2**31 - 1, -(2**31), 2**40, 2**63 - 1]
 _TEXTS = [

@@ -8,7 +8,7 @@ import importlib
 import inspect
 import pkgutil
 
-from orchestrator.domain.errors import KeelError
+from orchestrator.domain.model.errors import KeelError
 
 #: Signals, each caught by its one receiver and turned into something else; a broad
 #: ``except KeelError`` on their way (the domain's, a CLI's) must not swallow them.
@@ -18,9 +18,9 @@ CONTROL_FLOW = {
     "orchestrator.codec_fast.Unsupported",
     # the decider's own: a definition function failed / the run hit a limit / a recorded
     # value this code cannot read; each becomes the run's failure or needs_attention event
-    "orchestrator.domain.activities.UserCodeFailed",
-    "orchestrator.domain.activities.RunNeedsAttention",
-    "orchestrator.domain.upcasting.SchemaUnreadable",
+    "orchestrator.domain.lifecycle.activities.UserCodeFailed",
+    "orchestrator.domain.lifecycle.activities.RunNeedsAttention",
+    "orchestrator.domain.authoring.upcasting.SchemaUnreadable",
     # the read model's store tells the projector to reload rows or its cache, then retry
     "orchestrator.io.ports.SeqConflict",
     "orchestrator.io.ports.EpochChanged",
@@ -57,7 +57,7 @@ def test_every_error_of_the_product_is_a_keel_error() -> None:
 def test_the_activity_errors_and_decode_errors_are_keel_errors() -> None:
     from handlers.errors import ActivityError, PermanentError, TransientError, classify
     from orchestrator.codec import DecodeError
-    from orchestrator.domain.vocabulary import FailureClass
+    from orchestrator.domain.model.vocabulary import FailureClass
 
     assert issubclass(ActivityError, KeelError)
     assert issubclass(DecodeError, KeelError) and issubclass(DecodeError, ValueError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 from orchestrator.settings import Settings, load_settings, redact
 
 

@@ -26,7 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from orchestrator.domain.errors import UnavailableError
+from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.broker_errors import (
     CALL_GRACE_S,
     BoundedCaller,

@@ -28,7 +28,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from orchestrator.domain.messages import Envelope
+from orchestrator.domain.model.messages import Envelope
 from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.ports import Record
 from orchestrator.runtime.envelopes import dead_letter_envelope, now_ms

@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
-from orchestrator.domain.errors import KeelError
+from orchestrator.domain.model.errors import KeelError
 from orchestrator.io.kafka.clients import admin_config
 from orchestrator.settings import TOPIC_KINDS, Settings
 

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 import redis
 
-from orchestrator.domain.errors import InvalidInputError, UnavailableError
-from orchestrator.domain.messages import Envelope
-from orchestrator.domain.state import NEEDS_ATTENTION, STATUSES, WorkflowState
+from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
+from orchestrator.domain.model.messages import Envelope
+from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.tasks_read_model import TaskWrites

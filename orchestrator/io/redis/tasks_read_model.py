@@ -18,7 +18,7 @@ Every key lives in the read-model space (``keel:<prefix>:rm:``), variable part l
 A task opens on ``HumanTaskOpened``, changes on ``HumanTaskReminded`` and
 ``HumanTaskEscalated``, and closes on ``HumanTaskDecided``, ``HumanTaskExpired``, the
 run's next ``StateEntered``, its compensation, its end or its continuation: the task's
-status is read from the folded :class:`~orchestrator.domain.state.WorkflowState`, so the
+status is read from the folded :class:`~orchestrator.domain.model.state.WorkflowState`, so the
 inbox can never disagree with what the orchestrator decides.
 
 Like every read model it is a pure function of the events, whatever batches the projector
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     CompensationStarted,
     Envelope,
     HumanTaskDecided,
@@ -46,8 +46,8 @@ from orchestrator.domain.messages import (
     StateEntered,
     WorkflowContinuedAsNew,
 )
-from orchestrator.domain.state import HumanTaskState, WorkflowState
-from orchestrator.domain.vocabulary import HumanTaskStatus
+from orchestrator.domain.model.state import HumanTaskState, WorkflowState
+from orchestrator.domain.model.vocabulary import HumanTaskStatus
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["TaskKeys", "TaskWrites", "TasksView", "task_writes"]
@@ -231,7 +231,7 @@ def task_writes(keys: TaskKeys, batch: Iterable[Folded]) -> TaskWrites:
 def public_view(row: dict[str, str], run_status: str | None = None) -> dict[str, Any]:
     """A stored task as JSON: numbers as numbers, the evidence parsed (bounded);
     ``run_status`` is the status of the task's workflow now (its row's)."""
-    from orchestrator.domain.limits import loads_bounded
+    from orchestrator.domain.model.limits import loads_bounded
 
     def num(name: str) -> int | None:
         value = row.get(name, "")

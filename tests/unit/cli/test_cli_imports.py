@@ -27,7 +27,7 @@ NOT_FOR_SERVICES = (
     "confluent_kafka.admin",
     "connectors",
     "ops.local",
-    "orchestrator.domain.replay",
+    "orchestrator.domain.history.replay",
     "orchestrator.client.client",
     "orchestrator.client.history_io",
     "orchestrator.client.migrations",

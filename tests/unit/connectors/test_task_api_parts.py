@@ -11,7 +11,7 @@ import pytest
 
 from connectors.auth import Actors
 from orchestrator.client.task_decisions import decision_message_id, refusal_status
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 from orchestrator.runtime.task_tokens import TaskTokens
 from orchestrator.settings import load_settings
 

@@ -175,7 +175,7 @@ def test_event_id_and_route_errors_name_the_source_and_field():
 
 def test_sources_are_declared_once_with_valid_names_on_the_app():
     from orchestrator.app import AppError, KeelApp
-    from orchestrator.domain.errors import DefinitionError
+    from orchestrator.domain.model.errors import DefinitionError
 
     app = KeelApp("t")
     declared = app.webhook("ledger", secret_env="LEDGER_SECRETS", event_id=str, route=str)
@@ -206,7 +206,7 @@ def test_the_example_app_serves_the_bundled_workflows_and_a_documents_source():
 
 
 def test_a_route_returning_something_else_is_an_application_bug_not_a_bad_delivery():
-    from orchestrator.domain.errors import KeelError
+    from orchestrator.domain.model.errors import KeelError
 
     src = WebhookSource("ledger", "S", event_id=lambda b: b["id"], route=lambda b: "oops")
     with pytest.raises(KeelError) as err:

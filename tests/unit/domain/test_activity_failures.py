@@ -21,7 +21,7 @@ from orchestrator.domain import (
     idempotency_key,
     retry_delay_ms,
 )
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     RetryPolicy,
     State,
     Step,
@@ -29,8 +29,8 @@ from orchestrator.domain.definitions import (
     WorkflowDefinition,
     canonical_json,
 )
-from orchestrator.domain.invariants import check_history
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
     ActivityFailed,

@@ -16,7 +16,7 @@ from orchestrator.domain import (
     idempotency_key,
     retry_delay_ms,
 )
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     RetryPolicy,
     SignalWait,
     State,
@@ -25,7 +25,7 @@ from orchestrator.domain.definitions import (
     Transition,
     WorkflowDefinition,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
     ActivityFailed,

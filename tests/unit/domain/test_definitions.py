@@ -18,7 +18,7 @@ from orchestrator.app import (
     UnknownWorkflowError,
     load_app,
 )
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     DefinitionError,
     RetryPolicy,
     SignalWait,

@@ -18,7 +18,7 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityHeartbeat,
     CancelWorkflow,
     Envelope,
@@ -121,7 +121,7 @@ def test_signal_ids_are_remembered_across_continue_as_new_up_to_the_history_limi
     assert decider.handle(state, env, now_ms=T0)[1] == []  # the first run's webhook, again
     assert decider.fold(history) == state
     # bounded: past the limit the oldest id goes first
-    monkeypatch.setattr("orchestrator.domain.state.SIGNAL_COMMANDS_LIMIT", 2)
+    monkeypatch.setattr("orchestrator.domain.model.state.SIGNAL_COMMANDS_LIMIT", 2)
     n = state.clone()
     n.remember_signal("hook-4")
     assert list(n.signal_commands) == ["hook-3", "hook-4"]

@@ -22,9 +22,9 @@ from orchestrator.domain import (
     WorkflowState,
     idempotency_key,
 )
-from orchestrator.domain.errors import CommandRejected
-from orchestrator.domain.invariants import check_history
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.model.errors import CommandRejected
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CancelWorkflow,
     CompensationFailed,
@@ -445,7 +445,7 @@ def test_compensation_activities_are_activity_types_and_in_the_digest() -> None:
 
 
 def test_replay_redecides_a_cancel_that_compensated() -> None:
-    from orchestrator.domain.replay import replay_history
+    from orchestrator.domain.history.replay import replay_history
 
     r = Run(travel())
     r.start()

@@ -18,10 +18,10 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain import command_handlers as decide_module
-from orchestrator.domain.command_handlers import continued_run_id
-from orchestrator.domain.invariants import check_history
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.lifecycle import command_handlers as decide_module
+from orchestrator.domain.lifecycle.command_handlers import continued_run_id
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CompleteActivity,
     Envelope,

@@ -22,7 +22,7 @@ from orchestrator.domain import (
     State,
     WorkflowDefinition,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     HumanTaskDecided,
     StartWorkflow,
     StateEntered,

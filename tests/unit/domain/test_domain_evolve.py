@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from orchestrator.domain import Decider, Step, WorkflowDefinition, WorkflowState
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityScheduled,
     CompleteActivity,

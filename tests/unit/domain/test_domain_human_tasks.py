@@ -37,7 +37,8 @@ from orchestrator.domain import (
     task_id_for,
     token_hash,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.waits import SignalWait
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CompleteActivity,
     DecideHumanTask,
@@ -57,7 +58,6 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowFailed,
 )
-from orchestrator.domain.waits import SignalWait
 from orchestrator.examples import app
 
 T0 = 1_700_000_000_000

@@ -24,7 +24,7 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityScheduled,
     CompleteActivity,

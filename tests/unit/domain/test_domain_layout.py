@@ -1,7 +1,9 @@
 """The pure domain's shape: what each module may import, and its vocabulary.
 
 The domain imports nothing but the standard library and pydantic, and no import runs
-upward (a lower layer never imports a higher one), so the model reads bottom-up.
+upward (a lower layer never imports a higher one), so the model reads bottom-up. The rooms
+(model, authoring, lifecycle, history) are import-linter layers too (pyproject.toml); this
+test orders the modules inside them.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.domain import definitions as domain_definitions
-from orchestrator.domain import errors, messages
-from orchestrator.domain.vocabulary import (
+from orchestrator.domain.authoring import definitions as domain_definitions
+from orchestrator.domain.model import errors, messages
+from orchestrator.domain.model.vocabulary import (
     ActivityStatus,
     PurposeKind,
     TimeoutKind,
@@ -24,6 +26,9 @@ from orchestrator.domain.vocabulary import (
 )
 
 DOMAIN = Path(__file__).resolve().parents[3] / "orchestrator" / "domain"
+
+#: The rooms, lowest first; a module imports modules of its own room or lower ones only.
+ROOMS = ("model", "authoring", "lifecycle", "history")
 
 #: Layers, lowest first; a module may import domain modules of a lower layer only.
 LAYERS: dict[str, float] = {
@@ -42,7 +47,7 @@ LAYERS: dict[str, float] = {
     "invariants": 1.9,
     "state": 2,
     "upcasting": 1.5,
-    "context": 3,
+    "run_context": 3,
     "waits": 3.5,
     "policies": 3.7,
     "migrations": 3.9,
@@ -56,8 +61,15 @@ LAYERS: dict[str, float] = {
     "command_handlers": 7,
     "decider": 8,
     "replay": 9,
-    "__init__": 9,
 }
+
+
+def _modules() -> dict[str, Path]:
+    return {p.stem: p for p in DOMAIN.glob("*/*.py") if p.stem != "__init__"}
+
+
+def _room(path: Path) -> int:
+    return ROOMS.index(path.parent.name)
 
 
 def _imports(path: Path) -> set[str]:
@@ -66,37 +78,43 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "orchestrator.domain":
-                out.update(f"orchestrator.domain.{alias.name}" for alias in node.names)
+            if node.module in {"orchestrator.domain", *(f"orchestrator.domain.{r}" for r in ROOMS)}:
+                out.update(f"{node.module}.{alias.name}" for alias in node.names)
             else:
                 out.add(node.module)
     return out
 
 
-def test_every_domain_module_has_a_layer() -> None:
-    assert {p.stem for p in DOMAIN.glob("*.py")} == set(LAYERS)
+def test_every_domain_module_has_a_layer_and_sits_in_a_room() -> None:
+    assert set(_modules()) == set(LAYERS)
+    assert {p.name for p in DOMAIN.glob("*.py")} == {"__init__.py"}
+    assert sorted(p.name for p in DOMAIN.iterdir() if p.is_dir() and p.name != "__pycache__") == (
+        sorted(ROOMS)
+    )
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_domain_imports_only_stdlib_pydantic_and_lower_layers(name: str) -> None:
-    for module in _imports(DOMAIN / f"{name}.py"):
+    path = _modules()[name]
+    for module in _imports(path):
         top = module.split(".")[0]
         if module.startswith("orchestrator.domain."):
-            dep = module.split(".")[2]
+            dep = module.split(".")[-1]
             assert LAYERS[dep] < LAYERS[name], f"{name} imports {dep} (same or higher layer)"
+            assert _room(_modules()[dep]) <= _room(path), f"{name} imports {dep} (a higher room)"
         else:
             assert top in sys.stdlib_module_names or top == "pydantic", f"{name} imports {module}"
 
 
 def test_domain_modules_stay_small() -> None:
-    for path in DOMAIN.glob("*.py"):
+    for path in DOMAIN.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 620, path.name
 
 
 def test_one_definition_of_each_error() -> None:
     for name in ("DefinitionError", "InvalidInputError", "UnknownWorkflowError"):
         assert getattr(domain_definitions, name) is getattr(errors, name)
-    from orchestrator.domain import decider
+    from orchestrator.domain.lifecycle import decider
 
     assert decider.CommandRejected is errors.CommandRejected
     assert decider.HistoryError is errors.HistoryError

@@ -30,14 +30,14 @@ from orchestrator.domain import (
     WorkflowDefinition,
     WorkflowState,
 )
-from orchestrator.domain import command_handlers as decide_module
-from orchestrator.domain.limits import (
+from orchestrator.domain.lifecycle import command_handlers as decide_module
+from orchestrator.domain.model.limits import (
     MAX_DURATION_MS,
     MAX_PAYLOAD_BYTES,
     MAX_REASON_CHARS,
     loads_bounded,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,

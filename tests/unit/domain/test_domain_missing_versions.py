@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from orchestrator.domain import Decider
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.missing_versions import RunParked, is_parked
+from orchestrator.domain.model.messages import (
     CompleteActivity,
     Envelope,
     SignalWorkflow,
@@ -16,9 +17,8 @@ from orchestrator.domain.messages import (
     WorkflowCompleted,
     WorkflowNeedsAttention,
 )
-from orchestrator.domain.missing_versions import RunParked, is_parked
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from tests.integration.versions_app import V1, V2
 
 T0 = 1_700_000_000_000

@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from orchestrator.domain import FAILURE_CLASSES, CommandRejected, Decider, WorkflowState
-from orchestrator.domain.decider import RESOLUTIONS, activity_timeout
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     RetryPolicy,
     SignalWait,
     State,
@@ -38,7 +37,8 @@ from orchestrator.domain.definitions import (
     Transition,
     WorkflowDefinition,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.decider import RESOLUTIONS, activity_timeout
+from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
     ActivityDeadLettered,
@@ -62,7 +62,7 @@ from orchestrator.domain.messages import (
     TimerScheduled,
     WorkflowStarted,
 )
-from orchestrator.domain.state import STATUSES
+from orchestrator.domain.model.state import STATUSES
 from orchestrator.examples import app
 
 

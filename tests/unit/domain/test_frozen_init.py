@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain import state_parts
-from orchestrator.domain.frozen_init import fast_init, replace
-from orchestrator.domain.messages import PAYLOAD_TYPES, ActivityScheduled, Envelope
+from orchestrator.domain.model import state_parts
+from orchestrator.domain.model.frozen_init import fast_init, replace
+from orchestrator.domain.model.messages import PAYLOAD_TYPES, ActivityScheduled, Envelope
 from orchestrator.engine.command_loop import Out
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.io.ports import Record

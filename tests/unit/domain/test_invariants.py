@@ -1,4 +1,4 @@
-"""The history invariants (orchestrator/domain/invariants.py), each broken alone.
+"""The history invariants (orchestrator/domain/history/invariants.py), each broken alone.
 
 Every test starts from one sound history (two runs joined by continue-as-new, with
 retries, a status query and a human task) and breaks exactly one rule, so a checker
@@ -12,9 +12,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.invariants import HistoryChecker, Invariant, Violation, check_history
-from orchestrator.domain.keys import idempotency_key
-from orchestrator.domain.messages import (
+from orchestrator.domain.history.invariants import (
+    HistoryChecker,
+    Invariant,
+    Violation,
+    check_history,
+)
+from orchestrator.domain.model.keys import idempotency_key
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.limits import loads_bounded, parse_json
+from orchestrator.domain.model.limits import loads_bounded, parse_json
 
 SAME = [
     '{"n": 4}',

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.domain.keys import idempotency_key, parse_idempotency_key
+from orchestrator.domain.model.keys import idempotency_key, parse_idempotency_key
 
 triples = st.tuples(st.text(), st.text(), st.integers(min_value=0, max_value=10**12))
 
@@ -82,6 +82,6 @@ def test_every_part_is_escaped_exactly_as_quote_escapes_it(part: str) -> None:
     """Keys are recorded in histories: the unreserved fast path must never change one."""
     from urllib.parse import quote
 
-    from orchestrator.domain.keys import _escape
+    from orchestrator.domain.model.keys import _escape
 
     assert _escape(part) == quote(part, safe="", encoding="utf-8", errors="surrogatepass")

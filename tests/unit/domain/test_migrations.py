@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator.domain import Decider
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     SignalWait,
     State,
     Step,
@@ -18,8 +18,10 @@ from orchestrator.domain.definitions import (
     Transition,
     WorkflowDefinition,
 )
-from orchestrator.domain.errors import CommandRejected, DefinitionError
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.migrations import Migration
+from orchestrator.domain.history.replay import replay_history, replay_on_version
+from orchestrator.domain.model.errors import CommandRejected, DefinitionError
+from orchestrator.domain.model.messages import (
     CompleteActivity,
     Envelope,
     FireTimer,
@@ -30,10 +32,8 @@ from orchestrator.domain.messages import (
     TimerScheduled,
     WorkflowMigrated,
 )
-from orchestrator.domain.migrations import Migration
-from orchestrator.domain.replay import replay_history, replay_on_version
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from tests.integration.migration_app import V1, V2, TicketV1
 
 T0 = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""The replay check (orchestrator.domain.replay) on histories made by the real decider.
+"""The replay check (orchestrator.domain.history.replay) on histories made by the real decider.
 
 An in-memory stand-in for the orchestrator decides each command the way the runtime does:
 at its own clock ``now``, later than the command's (the runtime sets the command's
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
-from orchestrator.domain import replay
-from orchestrator.domain.decider import Decider
-from orchestrator.domain.definitions import TimerWait, Transition, WorkflowDefinition
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.definitions import TimerWait, Transition, WorkflowDefinition
+from orchestrator.domain.history import replay
+from orchestrator.domain.lifecycle.decider import Decider
+from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CompleteActivity,
     Envelope,

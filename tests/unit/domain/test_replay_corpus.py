@@ -21,7 +21,7 @@ EDITED_APP = """
 import dataclasses
 
 from orchestrator.app import KeelApp
-from orchestrator.domain.definitions import Transition, WorkflowDefinition
+from orchestrator.domain.authoring.definitions import Transition, WorkflowDefinition
 from orchestrator.examples import app as examples, document_review
 
 app = KeelApp("edited-in-place")

@@ -24,8 +24,8 @@ from orchestrator.domain import (
     Step,
     WorkflowDefinition,
 )
-from orchestrator.domain.activities import MAX_RETRY_AFTER_MS, retry_delay_ms
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.activities import MAX_RETRY_AFTER_MS, retry_delay_ms
+from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityFailed,
     ActivityScheduled,
@@ -36,8 +36,8 @@ from orchestrator.domain.messages import (
     TimerScheduled,
     WorkflowFailed,
 )
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import FailureClass
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import FailureClass
 
 T0 = 1_700_000_000_000
 POLICY = RetryPolicy(max_attempts=3, initial_interval_ms=100, max_interval_ms=400)

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from orchestrator.client.history_io import read_history_dir
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import ActivityStatus
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import ActivityStatus
 from orchestrator.examples import app as examples
 
 CORPUS = Path(__file__).resolve().parents[2] / "histories"

@@ -22,12 +22,13 @@ from handlers.worker import Worker
 from orchestrator.app import KeelApp
 from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
 from orchestrator.codec import default_codec
-from orchestrator.domain import replay
-from orchestrator.domain.context import Context
-from orchestrator.domain.decider import Decider
-from orchestrator.domain.definitions import State, Step, Transition, WorkflowDefinition
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.definitions import State, Step, Transition, WorkflowDefinition
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.upcasting import SchemaUnreadable, check_upcasters, upcast
+from orchestrator.domain.history import replay
+from orchestrator.domain.lifecycle.decider import Decider
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityScheduled,
     ActivityTask,
@@ -36,9 +37,8 @@ from orchestrator.domain.messages import (
     StartWorkflow,
     WorkflowStarted,
 )
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.upcasting import SchemaUnreadable, check_upcasters, upcast
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.settings import Settings
 

@@ -44,8 +44,8 @@ from handlers.llm.providers import (
 )
 from handlers.llm.runtime import parse_output
 from orchestrator.app import KeelApp
-from orchestrator.domain.definitions import WorkflowDefinition
-from orchestrator.domain.errors import DefinitionError, InvalidInputError
+from orchestrator.domain.authoring.definitions import WorkflowDefinition
+from orchestrator.domain.model.errors import DefinitionError, InvalidInputError
 
 
 class MemoryStore:

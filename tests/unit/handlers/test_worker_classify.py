@@ -20,8 +20,8 @@ from handlers.errors import (
 )
 from handlers.execution import BadTaskInput, parse_input, result_json
 from orchestrator.app import KeelApp, UnknownActivityError
-from orchestrator.domain.errors import LimitExceededError
-from orchestrator.domain.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
+from orchestrator.domain.model.errors import LimitExceededError
+from orchestrator.domain.model.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "activities.md"
 

@@ -21,8 +21,8 @@ from handlers.markers import side_effect
 from handlers.worker import Worker
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
-from orchestrator.domain.errors import UnavailableError
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
     Envelope,

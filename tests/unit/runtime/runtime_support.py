@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
     Envelope,

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import Envelope, WorkflowStarted
+from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.projector.committed import CommittedEvent, CommittedEvents
 from orchestrator.projector.committed_pipe import (
     PipePublisher,

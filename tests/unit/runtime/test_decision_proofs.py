@@ -11,9 +11,9 @@ import json
 import pytest
 from pydantic import SecretStr
 
-from orchestrator.domain.errors import CommandRejected
-from orchestrator.domain.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.domain.waits import sha256_hex
+from orchestrator.domain.authoring.waits import sha256_hex
+from orchestrator.domain.model.errors import CommandRejected
+from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
 from orchestrator.runtime import decision_proofs
 from orchestrator.runtime.decision_proofs import (
     PROOF_KEY_LABEL,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
     Envelope,

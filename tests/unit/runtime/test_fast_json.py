@@ -11,10 +11,10 @@ import math
 import pytest
 
 from orchestrator.client.history_io import read_history_dir
-from orchestrator.domain.errors import LimitExceededError
-from orchestrator.domain.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.errors import LimitExceededError
+from orchestrator.domain.model.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.tail_records import ARMED_HEADER, armed_header, parse_armed
 from orchestrator.examples import app as examples
 from orchestrator.io.redis.read_model import history_entry

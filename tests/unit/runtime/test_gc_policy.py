@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 from orchestrator.runtime.gc_policy import configure_gc
 from orchestrator.settings import load_settings
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.errors import ConfigError
+from orchestrator.domain.model.errors import ConfigError
 from orchestrator.io.kafka import clients as kafka
 from orchestrator.io.kafka.clients import (
     PARTITIONER,

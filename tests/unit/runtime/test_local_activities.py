@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityScheduled,
@@ -209,7 +209,7 @@ def test_without_local_activities_every_step_goes_to_the_workers(tmp_path):
 
 
 def test_local_flag_changes_no_existing_digest():
-    from orchestrator.domain.definitions import Step
+    from orchestrator.domain.authoring.definitions import Step
 
     assert "local" not in Step("a", "b").describe()
     assert Step("a", "b", local=True).describe()["local"] is True

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from orchestrator.app import KeelApp
-from orchestrator.domain.messages import ActivityScheduled, CompleteActivity, FailActivity
+from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivity, FailActivity
 from orchestrator.engine.local_activities import LocalActivities, LocalRun
 
 app = KeelApp("keel-local-runner-tests")

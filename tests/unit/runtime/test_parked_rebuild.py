@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator.client.dlq import Letter, LetterKind
 from orchestrator.codec import default_codec
-from orchestrator.domain.messages import StartWorkflow, WorkflowNeedsAttention
-from orchestrator.domain.missing_versions import is_parked, parked_version
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.lifecycle.missing_versions import is_parked, parked_version
+from orchestrator.domain.model.messages import StartWorkflow, WorkflowNeedsAttention
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.parked_redrive import parked_to_redrive
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.io.kafka.partitioning import partition_for

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.errors import UnavailableError
-from orchestrator.domain.messages import WorkflowStarted
+from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.domain.model.messages import WorkflowStarted
 from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel

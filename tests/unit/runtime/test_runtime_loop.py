@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     Envelope,
     SignalWorkflow,
     StartWorkflow,

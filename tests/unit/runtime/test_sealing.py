@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, SecretStr
 from handlers import execution
 from handlers.execution import BadTaskInput, parse_input, result_json
 from orchestrator.app import KeelApp
-from orchestrator.domain.errors import ConfigError, InvalidInputError
+from orchestrator.domain.model.errors import ConfigError, InvalidInputError
 from orchestrator.runtime.sealing import (
     MASK,
     SEALED_KEY,

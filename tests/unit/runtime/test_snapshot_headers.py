@@ -13,7 +13,7 @@ import json
 import pytest
 
 from orchestrator.codec import Codec
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.engine.snapshot_records import (
     SNAPSHOT_HEADER,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from orchestrator.domain.errors import UnavailableError
+from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.adapter import KafkaGroupIntake
 from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.outcomes import KafkaOutcomeSink

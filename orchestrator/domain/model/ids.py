@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.domain.errors import InvalidIdError
+from orchestrator.domain.model.errors import InvalidIdError
 
 __all__ = ["MAX_ID_LENGTH", "check_workflow_id", "is_valid_workflow_id"]
 

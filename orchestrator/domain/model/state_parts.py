@@ -2,7 +2,7 @@
 wait) and their JSON forms, which ``WorkflowState.to_dict``/``from_dict`` build on.
 
 Every part is frozen: a state shares them with the states it was cloned from
-(``orchestrator/domain/state.py``), so an activity's JSON can be cached by identity.
+(``orchestrator/domain/model/state.py``), so an activity's JSON can be cached by identity.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.domain.frozen_init import fast_init
-from orchestrator.domain.vocabulary import ActivityStatus, HumanTaskStatus, WaitKind
+from orchestrator.domain.model.frozen_init import fast_init
+from orchestrator.domain.model.vocabulary import ActivityStatus, HumanTaskStatus, WaitKind
 
 
 @fast_init
@@ -114,7 +114,7 @@ class CompensationState:
 @dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
-    #: The wire form of a :class:`~orchestrator.domain.vocabulary.TimerPurpose`.
+    #: The wire form of a :class:`~orchestrator.domain.model.vocabulary.TimerPurpose`.
     purpose: str
 
 

@@ -1,6 +1,6 @@
 """The payloads of recorded migrations (docs/versioning.md), part of the message catalogue.
 
-Kept apart so :mod:`orchestrator.domain.messages` stays readable; it re-exports every
+Kept apart so :mod:`orchestrator.domain.model.messages` stays readable; it re-exports every
 name here and lists them in ``PAYLOAD_TYPES``. Same rules: frozen dataclasses mirroring
 the Avro records in ``avro/`` field for field.
 """

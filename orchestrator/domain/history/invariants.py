@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
     ActivityScheduled,

@@ -1,15 +1,15 @@
 """Compensation, the built-in saga: undo a run's committed effects when it fails or is
 cancelled (docs/sagas.md).
 
-Every completed step that declares a :class:`~orchestrator.domain.definitions.Compensation`
-is recorded, in order of completion, in ``WorkflowState.effects``. When the run would
-end ``failed`` (any failure path: a step out of retries, a ``fail=`` state, a timed-out
-signal, a rejected human task, a definition function that raised) or ``cancelled`` (and
-the definition's ``on_cancel`` is ``compensate``) while it holds effects, the decision
-records ``CompensationStarted`` instead, with the plan: those effects newest first. So
-a DAG's parallel branches are undone after their dependants (a dependant completes
-after what it depends on) and a state visited twice has both visits' effects undone,
-the second visit's first.
+Every completed step that declares a
+:class:`~orchestrator.domain.authoring.definitions.Compensation` is recorded, in order of
+completion, in ``WorkflowState.effects``. When the run would end ``failed`` (any failure path: a
+step out of retries, a ``fail=`` state, a timed-out signal, a rejected human task, a definition
+function that raised) or ``cancelled`` (and the definition's ``on_cancel`` is ``compensate``)
+while it holds effects, the decision records ``CompensationStarted`` instead, with the plan:
+those effects newest first. So a DAG's parallel branches are undone after their dependants (a
+dependant completes after what it depends on) and a state visited twice has both visits' effects
+undone, the second visit's first.
 
 The compensations then run one at a time, each an ordinary activity with its own
 idempotency key (``K`` of the compensation activity), its retry policy, timeout and
@@ -29,18 +29,19 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from orchestrator.domain import activities
-from orchestrator.domain.activities import RunNeedsAttention, check_computed
-from orchestrator.domain.fingerprint import canonical_json
-from orchestrator.domain.frozen_init import replace
-from orchestrator.domain.human_tasks import TaskTokenHash, task_id_for
-from orchestrator.domain.keys import (
+from orchestrator.domain.authoring.waits import operation_digest, sha256_hex
+from orchestrator.domain.lifecycle import activities
+from orchestrator.domain.lifecycle.activities import RunNeedsAttention, check_computed
+from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash, task_id_for
+from orchestrator.domain.model.fingerprint import canonical_json
+from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.keys import (
     compensated_activity,
     compensation_id,
     idempotency_key,
     is_compensation,
 )
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.messages import (
     CompensationFailed,
     CompensationStarted,
     Envelope,
@@ -50,9 +51,8 @@ from orchestrator.domain.messages import (
     WorkflowCompensationFailed,
     WorkflowFailed,
 )
-from orchestrator.domain.state import ActivityState, CompensationState, WorkflowState
-from orchestrator.domain.vocabulary import CompensationCause, OnCancel
-from orchestrator.domain.waits import operation_digest, sha256_hex
+from orchestrator.domain.model.state import ActivityState, CompensationState, WorkflowState
+from orchestrator.domain.model.vocabulary import CompensationCause, OnCancel
 
 __all__ = [
     "APPLIERS",

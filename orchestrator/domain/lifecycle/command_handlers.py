@@ -3,7 +3,7 @@
 The only clock is ``command.recorded_at`` (epoch ms); randomness (retry jitter) is a
 hash of recorded data, so replaying a history makes the same decisions. A decision
 works by *simulation*: it emits an event, folds it into a scratch copy of the state it
-owns (one copy per decision, see :mod:`orchestrator.domain.state`) and keeps going from
+owns (one copy per decision, see :mod:`orchestrator.domain.model.state`) and keeps going from
 there, so one command can complete an activity, leave a state, enter the next one and
 schedule its steps, and the events it returns are exactly what ``evolve`` needs to
 rebuild the same state.
@@ -25,35 +25,43 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from orchestrator.domain import activities, compensation, human_tasks, migrations, signals
-from orchestrator.domain.activities import (
-    RunNeedsAttention,
-    UserCodeFailed,
-    check_computed,
-)
-from orchestrator.domain.context import Context
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring import migrations
+from orchestrator.domain.authoring.definitions import (
     SignalWait,
     State,
     TimerWait,
     WorkflowDefinition,
     canonical_json,
     duration_ms,
-    format_validation_error,
     resolve_definition,
 )
-from orchestrator.domain.errors import (
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.upcasting import SchemaUnreadable
+from orchestrator.domain.lifecycle import activities, compensation, human_tasks, signals
+from orchestrator.domain.lifecycle.activities import (
+    RunNeedsAttention,
+    UserCodeFailed,
+    check_computed,
+)
+from orchestrator.domain.lifecycle.evolve import DefinitionLookup, apply, started
+from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash
+from orchestrator.domain.lifecycle.missing_versions import (
+    VERSION_MISSING,
+    RunParked,
+    is_parked,
+    missing_version_reason,
+)
+from orchestrator.domain.model.errors import (
     CommandRejected,
     HistoryError,
     InvalidInputError,
     LimitExceededError,
+    format_validation_error,
 )
-from orchestrator.domain.evolve import DefinitionLookup, apply, started
-from orchestrator.domain.frozen_init import replace
-from orchestrator.domain.human_tasks import TaskTokenHash
-from orchestrator.domain.keys import is_compensation
-from orchestrator.domain.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.keys import is_compensation
+from orchestrator.domain.model.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
+from orchestrator.domain.model.messages import (
     CancelWorkflow,
     CompleteActivity,
     DecideHumanTask,
@@ -76,15 +84,8 @@ from orchestrator.domain.messages import (
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
-from orchestrator.domain.missing_versions import (
-    VERSION_MISSING,
-    RunParked,
-    is_parked,
-    missing_version_reason,
-)
-from orchestrator.domain.state import ActivityState, WorkflowState
-from orchestrator.domain.upcasting import SchemaUnreadable
-from orchestrator.domain.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
+from orchestrator.domain.model.state import ActivityState, WorkflowState
+from orchestrator.domain.model.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
 
 __all__ = [
     "HANDLERS",
@@ -135,7 +136,7 @@ def decide(
     they fold into (``state`` itself, unchanged, when there are none).
 
     ``task_token_hash`` gives the sha256 of the token the runtime issues for a human
-    task id (see :mod:`orchestrator.domain.human_tasks`); without it tasks record no
+    task id (see :mod:`orchestrator.domain.lifecycle.human_tasks`); without it tasks record no
     token hash and are decided by task id only."""
     p = cmd.payload
     wid = cmd.workflow_id
@@ -192,7 +193,7 @@ def _park(
     what: str,
 ) -> RunParked:
     """The refusal of a command for a run whose version this process lacks; the first
-    one records why the run waits (see :mod:`orchestrator.domain.missing_versions`)."""
+    one records why the run waits (see :mod:`orchestrator.domain.lifecycle.missing_versions`)."""
     reason = missing_version_reason(state)
     refusal = f"{reason.removeprefix(VERSION_MISSING)}; {what} kept"
     if is_parked(state):

@@ -28,15 +28,15 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.domain.errors import CommandRejected, HistoryError
-from orchestrator.domain.messages import (
+from orchestrator.domain.model.errors import CommandRejected, HistoryError
+from orchestrator.domain.model.messages import (
     Envelope,
     WorkflowContinuedAsNew,
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 
 __all__ = [
     "PARKED",

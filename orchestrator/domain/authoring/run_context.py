@@ -1,7 +1,7 @@
 """What a definition's functions may read about a run: recorded data only.
 
 Guards, step inputs, durations and outputs receive a :class:`Context`. It reads the
-folded :class:`~orchestrator.domain.state.WorkflowState` (never the clock or the
+folded :class:`~orchestrator.domain.model.state.WorkflowState` (never the clock or the
 outside world), so replaying a history makes the same decisions.
 """
 
@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from orchestrator.domain.limits import parse_json
-from orchestrator.domain.state import WorkflowState
-from orchestrator.domain.upcasting import schema_version_of, upcast
-from orchestrator.domain.vocabulary import ActivityStatus
+from orchestrator.domain.authoring.upcasting import schema_version_of, upcast
+from orchestrator.domain.model.limits import parse_json
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import ActivityStatus
 
 __all__ = ["Context"]
 

@@ -7,7 +7,7 @@ A :class:`WorkflowDefinition` is a state machine. Each :class:`State` runs, in o
 3. then the first :class:`Transition` whose ``when`` holds (loops allowed), or else its
    terminal outcome (``complete=`` an output function, or ``fail=`` a reason).
 
-Every callable receives a :class:`~orchestrator.domain.context.Context` and must be
+Every callable receives a :class:`~orchestrator.domain.authoring.run_context.Context` and must be
 pure: the decider calls them while deciding, and replay calls them again and must get
 the same answer. A definition is validated when it is built, and carries a ``digest``
 that changes whenever its structure or the code of any of its functions changes, so a
@@ -28,17 +28,16 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.domain.context import Context
-from orchestrator.domain.errors import DefinitionError, InvalidInputError, UnknownWorkflowError
-from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
-from orchestrator.domain.irreversible import validate_compensations
-from orchestrator.domain.keys import is_compensation
-from orchestrator.domain.limits import MAX_DURATION_MS
-from orchestrator.domain.migrations import Migration, validate_migrations
-from orchestrator.domain.policies import DEFAULT_RETRY, Compensation, RetryPolicy
-from orchestrator.domain.upcasting import check_upcasters, describe_model, schema_version_of
-from orchestrator.domain.vocabulary import OnCancel, OnExhausted, OnUnknown, TimeoutKind
-from orchestrator.domain.waits import (
+from orchestrator.domain.authoring.irreversible import validate_compensations
+from orchestrator.domain.authoring.migrations import Migration, validate_migrations
+from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.upcasting import (
+    check_upcasters,
+    describe_model,
+    schema_version_of,
+)
+from orchestrator.domain.authoring.waits import (
     Duration,
     Escalation,
     HumanTask,
@@ -48,6 +47,16 @@ from orchestrator.domain.waits import (
     duration_ms,
     validate_wait,
 )
+from orchestrator.domain.model.errors import (
+    DefinitionError,
+    InvalidInputError,
+    UnknownWorkflowError,
+    format_validation_error,
+)
+from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.model.keys import is_compensation
+from orchestrator.domain.model.limits import MAX_DURATION_MS
+from orchestrator.domain.model.vocabulary import OnCancel, OnExhausted, OnUnknown, TimeoutKind
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -74,7 +83,6 @@ __all__ = [
     "canonical_json",
     "compensation_step",
     "duration_ms",
-    "format_validation_error",
     "index_definitions",
     "resolve_definition",
 ]
@@ -572,19 +580,6 @@ class WorkflowDefinition:
 
     def __repr__(self) -> str:
         return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    """One line naming each offending field: ``field 'a.b': Field required``.
-
-    Sorted, so the message does not depend on the order a pydantic release reports in.
-    """
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        where = f"field '{loc}'" if loc else "input"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(sorted(parts))
 
 
 def resolve_definition(

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from orchestrator.domain.errors import LimitExceededError
+from orchestrator.domain.model.errors import LimitExceededError
 
 __all__ = [
     "MAX_DURATION_MS",

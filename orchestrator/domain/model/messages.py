@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
-from orchestrator.domain.frozen_init import fast_init
-from orchestrator.domain.migration_messages import MigrateWorkflow, WorkflowMigrated
-from orchestrator.domain.saga_messages import (
+from orchestrator.domain.model.frozen_init import fast_init
+from orchestrator.domain.model.migration_messages import MigrateWorkflow, WorkflowMigrated
+from orchestrator.domain.model.saga_messages import (
     CompensationFailed,
     CompensationStarted,
     SagaEvent,

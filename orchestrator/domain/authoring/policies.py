@@ -2,7 +2,7 @@
 
 :class:`RetryPolicy` bounds the retries of transient failures (docs/activities.md);
 :class:`Compensation` names the activity that undoes a step's effect (docs/sagas.md).
-Both are re-exported by :mod:`orchestrator.domain.definitions`.
+Both are re-exported by :mod:`orchestrator.domain.authoring.definitions`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import callable_fingerprint
-from orchestrator.domain.limits import MAX_DURATION_MS
-from orchestrator.domain.waits import Duration, duration_ms
+from orchestrator.domain.authoring.waits import Duration, duration_ms
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import callable_fingerprint
+from orchestrator.domain.model.limits import MAX_DURATION_MS
 
 __all__ = ["DEFAULT_RETRY", "Compensation", "RetryPolicy"]
 

@@ -1,7 +1,7 @@
 """State from events: ``evolve(state, event)`` and ``fold(events)``, pure and deterministic.
 
 Each event type has one applier (:data:`APPLIERS`), which mutates a scratch state it
-owns (see the ownership contract in :mod:`orchestrator.domain.state`). ``evolve``
+owns (see the ownership contract in :mod:`orchestrator.domain.model.state`). ``evolve``
 clones per event and never changes its input; ``fold`` and a decision clone once, so
 folding a history, or deciding a command that emits thousands of events, is linear in
 the number of events.
@@ -19,13 +19,20 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from orchestrator.domain import compensation, human_tasks, migrations, signals
-from orchestrator.domain.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
-from orchestrator.domain.definitions import HumanTask, SignalWait, TimerWait, WorkflowDefinition
-from orchestrator.domain.errors import HistoryError
-from orchestrator.domain.frozen_init import replace
-from orchestrator.domain.keys import is_compensation
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring import migrations
+from orchestrator.domain.authoring.definitions import (
+    HumanTask,
+    SignalWait,
+    TimerWait,
+    WorkflowDefinition,
+)
+from orchestrator.domain.lifecycle import compensation, human_tasks, signals
+from orchestrator.domain.lifecycle.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
+from orchestrator.domain.lifecycle.missing_versions import VERSION_MISSING
+from orchestrator.domain.model.errors import HistoryError
+from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.keys import is_compensation
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
     ActivityFailed,
@@ -48,8 +55,7 @@ from orchestrator.domain.messages import (
     WorkflowNeedsAttention,
     WorkflowStarted,
 )
-from orchestrator.domain.missing_versions import VERSION_MISSING
-from orchestrator.domain.state import (
+from orchestrator.domain.model.state import (
     ATTENTION,
     ActivityState,
     CompensationState,
@@ -58,7 +64,7 @@ from orchestrator.domain.state import (
     WorkflowState,
     remember_command,
 )
-from orchestrator.domain.vocabulary import (
+from orchestrator.domain.model.vocabulary import (
     ActivityStatus,
     FailureClass,
     PurposeKind,

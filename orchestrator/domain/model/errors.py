@@ -12,6 +12,8 @@ each caught by its one receiver, do not (``tests/unit/test_error_root.py`` lists
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 __all__ = [
     "CommandRejected",
     "ConfigError",
@@ -24,6 +26,7 @@ __all__ = [
     "NotFoundError",
     "UnavailableError",
     "UnknownWorkflowError",
+    "format_validation_error",
 ]
 
 
@@ -40,7 +43,7 @@ class InvalidInputError(KeelError, ValueError):
 
 
 class InvalidIdError(InvalidInputError):
-    """A workflow id breaks the id rule (``orchestrator.domain.ids``)."""
+    """A workflow id breaks the id rule (``orchestrator.domain.model.ids``)."""
 
 
 class LimitExceededError(InvalidInputError):
@@ -69,3 +72,16 @@ class ConfigError(KeelError, ValueError):
 
 class UnavailableError(KeelError):
     """Kafka or Redis did not answer in time; retrying later may succeed."""
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line naming each offending field: ``field 'a.b': Field required``.
+
+    Sorted, so the message does not depend on the order a pydantic release reports in.
+    """
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        where = f"field '{loc}'" if loc else "input"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(sorted(parts))

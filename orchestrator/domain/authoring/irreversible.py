@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.vocabulary import OnCancel
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.vocabulary import OnCancel
 
 __all__ = ["StepNode", "effects_after_irreversible", "successors", "validate_compensations"]
 

@@ -15,8 +15,9 @@ The rules (docs/workflows.md, "Signals"):
   whose correlation it carries when that wait opens. So a late or stray signal is
   never applied to the wrong step.
 
-The deciding half acts on a ``Decision`` (see :mod:`orchestrator.domain.command_handlers`); the
-appliers at the end fold the events (registered by :mod:`orchestrator.domain.evolve`).
+The deciding half acts on a ``Decision`` (see
+:mod:`orchestrator.domain.lifecycle.command_handlers`); the appliers at the end fold the events
+(registered by :mod:`orchestrator.domain.lifecycle.evolve`).
 """
 
 from __future__ import annotations
@@ -24,24 +25,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from orchestrator.domain.activities import command_json
-from orchestrator.domain.definitions import SignalWait, WorkflowDefinition
-from orchestrator.domain.errors import CommandRejected, HistoryError
-from orchestrator.domain.frozen_init import replace
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.definitions import SignalWait, WorkflowDefinition
+from orchestrator.domain.lifecycle.activities import command_json
+from orchestrator.domain.model.errors import CommandRejected, HistoryError
+from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.messages import (
     Envelope,
     SignalReceived,
     SignalRefused,
     SignalWaitOpened,
     SignalWorkflow,
 )
-from orchestrator.domain.state import (
+from orchestrator.domain.model.state import (
     CLOSED_CORRELATIONS_WINDOW,
     WaitState,
     WorkflowState,
     remember_command,
 )
-from orchestrator.domain.vocabulary import WaitKind
+from orchestrator.domain.model.vocabulary import WaitKind
 
 __all__ = ["APPLIERS", "begin_wait", "close_correlation", "on_signal", "open_wait", "satisfy"]
 

@@ -24,8 +24,8 @@ command's ``recorded_at``), which keeps the deadline at most a third behind the 
 See docs/activities.md.
 
 The functions here act on a :class:`Decision` (the scratch simulation of one command,
-implemented in :mod:`orchestrator.domain.command_handlers`), so this module depends on nothing
-above it.
+implemented in :mod:`orchestrator.domain.lifecycle.command_handlers`), so this module depends on
+nothing above it.
 """
 
 from __future__ import annotations
@@ -34,12 +34,17 @@ import hashlib
 import json
 from typing import Any, Protocol
 
-from orchestrator.domain.definitions import DEFAULT_RETRY, RetryPolicy, Step, WorkflowDefinition
-from orchestrator.domain.errors import CommandRejected, HistoryError, LimitExceededError
-from orchestrator.domain.fingerprint import canonical_json
-from orchestrator.domain.keys import idempotency_key
-from orchestrator.domain.limits import MAX_PAYLOAD_BYTES, loads_bounded
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.definitions import (
+    DEFAULT_RETRY,
+    RetryPolicy,
+    Step,
+    WorkflowDefinition,
+)
+from orchestrator.domain.model.errors import CommandRejected, HistoryError, LimitExceededError
+from orchestrator.domain.model.fingerprint import canonical_json
+from orchestrator.domain.model.keys import idempotency_key
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityDeadLettered,
     ActivityFailed,
@@ -56,8 +61,8 @@ from orchestrator.domain.messages import (
     ResolveActivity,
     WorkflowNeedsAttention,
 )
-from orchestrator.domain.state import ATTENTION, ActivityState, WorkflowState
-from orchestrator.domain.vocabulary import (
+from orchestrator.domain.model.state import ATTENTION, ActivityState, WorkflowState
+from orchestrator.domain.model.vocabulary import (
     ActivityStatus,
     FailureClass,
     OnExhausted,

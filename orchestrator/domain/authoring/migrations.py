@@ -4,7 +4,7 @@ A migration is declared on the *new* definition, from one older version
 (``WorkflowDefinition(..., migrations=[Migration(1, states={...}, data=fn)])``): it maps
 the run's position (its current state) to a state of the new version, and ``data``
 (optional, pure) maps the run's data, ``fn(ctx) -> {"input": ..., "results": ...}``,
-where ``ctx`` is the :class:`~orchestrator.domain.context.Context` of the old run.
+where ``ctx`` is the :class:`~orchestrator.domain.authoring.run_context.Context` of the old run.
 
 ``MigrateWorkflow`` is decided here (:func:`on_migrate`); the rules, documented in
 docs/versioning.md ("Migrate"):
@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.domain.context import Context
-from orchestrator.domain.errors import CommandRejected, DefinitionError, LimitExceededError
-from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
-from orchestrator.domain.limits import check_payload_size
-from orchestrator.domain.messages import Envelope, MigrateWorkflow, WorkflowMigrated
-from orchestrator.domain.state import WorkflowState, remember_command
-from orchestrator.domain.vocabulary import TimerPurpose, WorkflowStatus
-from orchestrator.domain.waits import SignalWait, TimerWait
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.waits import SignalWait, TimerWait
+from orchestrator.domain.model.errors import CommandRejected, DefinitionError, LimitExceededError
+from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.model.limits import check_payload_size
+from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
+from orchestrator.domain.model.state import WorkflowState, remember_command
+from orchestrator.domain.model.vocabulary import TimerPurpose, WorkflowStatus
 
 __all__ = [
     "APPLIERS",
@@ -286,7 +286,7 @@ def _carry_deadline(d: Any, st: Any, deadline: tuple[str, int] | None) -> None:
     d.arm_timer(purpose, purpose.timer_id(f"{st.name}#{d.s.visit}"), min(deadline[1], fresh))
 
 
-# -- the applier (registered by orchestrator.domain.evolve) ------------------------------
+# -- the applier (registered by orchestrator.domain.lifecycle.evolve) ------------------------------
 
 
 def _migrated(lookup: Any, n: WorkflowState, p: WorkflowMigrated, env: Envelope[Any]) -> None:

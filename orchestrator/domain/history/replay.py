@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.decider import Decider
-from orchestrator.domain.errors import CommandRejected, HistoryError
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.decider import Decider
+from orchestrator.domain.model.errors import CommandRejected, HistoryError
+from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
     ActivityHeartbeat,
@@ -57,7 +57,7 @@ from orchestrator.domain.messages import (
     WorkflowMigrated,
     WorkflowStarted,
 )
-from orchestrator.domain.state import WorkflowState
+from orchestrator.domain.model.state import WorkflowState
 
 __all__ = [
     "COMMAND_FROM_EVENT",

@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import callable_fingerprint
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import callable_fingerprint
 
 __all__ = [
     "UPCAST_PREFIX",

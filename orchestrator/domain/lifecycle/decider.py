@@ -1,9 +1,10 @@
 """The decider: one small facade over ``command_handlers`` (events from commands) and ``evolve``
 (state from events), compiled from a set of workflow definitions.
 
-Both are pure and deterministic; see :mod:`orchestrator.domain.command_handlers`,
-:mod:`orchestrator.domain.evolve` and, for activities, :mod:`orchestrator.domain.activities`.
-The names the runtime has always imported from here are re-exported.
+Both are pure and deterministic; see :mod:`orchestrator.domain.lifecycle.command_handlers`,
+:mod:`orchestrator.domain.lifecycle.evolve` and, for activities,
+:mod:`orchestrator.domain.lifecycle.activities`. The names the runtime has always imported from
+here are re-exported.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from orchestrator.domain import evolve as _evolve
-from orchestrator.domain import migrations
-from orchestrator.domain.activities import (
+from orchestrator.domain.authoring import migrations
+from orchestrator.domain.authoring.definitions import WorkflowDefinition, index_definitions
+from orchestrator.domain.lifecycle import evolve as _evolve
+from orchestrator.domain.lifecycle.activities import (
     FAILURE_CLASSES,
     QUERY_RETRY,
     RESOLUTIONS,
@@ -22,11 +24,10 @@ from orchestrator.domain.activities import (
     query_outcome,
     retry_delay_ms,
 )
-from orchestrator.domain.command_handlers import MAX_TRANSITIONS_PER_DECISION, decide
-from orchestrator.domain.definitions import WorkflowDefinition, index_definitions
-from orchestrator.domain.errors import CommandRejected, HistoryError
-from orchestrator.domain.human_tasks import TaskTokenHash
-from orchestrator.domain.messages import (
+from orchestrator.domain.lifecycle.command_handlers import MAX_TRANSITIONS_PER_DECISION, decide
+from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash
+from orchestrator.domain.model.errors import CommandRejected, HistoryError
+from orchestrator.domain.model.messages import (
     ActivityRedriven,
     ActivityResolved,
     CompensationStarted,
@@ -45,8 +46,8 @@ from orchestrator.domain.messages import (
     WorkflowMigrated,
     WorkflowStarted,
 )
-from orchestrator.domain.state import WorkflowState, remember_command
-from orchestrator.domain.vocabulary import WorkflowStatus
+from orchestrator.domain.model.state import WorkflowState, remember_command
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 
 __all__ = [
     "FAILURE_CLASSES",

@@ -28,8 +28,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.domain.limits import MAX_HISTORY_EVENTS
-from orchestrator.domain.state_parts import (
+from orchestrator.domain.model.limits import MAX_HISTORY_EVENTS
+from orchestrator.domain.model.state_parts import (
     ActivityState,
     CompensationState,
     Encode,
@@ -46,7 +46,7 @@ from orchestrator.domain.state_parts import (
     slots_dict,
     wait_from,
 )
-from orchestrator.domain.vocabulary import ActivityStatus, WorkflowStatus
+from orchestrator.domain.model.vocabulary import ActivityStatus, WorkflowStatus
 
 __all__ = [
     "ACTIVITY_STATUSES",

@@ -20,9 +20,9 @@ The task token comes from outside: the runtime gives the decider a function from
 id to the sha256 of the token it issues (e.g. the token is HMAC(secret, task id)), so
 the domain never sees a secret and history never holds a token.
 
-Like :mod:`orchestrator.domain.activities`, the deciding functions act on a
-``Decision`` (implemented in :mod:`orchestrator.domain.command_handlers`); the appliers at the
-end fold the events (registered by :mod:`orchestrator.domain.evolve`).
+Like :mod:`orchestrator.domain.lifecycle.activities`, the deciding functions act on a
+``Decision`` (implemented in :mod:`orchestrator.domain.lifecycle.command_handlers`); the
+appliers at the end fold the events (registered by :mod:`orchestrator.domain.lifecycle.evolve`).
 """
 
 from __future__ import annotations
@@ -34,18 +34,22 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.domain.activities import RunNeedsAttention, UserCodeFailed, check_computed
-from orchestrator.domain.definitions import (
+from orchestrator.domain.authoring.definitions import (
     HumanTask,
     State,
     WorkflowDefinition,
-    format_validation_error,
 )
-from orchestrator.domain.errors import CommandRejected
-from orchestrator.domain.fingerprint import canonical_json
-from orchestrator.domain.frozen_init import replace
-from orchestrator.domain.limits import loads_bounded
-from orchestrator.domain.messages import (
+from orchestrator.domain.authoring.waits import correction_schema, operation_digest, sha256_hex
+from orchestrator.domain.lifecycle.activities import (
+    RunNeedsAttention,
+    UserCodeFailed,
+    check_computed,
+)
+from orchestrator.domain.model.errors import CommandRejected, format_validation_error
+from orchestrator.domain.model.fingerprint import canonical_json
+from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.limits import loads_bounded
+from orchestrator.domain.model.messages import (
     DecideHumanTask,
     Envelope,
     HumanTaskDecided,
@@ -56,13 +60,13 @@ from orchestrator.domain.messages import (
     WorkflowCancelled,
     WorkflowFailed,
 )
-from orchestrator.domain.state import (
+from orchestrator.domain.model.state import (
     HUMAN_TASKS_WINDOW,
     HumanTaskState,
     WorkflowState,
     remember_command,
 )
-from orchestrator.domain.vocabulary import (
+from orchestrator.domain.model.vocabulary import (
     HumanDecision,
     HumanTaskStatus,
     HumanTimer,
@@ -70,7 +74,6 @@ from orchestrator.domain.vocabulary import (
     PurposeKind,
     TimerPurpose,
 )
-from orchestrator.domain.waits import correction_schema, operation_digest, sha256_hex
 
 __all__ = [
     "APPLIERS",

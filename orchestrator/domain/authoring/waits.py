@@ -21,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.domain.context import Context
-from orchestrator.domain.errors import DefinitionError
-from orchestrator.domain.fingerprint import callable_fingerprint, canonical_json
-from orchestrator.domain.limits import MAX_DURATION_MS
-from orchestrator.domain.vocabulary import OnExpiry
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
+from orchestrator.domain.model.limits import MAX_DURATION_MS
+from orchestrator.domain.model.vocabulary import OnExpiry
 
 __all__ = [
     "Duration",
