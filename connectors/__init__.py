@@ -1,10 +1,14 @@
-"""Services that connect Keel to the outside world.
+"""The connector process: Keel's HTTP edge.
 
 * ``keel connector`` (``service.py``): signed webhooks in (``signing.py`` verifies the
   HMAC header, ``webhooks.py`` maps a payload to a command, ``delivery.py`` produces it
-  with a Redis dedupe claim and answers 202 only after Kafka's ack). See docs/connector.md.
-* ``examples.py``: the bundled example application plus a demo webhook source.
+  with a Redis dedupe claim and answers 202 only after Kafka's ack), and the human-task
+  inbox and decisions (``human_task_api.py``, ``auth.py``). See docs/connector.md.
+* ``examples.py``: the bundled example application plus a demo webhook source (an
+  example: it may import ``orchestrator.examples``; nothing in the product imports it).
 
-The fake finance ledger of the tests and demos lives with the other stand-ins in
+May import: the client, the I/O adapters (only ``delivery`` imports the Kafka and Redis
+clients), the runtime helpers, the application object and the domain; never another
+process. The fake finance ledger of the tests and demos lives with the other stand-ins in
 ``ops/fakes/``.
 """

@@ -7,7 +7,7 @@
 Only the sha256 of each token is configured, so the file gives nothing away. A request's
 ``Authorization: Bearer <token>`` is hashed and compared in constant time against every
 actor's hash (each compared, none skipped), so timing tells nothing of which nor how much
-matched. ``keel tasks decide --actor A`` acts as actor ``A`` of the same file (an operator
+matched. ``keel human-tasks decide --actor A`` acts as actor ``A`` of the same file (an operator
 with access to Kafka needs no bearer token). docs/connector.md shows how to make one.
 """
 

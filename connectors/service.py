@@ -1,5 +1,5 @@
 """``keel connector``: the aiohttp service that turns signed webhooks into Keel commands,
-and serves the human-task inbox and decisions (connectors/tasks_api.py).
+and serves the human-task inbox and decisions (connectors/human_task_api.py).
 
 ``POST /webhooks/{source}`` runs these steps, in this order (docs/connector.md):
 
@@ -15,7 +15,7 @@ and serves the human-task inbox and decisions (connectors/tasks_api.py).
 A crash before 5 completes leaves no record and a claim that expires, so the sender's
 retry goes through; a crash between 5 and 6 leaves a record whose repeat the orchestrator
 ignores by message id. So nothing is lost and nothing applies twice. ``GET /healthz``
-reports whether Kafka and Redis answer (200 or 503). ``/tasks`` is connectors/tasks_api.py.
+reports whether Kafka and Redis answer (200 or 503). ``/tasks`` is connectors/human_task_api.py.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from aiohttp import web
 
 from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
+from connectors.human_task_api import TaskApi
 from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
-from connectors.tasks_api import TaskApi
 from connectors.webhooks import MAX_BODY_BYTES, message_id, parse_body
 from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
-from orchestrator.client.task_decisions import TaskDesk
+from orchestrator.client.human_task_decisions import TaskDesk
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
     ConfigError,
@@ -46,11 +46,11 @@ from orchestrator.domain.model.errors import (
     KeelError,
     UnavailableError,
 )
+from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.tasks_read_model import TasksView
 from orchestrator.runtime import tracing
 from orchestrator.runtime.envelopes import command_envelope, now_ms
-from orchestrator.runtime.task_tokens import tokens_for_app
+from orchestrator.runtime.human_task_tokens import tokens_for_app
 from orchestrator.settings import Settings
 from orchestrator.webhook_sources import WebhookSource
 

@@ -40,13 +40,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-# The marker is authoring (handlers/markers.py, no Redis); applications and tests have
-# always imported it from here too.
-from handlers.markers import side_effect as side_effect
-
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
-# the task is abandoned (and redelivered); re-exported, callers import it from here too.
-from orchestrator.io.ports import Stopping as Stopping
+# the task is abandoned (and redelivered).
+from orchestrator.io.ports import Stopping
 from orchestrator.io.redis.keyspace import Keyspace
 
 log = logging.getLogger("keel.worker.effects")

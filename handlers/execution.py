@@ -20,14 +20,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.effects import Claim, ClaimOutcome, RedisGate
-from handlers.errors import (
+from handlers.activity_errors import (
     FailureClass,
     OutcomeUnknownError,
     PermanentError,
     ResultRefusedError,
     classify,
 )
+from handlers.effects import Claim, ClaimOutcome, RedisGate
 from handlers.markers import has_side_effect
 from orchestrator.app import ActivityHandler, KeelApp
 from orchestrator.domain.model.errors import KeelError, LimitExceededError, format_validation_error

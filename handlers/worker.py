@@ -1,4 +1,4 @@
-"""The activity worker: runs tasks from ``keel.tasks`` and reports each outcome as a command.
+"""The activity worker: runs tasks from ``keel.activity-tasks``, reports each outcome as a command.
 
 Delivery is at least once: the task offsets are committed only after the outcome
 commands are acknowledged by Kafka. A task run twice reports twice; the orchestrator
@@ -38,9 +38,9 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from handlers.context import ActivityContext, reset_current, set_current
+from handlers.activity_context import ActivityContext, reset_current, set_current
+from handlers.activity_errors import classify, error_type, retry_after_ms
 from handlers.effects import EffectStore, RedisGate
-from handlers.errors import classify, error_type, retry_after_ms
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
@@ -117,7 +117,7 @@ class Worker:
         self.app = app
         self.codec = default_codec()
         self.batch_size = batch_size
-        self.t_tasks = settings.topic("tasks")
+        self.t_activity_tasks = settings.topic("activity-tasks")
         self.t_commands = settings.topic("commands")
         self.t_dlq = settings.topic("dlq")
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
@@ -159,7 +159,7 @@ class Worker:
 
         intake = KafkaGroupIntake(
             self.settings,
-            self.t_tasks,
+            self.t_activity_tasks,
             f"{self.settings.topic_prefix}.workers",
             stopping=self._stop.is_set,
         )
@@ -189,7 +189,7 @@ class Worker:
         # stalls: their health is ``stalled_calls``, not a dead thread.
         status.watched = {}
         self.subscribe()
-        log.info("worker %s started on %s", self.instance_id, self.t_tasks)
+        log.info("worker %s started on %s", self.instance_id, self.t_activity_tasks)
         self.state = "running"
         try:
             while not self._stop.is_set():
@@ -336,7 +336,7 @@ class Worker:
             try:
                 self.intake.rewind(partition, offset)
             except Exception as exc:  # no longer assigned: its new owner reruns it
-                log.info("not rewinding %s[%d]: %s", self.t_tasks, partition, exc)
+                log.info("not rewinding %s[%d]: %s", self.t_activity_tasks, partition, exc)
 
     # ------------------------------------------------------------------ health
     def _stalled_calls(self) -> int:

@@ -27,11 +27,11 @@ from ops.fakes.openai_server import running
 from ops.record_histories import WAIT_S, _process, recording_env
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history, write_history
-from orchestrator.client.task_decisions import DecisionStatus, TaskDesk
+from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
 from orchestrator.examples.llm_invoices import app
 from orchestrator.io.kafka.topics import create_topics
-from orchestrator.io.redis.tasks_read_model import TasksView
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.io.redis.human_task_inbox import TasksView
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import Settings, load_settings
 
 APP = "orchestrator.examples.llm_invoices:app"

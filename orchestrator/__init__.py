@@ -47,13 +47,13 @@ _EXPORTS: dict[str, str] = {
     "Sensitive": "orchestrator.runtime.sealing",
     "SealedValue": "orchestrator.runtime.sealing",
     # activities
-    "activity": "handlers.context",
-    "ActivityContext": "handlers.context",
+    "activity": "handlers.activity_context",
+    "ActivityContext": "handlers.activity_context",
     "side_effect": "handlers.markers",
-    "ActivityError": "handlers.errors",
-    "TransientError": "handlers.errors",
-    "PermanentError": "handlers.errors",
-    "OutcomeUnknownError": "handlers.errors",
+    "ActivityError": "handlers.activity_errors",
+    "TransientError": "handlers.activity_errors",
+    "PermanentError": "handlers.activity_errors",
+    "OutcomeUnknownError": "handlers.activity_errors",
     # sagas across workflows (docs/sagas.md) and the commands they emit
     "Saga": "orchestrator.sagas.declare",
     "Emit": "orchestrator.sagas.declare",
@@ -167,11 +167,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first use
-    from handlers.context import (
+    from handlers.activity_context import (
         ActivityContext,
         activity,
     )
-    from handlers.errors import (
+    from handlers.activity_errors import (
         ActivityError,
         OutcomeUnknownError,
         PermanentError,

@@ -29,7 +29,7 @@ from orchestrator.domain.model.errors import ConfigError
 
 #: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
 #: all with one replication policy (docs/operations.md).
-TOPIC_KINDS = ("commands", "events", "snapshots", "tasks", "dlq", "sagas")
+TOPIC_KINDS = ("commands", "events", "snapshots", "activity-tasks", "dlq", "sagas")
 
 #: Settings whose values are secrets: an error about one never shows the value.
 SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password"})

@@ -1,7 +1,7 @@
 """The contract every adapter of the runtime ports keeps, run against each adapter.
 
 Like pyeventsourcing's recorder test cases: one abstract suite, subclassed once per
-adapter (``tests/unit/runtime/test_runtime_contract_memory.py`` for the in-memory adapter,
+adapter (``tests/unit/io/test_port_contract_memory.py`` for the in-memory adapter,
 ``tests/integration/test_runtime_contract_kafka.py`` for Kafka), so the in-memory
 adapter the fast unit tests rely on cannot drift from what the broker does.
 """
@@ -15,15 +15,16 @@ import pytest
 
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.log_scan import group_runs
-from orchestrator.io.kafka.broker_errors import ProducerReset, TxnAbortable
 from orchestrator.io.ports import (
     CommandIntake,
     DeliveryError,
     EventLog,
     GroupIntake,
     OutcomeSink,
+    ProducerReset,
     Record,
     RecordRefused,
+    TxnAbortable,
 )
 from orchestrator.io.redis.read_model import EpochChanged, SeqConflict
 

@@ -3,10 +3,14 @@
 See docs/llm-nodes.md. An LLM node is an ordinary Step whose activity is a built-in
 LLM activity registered by :func:`llm_step` (one call, versioned output schema, repair,
 risk flags, cache) or :func:`agent_step` (a bounded tool-using loop).
+
+A part of the worker process: may import what the worker may (``store`` is its Redis
+adapter, the record of model calls), never another process.
 """
 
 from handlers.llm.agent import AgentCall, AgentExhausted, Exhaustion, StopReason, agent_step
 from handlers.llm.cache import CachePolicy, CacheStatus, content_hash
+from handlers.llm.llm_settings import LlmSettings, load_llm_settings
 from handlers.llm.node import (
     INVALID_OUTPUT,
     InvalidModelOutput,
@@ -27,7 +31,6 @@ from handlers.llm.providers import (
     ScriptedProvider,
 )
 from handlers.llm.runtime import LlmRuntime, Pricing, configure
-from handlers.llm.settings import LlmSettings, load_llm_settings
 from handlers.llm.store import LlmStore
 from handlers.llm.tools import Tool
 

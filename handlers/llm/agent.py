@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.context import activity
-from handlers.errors import PermanentError
+from handlers.activity_context import activity
+from handlers.activity_errors import PermanentError
 from handlers.llm.node import _resolve_model, node_step, repair_message, schema_instruction
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.providers import ChatRequest

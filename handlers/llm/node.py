@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from handlers.context import activity
-from handlers.errors import PermanentError
+from handlers.activity_context import activity
+from handlers.activity_errors import PermanentError
 from handlers.llm.cache import CachePolicy, CacheStatus, content_hash
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.providers import ChatRequest

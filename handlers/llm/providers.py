@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from handlers.errors import PermanentError, TransientError
-from handlers.llm.settings import LlmSettings, ProviderKind, StructuredOutput
+from handlers.activity_errors import PermanentError, TransientError
+from handlers.llm.llm_settings import LlmSettings, ProviderKind, StructuredOutput
 
 __all__ = [
     "ChatRequest",

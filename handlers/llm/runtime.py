@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.context import ActivityContext
+from handlers.activity_context import ActivityContext
+from handlers.llm.llm_settings import LlmSettings, load_llm_settings
 from handlers.llm.providers import (
     ChatRequest,
     Provider,
     ProviderUnavailable,
     provider_from_settings,
 )
-from handlers.llm.settings import LlmSettings, load_llm_settings
 from handlers.llm.store import LlmStore
 from orchestrator.domain.model.errors import DefinitionError, format_validation_error
 from orchestrator.settings import load_settings

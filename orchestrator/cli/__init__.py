@@ -24,10 +24,10 @@ from orchestrator.cli import (
     connector,
     demo,
     dlq,
+    human_task_commands,
     infra,
     sagas,
     services,
-    tasks,
     versioning,
     workflow,
 )
@@ -45,7 +45,7 @@ app.add_typer(infra.topics_app, name="topics")
 app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
-app.add_typer(tasks.tasks_app, name="tasks")
+app.add_typer(human_task_commands.human_tasks_app, name="human-tasks")
 workflow.workflow_app.command("resolve")(dlq.resolve)
 workflow.workflow_app.command("export")(versioning.export)
 app.command("replay-check")(versioning.replay_check)

@@ -1,6 +1,6 @@
 """``keel demo``: the bundled workflows through real processes, a crash, and a checked result.
 
-The work lives in ``ops/demo.py`` (it drives the example application and the fake ledger),
+The work lives in ``ops/demo_job.py`` (it drives the example application and the fake ledger),
 imported only when the command runs, so the product never imports the examples.
 """
 
@@ -25,7 +25,7 @@ def demo(
     """
     from rich.console import Console
 
-    from ops.demo import run_demo
+    from ops.demo_job import run_demo
     from orchestrator.settings import load_settings
 
     console = Console(highlight=False, width=None)

@@ -23,7 +23,7 @@ def list_(
     ] = False,
 ) -> None:
     """Open dead letters, oldest first (``--all``: redriven ones too)."""
-    from orchestrator.client.dlq import list_letters
+    from orchestrator.client.dead_letters import list_letters
     from orchestrator.settings import load_settings
 
     letters = list_letters(load_settings())
@@ -46,10 +46,10 @@ def list_(
 @dlq_app.command("redrive")
 def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
-    from orchestrator.client.dlq import redrive as do_redrive
+    from orchestrator.client.dead_letters import redrive as do_redrive
     from orchestrator.settings import load_settings
 
-    console.print(escape(do_redrive(load_settings(), None, letter_id)))
+    console.print(escape(do_redrive(load_settings(), letter_id)))
 
 
 def resolve(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from orchestrator.cli.migrations import migrate
+from orchestrator.cli.migrate import migrate
 from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.cli.verify import verify
@@ -126,7 +126,7 @@ def show(
         decided = f" by {t['actor']}" if t.get("actor") else ""
         console.print(
             f"human task {t['task_name']} ({t['task_id']}): {t['status']}{decided}, "
-            f"owner {t['owner']}, level {t['level']} (keel tasks show {t['task_id']})",
+            f"owner {t['owner']}, level {t['level']} (keel human-tasks show {t['task_id']})",
             markup=False,
         )
     _print_llm(view["llm"])

@@ -43,15 +43,14 @@ from orchestrator.domain.model.messages import (
     StartWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.engine.context import RuntimeContext
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
+from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.tail_records import armed_header
-from orchestrator.io.kafka.broker_errors import TxnAbortable
 from orchestrator.io.kafka.clients import dead_letter
 from orchestrator.io.kafka.partitioning import partition_for
-from orchestrator.io.ports import DeliveryCallback, Record
+from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
 from orchestrator.projector.committed import CommittedEvent, CommittedSink
 from orchestrator.projector.committed_pipe import PipePublisher
 from orchestrator.runtime import tracing
@@ -565,7 +564,7 @@ class CommandLoop:
         )
         self.ctx.stats.tasks += 1
         value = check_record_size(self.ctx.codec.encode(task), f"task {s.activity_id}")
-        return Out(self.ctx.topics.tasks, value, key, None, headers)
+        return Out(self.ctx.topics.activity_tasks, value, key, None, headers)
 
     def _activity_letter(self, ev: Envelope[Any], key: bytes, now: int) -> Out:
         """An activity past its bounds: a keel.dlq record an operator can list and redrive."""

@@ -43,8 +43,7 @@ from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivity, FailActivity
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import TimeoutKind
-from orchestrator.io.kafka.broker_errors import TxnAbortable
-from orchestrator.io.ports import Stopping
+from orchestrator.io.ports import Stopping, TxnAbortable
 
 __all__ = ["LOCAL_BOUND_MS", "LocalActivities", "LocalRun"]
 
@@ -329,11 +328,11 @@ class _Plumbing:
     """The worker's handler modules, which a local run goes through as a worker would."""
 
     def __init__(self) -> None:
-        from handlers import context, effects, errors, execution, markers
+        from handlers import activity_context, activity_errors, effects, execution, markers
 
-        self.context: ModuleType = context
+        self.context: ModuleType = activity_context
         self.effects: ModuleType = effects
-        self.errors: ModuleType = errors
+        self.errors: ModuleType = activity_errors
         self.execution: ModuleType = execution
         self.markers: ModuleType = markers
 

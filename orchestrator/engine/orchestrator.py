@@ -32,7 +32,6 @@ from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.command_loop import CommandLoop
-from orchestrator.engine.context import RuntimeContext, Topics
 from orchestrator.engine.local_activities import LOCAL_BOUND_MS, LocalActivities
 from orchestrator.engine.owned import OrchestratorStats, PartitionState
 from orchestrator.engine.parked_redrive import ParkedRedrive
@@ -43,14 +42,14 @@ from orchestrator.engine.recovery import (
     TYPE_HEADER,
     Recovery,
 )
+from orchestrator.engine.runtime_context import RuntimeContext, Topics
 from orchestrator.engine.timers import TimerHeap
-from orchestrator.io.kafka.broker_errors import ProducerReset, Stopping, TxnAbortable
-from orchestrator.io.ports import CommandIntake, EventLog
+from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
 from orchestrator.projector.committed import CommittedSink, channel
 from orchestrator.runtime.envelopes import follow_up as _follow_up
 from orchestrator.runtime.envelopes import now_ms
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.task_tokens import decider_for
+from orchestrator.runtime.human_task_tokens import decider_for
 from orchestrator.settings import Settings
 
 __all__ = [

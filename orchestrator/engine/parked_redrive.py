@@ -5,8 +5,8 @@ starting ``parked:`` that names the run's (name, version)
 (orchestrator/domain/lifecycle/missing_versions.py). When an orchestrator is assigned partitions
 (at start and on every rebalance), it looks for open parked letters of those partitions whose
 version it has, and redrives them the way ``keel dlq redrive`` does (a Redis claim each, then
-the records and their markers in one Kafka transaction; orchestrator/client/dlq.py), so each
-goes out at most once even when two processes look at the same time. The look happens on a
+the records and their markers in one Kafka transaction; orchestrator/client/dead_letters.py),
+so each goes out at most once even when two processes look at the same time. The look happens on a
 background thread: the poll loop does not wait for the dlq to be read.
 """
 
@@ -16,7 +16,13 @@ import logging
 import threading
 from collections.abc import Collection, Iterable
 
-from orchestrator.client.dlq import Letter, LetterKind, LetterState, list_letters, redrive_letters
+from orchestrator.client.dead_letters import (
+    Letter,
+    LetterKind,
+    LetterState,
+    list_letters,
+    redrive_letters,
+)
 from orchestrator.domain.lifecycle.missing_versions import parked_version
 from orchestrator.settings import Settings
 

@@ -33,7 +33,6 @@ except ImportError:  # pragma: no cover - depends on the domain layout
 from orchestrator.domain.lifecycle.missing_versions import stand_in
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, WorkflowSnapshot
 from orchestrator.domain.model.state import TERMINAL_STATUSES, WorkflowState
-from orchestrator.engine.context import RuntimeContext
 from orchestrator.engine.log_scan import group_runs, header_value, scan
 from orchestrator.engine.owned import (
     PartitionState,
@@ -42,6 +41,7 @@ from orchestrator.engine.owned import (
     quarantine_json,
     quarantine_reason,
 )
+from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.snapshot_records import (
     SNAPSHOT_HEADER,
     SnapshotKind,
@@ -399,7 +399,7 @@ class Recovery:
         Raises what ``EventLog.commit`` raises but ``TxnAbortable`` (the checkpoint is
         aborted and tried again at the next interval).
         """
-        from orchestrator.io.kafka.broker_errors import TxnAbortable
+        from orchestrator.io.ports import TxnAbortable
 
         ctx = self.ctx
         self.last_checkpoint = time.monotonic()

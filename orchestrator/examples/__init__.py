@@ -10,6 +10,9 @@ Keel, not the work:
 * ``parallel_checks`` v1: three parallel checks, a join, then a combining step.
 * ``three_step`` v1: three sequential trivial activities (the benchmark workflow).
 * ``timer_demo`` v1: one durable timer of ``seconds`` from the input, then completes.
+
+An application like any user's: imports only the public face (``orchestrator``); nothing
+in the product imports it (the ``tools-out`` contract).
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
-from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record
+from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record, Stopping
+from orchestrator.io.redis.human_task_inbox import TaskKeys, TaskWrites, task_writes
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import (
     EpochChanged,
@@ -51,7 +51,6 @@ from orchestrator.io.redis.read_model import (
     SeqConflict,
     redis_client,
 )
-from orchestrator.io.redis.tasks_read_model import TaskKeys, TaskWrites, task_writes
 from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.runtime import fast_json

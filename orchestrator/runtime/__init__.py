@@ -1,6 +1,6 @@
 """Services every Keel process shares, none of them a process or an adapter: the one
 envelope factory (``envelopes``), JSON on the hot path (``fast_json``), sealed fields
-(``sealing``), human-task tokens and decision proofs (``task_tokens``,
+(``sealing``), human-task tokens and decision proofs (``human_task_tokens``,
 ``decision_proofs``), telemetry and logs (``metrics``, ``tracing``, ``logs``,
 ``gc_policy``), the status file and supervised threads (``health``, ``supervisor``).
 

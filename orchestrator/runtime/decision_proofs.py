@@ -1,7 +1,7 @@
 """Decision proofs: only Keel's own processes can decide a human task.
 
 Anyone who can produce to ``<prefix>.commands`` could otherwise send a ``DecideHumanTask``
-claiming any actor and any roles. The connector and ``keel tasks decide`` authenticate
+claiming any actor and any roles. The connector and ``keel human-tasks decide`` authenticate
 the actor, then sign the decision; the orchestrator's command loop refuses a decision
 whose proof does not verify (dead letter, nothing written), and ``HumanTaskDecided``
 records the proof with the fields it covers, so ``decision_proof`` recomputes it from the
@@ -30,7 +30,7 @@ from orchestrator.domain.authoring.waits import sha256_hex
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.runtime.task_tokens import TaskTokens, load_task_tokens
+from orchestrator.runtime.human_task_tokens import TaskTokens, load_task_tokens
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -136,7 +136,7 @@ class DecisionProofs:
             )
         if not _HEX64.match(cmd.proof):
             raise CommandRejected(
-                "the decision carries no proof (sign it with the connector or `keel tasks "
+                "the decision carries no proof (sign it with the connector or `keel human-tasks "
                 f"decide`); {what} by '{cmd.actor[:200]}' refused"
             )
         if not hmac.compare_digest(command_proof(self._key, workflow_id, cmd), cmd.proof):
@@ -158,6 +158,6 @@ def load_decision_proofs(settings: Settings) -> DecisionProofs:
 
 def proofs_for(decider: Any) -> DecisionProofs | None:
     """The orchestrator's checker: the key behind the task tokens its decider issues
-    (``task_tokens.decider_for(settings, app)``); None when it issues none."""
+    (``human_task_tokens.decider_for(settings, app)``); None when it issues none."""
     tokens = getattr(getattr(decider, "task_token_hash", None), "__self__", None)
     return DecisionProofs.from_tokens(tokens) if isinstance(tokens, TaskTokens) else None

@@ -45,7 +45,6 @@ from orchestrator.domain.model.messages import (
     WorkflowStarted,
 )
 from orchestrator.io.kafka.adapter import KafkaEventLog
-from orchestrator.io.kafka.broker_errors import ProducerReset, Stopping, TxnAbortable
 from orchestrator.io.kafka.clients import (
     consumer_config,
     next_offsets,
@@ -53,6 +52,7 @@ from orchestrator.io.kafka.clients import (
     poll_records,
     read_partitions,
 )
+from orchestrator.io.ports import ProducerReset, Stopping, TxnAbortable
 from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
 from orchestrator.sagas.declare import Saga, SagaFact, SagaView, command_id, sagas_of
 from orchestrator.settings import Settings

@@ -85,7 +85,7 @@ class Keel:
         return f"{self.prefix}.orchestrator.{instance_id or self.instance_id}"
 
     def topics(self) -> list[str]:
-        kinds = ("commands", "events", "snapshots", "tasks", "dlq")
+        kinds = ("commands", "events", "snapshots", "activity-tasks", "dlq")
         return [f"{self.prefix}.{k}" for k in kinds] + ["__consumer_offsets", "__transaction_state"]
 
     def completed(self) -> int:

@@ -63,6 +63,8 @@ def test_orchestrator_sigkilled_mid_local_side_effect_posts_each_invoice_once(
         )
     assert in_doubt > 0, "some kills landed mid-call and went through the status query"
     codec = default_codec()
-    tasks = read_topic(settings.kafka_servers, settings.topic("tasks"), settings.partitions)
+    tasks = read_topic(
+        settings.kafka_servers, settings.topic("activity-tasks"), settings.partitions
+    )
     types = {codec.decode(r.value()).payload.activity_type for r in tasks}
     assert types == {"ledger_posting_status"}, "the postings themselves ran in-process"

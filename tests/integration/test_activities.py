@@ -222,7 +222,9 @@ def test_a_task_whose_input_fails_its_schema_is_a_permanent_failure(settings, se
         ),
     )
     producer = Producer({"bootstrap.servers": settings.kafka_servers})
-    producer.produce(settings.topic("tasks"), key=b"poisoned", value=default_codec().encode(task))
+    producer.produce(
+        settings.topic("activity-tasks"), key=b"poisoned", value=default_codec().encode(task)
+    )
     producer.flush(10)
     codec = default_codec()
 

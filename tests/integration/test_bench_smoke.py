@@ -173,7 +173,7 @@ def test_bench_throughput_only_runs_the_two_bursts_with_their_cpu_per_run(settin
     # --keep-topics: the run's prefix is still there, whole, for inspection
     (prefix,) = CREATED.findall(result["_stderr"])
     topics, keys = _left(settings, prefix)
-    assert {t.split(".", 1)[1] for t in topics} >= {"commands", "events", "tasks", "dlq"}
+    assert {t.split(".", 1)[1] for t in topics} >= {"commands", "events", "activity-tasks", "dlq"}
     assert any(":rm:wf:" in k for k in keys)
     dropped = scratch.drop(settings.model_copy(update={"topic_prefix": prefix}))
     assert dropped.failures == () and dropped.topics == len(topics)

@@ -3,7 +3,7 @@
 The attack: a raw ``DecideHumanTask`` produced straight to the commands topic, naming a
 ``payment_approval`` task with an invented actor and self-declared roles. Each forgery is
 refused by the orchestrator (a dead letter with its reason) and the run's history holds
-no decision and no payment; then a decision through ``keel tasks decide`` (which holds the
+no decision and no payment; then a decision through ``keel human-tasks decide`` (which holds the
 deployment's key) approves it, and the recorded ``HumanTaskDecided`` carries the token
 hash and a proof that ``decision_proof`` recomputes from the event alone.
 """
@@ -36,7 +36,7 @@ from orchestrator.examples import app as examples_app
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.runtime.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
 from orchestrator.runtime.envelopes import now_ms
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from tests.support import histories, read_topic, wait_until
 
 APP = "orchestrator.examples:app"
@@ -128,9 +128,9 @@ def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack)
     assert not any(isinstance(e.payload, HumanTaskDecided | ActivityScheduled) for e in events)
     assert client.show(wf)["status"] == "waiting"
 
-    # the real path: `keel tasks decide ID` derives the token and signs with the key
+    # the real path: `keel human-tasks decide ID` derives the token and signs with the key
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "tasks", "decide", task.task_id, "--approve",
+        [sys.executable, "-m", "orchestrator", "human-tasks", "decide", task.task_id, "--approve",
          "--operation-digest", task.operation_digest, "--actor", "alice", "--reason", "matches invoice 7", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

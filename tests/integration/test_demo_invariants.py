@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ops.demo import plan
 from ops.demo_checks import Expectation, Kind, check
+from ops.demo_job import plan
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
-from orchestrator.client.dlq import list_letters, redrive
+from orchestrator.client.dead_letters import list_letters, redrive
 from orchestrator.domain.model.errors import CommandRejected
 from tests.integration.test_durable_core import keel
 from tests.support import produce, read_topic, wait_until
@@ -21,20 +21,20 @@ def _letters(settings, *flags: str) -> list[dict]:
 
 def _garbage_in_tasks(settings) -> int:
     records = read_topic(
-        settings.kafka_servers, settings.topic("tasks"), settings.partitions, max_s=2
+        settings.kafka_servers, settings.topic("activity-tasks"), settings.partitions, max_s=2
     )
     return sum(r.value() == GARBAGE for r in records)
 
 
 def test_a_record_is_redriven_once_and_then_listed_as_redriven(settings, services):
     services.start("worker")
-    produce(settings, "tasks", [(b"wf-1", GARBAGE)])
+    produce(settings, "activity-tasks", [(b"wf-1", GARBAGE)])
     [first] = wait_until(lambda: _letters(settings), 60, "the worker's dead letter")
     assert (first["kind"], first["state"], first["workflow_id"]) == ("record", "open", "wf-1")
 
     sent = keel(settings, "dlq", "redrive", first["id"])
     assert sent.returncode == 0, sent.stderr
-    assert sent.stdout.strip() == f"record sent again to {settings.topic('tasks')}"
+    assert sent.stdout.strip() == f"record sent again to {settings.topic('activity-tasks')}"
     # The worker dead-letters the record again: a new letter, open; the first is redriven.
     [second] = wait_until(lambda: _letters(settings), 60, "the second dead letter")
     assert second["id"] != first["id"]
@@ -60,7 +60,7 @@ def test_a_record_is_redriven_once_and_then_listed_as_redriven(settings, service
 
 def test_two_operators_redriving_one_letter_send_it_once(settings, services):
     services.start("worker")
-    produce(settings, "tasks", [(b"wf-2", GARBAGE)])
+    produce(settings, "activity-tasks", [(b"wf-2", GARBAGE)])
     [letter] = wait_until(lambda: list_letters(settings), 60, "the worker's dead letter")
     services.stop_all()  # the redriven record stays in the tasks topic, countable
 
@@ -70,7 +70,7 @@ def test_two_operators_redriving_one_letter_send_it_once(settings, services):
     def operator() -> None:
         start.wait()
         try:
-            outcomes.append(redrive(settings, None, letter.id))
+            outcomes.append(redrive(settings, letter.id))
         except CommandRejected as exc:
             outcomes.append(f"refused: {exc}")
 
@@ -80,7 +80,7 @@ def test_two_operators_redriving_one_letter_send_it_once(settings, services):
     for t in threads:
         t.join(120)
     assert sorted(o.split(":")[0] for o in outcomes) == [
-        f"record sent again to {settings.topic('tasks')}",
+        f"record sent again to {settings.topic('activity-tasks')}",
         "refused",
     ]
     assert _garbage_in_tasks(settings) == 2, "the original and exactly one redrive"

@@ -30,9 +30,9 @@ from orchestrator.domain.model.messages import (
     StateEntered,
     TimerScheduled,
 )
-from orchestrator.io.redis.tasks_read_model import TasksView
+from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.projector.projector import Projector
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from tests.integration import tasks_app
 from tests.integration.test_connector import request, start_connector
 from tests.support import histories, read_topic, wait_until
@@ -236,7 +236,7 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     cli_env.update(services.env, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     token = TaskTokens(SECRET.encode(), "test").issue(task["task_id"])
     late = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "tasks", "decide", token, "--approve",
+        [sys.executable, "-m", "orchestrator", "human-tasks", "decide", token, "--approve",
          "--operation-digest", task["operation_digest"], "--actor", "alice", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -251,7 +251,7 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     Projector(settings, tasks_app.app).rebuild()
     assert (view.get(task["task_id"]), view.history(task["task_id"])) == before
     shown = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "tasks", "show", task["task_id"], "--json"],
+        [sys.executable, "-m", "orchestrator", "human-tasks", "show", task["task_id"], "--json"],
         env=cli_env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr

@@ -147,7 +147,7 @@ def test_three_broker_cluster_restart_one_broker_and_down(cli_env):
         assert created.returncode == 0, created.stderr
         admin = AdminClient({"bootstrap.servers": servers})
         meta = admin.list_topics(timeout=30)
-        for kind in ("commands", "events", "snapshots", "tasks", "dlq", "sagas"):
+        for kind in ("commands", "events", "snapshots", "activity-tasks", "dlq", "sagas"):
             topic = meta.topics[f"keel.{kind}"]
             assert {len(p.replicas) for p in topic.partitions.values()} == {3}, kind
         for name in ("keel.events", "keel.sagas"):

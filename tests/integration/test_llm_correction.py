@@ -23,7 +23,7 @@ from orchestrator.client.client import KeelClient
 from orchestrator.domain.model.messages import HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import InvoiceCorrection
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from tests.integration.test_connector import request, start_connector
 from tests.support import assert_sound_history, histories, wait_until
 
@@ -127,7 +127,7 @@ def test_malformed_past_the_bound_opens_a_correction_task_and_its_correction_com
     bad_file = tmp_path / "correction.json"
     bad_file.write_text(json.dumps({**bad, "total": 10}))
     cli = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "tasks", "decide", token, "--approve",
+        [sys.executable, "-m", "orchestrator", "human-tasks", "decide", token, "--approve",
          "--operation-digest", task.operation_digest, "--actor", "clara", "--correction", f"@{bad_file}", "--app", APP],
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -45,7 +45,9 @@ def test_a_mixed_workflow_runs_local_steps_in_the_orchestrator_and_the_rest_on_w
         assert isinstance(events[-1].payload, WorkflowCompleted)
         assert json.loads(events[-1].payload.output_json) == {"n": ((i + 1) * 2) ** 2}
     codec = default_codec()
-    tasks = read_topic(settings.kafka_servers, settings.topic("tasks"), settings.partitions, n)
+    tasks = read_topic(
+        settings.kafka_servers, settings.topic("activity-tasks"), settings.partitions, n
+    )
     types = [codec.decode(r.value()).payload.activity_type for r in tasks]
     assert types == ["double"] * n, "only the remote step went to the workers"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.client.client import KeelClient
-from orchestrator.client.dlq import LetterState, list_letters
+from orchestrator.client.dead_letters import LetterState, list_letters
 from tests.integration import versions_app
 from tests.support import histories, wait_until
 

@@ -32,12 +32,12 @@ from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.fakes.openai_server import running as openai_fake
 from ops.record_histories import Recorder, _invoice, _trip
-from orchestrator.client import migrations
+from orchestrator.client import migration_requests as migrations
 from orchestrator.client.client import KeelClient
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.projector.placement import ProjectorPlacement
 from orchestrator.projector.projector import Projector, RedisReadModelStore
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from tests.integration import rebuild_app
 from tests.integration.test_llm_nodes import fields
 from tests.support import histories, read_topic, wait_until

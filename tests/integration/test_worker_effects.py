@@ -67,7 +67,9 @@ def test_a_result_refused_after_the_write_keeps_the_claim_and_never_writes_twice
         ]
         for env in again:  # same key as the first dispatch
             assert env.payload.idempotency_key == key
-        produce(settings, "tasks", [(wf.workflow_id.encode(), codec.encode(e)) for e in again])
+        produce(
+            settings, "activity-tasks", [(wf.workflow_id.encode(), codec.encode(e)) for e in again]
+        )
 
         def answers():
             got = [

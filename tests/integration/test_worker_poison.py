@@ -63,7 +63,7 @@ def test_poison_tasks_never_stop_the_worker(settings, tmp_path):
         garbage = b"x" * 999_900
         produce(
             settings,
-            "tasks",
+            "activity-tasks",
             [
                 (b"null-task", None),
                 (b"garbage", garbage),
@@ -89,7 +89,7 @@ def test_poison_tasks_never_stop_the_worker(settings, tmp_path):
                 [
                     x
                     for x in _dead_letters(settings)
-                    if x.payload.source_topic == settings.topic("tasks")
+                    if x.payload.source_topic == settings.topic("activity-tasks")
                 ]
                 or None
             ),
@@ -102,7 +102,7 @@ def test_poison_tasks_never_stop_the_worker(settings, tmp_path):
         assert set(by_wf) == {"null-task", "garbage", "not-a-task", cut}
         assert by_wf["null-task"].reason == "task record has no value (null)"
         assert by_wf["null-task"].value is None
-        source = f"{settings.topic('tasks')}[{by_wf['garbage'].source_partition}]"
+        source = f"{settings.topic('activity-tasks')}[{by_wf['garbage'].source_partition}]"
         assert by_wf["garbage"].reason == (
             "undecodable task: bad marker: expected c301, got 7878 [the 999,900-byte record is "
             f"too large to keep here; it stays at {source}@{by_wf['garbage'].source_offset}]"

@@ -8,6 +8,7 @@ what another test loaded cannot hide an import.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -57,17 +58,30 @@ def test_the_in_memory_adapter_refuses_a_large_record_in_the_clients_words() -> 
     assert str(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)) == MSG_SIZE_TOO_LARGE
 
 
-def test_the_port_errors_are_the_adapters_errors() -> None:
-    from orchestrator.io import ports
-    from orchestrator.io.kafka import broker_errors
-    from orchestrator.io.redis import read_model as projection
+#: The errors an adapter raises through the ports, each defined once, beside the ports.
+PORT_ERRORS = (
+    "BrokerErrorKind",
+    "CallStalled",
+    "EpochChanged",
+    "ProducerReset",
+    "RebuildRunning",
+    "SeqConflict",
+    "Stopping",
+    "TxnAbortable",
+)
 
-    assert broker_errors.TxnAbortable is ports.TxnAbortable
-    assert broker_errors.ProducerReset is ports.ProducerReset
-    assert broker_errors.Stopping is ports.Stopping
-    assert projection.RebuildRunning is ports.RebuildRunning
-    assert projection.SeqConflict is ports.SeqConflict
-    assert projection.EpochChanged is ports.EpochChanged
+
+def test_the_port_errors_are_defined_once_beside_the_ports() -> None:
+    from orchestrator.io import ports
+
+    defined = {
+        (node.name, str(path.relative_to(ROOT)))
+        for path in _product_modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name in PORT_ERRORS
+    }
+    assert defined == {(name, "orchestrator/io/ports.py") for name in PORT_ERRORS}
+    assert all(getattr(ports, name).__module__ == "orchestrator.io.ports" for name in PORT_ERRORS)
 
 
 @pytest.mark.parametrize(
@@ -90,8 +104,8 @@ AUTHORING = (
     "orchestrator.sagas.declare",
     "orchestrator.codec",
     "orchestrator.settings",
-    "handlers.context",
-    "handlers.errors",
+    "handlers.activity_context",
+    "handlers.activity_errors",
     "handlers.markers",
 )
 
@@ -167,3 +181,42 @@ def _cycles() -> list[list[str]]:
 
 def test_no_module_imports_itself_through_others() -> None:
     assert _cycles() == []
+
+
+PACKAGES = ("orchestrator", "handlers", "connectors", "ops")
+
+
+def _product_modules() -> list[Path]:
+    return [
+        path
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "__pycache__" not in path.parts
+    ]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    seen: dict[str, list[str]] = {}
+    for path in _product_modules():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_no_folder_holds_more_than_fifteen_modules() -> None:
+    folders: dict[Path, int] = {}
+    for path in _product_modules():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {str(f.relative_to(ROOT)): n for f, n in folders.items() if n > 15}
+    assert crowded == {}
+
+
+def test_every_room_says_what_it_may_import() -> None:
+    silent = []
+    for path in _product_modules():
+        if path.name == "__init__.py":
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            if "import" not in doc.lower():
+                silent.append(str(path.relative_to(ROOT)))
+    assert silent == []

@@ -446,7 +446,7 @@ class WorkflowCancelled:
 
 @dataclass(frozen=True, slots=True)
 class ActivityTask:
-    """What a worker runs (topic keel.tasks); mirrors ``ActivityScheduled``."""
+    """What a worker runs (topic keel.activity-tasks); mirrors ``ActivityScheduled``."""
 
     KIND: ClassVar[str] = "task"
     activity_id: str

@@ -42,11 +42,6 @@ from orchestrator.io.ports import (
 __all__ = [
     "CALL_GRACE_S",
     "BoundedCaller",
-    "BrokerErrorKind",
-    "CallStalled",
-    "ProducerReset",
-    "Stopping",
-    "TxnAbortable",
     "classify",
     "retry_call",
 ]

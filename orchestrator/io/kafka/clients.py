@@ -29,8 +29,7 @@ from confluent_kafka import (
 )
 
 from orchestrator.domain.model.messages import Envelope
-from orchestrator.io.kafka.broker_errors import Stopping
-from orchestrator.io.ports import Record
+from orchestrator.io.ports import Record, Stopping
 from orchestrator.runtime.envelopes import dead_letter_envelope, now_ms
 from orchestrator.settings import KafkaSecurityProtocol, Settings
 

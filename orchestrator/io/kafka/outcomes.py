@@ -13,9 +13,15 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from orchestrator.io.kafka.broker_errors import CALL_GRACE_S, BoundedCaller, CallStalled, Stopping
+from orchestrator.io.kafka.broker_errors import CALL_GRACE_S, BoundedCaller
 from orchestrator.io.kafka.clients import producer_config
-from orchestrator.io.ports import DeliveryError, FailureCallback, RecordRefused
+from orchestrator.io.ports import (
+    CallStalled,
+    DeliveryError,
+    FailureCallback,
+    RecordRefused,
+    Stopping,
+)
 from orchestrator.settings import Settings
 
 __all__ = ["KafkaOutcomeSink"]

@@ -42,7 +42,7 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
         "segment.ms": str(10 * 60 * 1000),
         "min.cleanable.dirty.ratio": "0.2",
     },
-    "tasks": {"retention.ms": str(7 * 24 * 3600 * 1000)},
+    "activity-tasks": {"retention.ms": str(7 * 24 * 3600 * 1000)},
     "dlq": {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
     # the saga manager's facts: its instances are folded from them, so kept like the events
     "sagas": {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},

@@ -1,3 +1,3 @@
 """The Redis adapter: the read model (``read_model``), the human-task inbox
-(``tasks_read_model``), waiting on a row's changes (``row_watch``) and the key layout
+(``human_task_inbox``), waiting on a row's changes (``row_watch``) and the key layout
 (``keyspace``). Imports what :mod:`orchestrator.io` allows."""

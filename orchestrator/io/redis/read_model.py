@@ -27,8 +27,8 @@ from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
+from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.tasks_read_model import TaskWrites
 from orchestrator.runtime import fast_json
 from orchestrator.runtime.history_entries import history_entry
 from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
@@ -228,7 +228,7 @@ class Projection:
         """Store new states and append their new history entries, in one transaction.
 
         ``updates`` maps workflow id to (new state, newly folded events, previous status);
-        ``tasks`` (a :class:`~orchestrator.io.redis.tasks_read_model.TaskWrites`) are the
+        ``tasks`` (a :class:`~orchestrator.io.redis.human_task_inbox.TaskWrites`) are the
         inbox's changes of the same events, written in the same transaction.
         Unguarded: for a rebuild (which holds the lock) and for tests.
         """

@@ -30,8 +30,8 @@ NOT_FOR_SERVICES = (
     "orchestrator.domain.history.replay",
     "orchestrator.client.client",
     "orchestrator.client.history_io",
-    "orchestrator.client.migrations",
-    "orchestrator.client.task_decisions",
+    "orchestrator.client.migration_requests",
+    "orchestrator.client.human_task_decisions",
     "rich",
 )
 
@@ -128,5 +128,5 @@ def test_the_help_still_lists_every_command() -> None:
     listed = {line.split()[1] for line in done.output.splitlines() if line.startswith("│ ")}
     assert {
         "replay-check", "orchestrator", "worker", "projector", "sagas", "connector", "dev",
-        "bench", "demo", "infra", "topics", "workflow", "projections", "dlq", "tasks",
+        "bench", "demo", "infra", "topics", "workflow", "projections", "dlq", "human-tasks",
     } <= listed  # fmt: skip

@@ -143,13 +143,13 @@ def test_redis_unreachable_is_one_line_without_the_password():
 
 
 def test_approving_from_a_script_needs_the_digest_of_what_was_reviewed():
-    """keel tasks decide never approves "whatever the operation is now" (issue 31, item 4)."""
+    """keel human-tasks decide never approves "whatever the operation is now" (issue 31, item 4)."""
     result = keel(
-        "tasks", "decide", "pay-1/run/approval#0", "--approve", "--actor", "alice", stdin=""
+        "human-tasks", "decide", "pay-1/run/approval#0", "--approve", "--actor", "alice", stdin=""
     )
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == (
-        "error: --operation-digest is required to approve: `keel tasks show ID` shows the "
+        "error: --operation-digest is required to approve: `keel human-tasks show ID` shows the "
         "operation and its digest; pass the digest of what you reviewed"
     )
     assert result.stdout == ""

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from connectors.auth import Actors
-from orchestrator.client.task_decisions import decision_message_id, refusal_status
+from orchestrator.client.human_task_decisions import decision_message_id, refusal_status
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import load_settings
 
 

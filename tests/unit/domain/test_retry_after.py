@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from handlers.errors import PermanentError, TransientError, retry_after_ms
+from handlers.activity_errors import PermanentError, TransientError, retry_after_ms
 from handlers.llm.providers import ProviderUnavailable
 from orchestrator.domain import (
     CommandRejected,

@@ -320,7 +320,7 @@ def test_the_worker_reports_the_version_of_its_handlers_output_model(tmp_path) -
         redis_url="redis://127.0.0.1:1/0",
     )
     broker = MemoryBroker(1)
-    intake = MemoryGroupIntake(broker, settings.topic("tasks"), "g")
+    intake = MemoryGroupIntake(broker, settings.topic("activity-tasks"), "g")
     worker = Worker(
         settings, app, adapters=(intake, MemoryOutcomeSink(broker)), effects=MemoryEffects()
     )
@@ -329,7 +329,7 @@ def test_the_worker_reports_the_version_of_its_handlers_output_model(tmp_path) -
     for activity in ("price", "plain"):
         task = ActivityTask(f"run#1/{activity}", activity, activity, "{}", 1, 1, f"k-{activity}")
         env: Envelope[Any] = Envelope(f"t-{activity}", "wf-1", "r", 0, "ActivityTask", 1, task)
-        broker.produce(settings.topic("tasks"), codec.encode(env), b"wf-1")
+        broker.produce(settings.topic("activity-tasks"), codec.encode(env), b"wf-1")
     assert worker.step()
     reports = [
         codec.decode(r.value or b"").payload for r in broker.records(settings.topic("commands"))

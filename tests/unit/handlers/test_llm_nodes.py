@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from handlers.context import ActivityContext, reset_current, set_current
-from handlers.errors import FailureClass, classify, retry_after_ms
+from handlers.activity_context import ActivityContext, reset_current, set_current
+from handlers.activity_errors import FailureClass, classify, retry_after_ms
 from handlers.llm import (
     AgentCall,
     AgentExhausted,

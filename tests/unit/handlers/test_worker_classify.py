@@ -1,4 +1,4 @@
-"""Failure classes: one rule in handlers/errors.py, the same rule in docs/activities.md."""
+"""Failure classes: one rule in handlers/activity_errors.py, the same rule in docs/activities.md."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from handlers.errors import (
+from handlers.activity_errors import (
     PROGRAMMING_ERRORS,
     FailureClass,
     OutcomeUnknownError,

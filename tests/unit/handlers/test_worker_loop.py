@@ -29,9 +29,8 @@ from orchestrator.domain.model.messages import (
     FailActivity,
     StartWorkflow,
 )
-from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
-from orchestrator.io.ports import ConsumerReset
+from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.settings import Settings
 
 codec = default_codec()
@@ -104,7 +103,7 @@ class Rig:
             redis_url="redis://127.0.0.1:1/0",
         )
         self.broker = MemoryBroker(4)
-        self.tasks = self.settings.topic("tasks")
+        self.tasks = self.settings.topic("activity-tasks")
         self.intake = self.new_intake()
         self.effects = MemoryEffects()
         self.worker = Worker(
@@ -118,7 +117,7 @@ class Rig:
         self.worker.subscribe()
 
     def new_intake(self) -> MemoryGroupIntake:
-        return MemoryGroupIntake(self.broker, self.settings.topic("tasks"), GROUP)
+        return MemoryGroupIntake(self.broker, self.settings.topic("activity-tasks"), GROUP)
 
     def task(self, wf: str, activity: str, inp: Any, *, attempt: int = 1, raw=None) -> None:
         env: Envelope[Any] = Envelope(

@@ -9,7 +9,8 @@ import threading
 import pytest
 import redis
 
-from handlers.effects import RedisGate, Stopping
+from handlers.effects import RedisGate
+from orchestrator.io.ports import Stopping
 
 
 class Flaky:
@@ -81,7 +82,6 @@ def test_a_stop_ends_the_wait():
 
 
 def test_the_gate_stops_with_the_ports_one_stopping():
-    from orchestrator.io import ports
-    from orchestrator.io.kafka import broker_errors
+    from handlers import effects
 
-    assert Stopping is ports.Stopping is broker_errors.Stopping
+    assert effects.Stopping is Stopping

@@ -1,2 +1,2 @@
-"""Unit tests of orchestrator/runtime: the processes' loops and adapters, on the in-memory adapter
-(``runtime_support.MemoryRig``) or fakes; no broker, no Redis."""
+"""Unit tests of orchestrator/runtime/: the helpers every process shares (envelopes, JSON,
+sealing, tokens and proofs, metrics, GC policy); no broker, no Redis."""

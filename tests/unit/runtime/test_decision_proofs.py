@@ -25,7 +25,7 @@ from orchestrator.runtime.decision_proofs import (
     proof_matches,
     proofs_for,
 )
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import Settings
 
 SECRET = b"s" * 40

@@ -12,7 +12,7 @@ import gc
 import pytest
 
 from orchestrator.engine.recovery import Recovery
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 
 @pytest.mark.parametrize("enabled_before", [True, False])

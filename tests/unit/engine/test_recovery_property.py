@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from orchestrator.io.kafka.partitioning import partition_for
 from tests.integration import local_app
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 WORKFLOWS = {
     "three_step": lambda i: {"n": i},

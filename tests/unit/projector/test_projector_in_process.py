@@ -19,7 +19,7 @@ from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.projector.projector import Projector
 from tests.integration import local_app
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 GROUP = "mem.projector"
 

@@ -17,7 +17,7 @@ from orchestrator.io.kafka.broker_errors import (
     classify,
     retry_call,
 )
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 
 def _exc(code: int, **flags: bool) -> KafkaException:

@@ -8,7 +8,7 @@ learns what the orchestrator decided (docs/versioning.md, "Migrate").
   decided differently.
 * :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
   the operator checked) and watches two places until one answers, as a human-task
-  decision does (:mod:`orchestrator.client.task_decisions`): the run's history in the
+  decision does (:mod:`orchestrator.client.human_task_decisions`): the run's history in the
   read model (``WorkflowMigrated`` → migrated) and ``keel.dlq`` (the refused command's
   letter → refused, with the orchestrator's reason).
 """
@@ -23,7 +23,7 @@ from typing import Any
 from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history
-from orchestrator.client.task_decisions import DlqWatch
+from orchestrator.client.human_task_decisions import DlqWatch
 from orchestrator.domain.history.replay import (
     RunReport,
     group_runs,
@@ -34,7 +34,7 @@ from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.runtime.envelopes import command_envelope, now_ms
-from orchestrator.runtime.task_tokens import recorded_token_hashes
+from orchestrator.runtime.human_task_tokens import recorded_token_hashes
 from orchestrator.settings import Settings
 
 __all__ = ["MigrationOutcome", "MigrationPlan", "Outcome", "plan", "select", "send"]

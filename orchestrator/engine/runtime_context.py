@@ -22,13 +22,15 @@ __all__ = ["RuntimeContext", "Topics"]
 class Topics:
     commands: str
     events: str
-    tasks: str
+    activity_tasks: str
     snapshots: str
     dlq: str
 
     @classmethod
     def for_prefix(cls, topic: Callable[[str], str]) -> Topics:
-        return cls(*(topic(k) for k in ("commands", "events", "tasks", "snapshots", "dlq")))
+        return cls(
+            *(topic(k) for k in ("commands", "events", "activity-tasks", "snapshots", "dlq"))
+        )
 
 
 @dataclass

@@ -14,8 +14,8 @@ from orchestrator.domain.model.messages import (
     SignalWorkflow,
     StartWorkflow,
 )
-from orchestrator.engine.context import Topics
 from orchestrator.engine.orchestrator import Orchestrator
+from orchestrator.engine.runtime_context import Topics
 from orchestrator.examples import app as example_app
 from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
 from orchestrator.runtime.envelopes import now_ms
@@ -77,7 +77,7 @@ class MemoryRig:
     # -- a worker ------------------------------------------------------------------
     def work(self) -> int:
         """Run every new task with the app's handler and report its completion."""
-        tasks = self.broker.records(self.topics.tasks)
+        tasks = self.broker.records(self.topics.activity_tasks)
         new = [r for r in tasks if (r.topic, r.partition, r.offset) not in self._done()]
         for rec in new:
             env = codec.decode(rec.value)

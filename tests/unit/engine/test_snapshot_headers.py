@@ -22,7 +22,7 @@ from orchestrator.engine.snapshot_records import (
 )
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.runtime.envelopes import snapshot_envelope
-from tests.unit.runtime.runtime_support import MemoryRig, codec
+from tests.unit.memory_rig import MemoryRig, codec
 
 
 def _snapshot_records(rig: MemoryRig, wf: str) -> list:

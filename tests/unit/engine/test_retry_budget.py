@@ -54,7 +54,7 @@ def test_a_process_owning_every_partition_gets_the_whole_budget():
 
 
 def test_the_orchestrator_rescales_its_share_on_every_rebalance(tmp_path):
-    from tests.unit.runtime.runtime_support import MemoryRig
+    from tests.unit.memory_rig import MemoryRig
 
     rig = MemoryRig(tmp_path)
     rig.orch.step()  # owns all 4 partitions

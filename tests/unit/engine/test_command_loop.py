@@ -21,10 +21,10 @@ from orchestrator.domain.model.messages import (
     WorkflowStarted,
 )
 from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
-from orchestrator.io.kafka.broker_errors import CallStalled, ProducerReset, TxnAbortable
 from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.ports import CallStalled, ProducerReset, TxnAbortable
 from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
-from tests.unit.runtime.runtime_support import MemoryRig, codec
+from tests.unit.memory_rig import MemoryRig, codec
 
 
 def _sound(events) -> None:
@@ -39,7 +39,7 @@ def test_a_workflow_runs_to_completion_through_decide_events_tasks_commit(tmp_pa
     events = rig.events("wf-1")
     _sound(events)
     assert json.loads(events[-1].payload.output_json) == {"n": 36}
-    assert len(rig.broker.records(rig.topics.tasks)) == 3
+    assert len(rig.broker.records(rig.topics.activity_tasks)) == 3
     assert rig.letters() == []
     # the intake offsets were committed with the transactions
     p = partition_for(b"wf-1", 4)

@@ -1,7 +1,7 @@
 """The projector loop on the in-memory adapter: fold, write, skip poison, hold a failed batch.
 
 The events come from a real orchestrator loop on the same in-memory broker
-(``runtime_support.MemoryRig``). The same behaviour on Kafka and Redis:
+(``tests.unit.memory_rig.MemoryRig``). The same behaviour on Kafka and Redis:
 tests/integration/test_read_model.py and test_projector_outage.py.
 """
 
@@ -14,13 +14,12 @@ import pytest
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import WorkflowStarted
-from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
-from orchestrator.io.ports import ConsumerReset
+from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.projector.projector import Projector
 from orchestrator.runtime.envelopes import runtime_envelope
-from tests.unit.runtime.runtime_support import MemoryRig, codec
+from tests.unit.memory_rig import MemoryRig, codec
 
 GROUP = "mem.projector"
 

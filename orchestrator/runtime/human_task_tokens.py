@@ -1,7 +1,7 @@
 """Human-task tokens: HMAC(key, task id), recomputed whenever shown, never stored.
 
 The orchestrator's decider records only ``token_hash(token)`` in ``HumanTaskOpened``
-(docs/human-tasks.md); the connector and ``keel tasks`` recompute the token from the
+(docs/human-tasks.md); the connector and ``keel human-tasks`` recompute the token from the
 task id to show it to an approver, and send only its hash with a decision. Every process
 of one deployment must therefore hold the same key:
 

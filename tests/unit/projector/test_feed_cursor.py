@@ -16,8 +16,8 @@ from orchestrator.io.ports import Record
 from orchestrator.projector.committed import CommittedEvents
 from orchestrator.projector.committed_pipe import PipePublisher, read_frames
 from orchestrator.projector.feed_cursor import FeedCursor
-from tests.unit.runtime.runtime_support import MemoryRig
-from tests.unit.runtime.test_projector_in_process import Rig
+from tests.unit.memory_rig import MemoryRig
+from tests.unit.projector.test_projector_in_process import Rig
 
 
 class Calls:

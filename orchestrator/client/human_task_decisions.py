@@ -8,7 +8,7 @@ the decision (orchestrator/runtime/decision_proofs.py): the orchestrator refuses
 whose proof does not verify. So the sender, after Kafka acknowledged the
 command, watches two places until one answers:
 
-* the inbox record of the task (:mod:`orchestrator.io.redis.tasks_read_model`), which the
+* the inbox record of the task (:mod:`orchestrator.io.redis.human_task_inbox`), which the
   projector updates from ``HumanTaskDecided``: this actor's decision there → decided;
 * ``keel.dlq`` from the offsets it had *before* sending, for the letter whose causation id
   is the command's message id → refused, with the orchestrator's reason.
@@ -192,11 +192,11 @@ class DlqWatch:
 
 
 class TaskDesk:
-    """Decides tasks for an authenticated actor: ``keel tasks decide`` and the connector.
+    """Decides tasks for an authenticated actor: ``keel human-tasks decide`` and the connector.
 
     ``send(workflow_id, payload, message_id)`` publishes one command and returns once Kafka
     acknowledged it (:meth:`orchestrator.client.client.KeelClient.send_as`); ``tasks`` is
-    a :class:`~orchestrator.io.redis.tasks_read_model.TasksView`. Each decision is signed
+    a :class:`~orchestrator.io.redis.human_task_inbox.TasksView`. Each decision is signed
     with ``proofs`` (default: the deployment's key from ``settings``, loaded on first use),
     since the orchestrator refuses an unsigned one.
     """

@@ -16,9 +16,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.adapter import KafkaGroupIntake
-from orchestrator.io.kafka.broker_errors import Stopping
 from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
-from orchestrator.io.ports import ConsumerReset
+from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.settings import Settings
 
 SETTINGS = Settings(
@@ -54,7 +53,7 @@ class StuckConsumer:
 
 
 def _intake(stop: threading.Event) -> tuple[KafkaGroupIntake, StuckConsumer]:
-    intake = KafkaGroupIntake(SETTINGS, "mem.tasks", "mem.workers", stopping=stop.is_set)
+    intake = KafkaGroupIntake(SETTINGS, "mem.activity-tasks", "mem.workers", stopping=stop.is_set)
     intake.caller.slice_s = 0.005
     fake = StuckConsumer()
     intake._consumer = fake  # type: ignore[assignment]

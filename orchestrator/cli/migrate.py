@@ -20,7 +20,7 @@ from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
-    from orchestrator.client.migrations import MigrationPlan
+    from orchestrator.client.migration_requests import MigrationPlan
 
 console = LazyConsole(highlight=False, emoji=False, soft_wrap=True)
 
@@ -50,7 +50,7 @@ def migrate(
 ) -> None:
     """Move live runs to another version of their workflow (recorded: who, why)."""
     from orchestrator.client.client import KeelClient
-    from orchestrator.client.migrations import Outcome, plan, select, send
+    from orchestrator.client.migration_requests import Outcome, plan, select, send
     from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.settings import load_settings
 
@@ -108,7 +108,7 @@ def _out(json_: bool, obj: dict, text: str) -> None:
 
 
 def _print_plans(plans: list[MigrationPlan]) -> None:
-    from orchestrator.client.migrations import Outcome
+    from orchestrator.client.migration_requests import Outcome
 
     if len(plans) > 1:
         by_position: dict[tuple[str, str], int] = {}

@@ -9,7 +9,7 @@
 
 Every route needs ``Authorization: Bearer <actor token>`` (connectors/auth.py); 401 comes
 before anything about a task is looked at. What a decision answers comes from what the
-orchestrator decided (orchestrator/client/task_decisions.py). A task token is never
+orchestrator decided (orchestrator/client/human_task_decisions.py). A task token is never
 logged: log lines name the task id.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 from aiohttp import web
 
 from connectors.auth import Actor, Actors
-from orchestrator.client.task_decisions import MAX_REASON_CHARS, TaskDesk
+from orchestrator.client.human_task_decisions import MAX_REASON_CHARS, TaskDesk
 from orchestrator.domain.model.errors import KeelError, UnavailableError
 from orchestrator.domain.model.vocabulary import HumanDecision
-from orchestrator.io.redis.tasks_read_model import TasksView
-from orchestrator.runtime.task_tokens import TaskTokens
+from orchestrator.io.redis.human_task_inbox import TasksView
+from orchestrator.runtime.human_task_tokens import TaskTokens
 
 __all__ = ["TaskApi"]
 

@@ -1,8 +1,8 @@
-"""``keel tasks list | show | decide``: the human-task inbox and decisions from a terminal.
+"""``keel human-tasks list | show | decide``: the human-task inbox and decisions from a terminal.
 
-The inbox is the Redis projection of orchestrator/io/redis/tasks_read_model.py; a decision
+The inbox is the Redis projection of orchestrator/io/redis/human_task_inbox.py; a decision
 goes through the orchestrator exactly as the connector's ``POST /tasks/{token}/decision``
-does (orchestrator/client/task_decisions.py), acting as an actor of ``KEEL_ACTORS_FILE``.
+does (orchestrator/client/human_task_decisions.py), acting as an actor of ``KEEL_ACTORS_FILE``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
-    from orchestrator.io.redis.tasks_read_model import TasksView
+    from orchestrator.io.redis.human_task_inbox import TasksView
     from orchestrator.settings import Settings
 
-tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
+human_tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
 console = LazyConsole(highlight=False, emoji=False)
 
 #: ``decide`` sent the decision but the orchestrator did not answer in time.
@@ -31,8 +31,8 @@ _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(settings: Settings) -> TasksView:
+    from orchestrator.io.redis.human_task_inbox import TasksView
     from orchestrator.io.redis.read_model import redis_client
-    from orchestrator.io.redis.tasks_read_model import TasksView
 
     return TasksView(redis_client(settings.redis), settings.topic_prefix)
 
@@ -58,7 +58,7 @@ def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     """The task's token, when this process holds the deployment's key (else None)."""
     from orchestrator.domain.authoring.waits import token_hash
     from orchestrator.domain.model.errors import ConfigError
-    from orchestrator.runtime.task_tokens import load_task_tokens
+    from orchestrator.runtime.human_task_tokens import load_task_tokens
 
     try:
         tokens = load_task_tokens(settings, create=False)
@@ -68,7 +68,7 @@ def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     return token if view.token_hash_of(task_id) == token_hash(token) else None
 
 
-@tasks_app.command("list")
+@human_tasks_app.command("list")
 def list_(
     owner: Annotated[str | None, typer.Option(help="Only tasks assigned to this owner.")] = None,
     role: Annotated[str | None, typer.Option(help="Only tasks this role may decide.")] = None,
@@ -100,7 +100,7 @@ def list_(
     console.print(table)
 
 
-@tasks_app.command("show")
+@human_tasks_app.command("show")
 def show(
     token_or_id: Annotated[str, typer.Argument(metavar="TOKEN|ID", help="Task token or id.")],
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -154,7 +154,7 @@ def show(
     console.print(table)
 
 
-@tasks_app.command("decide")
+@human_tasks_app.command("decide")
 def decide(
     token: Annotated[
         str,
@@ -170,7 +170,7 @@ def decide(
     operation_digest: Annotated[
         str | None,
         typer.Option(
-            help="The digest of the operation you reviewed (`keel tasks show`); required to "
+            help="The digest of the operation you reviewed (`keel human-tasks show`); required to "
             "approve, unless a terminal asks you to confirm the operation it shows."
         ),
     ] = None,
@@ -193,7 +193,7 @@ def decide(
     """
     from connectors.auth import Actors
     from orchestrator.client.client import KeelClient, read_json_arg
-    from orchestrator.client.task_decisions import TaskDesk
+    from orchestrator.client.human_task_decisions import TaskDesk
     from orchestrator.domain.model.errors import (
         CommandRejected,
         ConfigError,
@@ -201,9 +201,9 @@ def decide(
         KeelError,
         NotFoundError,
     )
+    from orchestrator.io.redis.human_task_inbox import TasksView
     from orchestrator.io.redis.read_model import reachable
-    from orchestrator.io.redis.tasks_read_model import TasksView
-    from orchestrator.runtime.task_tokens import load_task_tokens
+    from orchestrator.runtime.human_task_tokens import load_task_tokens
     from orchestrator.settings import load_settings
 
     if approve == reject:
@@ -211,7 +211,7 @@ def decide(
     confirm = approve and operation_digest is None
     if confirm and not sys.stdin.isatty():
         raise InvalidInputError(
-            "--operation-digest is required to approve: `keel tasks show ID` shows the "
+            "--operation-digest is required to approve: `keel human-tasks show ID` shows the "
             "operation and its digest; pass the digest of what you reviewed"
         )
     corrected = None if correction is None else read_json_arg(correction, "--correction")

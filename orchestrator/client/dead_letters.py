@@ -221,11 +221,8 @@ def _claimed(settings: Settings, letter_ids: list[str]) -> dict[str, int]:
     return found
 
 
-def redrive(settings: Settings, client: Any = None, letter_id: str = "") -> str:
-    """Send one letter out again, once; returns what was done, in one line.
-
-    ``client`` is accepted for compatibility and not needed.
-    """
+def redrive(settings: Settings, letter_id: str) -> str:
+    """Send one letter out again, once; returns what was done, in one line."""
     found = [x for x in list_letters(settings) if x.id == letter_id]
     if not found:
         raise NotFoundError(f"no dead letter with id '{letter_id}'; see `keel dlq list --all`")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.client.dlq import Letter, LetterKind
+from orchestrator.client.dead_letters import Letter, LetterKind
 from orchestrator.codec import default_codec
 from orchestrator.domain.lifecycle.missing_versions import is_parked, parked_version
 from orchestrator.domain.model.messages import StartWorkflow, WorkflowNeedsAttention
@@ -24,7 +24,7 @@ from orchestrator.engine.parked_redrive import parked_to_redrive
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.io.kafka.partitioning import partition_for
 from tests.integration import versions_app
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 codec = default_codec()
 

@@ -545,7 +545,7 @@ def _build_command_intake(s: Settings) -> None:
 
 
 def _build_dlq_watch(s: Settings) -> None:
-    from orchestrator.client.task_decisions import DlqWatch
+    from orchestrator.client.human_task_decisions import DlqWatch
 
     DlqWatch(s)
 
@@ -593,7 +593,7 @@ def _build_bench_tail(s: Settings) -> None:
 
 
 def _build_demo_tail(s: Settings) -> None:
-    from ops.demo import EventTail
+    from ops.demo_job import EventTail
 
     EventTail(s)
 
@@ -615,7 +615,7 @@ def _build_demo_tail(s: Settings) -> None:
         ("ops.kafka_floor", "Consumer", _build_floor_watch),
         ("ops.kafka_floor", "Consumer", _build_floor_ceiling),
         ("ops.bench_probes", "Consumer", _build_bench_tail),
-        ("ops.demo", "Consumer", _build_demo_tail),
+        ("ops.demo_job", "Consumer", _build_demo_tail),
     ],
     ids=lambda v: v.__name__.removeprefix("_build_") if callable(v) else None,
 )
@@ -717,5 +717,5 @@ def test_every_client_construction_site_takes_its_config_from_a_builder() -> Non
         ("orchestrator/sagas/manager.py", "run", "Consumer"),
         ("orchestrator/io/kafka/topics.py", "admin_client", "AdminClient"),
         ("ops/kafka_floor.py", "hop", "AdminClient"),
-        ("ops/demo.py", "__init__", "Consumer"),
+        ("ops/demo_job.py", "__init__", "Consumer"),
     } <= routed

@@ -20,9 +20,9 @@ from orchestrator.domain.model.messages import (
     WorkflowFailed,
 )
 from orchestrator.engine.local_activities import LocalActivities
-from orchestrator.io.kafka.broker_errors import TxnAbortable
+from orchestrator.io.ports import TxnAbortable
 from tests.integration import local_app
-from tests.unit.runtime.runtime_support import MemoryRig
+from tests.unit.memory_rig import MemoryRig
 
 
 def _types(events) -> list[str]:
@@ -43,7 +43,7 @@ def test_a_chain_of_local_steps_is_one_transaction_and_writes_no_task(tmp_path):
     _sound(events)
     assert isinstance(events[-1].payload, WorkflowCompleted)
     assert json.loads(events[-1].payload.output_json) == {"n": 36}
-    assert rig.broker.records(rig.topics.tasks) == []
+    assert rig.broker.records(rig.topics.activity_tasks) == []
     assert rig.orch.stats.transactions == 1
     assert rig.orch.stats.local_activities == 3
 
@@ -73,12 +73,12 @@ def test_a_mixed_workflow_sends_only_its_remote_step_to_the_workers(tmp_path):
     events = rig.events("wf-1")
     _sound(events)
     assert json.loads(events[-1].payload.output_json) == {"n": 16}
-    tasks = [rig_decode(r) for r in rig.broker.records(rig.topics.tasks)]
+    tasks = [rig_decode(r) for r in rig.broker.records(rig.topics.activity_tasks)]
     assert [t.payload.activity_type for t in tasks] == ["double"]
 
 
 def rig_decode(rec: Any) -> Any:
-    from tests.unit.runtime.runtime_support import codec
+    from tests.unit.memory_rig import codec
 
     return codec.decode(rec.value)
 
@@ -134,7 +134,7 @@ def test_a_side_effect_rerun_after_an_abort_returns_the_recorded_result(tmp_path
 
     @side_effect
     def write(inp: dict[str, Any]) -> dict[str, Any]:
-        from handlers.context import activity
+        from handlers.activity_context import activity
 
         effects_made.append(activity().idempotency_key)
         return {"n": len(effects_made)}
@@ -205,7 +205,7 @@ def test_without_local_activities_every_step_goes_to_the_workers(tmp_path):
     rig.start("wf-1", "three_step_local", {"n": 2})
     rig.run()
     assert json.loads(rig.events("wf-1")[-1].payload.output_json) == {"n": 36}
-    assert len(rig.broker.records(rig.topics.tasks)) == 3
+    assert len(rig.broker.records(rig.topics.activity_tasks)) == 3
 
 
 def test_local_flag_changes_no_existing_digest():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.runtime.envelopes import snapshot_envelope
-from tests.unit.runtime.runtime_support import MemoryRig, codec
+from tests.unit.memory_rig import MemoryRig, codec
 
 
 def test_an_untouched_live_run_stays_unparsed_and_its_timer_is_armed(tmp_path):

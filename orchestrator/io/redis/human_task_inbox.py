@@ -274,7 +274,7 @@ def public_view(row: dict[str, str], run_status: str | None = None) -> dict[str,
 
 
 class TasksView:
-    """Reads of the inbox (the connector's ``GET /tasks``, ``keel tasks``)."""
+    """Reads of the inbox (the connector's ``GET /tasks``, ``keel human-tasks``)."""
 
     def __init__(self, client: Any, topic_prefix: str) -> None:
         self.r = client

@@ -1,0 +1,2 @@
+"""Unit tests of orchestrator/engine/, on the in-memory adapter (``tests.unit.memory_rig``) or fakes;
+no broker, no Redis."""
