@@ -34,8 +34,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
-
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.limits import loads_bounded
 from orchestrator.domain.model.messages import (
@@ -44,16 +42,10 @@ from orchestrator.domain.model.messages import (
     SagaEvent,
     WorkflowStarted,
 )
-from orchestrator.io.kafka.adapter import KafkaEventLog
-from orchestrator.io.kafka.clients import (
-    consumer_config,
-    next_offsets,
-    now_ms,
-    poll_records,
-    read_partitions,
-)
+from orchestrator.io.kafka.clients import ClientMessage, read_partitions
+from orchestrator.io.kafka.saga_feed import SagaFeed, SagaLog
 from orchestrator.io.ports import ProducerReset, Stopping, TxnAbortable
-from orchestrator.runtime.envelopes import command_envelope, runtime_envelope
+from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_envelope
 from orchestrator.sagas.declare import Saga, SagaFact, SagaView, command_id, sagas_of
 from orchestrator.settings import Settings
 
@@ -96,18 +88,6 @@ def _data(payload: Any) -> dict[str, Any]:
                 pass
         out[f.name] = value
     return out
-
-
-class _SagaLog(KafkaEventLog):
-    """The transactional producer; commits offsets of several topics."""
-
-    def commit_offsets(self, offsets: list[TopicPartition], meta: Any) -> None:
-        p = self.producer
-        self._call(
-            "send_offsets_to_transaction",
-            lambda rem: p.send_offsets_to_transaction(offsets, meta, rem),
-        )
-        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
 
 
 class SagaManager:
@@ -159,26 +139,20 @@ class SagaManager:
             self._stop.wait()
             return
         require_sagas_topic(self.settings)
-        consumer = Consumer(consumer_config(self.settings, f"{self.settings.topic_prefix}.sagas"))
+        feed = SagaFeed(self.settings, [self.events, self.facts_topic])
         txid = f"{self.settings.topic_prefix}.sagas.{self.instance_id}"
-        out = _SagaLog(self.settings, txid, None, stopping=self.stopping)
-        consumer.subscribe(
-            [self.events, self.facts_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_assign,
-            on_lost=self._on_assign,
-        )
+        out = SagaLog(self.settings, txid, None, stopping=self.stopping)
         log.info("saga manager %s runs %s", self.instance_id, ", ".join(sorted(self.sagas)))
         try:
             while not self.stopping():
-                msgs = poll_records(consumer, BATCH, 0.2)
-                if self._dirty:
-                    self._rebuild(consumer)
+                msgs = feed.poll(BATCH, 0.2)
+                if self._dirty or feed.changed:
+                    self._rebuild(feed)
                     msgs = []  # read again from the committed offsets
                 if not msgs:
                     continue
                 try:
-                    self._transact(consumer, out, msgs)
+                    self._transact(feed, out, msgs)
                 except TxnAbortable as exc:
                     log.warning("saga batch aborted, read again: %s", exc)
                     self.aborts += 1
@@ -195,35 +169,23 @@ class SagaManager:
         except Stopping:
             pass
         finally:
-            consumer.close()
+            feed.close()
             out.close()
-
-    def _on_assign(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
-        self._dirty = True
 
     # -- rebuild -----------------------------------------------------------------------
 
-    def _rebuild(self, consumer: Consumer) -> None:
+    def _rebuild(self, feed: SagaFeed) -> None:
         """Memberships and instances from the log, up to the committed offsets; the
         consumer then goes on from those offsets."""
         self._dirty = False
         self.rebuilds += 1
         self.members.clear()
         self.instances.clear()
-        owned = consumer.assignment()
-        if not owned:
+        ends = feed.rewind()
+        if not ends:
             return
-        committed = consumer.committed(owned, timeout=60)
-        ends: dict[str, dict[int, int]] = {self.events: {}, self.facts_topic: {}}
-        for tp in committed:
-            ends[tp.topic][tp.partition] = max(tp.offset, 0)
-            consumer.seek(
-                TopicPartition(
-                    tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                )
-            )
         for topic, learn in ((self.events, self._learn), (self.facts_topic, self._fold)):
-            starts = {p: 0 for p, end in ends[topic].items() if end > 0}
+            starts = {p: 0 for p, end in ends.get(topic, {}).items() if end > 0}
             for msg in read_partitions(self.settings, topic, starts, stop=self.stopping):
                 if (msg.offset() or 0) < ends[topic][msg.partition() or 0]:
                     env = self._decode(msg)
@@ -235,7 +197,7 @@ class SagaManager:
             len(self.instances),
         )
 
-    def _decode(self, msg: Message) -> Envelope[Any] | None:
+    def _decode(self, msg: ClientMessage) -> Envelope[Any] | None:
         try:
             return self.codec.decode(msg.value() or b"")
         except Exception as exc:  # a record the codec cannot read is not a saga's concern
@@ -278,7 +240,7 @@ class SagaManager:
 
     # -- one batch, one transaction -----------------------------------------------------
 
-    def _transact(self, consumer: Consumer, out: _SagaLog, msgs: list[Message]) -> None:
+    def _transact(self, feed: SagaFeed, out: SagaLog, msgs: list[ClientMessage]) -> None:
         out.begin()
         for msg in msgs:
             env = self._decode(msg)
@@ -288,9 +250,9 @@ class SagaManager:
                 self._route(out, env)
             else:
                 self._react(out, env)
-        out.commit_offsets(next_offsets(msgs), consumer.consumer_group_metadata())
+        out.commit_batch(msgs, feed)
 
-    def _route(self, out: _SagaLog, env: Envelope[Any]) -> None:
+    def _route(self, out: SagaLog, env: Envelope[Any]) -> None:
         for saga, corr, name in self._learn(env):
             if not saga.wants(name, env.type):
                 continue
@@ -317,7 +279,7 @@ class SagaManager:
             out.append(self.facts_topic, self.codec.encode(record), key.encode())
             self.routed += 1
 
-    def _react(self, out: _SagaLog, env: Envelope[Any]) -> None:
+    def _react(self, out: SagaLog, env: Envelope[Any]) -> None:
         p = env.payload
         saga = self.sagas.get(p.saga) if isinstance(p, SagaEvent) else None
         if saga is None:
