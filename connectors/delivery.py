@@ -9,16 +9,21 @@ timeout; one poll thread and a future per record is all this needs.)
 :class:`Dedupe` keeps one Redis key per (source, event id) under the ``dd`` keyspace
 (``orchestrator/io/redis/keyspace.py``): ``pending`` while one connector delivers it (a
 ``SET NX`` with a short expiry, so a crashed holder frees it), ``done`` once Kafka
-acknowledged it (kept for the source's dedupe TTL).
+acknowledged it (kept for the source's dedupe TTL). It holds at most
+:data:`MAX_REDIS_CONNECTIONS` connections; a request waits for a free one (up to the wait
+for Kafka), so a burst of deliveries queues instead of being refused: only Redis itself
+failing, or no connection coming free in that wait, is a 503 (docs/connector.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -33,9 +38,12 @@ from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.runtime.envelopes import now_ms
 from orchestrator.settings import Settings
 
-__all__ = ["AckingProducer", "Claim", "ClaimState", "Dedupe"]
+__all__ = ["MAX_REDIS_CONNECTIONS", "AckingProducer", "Claim", "ClaimState", "Dedupe"]
 
 log = logging.getLogger("keel.connector")
+
+#: Redis connections one connector holds at most; a request waits for a free one.
+MAX_REDIS_CONNECTIONS = 64
 
 
 class AckingProducer:
@@ -160,16 +168,39 @@ class Dedupe:
         self.lock_ms = int(lock_s * 1000)
         self.wait_s = wait_s
         self._release = redis.register_script(_RELEASE)
+        # every command takes a slot first, so the pool below never runs out
+        self._slots = asyncio.Semaphore(MAX_REDIS_CONNECTIONS)
 
     @classmethod
     def connect(cls, url: str, keyspace: Keyspace, lock_s: float, wait_s: float) -> Dedupe:
-        """Markers in the Redis at ``url``, over a connection of its own with bounded waits."""
+        """Markers in the Redis at ``url``, over a pool of its own with bounded waits."""
         return cls(
-            Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5),
+            Redis.from_url(
+                url,
+                socket_connect_timeout=2,
+                socket_timeout=5,
+                max_connections=MAX_REDIS_CONNECTIONS,
+            ),
             keyspace,
             lock_s,
             wait_s,
         )
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the pool's connections, waited for up to ``wait_s`` (a burst queues)."""
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise UnavailableError(
+                f"the connector is busy: none of its {MAX_REDIS_CONNECTIONS} Redis connections "
+                f"came free within {self.wait_s:g} s"
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     async def aclose(self) -> None:
         await self.redis.aclose()
@@ -183,9 +214,11 @@ class Dedupe:
         deadline = loop.time() + self.wait_s
         try:
             while True:
-                if await self.redis.set(key, pending, nx=True, px=self.lock_ms):
-                    return Claim(ClaimState.CLAIMED, token)
-                raw = await self.redis.get(key)
+                async with self._slot():
+                    if await self.redis.set(key, pending, nx=True, px=self.lock_ms):
+                        return Claim(ClaimState.CLAIMED, token)
+                async with self._slot():
+                    raw = await self.redis.get(key)
                 if raw is None:
                     continue  # it expired or was released between the two calls
                 record = json.loads(raw)
@@ -201,8 +234,9 @@ class Dedupe:
         """Free our claim after a failed delivery, so the sender's retry goes through."""
         pending = json.dumps({"state": "pending", "token": token})
         try:
-            await self._release(keys=[self.keyspace.dedupe(source, event_id)], args=[pending])
-        except RedisError as exc:  # the claim expires by itself
+            async with self._slot():
+                await self._release(keys=[self.keyspace.dedupe(source, event_id)], args=[pending])
+        except (RedisError, UnavailableError) as exc:  # the claim expires by itself
             log.warning("could not release the claim on %s/%s: %s", source, event_id, exc)
 
     async def done(
@@ -216,13 +250,17 @@ class Dedupe:
         }
         key = self.keyspace.dedupe(source, event_id)
         try:
-            await self.redis.set(key, json.dumps(record), ex=ttl_s)
+            async with self._slot():
+                await self.redis.set(key, json.dumps(record), ex=ttl_s)
         except RedisError as exc:
             raise _redis_down(exc) from None
 
     async def reachable(self) -> str | None:
         try:
-            await self.redis.ping()
+            async with self._slot():
+                await self.redis.ping()
+        except UnavailableError as exc:
+            return str(exc)
         except RedisError as exc:
             return f"Redis is unreachable: {type(exc).__name__}: {exc}"
         return None
