@@ -349,6 +349,7 @@ class Worker:
         gate = self.redis_gate
         return {
             "role": "worker",
+            "topic_prefix": self.settings.topic_prefix,
             "instance_id": self.instance_id,
             "pid": os.getpid(),
             "state": self.state,

@@ -22,12 +22,11 @@ import typer
 
 from orchestrator.cli import (
     connector,
-    demo,
     dlq,
     human_task_commands,
-    infra,
     sagas,
     services,
+    topic_commands,
     versioning,
     workflow,
 )
@@ -40,8 +39,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(infra.infra_app, name="infra")
-app.add_typer(infra.topics_app, name="topics")
+app.add_typer(topic_commands.topics_app, name="topics")
 app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
@@ -54,9 +52,19 @@ app.command("worker")(services.worker)
 app.command("projector")(services.projector)
 app.command("sagas")(sagas.sagas)
 app.command("connector")(connector.connector)
-app.command("dev")(services.dev)
-app.command("bench")(services.bench)
-app.command("demo")(demo.demo)
+
+
+def _add_tools(app: typer.Typer) -> None:
+    """The dev tools' commands (``keel infra``, ``dev``, ``bench``, ``demo``), registered by
+    whatever installed distribution declares a ``keel.tools`` entry point: the tools live in
+    ``ops/``, which the product never imports."""
+    from importlib.metadata import entry_points
+
+    for tool in sorted(entry_points(group="keel.tools"), key=lambda e: e.name):
+        tool.load()(app)
+
+
+_add_tools(app)
 
 err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 

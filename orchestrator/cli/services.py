@@ -1,4 +1,4 @@
-"""``keel orchestrator | worker | projector | dev`` and ``keel projections rebuild``.
+"""``keel orchestrator | worker | projector`` and ``keel projections rebuild``.
 
 Each command imports the runtime it runs inside its body: a service process loads what
 its own loop needs and nothing of the other commands (the orchestrator, say, no client,
@@ -8,11 +8,7 @@ connector or local-stack tooling).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -224,99 +220,3 @@ def projections_status(
             escape(str(p.get("last_error") or "-")),
         )
     console.print(table)
-
-
-def dev(
-    app: AppOption = DEFAULT_APP,
-    connector_port: Annotated[
-        int, typer.Option(min=0, max=65535, help="Port of the connector (loopback).")
-    ] = 8700,
-) -> None:
-    """Everything in one command: local stack, topics, orchestrator, worker and connector."""
-    from ops.local import LocalStack
-    from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import load_settings
-
-    settings = load_settings()
-    if not settings.bootstrap_servers:
-        LocalStack(settings).up()
-    create_topics(settings)
-    roles = ("orchestrator", "worker", "connector")
-    extra = {"connector": ["--port", str(connector_port)]}
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", role, "--app", app, *extra.get(role, [])],
-            env=os.environ.copy(),
-        )
-        for role in roles
-    ]
-    pids = ", ".join(f"{r} pid {c.pid}" for r, c in zip(roles, children, strict=True))
-    console.print(f"keel dev: {pids}; Ctrl-C stops them")
-    try:
-        while all(c.poll() is None for c in children):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for c in children:
-            if c.poll() is None:
-                c.terminate()
-        for c in children:
-            c.wait(timeout=30)
-
-
-def bench(
-    workflows: Annotated[int, typer.Option(help="Workflows in the throughput phase.")] = 2000,
-    runs: Annotated[int, typer.Option(help="Runs; each metric is the median.")] = 3,
-    light: Annotated[int, typer.Option(help="Workflows in the light-load phase.")] = 100,
-    light_rate: Annotated[float, typer.Option(help="Starts per second at light load.")] = 20.0,
-    recovery: Annotated[
-        int | None,
-        typer.Option(help="Instead: N live runs, SIGKILL, restart; time to the first decision."),
-    ] = None,
-    finished: Annotated[
-        int | None,
-        typer.Option(help="Instead: N runs to their end; orchestrator RSS, then after restart."),
-    ] = None,
-    light_only: Annotated[
-        bool, typer.Option(help="Only the light-load phases and Kafka's floor (~40 s a run).")
-    ] = False,
-    throughput_only: Annotated[
-        bool, typer.Option(help="Only the two bursts with the projector on, with CPU per run.")
-    ] = False,
-    keep_topics: Annotated[
-        bool,
-        typer.Option(help="Keep each run's topics and Redis keys (dropped by default)."),
-    ] = False,
-) -> None:
-    """Measure the durable core on the real broker; the last line is one JSON object."""
-    from rich.console import Console
-
-    from ops.bench import run_bench
-    from ops.bench_restart import run_finished, run_recovery
-    from ops.local import LocalStack
-    from orchestrator.settings import load_settings
-
-    settings = load_settings()
-    if not settings.bootstrap_servers:
-        LocalStack(settings).up()
-    err = Console(stderr=True, highlight=False)
-    if recovery is not None:
-        result = run_recovery(settings, recovery, lambda m: err.print(m), keep_topics)
-    elif finished is not None:
-        result = run_finished(settings, finished, lambda m: err.print(m), keep_topics)
-    else:
-        if light_only and throughput_only:
-            raise typer.BadParameter("--light-only and --throughput-only exclude each other")
-        result = run_bench(
-            settings,
-            workflows,
-            runs,
-            light,
-            light_rate,
-            lambda m: err.print(m),
-            light_only,
-            throughput_only,
-            keep_topics,
-        )
-    typer.echo(json.dumps(result))

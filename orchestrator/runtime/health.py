@@ -22,9 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from orchestrator.runtime.supervisor import health_of_all
 
-__all__ = ["StatusFile", "status_path"]
+__all__ = ["STALE_AFTER_S", "StatusFile", "service_health", "status_path"]
 
 log = logging.getLogger("keel.health")
 
@@ -95,3 +97,50 @@ class StatusFile:
                 len(status.get("quarantined", [])),
                 dead or "none",
             )
+
+
+#: A status file older than this belongs to a process that stopped or hangs.
+STALE_AFTER_S = 15.0
+
+
+def service_health(home: Path, now: float | None = None) -> list[dict[str, Any]]:
+    """What each Keel process last wrote to ``<KEEL_HOME>/status/*.json``, with a verdict.
+
+    A live process has problems when its file is stale (it hangs), a background thread
+    died, a supervised loop waits out a failure before its restart (a projector child
+    that keeps exiting, say), or it is not running (recovering, resetting); a process
+    that is gone (stopped, or killed) is listed as such and is no problem of the running
+    stack.
+    """
+    now = time.time() if now is None else now
+    rows = []
+    for path in sorted((home / "status").glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        age = now - float(data.get("updated_at", 0))
+        pid = data.get("pid")
+        gone = data.get("state") == "stopped" or not (
+            isinstance(pid, int) and psutil.pid_exists(pid)
+        )
+        dead = sorted(name for name, alive in data.get("threads", {}).items() if not alive)
+        problems = []
+        if not gone:
+            if age > STALE_AFTER_S:
+                problems.append(f"no update for {age:.0f}s")
+            if dead:
+                problems.append("dead threads: " + ", ".join(dead))
+            if data.get("state") not in (None, "running"):
+                problems.append(f"state {data.get('state')}")
+            restarting = [
+                f"{name} ({info.get('restarts', 0)} restarts; {info.get('last_error') or '?'})"
+                for name, info in sorted(data.get("supervised", {}).items())
+                if isinstance(info, dict) and info.get("state") == "backoff"
+            ]
+            if restarting:
+                problems.append("restarting after a failure: " + ", ".join(restarting))
+        rows.append(
+            {"file": path.stem, **data, "age_s": round(age, 1), "gone": gone, "problems": problems}
+        )
+    return rows

@@ -598,6 +598,12 @@ def _build_demo_tail(s: Settings) -> None:
     EventTail(s)
 
 
+def _build_saga_feed(s: Settings) -> None:
+    from orchestrator.io.kafka.saga_feed import SagaFeed
+
+    SagaFeed(s, ["t.events", "t.sagas"])
+
+
 @pytest.mark.parametrize(
     ("module", "kind", "build"),
     [
@@ -616,6 +622,7 @@ def _build_demo_tail(s: Settings) -> None:
         ("ops.kafka_floor", "Consumer", _build_floor_ceiling),
         ("ops.bench_probes", "Consumer", _build_bench_tail),
         ("ops.demo_job", "Consumer", _build_demo_tail),
+        ("orchestrator.io.kafka.saga_feed", "Consumer", _build_saga_feed),
     ],
     ids=lambda v: v.__name__.removeprefix("_build_") if callable(v) else None,
 )
@@ -714,7 +721,7 @@ def test_every_client_construction_site_takes_its_config_from_a_builder() -> Non
     assert {
         ("orchestrator/io/kafka/clients.py", "transactional_producer", "Producer"),
         ("orchestrator/io/kafka/clients.py", "read_batches", "Consumer"),
-        ("orchestrator/sagas/manager.py", "run", "Consumer"),
+        ("orchestrator/io/kafka/saga_feed.py", "__init__", "Consumer"),
         ("orchestrator/io/kafka/topics.py", "admin_client", "AdminClient"),
         ("ops/kafka_floor.py", "hop", "AdminClient"),
         ("ops/demo_job.py", "__init__", "Consumer"),

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from orchestrator.cli.infra import STALE_AFTER_S, service_health
+from orchestrator.runtime.health import STALE_AFTER_S, service_health
 
 NOW = 1_800_000_000.0
 

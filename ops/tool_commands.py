@@ -1,0 +1,268 @@
+"""The dev tools' commands: ``keel infra up|status|down|fetch``, ``keel dev``, ``keel bench``
+and ``keel demo``.
+
+They live with the tools (the local stack, the benchmarks, the demo job), not in the
+product: the ``keel`` command finds them through the ``keel.tools`` entry point
+(pyproject.toml), so an install without ``ops`` has the product's commands only, and nothing
+in the product imports this package (the ``tools-out`` import contract).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.services import DEFAULT_APP, AppOption
+
+if TYPE_CHECKING:
+    from ops.local import StackStatus
+
+__all__ = ["register"]
+
+infra_app = typer.Typer(help="Local Kafka (KRaft) and Redis for a laptop, tests and benchmarks.")
+console = LazyConsole(highlight=False, emoji=False)
+
+#: Runs in ``keel demo``'s batch: about 15 s on 2 cores.
+DEFAULT_SIZE = 300
+
+
+def demo(
+    size: Annotated[
+        int, typer.Option(min=3, max=5000, help="Workflow runs in the batch (3 kinds in turn).")
+    ] = DEFAULT_SIZE,
+) -> None:
+    """Run a batch of workflows, SIGKILL the orchestrator halfway, check every invariant.
+
+    Needs Kafka and Redis: `keel infra up` first, or KEEL_BOOTSTRAP_SERVERS and
+    KEEL_REDIS_URL. Exits 1 if any invariant failed.
+    """
+    from rich.console import Console
+
+    from ops.demo_job import run_demo
+    from orchestrator.settings import load_settings
+
+    console = Console(highlight=False, width=None)
+    code = run_demo(load_settings(), size, console)
+    raise typer.Exit(code)
+
+
+def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
+    from orchestrator.settings import redact
+
+    if as_json:
+        typer.echo(json.dumps(status.to_json()))
+        return
+    if headline:
+        console.print(headline)
+    if not status.processes:
+        console.print("no local stack is running")
+        return
+    table = new_table("role", "node", "pid", "port", "healthy")
+    for p in status.processes:
+        mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
+        table.add_row(p.role, str(p.node_id or "-"), str(p.pid), str(p.port), mark)
+    console.print(table)
+    console.print(f"KEEL_BOOTSTRAP_SERVERS={redact(status.bootstrap_servers)}", markup=False)
+    console.print(f"KEEL_REDIS_URL={redact(status.redis_url)}", markup=False)
+
+
+@infra_app.command("up")
+def up(
+    brokers: Annotated[
+        int | None,
+        typer.Option(help="Number of KRaft nodes (default: the running stack's, else 1)."),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+) -> None:
+    """Fetch Kafka once, start the broker(s) and Redis; return when both answer."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
+    stack = LocalStack(load_settings(), brokers=brokers)
+    was_running = stack.status().running
+    status = stack.up()
+    headline = "already running:" if was_running else "started:"
+    _print_status(status, json_, headline)
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    if row["gone"]:
+        return f"gone (last report {row['age_s']:.0f}s ago)"
+    if row["problems"]:
+        return "[red]" + escape("; ".join(row["problems"])) + "[/red]"
+    return "[green]ok[/green]"
+
+
+def _print_services(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    table = new_table(
+        "service", "prefix", "partitions", "last commit", "resets", "stalled", "quarantined",
+        "health",
+    )  # fmt: skip
+    for r in rows:
+        commit = r.get("last_commit_age_s")
+        table.add_row(
+            escape(r["file"]),
+            escape(str(r.get("topic_prefix", "-"))),
+            escape(str(r.get("assigned_partitions", "-"))),
+            "-" if commit is None else f"{commit:.1f}s ago",
+            str(r.get("producer_resets", 0)),
+            str(r.get("stalled_calls", 0)),
+            str(len(r.get("quarantined", []))),
+            _verdict(r),
+        )
+    console.print(table)
+
+
+@infra_app.command("status")
+def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Show the local stack's processes and the health Keel's services last reported."""
+    from ops.local import LocalStack
+    from orchestrator.runtime.health import service_health
+    from orchestrator.settings import load_settings
+
+    settings = load_settings()
+    current = LocalStack(settings).status()
+    services = service_health(settings.home)
+    if json_:
+        typer.echo(json.dumps({**current.to_json(), "services": services}))
+    else:
+        _print_status(current, False)
+        _print_services(services)
+    if not current.healthy or any(r["problems"] for r in services):
+        raise typer.Exit(3)
+
+
+@infra_app.command("down")
+def down() -> None:
+    """Stop the local stack by its recorded PIDs and wait for every process to exit."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
+    stopped = LocalStack(load_settings()).down()
+    if stopped:
+        console.print("stopped: " + ", ".join(f"{r.role} (pid {r.pid})" for r in stopped))
+    else:
+        console.print("nothing was running")
+
+
+@infra_app.command("fetch")
+def fetch() -> None:
+    """Fetch the pinned Kafka jars from Maven Central into KEEL_HOME (once)."""
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
+    path = LocalStack(load_settings()).fetch_kafka()
+    console.print(f"Kafka jars in {path}")
+
+
+def dev(
+    app: AppOption = DEFAULT_APP,
+    connector_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of the connector (loopback).")
+    ] = 8700,
+) -> None:
+    """Everything in one command: local stack, topics, orchestrator, worker and connector."""
+    from ops.local import LocalStack
+    from orchestrator.io.kafka.topics import create_topics
+    from orchestrator.settings import load_settings
+
+    settings = load_settings()
+    if not settings.bootstrap_servers:
+        LocalStack(settings).up()
+    create_topics(settings)
+    roles = ("orchestrator", "worker", "connector")
+    extra = {"connector": ["--port", str(connector_port)]}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", role, "--app", app, *extra.get(role, [])],
+            env=os.environ.copy(),
+        )
+        for role in roles
+    ]
+    pids = ", ".join(f"{r} pid {c.pid}" for r, c in zip(roles, children, strict=True))
+    console.print(f"keel dev: {pids}; Ctrl-C stops them")
+    try:
+        while all(c.poll() is None for c in children):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+        for c in children:
+            c.wait(timeout=30)
+
+
+def bench(
+    workflows: Annotated[int, typer.Option(help="Workflows in the throughput phase.")] = 2000,
+    runs: Annotated[int, typer.Option(help="Runs; each metric is the median.")] = 3,
+    light: Annotated[int, typer.Option(help="Workflows in the light-load phase.")] = 100,
+    light_rate: Annotated[float, typer.Option(help="Starts per second at light load.")] = 20.0,
+    recovery: Annotated[
+        int | None,
+        typer.Option(help="Instead: N live runs, SIGKILL, restart; time to the first decision."),
+    ] = None,
+    finished: Annotated[
+        int | None,
+        typer.Option(help="Instead: N runs to their end; orchestrator RSS, then after restart."),
+    ] = None,
+    light_only: Annotated[
+        bool, typer.Option(help="Only the light-load phases and Kafka's floor (~40 s a run).")
+    ] = False,
+    throughput_only: Annotated[
+        bool, typer.Option(help="Only the two bursts with the projector on, with CPU per run.")
+    ] = False,
+    keep_topics: Annotated[
+        bool,
+        typer.Option(help="Keep each run's topics and Redis keys (dropped by default)."),
+    ] = False,
+) -> None:
+    """Measure the durable core on the real broker; the last line is one JSON object."""
+    from rich.console import Console
+
+    from ops.bench import run_bench
+    from ops.bench_restart import run_finished, run_recovery
+    from ops.local import LocalStack
+    from orchestrator.settings import load_settings
+
+    settings = load_settings()
+    if not settings.bootstrap_servers:
+        LocalStack(settings).up()
+    err = Console(stderr=True, highlight=False)
+    if recovery is not None:
+        result = run_recovery(settings, recovery, lambda m: err.print(m), keep_topics)
+    elif finished is not None:
+        result = run_finished(settings, finished, lambda m: err.print(m), keep_topics)
+    else:
+        if light_only and throughput_only:
+            raise typer.BadParameter("--light-only and --throughput-only exclude each other")
+        result = run_bench(
+            settings,
+            workflows,
+            runs,
+            light,
+            light_rate,
+            lambda m: err.print(m),
+            light_only,
+            throughput_only,
+            keep_topics,
+        )
+    typer.echo(json.dumps(result))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the tools' commands to ``keel`` (the ``keel.tools`` entry point)."""
+    app.add_typer(infra_app, name="infra")
+    app.command("dev")(dev)
+    app.command("bench")(bench)
+    app.command("demo")(demo)

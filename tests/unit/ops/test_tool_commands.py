@@ -1,0 +1,52 @@
+"""The dev tools' commands reach ``keel`` through the ``keel.tools`` entry point, and
+``keel infra status`` tells a stopped service from a healthy one (docs/local-infra.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+
+def _status_file(home: Path, name: str, **fields: object) -> None:
+    (home / "status").mkdir(exist_ok=True)
+    data = {"state": "running", "pid": os.getpid(), "updated_at": time.time(), **fields}
+    (home / "status" / f"{name}.json").write_text(json.dumps(data))
+
+
+def test_the_tools_commands_come_from_their_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    tools = {e.name: e.value for e in entry_points(group="keel.tools")}
+    assert tools == {"ops": "ops.tool_commands:register"}
+    names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    assert {"infra", "dev", "bench", "demo"} <= names
+
+
+def test_a_stopped_worker_is_gone_and_each_service_shows_its_prefix(tmp_path: Path) -> None:
+    _status_file(tmp_path, "orchestrator-a", topic_prefix="shop", assigned_partitions=[0, 1])
+    _status_file(tmp_path, "worker-b", topic_prefix="shop", state="stopped")
+    done = CliRunner().invoke(
+        app, ["infra", "status"], env={"KEEL_HOME": str(tmp_path), "COLUMNS": "200"}
+    )
+    rows = {line.split()[1]: line for line in done.output.splitlines() if line.startswith("│ ")}
+    assert "gone (last report" in rows["worker-b"]
+    assert "ok" not in rows["worker-b"].split("│")[-2]
+    assert rows["orchestrator-a"].split("│")[-2].strip() == "ok"
+    assert [c.strip() for c in rows["worker-b"].split("│")[2:3]] == ["shop"]
+    assert done.exit_code == 3  # no local stack runs here: not well
+
+
+def test_the_product_imports_no_tool() -> None:
+    code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if m == 'ops' or m.startswith('ops.')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # the entry point loads the tools' commands module, and only it: the stack, the bench
+    # and the demo load when their command runs
+    assert done.stdout.strip() == "['ops', 'ops.tool_commands']"
