@@ -9,14 +9,15 @@
 
 Every route needs ``Authorization: Bearer <actor token>`` (connectors/auth.py); 401 comes
 before anything about a task is looked at. What a decision answers comes from what the
-orchestrator decided (orchestrator/client/human_task_decisions.py). A task token is never
-logged: log lines name the task id.
+orchestrator decided (orchestrator/client/human_task_decisions.py). A decision body is
+read within the read timeout and checked by the input rule of docs/limits.md (``NaN``, a
+lone surrogate or invalid UTF-8 is a 400). A task token is never logged: log lines name the
+task id.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from functools import partial
@@ -25,8 +26,10 @@ from typing import Any
 from aiohttp import web
 
 from connectors.auth import Actor, Actors
+from connectors.json_answers import error_answer, json_answer, read_body
+from connectors.webhooks import parse_body
 from orchestrator.client.human_task_decisions import MAX_REASON_CHARS, TaskDesk
-from orchestrator.domain.model.errors import KeelError, UnavailableError
+from orchestrator.domain.model.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.model.vocabulary import HumanDecision
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.runtime.human_task_tokens import TaskTokens
@@ -41,10 +44,6 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _error(status: int, reason: str, **headers: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status, headers=headers or None)
-
-
 class TaskApi:
     """The task routes of one connector process."""
 
@@ -54,11 +53,14 @@ class TaskApi:
         view: TasksView,
         desk: TaskDesk,
         tokens: TaskTokens | None,
+        *,
+        read_timeout_s: float = 10.0,
     ) -> None:
         self.actors = actors
         self.view = view
         self.desk = desk
         self.tokens = tokens
+        self.read_timeout_s = read_timeout_s
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/tasks", self.list_tasks)
@@ -68,10 +70,12 @@ class TaskApi:
     # ------------------------------------------------------------------ helpers
     def _actor(self, request: web.Request) -> Actor | web.Response:
         if not self.actors:
-            return _error(401, "no actors are configured (KEEL_ACTORS_FILE); nobody may decide")
+            return error_answer(
+                401, "no actors are configured (KEEL_ACTORS_FILE); nobody may decide"
+            )
         actor = self.actors.authenticate(request.headers.get("Authorization"))
         if actor is None:
-            return _error(
+            return error_answer(
                 401,
                 "missing or unknown bearer token (Authorization: Bearer <actor token>)",
                 **{"WWW-Authenticate": 'Bearer realm="keel"'},
@@ -114,7 +118,7 @@ class TaskApi:
                 token = await self._run(self._token_for, t, actor)
                 if token is not None:
                     t["token"] = token
-        return web.json_response({"actor": actor.name, "tasks": tasks})
+        return json_answer({"actor": actor.name, "tasks": tasks})
 
     async def show_task(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
@@ -122,28 +126,28 @@ class TaskApi:
             return actor
         token = request.match_info["token"]
         if not _TOKEN.match(token):
-            return _error(404, "no human task has this token")
+            return error_answer(404, "no human task has this token")
         try:
             task = await self._run(self.desk.find, token)
             if task is None:
-                return _error(404, "no human task has this token")
+                return error_answer(404, "no human task has this token")
             task["history"] = await self._run(self.view.history, task["task_id"])
         except Exception as exc:
             return _unavailable(exc)
-        return web.json_response(task)
+        return json_answer(task)
 
     async def decide(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
         if isinstance(actor, web.Response):
             return actor
         token = request.match_info["token"]
-        body = await _read_body(request)
+        body = await _read_decision(request, self.read_timeout_s)
         if isinstance(body, web.Response):
             return body
         decision, reason, digest, correction = body
         if not _TOKEN.match(token):
             # not a token Keel ever issues: nothing can have it
-            return _error(404, "no human task has this token")
+            return error_answer(404, "no human task has this token")
         try:
             outcome = await self._run(
                 self.desk.decide,
@@ -158,7 +162,7 @@ class TaskApi:
         except UnavailableError as exc:
             return _unavailable(exc)
         except KeelError as exc:
-            return _error(400, str(exc))
+            return error_answer(400, str(exc))
         except Exception as exc:  # Redis or Kafka unavailable while reading/sending
             return _unavailable(exc)
         task_id = outcome.task["task_id"] if outcome.task else "-"
@@ -170,39 +174,35 @@ class TaskApi:
             outcome.status,
             outcome.http_status,
         )
-        return web.json_response(outcome.body(), status=outcome.http_status)
+        return json_answer(outcome.body(), outcome.http_status)
 
 
-async def _read_body(
-    request: web.Request,
+async def _read_decision(
+    request: web.Request, timeout_s: float
 ) -> tuple[str, str, str | None, Any] | web.Response:
     """``(decision, reason, operation digest, correction)`` of a decision body, or the 4xx
     answer."""
-    if request.content_length is not None and request.content_length > MAX_DECISION_BYTES:
-        return _error(413, f"a decision body is at most {MAX_DECISION_BYTES:,} bytes")
-    raw = await request.content.read(MAX_DECISION_BYTES + 1)
-    if len(raw) > MAX_DECISION_BYTES:
-        return _error(413, f"a decision body is at most {MAX_DECISION_BYTES:,} bytes")
+    raw = await read_body(request, MAX_DECISION_BYTES, timeout_s)
+    if isinstance(raw, web.Response):
+        return raw
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return _error(400, f"the body is not JSON: {str(exc)[:200]}")
-    if not isinstance(data, dict):
-        return _error(400, "the body must be a JSON object")
+        data = parse_body(raw, MAX_DECISION_BYTES)  # the same rule as a webhook's body
+    except InvalidInputError as exc:
+        return error_answer(400, str(exc))
     unknown = set(data) - {"decision", "reason", "operation_digest", "correction"}
     if unknown:
-        return _error(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
+        return error_answer(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
     decision = data.get("decision")
     if decision not in tuple(HumanDecision):
-        return _error(400, "decision must be 'approve' or 'reject'")
+        return error_answer(400, "decision must be 'approve' or 'reject'")
     reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
-        return _error(400, f"reason must be text of at most {MAX_REASON_CHARS} characters")
+        return error_answer(400, f"reason must be text of at most {MAX_REASON_CHARS} characters")
     digest = data.get("operation_digest")
     if digest is not None and (not isinstance(digest, str) or not _HEX64.match(digest)):
-        return _error(400, "operation_digest must be the 64-hex digest shown with the task")
+        return error_answer(400, "operation_digest must be the 64-hex digest shown with the task")
     if decision == HumanDecision.APPROVE and digest is None:
-        return _error(
+        return error_answer(
             400, "an approval names the operation_digest it approves (shown with the task)"
         )
     return str(decision), reason, digest, data.get("correction")
@@ -210,5 +210,5 @@ async def _read_body(
 
 def _unavailable(exc: Exception) -> web.Response:
     log.warning("human tasks: 503: %s: %s", type(exc).__name__, str(exc)[:300])
-    return _error(503, f"the read model or Kafka is unavailable: {type(exc).__name__}",
+    return error_answer(503, f"the read model or Kafka is unavailable: {type(exc).__name__}",
                   **{"Retry-After": "1"})  # fmt: skip

@@ -3,7 +3,8 @@ and serves the human-task inbox and decisions (connectors/human_task_api.py).
 
 ``POST /webhooks/{source}`` runs these steps, in this order (docs/connector.md):
 
-1. the source is declared (else 404); the body fits the size limit (else 413);
+1. the source is declared (else 404); the body fits the size limit (else 413) and arrives
+   within the read timeout (else 408);
 2. the ``Keel-Signature`` matches under an active secret, in the time window (else 401);
 3. the body is a JSON object the source can read and route (else 400, with the reason);
 4. the event id is claimed in Redis: delivered before → 200 ``{"duplicate": true}``;
@@ -16,6 +17,8 @@ A crash before 5 completes leaves no record and a claim that expires, so the sen
 retry goes through; a crash between 5 and 6 leaves a record whose repeat the orchestrator
 ignores by message id. So nothing is lost and nothing applies twice. ``GET /healthz``
 reports whether Kafka and Redis answer (200 or 503). ``/tasks`` is connectors/human_task_api.py.
+Every answer is JSON (connectors/json_answers.py); a client slower than the read timeout is
+cut off (:func:`serve`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -34,6 +37,7 @@ from aiohttp import web
 from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
 from connectors.human_task_api import TaskApi
+from connectors.json_answers import error_answer, json_answer, json_errors, read_body
 from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
 from connectors.webhooks import MAX_BODY_BYTES, message_id, parse_body
 from orchestrator.app import KeelApp
@@ -92,10 +96,6 @@ def load_sources(app: KeelApp, environ: Mapping[str, str]) -> dict[str, LoadedSo
     return loaded
 
 
-def _error(status: int, reason: str, **headers: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status, headers=headers or None)
-
-
 class Connector:
     """The state of one connector process: its sources, producer and Redis."""
 
@@ -147,25 +147,22 @@ class Connector:
             "redis": {"ok": redis is None, **({"error": redis} if redis else {})},
             "sources": sorted(self.sources),
         }
-        return web.json_response(body, status=200 if kafka is None and redis is None else 503)
+        return json_answer(body, 200 if kafka is None and redis is None else 503)
 
     async def webhook(self, request: web.Request) -> web.Response:
         name = request.match_info["source"]
         loaded = self.sources.get(name)
         if loaded is None:
-            return _error(404, f"unknown webhook source '{name[:64]}'")
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return _too_large(request.content_length)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _too_large(None)
+            return error_answer(404, f"unknown webhook source '{name[:64]}'")
+        body = await read_body(request, MAX_BODY_BYTES, self.settings.connector_read_timeout_s)
+        if isinstance(body, web.Response):
+            return body
         try:
             verify(request.headers.get(SIGNATURE_HEADER), body, loaded.secrets,
                    loaded.source.tolerance_s)  # fmt: skip
         except SignatureError as exc:
             log.info("webhook %s refused: %s", name, exc)
-            return _error(401, str(exc))
+            return error_answer(401, str(exc))
         source = loaded.source
         try:
             parsed = parse_body(body)
@@ -173,15 +170,15 @@ class Connector:
             command = source.command_of(parsed, self.app)
         except InvalidInputError as exc:
             log.info("webhook %s refused: %s", name, exc)
-            return _error(400, str(exc))
+            return error_answer(400, str(exc))
         except KeelError as exc:  # the source's declaration is wrong, not the delivery
             log.error("webhook %s: %s", name, exc)
-            return _error(500, str(exc))
+            return error_answer(500, str(exc))
         try:
             return await self._deliver(source, event_id, command.workflow_id, command.payload)
         except UnavailableError as exc:
             log.warning("webhook %s event %s: 503: %s", name, event_id, exc)
-            return _error(503, str(exc), **{"Retry-After": "1"})
+            return error_answer(503, str(exc), **{"Retry-After": "1"})
 
     async def _deliver(
         self, source: WebhookSource, event_id: str, workflow_id: str, payload: Any
@@ -197,11 +194,9 @@ class Connector:
         claim = await self.dedupe.claim(source.name, event_id)
         if claim.state is ClaimState.DONE:
             log.info("webhook %s event %s: duplicate", source.name, event_id)
-            return web.json_response(
-                {"status": Outcome.DUPLICATE, "duplicate": True, **answer}, status=200
-            )
+            return json_answer({"status": Outcome.DUPLICATE, "duplicate": True, **answer}, 200)
         if claim.state is ClaimState.IN_FLIGHT:
-            return _error(
+            return error_answer(
                 409,
                 f"event '{event_id}' of source '{source.name}' is being delivered by another "
                 "request; retry later",
@@ -221,9 +216,7 @@ class Connector:
             # the record is durable; a repeat is stopped by its message id instead
             log.warning("webhook %s event %s: not marked delivered: %s", source.name, event_id, exc)
         log.info("webhook %s event %s: accepted for %s", source.name, event_id, workflow_id)
-        return web.json_response(
-            {"status": Outcome.ACCEPTED, "duplicate": False, **answer}, status=202
-        )
+        return json_answer({"status": Outcome.ACCEPTED, "duplicate": False, **answer}, 202)
 
     async def _produce(
         self, source: str, event_id: str, mid: str, workflow_id: str, payload: Any
@@ -269,30 +262,12 @@ def _task_api(settings: Settings, app: KeelApp) -> _Tasks:
     desk = TaskDesk(settings, view, client.send_as)
     if tokens is not None and not actors:
         log.warning("human tasks: no actors configured (KEEL_ACTORS_FILE); nobody may decide")
-    return _Tasks(TaskApi(actors, view, desk, tokens), client)
-
-
-def _too_large(size: int | None) -> web.Response:
-    if size is None:
-        return _error(413, f"body is larger than the limit of {MAX_BODY_BYTES:,} bytes")
-    return _error(413, f"body is {size:,} bytes; the limit is {MAX_BODY_BYTES:,} bytes")
-
-
-@web.middleware
-async def _json_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """aiohttp's own refusals (no such route, wrong method) as one-line JSON too."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason)
+    api = TaskApi(actors, view, desk, tokens, read_timeout_s=settings.connector_read_timeout_s)
+    return _Tasks(api, client)
 
 
 def create_app(connector: Connector) -> web.Application:
-    web_app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
+    web_app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     web_app.router.add_get("/healthz", connector.healthz)
     web_app.router.add_post("/webhooks/{source}", connector.webhook)
     connector.tasks.api.add_routes(web_app)
@@ -307,8 +282,20 @@ def create_app(connector: Connector) -> web.Application:
 
 
 async def serve(connector: Connector, host: str, port: int) -> None:
-    """Serve until SIGTERM/SIGINT; prints ``connector listening on http://HOST:PORT``."""
-    runner = web.AppRunner(create_app(connector), access_log=None)
+    """Serve until SIGTERM/SIGINT; prints ``connector listening on http://HOST:PORT``.
+
+    aiohttp's keep-alive timer runs from a connection's open and from each answer, and closes
+    the connection when no whole request head arrived by then: that is the header timeout
+    (a trickling client gains nothing). The body has as long again (:func:`read_body`), and a
+    body left unread is drained for at most that long before the connection closes.
+    """
+    timeout_s = connector.settings.connector_read_timeout_s
+    runner = web.AppRunner(
+        create_app(connector),
+        access_log=None,
+        keepalive_timeout=timeout_s,
+        lingering_time=timeout_s,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -31,14 +31,16 @@ def message_id(source: str, event_id: str) -> str:
     return digest[:32]
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
-    """The JSON object in ``body``, within the limits; RouteError with the reason else."""
+def parse_body(body: bytes, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The JSON object in ``body``, within the limits and the input rule of docs/limits.md
+    (no ``NaN``, ``Infinity``, overflowing number or lone surrogate); RouteError with the
+    reason else. Decision bodies are read by it too (connectors/human_task_api.py)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouteError(f"body is not UTF-8: invalid byte at position {exc.start}") from None
     try:
-        value = loads_bounded(text, "body", MAX_BODY_BYTES)
+        value = loads_bounded(text, "body", limit)
     except json.JSONDecodeError as exc:
         raise RouteError(
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

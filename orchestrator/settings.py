@@ -256,6 +256,13 @@ class Settings(BaseSettings):
         description="Test hook: seconds the connector pauses after Kafka's ack of a "
         "webhook, before marking it delivered (fault tests); 0 in production.",
     )
+    connector_read_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Seconds the connector waits for a request's headers (from the "
+        "connection's open or its previous answer), then as long for its body (docs/connector.md).",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod
