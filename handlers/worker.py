@@ -42,6 +42,8 @@ from handlers.activity_context import ActivityContext, reset_current, set_curren
 from handlers.activity_errors import classify, error_type, retry_after_ms
 from handlers.effects import EffectStore, RedisGate
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
+from handlers.llm.environment import runtime_from_environment
+from handlers.llm.runtime import use_factory
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
@@ -115,6 +117,8 @@ class Worker:
     ) -> None:
         self.settings = settings
         self.app = app
+        # LLM steps build their provider and call store from this worker's environment
+        use_factory(runtime_from_environment)
         self.codec = default_codec()
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")

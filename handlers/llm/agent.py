@@ -30,9 +30,9 @@ from pydantic import BaseModel, ValidationError
 
 from handlers.activity_context import activity
 from handlers.activity_errors import PermanentError
+from handlers.llm.chat import ChatRequest
 from handlers.llm.node import _resolve_model, node_step, repair_message, schema_instruction
 from handlers.llm.prompts import PromptTemplate
-from handlers.llm.providers import ChatRequest
 from handlers.llm.runtime import Pricing, call_summary, obtain, parse_output, runtime, totals
 from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp

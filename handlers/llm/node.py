@@ -36,8 +36,8 @@ from pydantic import BaseModel
 from handlers.activity_context import activity
 from handlers.activity_errors import PermanentError
 from handlers.llm.cache import CachePolicy, CacheStatus, content_hash
+from handlers.llm.chat import ChatRequest
 from handlers.llm.prompts import PromptTemplate
-from handlers.llm.providers import ChatRequest
 from handlers.llm.runtime import (
     LlmRuntime,
     Pricing,

@@ -16,22 +16,24 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from handlers.activity_context import ActivityContext
-from handlers.llm.llm_settings import LlmSettings, load_llm_settings
-from handlers.llm.providers import (
-    ChatRequest,
-    Provider,
-    ProviderUnavailable,
-    provider_from_settings,
-)
-from handlers.llm.store import LlmStore
-from orchestrator.domain.model.errors import DefinitionError, format_validation_error
-from orchestrator.settings import load_settings
+from handlers.llm.chat import CallStore, ChatRequest, Provider, ProviderUnavailable
+from handlers.llm.llm_settings import LlmSettings
+from orchestrator.domain.model.errors import ConfigError, DefinitionError, format_validation_error
 
-__all__ = ["LlmRuntime", "Pricing", "configure", "obtain", "parse_output", "runtime"]
+__all__ = [
+    "LlmRuntime",
+    "Pricing",
+    "configure",
+    "obtain",
+    "parse_output",
+    "runtime",
+    "use_factory",
+]
 
 log = logging.getLogger("keel.worker.llm")
 
@@ -61,7 +63,7 @@ class Pricing:
 @dataclass
 class LlmRuntime:
     settings: LlmSettings
-    store: LlmStore
+    store: CallStore
     provider: Provider
 
     def pricing(self, override: Pricing | None) -> Pricing:
@@ -72,24 +74,34 @@ class LlmRuntime:
 
 
 _runtime: LlmRuntime | None = None
+#: Builds this process's runtime on first use: set by the process that runs LLM steps (the
+#: worker, the orchestrator for local steps) to ``environment.runtime_from_environment``.
+_factory: Callable[[], LlmRuntime] | None = None
 
 
 def runtime() -> LlmRuntime:
-    """The process's runtime, built from the environment on first use."""
+    """The process's runtime: the one ``configure`` set, else built by the factory once."""
     global _runtime
     if _runtime is None:
-        keel = load_settings()
-        llm = load_llm_settings()
-        _runtime = LlmRuntime(
-            llm, LlmStore.from_url(keel.redis, keel.topic_prefix), provider_from_settings(llm)
-        )
+        if _factory is None:
+            raise ConfigError(
+                "no LLM runtime in this process: LLM steps run in `keel worker` (or "
+                "`keel orchestrator` for local steps), or after handlers.llm.runtime.configure"
+            )
+        _runtime = _factory()
     return _runtime
 
 
 def configure(rt: LlmRuntime | None) -> None:
-    """Use ``rt`` in this process (tests; None: build from the environment again)."""
+    """Use ``rt`` in this process (tests; None: build it with the factory again)."""
     global _runtime
     _runtime = rt
+
+
+def use_factory(factory: Callable[[], LlmRuntime]) -> None:
+    """How this process builds its runtime on first use (the worker: from the environment)."""
+    global _factory
+    _factory = factory
 
 
 async def _respect_retry_after(rt: LlmRuntime, key: str, index: int) -> None:

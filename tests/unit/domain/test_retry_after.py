@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from handlers.activity_errors import PermanentError, TransientError, retry_after_ms
-from handlers.llm.providers import ProviderUnavailable
+from handlers.llm.chat import ProviderUnavailable
 from orchestrator.domain import (
     CommandRejected,
     Decider,

@@ -16,33 +16,22 @@ from pydantic import BaseModel, SecretStr
 
 from handlers.activity_context import ActivityContext, reset_current, set_current
 from handlers.activity_errors import FailureClass, classify, retry_after_ms
-from handlers.llm import (
-    AgentCall,
-    AgentExhausted,
-    CachePolicy,
+from handlers.llm.agent import AgentCall, AgentExhausted, agent_step
+from handlers.llm.cache import CachePolicy, content_hash
+from handlers.llm.chat import ProviderUnavailable, parse_retry_after, redact, response_from_json
+from handlers.llm.llm_settings import LlmSettings
+from handlers.llm.node import (
+    INVALID_OUTPUT,
     InvalidModelOutput,
     LlmCall,
-    LlmRuntime,
-    LlmSettings,
-    Pricing,
-    PromptTemplate,
-    ScriptedProvider,
-    Tool,
-    agent_step,
+    OnInvalid,
     confidence_below,
-    configure,
-    content_hash,
     llm_step,
 )
-from handlers.llm.node import INVALID_OUTPUT, OnInvalid
-from handlers.llm.providers import (
-    OpenAIProvider,
-    ProviderUnavailable,
-    parse_retry_after,
-    redact,
-    response_from_json,
-)
-from handlers.llm.runtime import parse_output
+from handlers.llm.prompts import PromptTemplate
+from handlers.llm.providers import OpenAIProvider, ScriptedProvider
+from handlers.llm.runtime import LlmRuntime, Pricing, configure, parse_output
+from handlers.llm.tools import Tool
 from orchestrator.app import KeelApp
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import DefinitionError, InvalidInputError
@@ -168,7 +157,7 @@ def test_openai_body_asks_for_the_schema_and_never_shows_the_key():
     )
     provider = OpenAIProvider(settings)
     assert "sk-secret" not in repr(provider) and "sk-secret" not in repr(settings)
-    from handlers.llm.providers import ChatRequest
+    from handlers.llm.chat import ChatRequest
 
     body = provider.body(
         ChatRequest(
@@ -186,7 +175,7 @@ def test_openai_body_asks_for_the_schema_and_never_shows_the_key():
 
 def test_unreachable_provider_is_transient():
     provider = OpenAIProvider(LlmSettings(base_url="http://127.0.0.1:9/v1", timeout_s=2))
-    from handlers.llm.providers import ChatRequest
+    from handlers.llm.chat import ChatRequest
 
     with pytest.raises(ProviderUnavailable) as err:
         asyncio.run(provider.complete(ChatRequest("m", [])))
