@@ -95,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     "CommandRejected": "orchestrator.domain.model.errors",
     "ConfigError": "orchestrator.domain.model.errors",
     "UnavailableError": "orchestrator.domain.model.errors",
+    "WorkflowIdConflictError": "orchestrator.domain.model.errors",
 }
 
 __all__ = [
@@ -153,6 +154,7 @@ __all__ = [
     "UnknownWorkflowError",
     "WebhookSource",
     "WorkflowDefinition",
+    "WorkflowIdConflictError",
     "WorkflowStatus",
     "activity",
     "agent_step",
@@ -244,6 +246,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         NotFoundError,
         UnavailableError,
         UnknownWorkflowError,
+        WorkflowIdConflictError,
     )
     from orchestrator.domain.model.messages import (
         CancelWorkflow,

@@ -24,9 +24,13 @@ workflow_app = typer.Typer(help="Start, inspect, signal, cancel, migrate and ver
 workflow_app.command("migrate")(migrate)
 workflow_app.command("verify")(verify)
 console = LazyConsole(highlight=False, emoji=False)
+err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 #: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).
 EXIT_NOT_COMPLETED = 3
+#: ``start`` of an id that already names a run of another workflow or input
+#: (docs/workflows.md, "Reusing a workflow id").
+EXIT_ID_CONFLICT = 4
 
 JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from stdin."
 
@@ -62,15 +66,21 @@ def start(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     app: AppOption = DEFAULT_APP,
 ) -> None:
-    """Start a workflow; an existing ID reports the existing run and writes nothing.
+    """Start a workflow; an existing ID with the same workflow and input reports the
+    existing run, with another it is refused (exit 4); neither writes anything.
 
     The run reported is the true one: the command waits until the read model shows it.
     """
     from orchestrator.client.client import read_json_arg
+    from orchestrator.domain.model.errors import WorkflowIdConflictError
 
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
-    result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
+    try:
+        result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
+    except WorkflowIdConflictError as exc:  # one line, as keel prints every KeelError
+        err_console.print("error: " + " ".join(str(exc).split()), markup=False)
+        raise typer.Exit(EXIT_ID_CONFLICT) from None
     out: dict[str, Any] = {
         "workflow_id": result.workflow_id,
         "run_id": result.run_id,

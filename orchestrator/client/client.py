@@ -18,11 +18,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.app import KeelApp
+from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
     KeelError,
+    LimitExceededError,
     NotFoundError,
     UnavailableError,
 )
@@ -50,7 +52,8 @@ _READ_SLACK = 16
 
 @dataclass
 class StartResult:
-    """The run a start ended in: ``existed`` when the id already had a run (it is kept)."""
+    """The run a start ended in: ``existed`` when the id already had a run of the same
+    workflow and input (it is kept, and this start joined it)."""
 
     workflow_id: str
     run_id: str
@@ -80,7 +83,7 @@ def read_json_arg(value: str, what: str) -> Any:
     return parse_json(text, what)
 
 
-def parse_json(text: str, what: str) -> Any:
+def parse_json(text: str | bytes, what: str) -> Any:
     try:
         return loads_bounded(text, what)
     except json.JSONDecodeError as exc:
@@ -91,6 +94,31 @@ def parse_json(text: str, what: str) -> Any:
         if isinstance(exc, KeelError):
             raise
         raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
+
+
+def payload_json(value: Any, what: str) -> str:
+    """A JSON value as the text a command carries, refused (:class:`InvalidInputError`,
+    nothing sent) unless it is standard JSON within docs/limits.md: no ``NaN``, infinity,
+    lone surrogate or value past a limit (the rule of ``loads_bounded``)."""
+    try:
+        text = json.dumps(value)
+    except RecursionError:
+        raise LimitExceededError(f"{what} nests too deep") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{what} is not JSON: {exc}") from None
+    parse_json(text, what)
+    return text
+
+
+def input_value(input_obj: Any, what: str) -> Any:
+    """A start's input as the JSON value it stands for, checked as :func:`payload_json`
+    does: JSON text (``str``, or ``bytes`` in UTF-8) parsed, a pydantic model dumped."""
+    if isinstance(input_obj, str | bytes):
+        return parse_json(input_obj, what)
+    if isinstance(input_obj, BaseModel):
+        return input_obj.model_dump(mode="json")
+    payload_json(input_obj, what)
+    return input_obj
 
 
 #: The read model is polled this often while a short run may just be ending: a GET is
@@ -252,7 +280,10 @@ class KeelClient:
         The orchestrator makes the StartWorkflow command's message id the run id of a new
         run and ignores a start for an id it knows, so after sending, the client waits (up
         to ``confirm_timeout_s``) until the read model shows the workflow: the run id it
-        holds is the true run, and it is new exactly when it is this command's id.
+        holds is the true run, and it is new exactly when it is this command's id. When it
+        is another's, the recorded start must be of ``name`` with the same input (a join,
+        ``existed=True``), else :class:`WorkflowIdConflictError` names that run
+        (``workflow_id_reuse.py``; docs/workflows.md, "Reusing a workflow id").
 
         The command goes out first; the subscription to the row's changes is asked for
         while Kafka acknowledges it, and the row is read only once the subscription is
@@ -260,17 +291,19 @@ class KeelClient:
         (``row_watch.py``) and nothing sits between the call and the send but validation.
         ``confirm_timeout_s=None`` returns at once with ``confirmed=False``: the read model
         is then looked at before sending, and the run id is this command's id unless it
-        already showed the workflow.
+        already showed the workflow (then joined or refused as above, nothing sent).
         """
         wf = check_workflow_id(workflow_id) if workflow_id is not None else None
-        definition = self.app.validate_start(name, version, input_obj)
+        value = input_value(input_obj, f"input for {self.app.get(name, version).label}")
+        definition = self.app.validate_start(name, version, value)
         wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
-        input_obj = self.sealed_input(definition.input_model, input_obj)
-        input_json = json.dumps(input_obj, separators=(",", ":"), sort_keys=True)
+        sealed = self.sealed_input(definition.input_model, value)
+        input_json = json.dumps(sealed, separators=(",", ":"), sort_keys=True)
         command = StartWorkflow(definition.name, definition.version, input_json)
         if confirm_timeout_s is None:
             existing = self.projection.get(wf)
             if existing is not None:
+                self._join(wf, definition.name, value)
                 return StartResult(wf, existing["run_id"], existed=True)
             return StartResult(wf, self._send(wf, command), existed=False, confirmed=False)
         mid = self._send(wf, command, flush=False)
@@ -285,7 +318,30 @@ class KeelClient:
                 f"the workflow within {confirm_timeout_s:g}s; is an orchestrator running? "
                 f"`keel workflow show {wf}` tells when it does"
             )
+        if run_id != mid:
+            run_id = self._join(wf, definition.name, value)
         return StartResult(wf, run_id, existed=run_id != mid)
+
+    def _join(self, workflow_id: str, name: str, value: Any) -> str:
+        """The run id of ``workflow_id`` when its recorded start is one of ``name`` with
+        this input (a join); else :class:`WorkflowIdConflictError` naming the run
+        (docs/workflows.md, "Reusing a workflow id")."""
+        deadline = time.monotonic() + self.settings.admin_timeout_s
+        while (recorded := read_recorded_start(self.projection, workflow_id)) is None:
+            if time.monotonic() > deadline:  # the row went (a rebuild clears it): say so
+                raise UnavailableError(
+                    f"workflow '{workflow_id}' has a run, but the read model did not show how "
+                    "it started; is a rebuild running? `keel projections status` tells"
+                )
+            time.sleep(WATCHED_POLL_S)
+        conflict = id_conflict(recorded, name, input_digest(value, self._opened), self._opened)
+        if conflict is not None:
+            raise conflict
+        return str(recorded.row["run_id"])
+
+    def _opened(self, value: Any) -> Any:
+        """``value`` with every sealed value opened with this deployment's keys."""
+        return self.seal_keys.unseal_tree(value)
 
     def _await_run(self, workflow_id: str, timeout_s: float) -> str | None:
         """The run id the read model shows for ``workflow_id`` (None: not within the time).
@@ -316,20 +372,35 @@ class KeelClient:
     def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
         """Start many workflows ``(workflow_id, input)`` with one flush (tests, benchmarks).
 
-        Each id and input is validated first, so a bad one writes nothing at all; existing
-        IDs are left to the orchestrator, which writes nothing for them.
+        Each id and input is validated first, so a bad one writes nothing at all; an id
+        twice with different inputs is refused the same way. Nothing is confirmed: an id
+        that already has a run is left to the orchestrator, which keeps that run and writes
+        nothing (``start`` tells a join from a conflict; docs/workflows.md, "Reusing a
+        workflow id"). Returns the command ids, each the run id of the run it starts.
         """
         definition = self.app.latest(name)
+        values: list[tuple[str, Any]] = []
+        first: dict[str, Any] = {}
         for wf, input_obj in runs:
             check_workflow_id(wf)
-            self.app.validate_start(name, definition.version, input_obj)
+            value = input_value(input_obj, f"input for {definition.label}")
+            self.app.validate_start(name, definition.version, value)
+            if wf in first and self._digest(first[wf]) != self._digest(value):
+                raise InvalidInputError(
+                    f"workflow '{wf}' is given twice with different inputs; start refused"
+                )
+            first.setdefault(wf, value)
+            values.append((wf, value))
         ids = []
-        for wf, input_obj in runs:
-            input_obj = self.sealed_input(definition.input_model, input_obj)
-            payload = StartWorkflow(definition.name, definition.version, json.dumps(input_obj))
+        for wf, value in values:
+            sealed = self.sealed_input(definition.input_model, value)
+            payload = StartWorkflow(definition.name, definition.version, json.dumps(sealed))
             ids.append(self._send(wf, payload, flush=False, producer=self.bulk_producer))
         self._flush(self.bulk_producer)
         return ids
+
+    def _digest(self, value: Any) -> str:
+        return input_digest(value, self._opened)
 
     def _require_running(self, workflow_id: str, what: str) -> dict[str, Any]:
         check_workflow_id(workflow_id)
@@ -343,7 +414,15 @@ class KeelClient:
     def signal(
         self, workflow_id: str, name: str, payload: Any, sensitive: tuple[str, ...] = ()
     ) -> str:
-        """Send signal ``name``; the top-level fields named in ``sensitive`` are sealed."""
+        """Send signal ``name``; the top-level fields named in ``sensitive`` are sealed.
+
+        ``payload`` is a JSON value (``bytes``: JSON text), checked by :func:`payload_json`
+        before anything else.
+        """
+        what = f"payload of signal '{name}'"
+        if isinstance(payload, bytes):
+            payload = parse_json(payload, what)
+        text = payload_json(payload, what)
         found = self._require_running(workflow_id, f"signal '{name}'")
         definition = self.app.get(found["name"], found["version"])
         if name not in definition.signal_names:
@@ -365,7 +444,8 @@ class KeelClient:
             payload = {
                 k: self.seal_keys.seal(v) if k in sensitive else v for k, v in payload.items()
             }
-        return self._send(workflow_id, SignalWorkflow(name, json.dumps(payload)))
+            text = json.dumps(payload)
+        return self._send(workflow_id, SignalWorkflow(name, text))
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
         self._require_running(workflow_id, "cancel")
@@ -384,7 +464,8 @@ class KeelClient:
                 f"workflow '{workflow_id}' is {found['status']}, not needs_attention; "
                 "resolve refused"
             )
-        payload = ResolveActivity(activity_id, resolution, json.dumps(result), reason)
+        result_json = payload_json(result, f"result of the resolution of '{activity_id}'")
+        payload = ResolveActivity(activity_id, resolution, result_json, reason)
         return self._send(workflow_id, payload)
 
     # ------------------------------------------------------------------ reads

@@ -137,6 +137,7 @@ PUBLIC_NAMES = {
     "CommandRejected",
     "ConfigError",
     "UnavailableError",
+    "WorkflowIdConflictError",
 }
 
 

@@ -12,6 +12,9 @@ each caught by its one receiver, do not (``tests/unit/test_error_root.py`` lists
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Literal
+
 from pydantic import ValidationError
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "NotFoundError",
     "UnavailableError",
     "UnknownWorkflowError",
+    "WorkflowIdConflictError",
     "format_validation_error",
 ]
 
@@ -72,6 +76,58 @@ class ConfigError(KeelError, ValueError):
 
 class UnavailableError(KeelError):
     """Kafka or Redis did not answer in time; retrying later may succeed."""
+
+
+class WorkflowIdConflictError(CommandRejected):
+    """A start whose workflow id already names a run of another workflow or input.
+
+    The existing run is kept and nothing is recorded for the start; the fields name that
+    run (docs/workflows.md, "Reusing a workflow id"); ``status`` is its ``WorkflowStatus``
+    (a ``str``: this module imports nothing of the domain). ``differs`` says what differs:
+    ``"workflow"`` (``requested`` names the workflow asked for) or ``"input"``.
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        run_id: str,
+        name: str,
+        version: int,
+        status: str,
+        started_at_ms: int,
+        differs: Literal["workflow", "input"],
+        requested: str,
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.name = name
+        self.version = version
+        self.status = status
+        self.started_at_ms = started_at_ms
+        self.differs = differs
+        self.requested = requested
+        run = (
+            f"workflow id '{workflow_id}' is taken by run {run_id} of workflow '{name}' "
+            f"v{version} ({status}, started {self.started_at})"
+        )
+        if differs == "workflow":
+            why = f"{run}, not of '{requested}'; start refused (another id starts a new run)"
+        else:
+            why = (
+                f"{run} with a different input; start refused (the same input joins that "
+                "run, another id starts a new one)"
+            )
+        super().__init__(why)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        fields = (self.workflow_id, self.run_id, self.name, self.version, self.status)
+        return type(self), (*fields, self.started_at_ms, self.differs, self.requested)
+
+    @property
+    def started_at(self) -> str:
+        """When the existing run started, ISO-8601 in UTC to the millisecond."""
+        when = datetime.fromtimestamp(self.started_at_ms / 1000, UTC)
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def format_validation_error(exc: ValidationError) -> str:
