@@ -4,8 +4,9 @@ Exit status (docs/configuration.md, "Exit status"): 0 success; 1 an expected fai
 (a :class:`~orchestrator.domain.model.errors.KeelError`, or Kafka or Redis failing the
 command, printed as one line on stderr, with every URL password redacted); 2 a usage
 error (typer's usage text); 3 the thing asked about is not well (``workflow start
---wait`` ended otherwise than completed, ``infra status`` unhealthy); 130 interrupted.
-Anything else is a bug and keeps its traceback.
+--wait`` ended otherwise than completed, ``infra status`` unhealthy); 4 ``workflow start``
+refused: its id names a run of another workflow or input (``WorkflowIdConflictError``);
+130 interrupted. Anything else is a bug and keeps its traceback.
 
 Start-up carries only what the command run needs: the command modules import typer and
 the standard library at the top, rich on first output (``output.py``), and the runtime,
