@@ -156,3 +156,32 @@ def test_the_client_raises_the_conflict_with_the_runs_fields(settings, services,
     events = _settled_history(settings, "review-1")
     assert [type(e.payload).__name__ for e in events].count("WorkflowStarted") == 1
     assert client.projection.get("review-1")["status"] == "waiting"
+
+
+def test_a_sealed_input_joins_when_its_clear_value_is_the_same(settings, tmp_path):
+    """Each start seals afresh (a new nonce), so the recorded input is compared opened."""
+    from pydantic import SecretStr
+
+    from orchestrator.client.client import KeelClient
+    from orchestrator.runtime.sealing import new_key_entry
+    from tests.integration import sealed_app
+    from tests.support import Services
+
+    key_entry = new_key_entry("k1")
+    services = Services(settings, tmp_path, KEEL_SEAL_KEY=key_entry)
+    sealed = KeelClient(
+        settings.model_copy(update={"seal_key": SecretStr(key_entry)}), sealed_app.app
+    )
+    try:
+        services.start("orchestrator", "--app", sealed_app.APP)
+        first = sealed.start("sealed_call", {"name": "acme", "api_key": "sk-1"}, "sealed-1")
+        again = sealed.start("sealed_call", {"api_key": "sk-1", "name": "acme"}, "sealed-1")
+        assert (again.run_id, first.existed, again.existed) == (first.run_id, False, True)
+        with pytest.raises(WorkflowIdConflictError) as refused:
+            sealed.start("sealed_call", {"name": "acme", "api_key": "sk-2"}, "sealed-1")
+        assert (refused.value.run_id, refused.value.differs) == (first.run_id, "input")
+        starts = [e for e in _settled_history(settings, "sealed-1") if e.seq == 1]
+        assert [type(e.payload) for e in starts] == [WorkflowStarted]
+    finally:
+        sealed.close()
+        services.stop_all()
