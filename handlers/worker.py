@@ -42,8 +42,7 @@ from handlers.activity_context import ActivityContext, reset_current, set_curren
 from handlers.activity_errors import classify, error_type, retry_after_ms
 from handlers.effects import EffectStore, RedisGate
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
-from handlers.llm.environment import runtime_from_environment
-from handlers.llm.runtime import use_factory
+from handlers.llm.environment import use_environment
 from orchestrator.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
@@ -118,7 +117,7 @@ class Worker:
         self.settings = settings
         self.app = app
         # LLM steps build their provider and call store from this worker's environment
-        use_factory(runtime_from_environment)
+        use_environment()
         self.codec = default_codec()
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")

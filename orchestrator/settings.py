@@ -292,6 +292,12 @@ class Settings(BaseSettings):
     @classmethod
     def _servers_are_host_port(cls, value: str) -> str:
         for server in filter(None, (s.strip() for s in value.split(","))):
+            if "@" in server:  # Kafka takes no credentials here; librdkafka would log them
+                raise ValueError(
+                    f"{redact(server)!r} holds credentials, which Kafka does not take in a "
+                    "bootstrap server: give host:port, and KEEL_KAFKA_SASL_USERNAME and "
+                    "KEEL_KAFKA_SASL_PASSWORD (docs/operations.md)"
+                )
             host, sep, port = server.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"{server!r} is not host:port")

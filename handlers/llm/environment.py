@@ -2,25 +2,30 @@
 ``KEEL_LLM_*`` provider (docs/llm-nodes.md) and the Redis record of model calls under the
 process's topic prefix.
 
-The worker (and the orchestrator, for local steps) hands :func:`runtime_from_environment`
-to ``runtime.use_factory``; declaring a step never imports this module, so an
-application's code loads neither aiohttp nor redis.
+The worker (and ``keel orchestrator``, for local steps) calls :func:`use_environment`;
+the provider (aiohttp) and the store (redis) load when a step first runs. Declaring a
+step never imports this module, so an application's code loads neither.
 """
 
 from __future__ import annotations
 
-from handlers.llm.llm_settings import load_llm_settings
-from handlers.llm.providers import provider_from_settings
-from handlers.llm.runtime import LlmRuntime
-from handlers.llm.store import LlmStore
-from orchestrator.settings import load_settings
+from handlers.llm.runtime import LlmRuntime, use_factory
 
-__all__ = ["runtime_from_environment"]
+__all__ = ["runtime_from_environment", "use_environment"]
 
 
 def runtime_from_environment() -> LlmRuntime:
+    from handlers.llm.llm_settings import load_llm_settings
+    from handlers.llm.providers import provider_from_settings
+    from handlers.llm.store import LlmStore
+    from orchestrator.settings import load_settings
+
     keel = load_settings()
     llm = load_llm_settings()
-    return LlmRuntime(
-        llm, LlmStore.from_url(keel.redis, keel.topic_prefix), provider_from_settings(llm)
-    )
+    store = LlmStore.from_url(keel.redis, keel.topic_prefix)
+    return LlmRuntime(llm, store, provider_from_settings(llm))
+
+
+def use_environment() -> None:
+    """This process builds its runtime from its environment on first use."""
+    use_factory(runtime_from_environment)

@@ -65,8 +65,7 @@ def orchestrator(
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
-    from handlers.llm.environment import runtime_from_environment
-    from handlers.llm.runtime import use_factory
+    from handlers.llm.environment import use_environment
     from orchestrator.engine.orchestrator import Orchestrator
     from orchestrator.runtime.gc_policy import configure_gc
     from orchestrator.runtime.logs import configure_logging
@@ -80,7 +79,7 @@ def orchestrator(
     configure_tracing("keel-orchestrator")
     configure_metrics("keel-orchestrator")
     settings = load_settings()
-    use_factory(runtime_from_environment)  # for local LLM steps
+    use_environment()  # for local LLM steps
     configure_gc(settings)
     application = app_from(app)
     publisher = None

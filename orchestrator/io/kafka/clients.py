@@ -14,6 +14,8 @@ TLS settings say (``security_config``; docs/operations.md, the trust model).
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -31,13 +33,52 @@ from confluent_kafka import (
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.io.ports import Record, Stopping
 from orchestrator.runtime.envelopes import dead_letter_envelope, now_ms
-from orchestrator.settings import KafkaSecurityProtocol, Settings
+from orchestrator.settings import KafkaSecurityProtocol, Settings, redact
 
 log = logging.getLogger("keel.kafka")
 
-#: librdkafka's own log lines go through this logger (quiet unless debugging).
+#: librdkafka's own log lines go through this logger: errors only, every password redacted,
+#: and only where the process configured logging (a service's JSON logs): a CLI command
+#: prints its one error line, not the client's retries before it (docs/configuration.md).
 client_log = logging.getLogger("keel.librdkafka")
 client_log.setLevel(logging.ERROR)
+client_log.addHandler(logging.NullHandler())
+
+
+class _RedactedOncePerWindow(logging.Filter):
+    """Masks passwords in a librdkafka line (a host list it echoes may carry one), and lets
+    one line of a kind through per window: a broker that is down makes every client of a
+    process log the same refusal on each reconnect, dozens of lines a second."""
+
+    WINDOW_S = 30.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = redact(record.getMessage())
+        kind = re.sub(r"\d+", "#", text)
+        now = time.monotonic()
+        with self._lock:
+            last, quiet = self._last.get(kind, (-self.WINDOW_S, 0))
+            if now - last < self.WINDOW_S:
+                self._last[kind] = (last, quiet + 1)
+                return False
+            if len(self._last) > 1000:
+                self._last.clear()
+            self._last[kind] = (now, 0)
+        record.msg = (
+            text if not quiet else f"{text} ({quiet} more like it since the last one shown)"
+        )
+        record.args = None
+        return True
+
+
+client_log.addFilter(_RedactedOncePerWindow())
+# the clients' own errors as Keel reports them (``consumer error: ...``), the same way
+log.addFilter(_RedactedOncePerWindow())
 
 #: A record as the Kafka client delivers it (``to_record`` makes it a ports ``Record``):
 #: named here so a process that handles one does not import the client itself.
