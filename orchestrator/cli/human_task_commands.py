@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -40,7 +41,7 @@ def _view(settings: Settings) -> TasksView:
 def _when(ms: int | None) -> str:
     if not ms:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _find(view: TasksView, token_or_id: str) -> dict[str, Any]:
@@ -68,6 +69,49 @@ def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     return token if view.token_hash_of(task_id) == token_hash(token) else None
 
 
+#: Columns ``keel human-tasks list`` keeps to: a terminal, a pager, a mail.
+WIDTH = 80
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _summary(evidence: Any) -> str:
+    """The evidence as ``key=value`` pairs, scalars first: what the approver weighs."""
+    if not isinstance(evidence, dict):
+        return json.dumps(evidence)
+    scalars = [(k, v) for k, v in evidence.items() if not isinstance(v, dict | list)]
+    nested = [(k, v) for k, v in evidence.items() if isinstance(v, dict | list)]
+    return ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in scalars + nested)
+
+
+def inbox_lines(rows: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
+    """Each task in at most six lines of ``width`` columns: its id, what it decides, the
+    evidence, when it is due, and the command that decides it (with the operation's digest,
+    which an approval must carry: docs/human-tasks.md)."""
+    out: list[str] = []
+    for t in rows:
+        if out:
+            out.append("")
+        task_id = t["task_id"] or ""
+        state = t["status"] or ""
+        if t.get("due_at"):
+            state += f", due {_when(t['due_at'])}"
+        out.append(_fit(f"{task_id}  [{state}]", width))
+        who = f"owner {t['owner']}" if t.get("owner") else "roles " + ",".join(t.get("roles", []))
+        what = f"  {t.get('task_name') or 'task'}: {t.get('resource') or '-'} ({who}, level"
+        out.append(_fit(f"{what} {t['level']})", width))
+        out.append(_fit(f"  {_summary(t.get('evidence'))}", width))
+        if t.get("status") == "open":
+            out.append(
+                _fit(f"  keel human-tasks decide {shlex.quote(task_id)} --actor YOU \\", width)
+            )
+            out.append("    --approve --operation-digest \\")
+            out.append(f"    {t.get('operation_digest') or '-'}")
+    return out
+
+
 @human_tasks_app.command("list")
 def list_(
     owner: Annotated[str | None, typer.Option(help="Only tasks assigned to this owner.")] = None,
@@ -85,19 +129,10 @@ def list_(
     if json_:
         typer.echo(json.dumps(rows))
         return
-    table = new_table("task", "status", "owner", "level", "due (UTC)", "expires (UTC)", "evidence")
-    for t in rows:
-        evidence = json.dumps(t["evidence"])
-        table.add_row(
-            escape(t["task_id"] or ""),
-            escape(t["status"] or ""),
-            escape(t["owner"] or ""),
-            str(t["level"]),
-            _when(t["due_at"]),
-            _when(t["expires_at"]),
-            escape(evidence if len(evidence) <= 60 else evidence[:57] + "..."),
-        )
-    console.print(table)
+    if not rows:
+        typer.echo("no open human task" if not all_ else "no human task")
+        return
+    typer.echo("\n".join(inbox_lines(rows)))
 
 
 @human_tasks_app.command("show")
