@@ -45,7 +45,7 @@ from orchestrator.domain.lifecycle.activities import (
     UserCodeFailed,
     check_computed,
 )
-from orchestrator.domain.model.errors import CommandRejected, format_validation_error
+from orchestrator.domain.model.errors import CommandRejected, format_validation_error, iso_utc
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.frozen_init import replace
 from orchestrator.domain.model.limits import loads_bounded
@@ -313,11 +313,11 @@ def on_decide(d: Decision, p: DecideHumanTask) -> None:
         if task.decision is not None:
             raise CommandRejected(
                 f"human task '{task.task_id}' was already {task.status} by '{task.actor}' at "
-                f"{task.decided_at}; {what} refused"
+                f"{iso_utc(task.decided_at or 0)}; {what} refused"
             )
         if task.status == _S.EXPIRED:
             raise CommandRejected(
-                f"human task '{task.task_id}' expired at {task.expires_at} "
+                f"human task '{task.task_id}' expired at {iso_utc(task.expires_at)} "
                 f"({task.expiry_outcome}); {what} refused"
             )
         raise CommandRejected(
@@ -327,8 +327,8 @@ def on_decide(d: Decision, p: DecideHumanTask) -> None:
     now = d.cmd.recorded_at
     if now >= task.expires_at:
         raise CommandRejected(
-            f"human task '{task.task_id}' expired at {task.expires_at} (decision time "
-            f"{now}); {what} refused"
+            f"human task '{task.task_id}' expired at {iso_utc(task.expires_at)} (decision time "
+            f"{iso_utc(now)}); {what} refused"
         )
     if not _roles(p, what) & set(task.roles):
         raise CommandRejected(

@@ -31,6 +31,7 @@ __all__ = [
     "UnknownWorkflowError",
     "WorkflowIdConflictError",
     "format_validation_error",
+    "iso_utc",
 ]
 
 
@@ -126,8 +127,14 @@ class WorkflowIdConflictError(CommandRejected):
     @property
     def started_at(self) -> str:
         """When the existing run started, ISO-8601 in UTC to the millisecond."""
-        when = datetime.fromtimestamp(self.started_at_ms / 1000, UTC)
-        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return iso_utc(self.started_at_ms)
+
+
+def iso_utc(ms: int) -> str:
+    """Epoch milliseconds as every message shows a time: ISO-8601 in UTC to the millisecond
+    (``2026-12-03T12:13:20.000Z``)."""
+    when = datetime.fromtimestamp(ms / 1000, UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def format_validation_error(exc: ValidationError) -> str:
