@@ -1,8 +1,10 @@
 """Fingerprints of definitions: canonical JSON and a hash of each function's code.
 
 A run records its definition's digest, so a history started by different code can be
-told apart. The digest covers structure and the bytecode, constants, names and closure
-values of every function, so it changes whenever the code does.
+told apart. The digest covers structure and the bytecode, constants, names, defaults and
+closure values of every function, so it changes whenever the code does; not the values of
+module-level names a function reads when it runs (docs/versioning.md says so, and how to
+make such a value part of the digest).
 """
 
 from __future__ import annotations
