@@ -8,9 +8,10 @@ errors. Everything else (the domain's internals, the Kafka and Redis runtime, th
 processes, the CLI) stays behind the processes that run it and may change between
 releases; the docs' examples import from here only (tests/unit/test_doc_snippets.py).
 
-Names load lazily, so ``import orchestrator`` is cheap and pulls in no I/O client; so
-does every name but the LLM steps', whose module brings the built-in LLM activity's
-HTTP and Redis clients with it (tests/unit/test_layers.py).
+Names load lazily, so ``import orchestrator`` is cheap and pulls in no I/O client; so does
+every name an application declares with, the LLM steps' included (tests/unit/test_layers.py).
+The client (``KeelClient``, docs/client.md) is I/O by nature: it loads the Kafka and Redis
+clients when it is first named.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "orchestrator.domain.model.errors",
     "UnavailableError": "orchestrator.domain.model.errors",
     "WorkflowIdConflictError": "orchestrator.domain.model.errors",
+    # the client: start, signal, cancel, wait from an application (docs/client.md)
+    "KeelClient": "orchestrator.client.client",
+    "StartResult": "orchestrator.client.client",
+    "Settings": "orchestrator.settings",
+    "load_settings": "orchestrator.settings",
 }
 
 __all__ = [
@@ -117,6 +123,7 @@ __all__ = [
     "InvalidIdError",
     "InvalidInputError",
     "KeelApp",
+    "KeelClient",
     "KeelError",
     "LimitExceededError",
     "LlmCall",
@@ -139,10 +146,12 @@ __all__ = [
     "SagaView",
     "SealedValue",
     "Sensitive",
+    "Settings",
     "Signal",
     "SignalWait",
     "SignalWorkflow",
     "Start",
+    "StartResult",
     "StartWorkflow",
     "State",
     "Step",
@@ -163,6 +172,7 @@ __all__ = [
     "llm_step",
     "load_app",
     "load_prompt",
+    "load_settings",
     "prompts",
     "register",
     "side_effect",
@@ -212,6 +222,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from orchestrator.app import (
         KeelApp,
         load_app,
+    )
+    from orchestrator.client.client import (
+        KeelClient,
+        StartResult,
     )
     from orchestrator.domain.authoring.definitions import (
         RetryPolicy,

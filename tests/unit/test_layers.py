@@ -114,13 +114,19 @@ def test_authoring_loads_no_io_client() -> None:
     assert _clients(_loaded_after_importing(*AUTHORING)) == []
 
 
-def test_every_name_of_the_public_face_loads_no_io_client() -> None:
+#: The client: I/O by nature (Kafka out, Redis read back); an application names it where
+#: it starts or signals runs, not where it declares them.
+CLIENT_NAMES = frozenset({"KeelClient", "StartResult"})
+
+
+def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:
     """The LLM steps included: declaring one loads neither the HTTP provider nor the Redis
     record of model calls (the worker loads those when it runs one)."""
     code = (
         "import json, sys, orchestrator\n"
         "for name in orchestrator._EXPORTS:\n"
-        "    getattr(orchestrator, name)\n"
+        f"    if name not in {sorted(CLIENT_NAMES)!r}:\n"
+        "        getattr(orchestrator, name)\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(

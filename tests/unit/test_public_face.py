@@ -138,6 +138,11 @@ PUBLIC_NAMES = {
     "ConfigError",
     "UnavailableError",
     "WorkflowIdConflictError",
+    # the client (docs/client.md)
+    "KeelClient",
+    "StartResult",
+    "Settings",
+    "load_settings",
 }
 
 
