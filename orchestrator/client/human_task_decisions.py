@@ -2,16 +2,22 @@
 decided (docs/connector.md, "Deciding a human task").
 
 The orchestrator is the authority: it checks the decision again at decision time and
-either records ``HumanTaskDecided`` or refuses the command, which it dead-letters with a
-one-line reason (``CommandRejected``). The sender authenticated the actor, so it signs
-the decision (orchestrator/runtime/decision_proofs.py): the orchestrator refuses one
-whose proof does not verify. So the sender, after Kafka acknowledged the
-command, watches two places until one answers:
+either records ``HumanTaskDecided`` or refuses the command, which the run records in its
+history (``CommandRefused``, with a one-line reason; no dead letter). The sender
+authenticated the actor, so it signs the decision (orchestrator/runtime/decision_proofs.py):
+the orchestrator refuses one whose proof does not verify. So the sender, after Kafka
+acknowledged the command, watches until one answers:
 
 * the inbox record of the task (:mod:`orchestrator.io.redis.human_task_inbox`), which the
   projector updates from ``HumanTaskDecided``: this actor's decision there → decided;
-* ``keel.dlq`` from the offsets it had *before* sending, for the letter whose causation id
-  is the command's message id → refused, with the orchestrator's reason.
+* ``keel.events`` from the offsets it had *before* sending, for the ``CommandRefused``
+  whose causation id is the command's message id → refused, with the orchestrator's
+  reason (and ``keel.dlq`` likewise, for a command that could not be processed at all).
+
+A finished run records nothing more, so a decision of a task whose run has ended is
+answered from the inbox record before anything is sent (the run's status is read with it);
+and a run records a refusal once, so a repeated refused request is answered from the read
+model's history (the ``CommandRefused`` naming its message id) and not sent again.
 
 A correction task's approval carries the corrected data (``correction``, any JSON value):
 it is sent as ``correction_json`` and the orchestrator validates it against the task's
@@ -39,8 +45,8 @@ from typing import Any
 from orchestrator.codec import default_codec
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.fingerprint import canonical_json
-from orchestrator.domain.model.messages import DeadLetter, DecideHumanTask
-from orchestrator.domain.model.vocabulary import HumanDecision
+from orchestrator.domain.model.messages import CommandRefused, DeadLetter, DecideHumanTask
+from orchestrator.domain.model.vocabulary import HumanDecision, WorkflowStatus
 from orchestrator.io.kafka.clients import EndTail
 from orchestrator.runtime.decision_proofs import DecisionProofs, load_decision_proofs
 from orchestrator.settings import Settings
@@ -48,7 +54,7 @@ from orchestrator.settings import Settings
 __all__ = [
     "DecisionOutcome",
     "DecisionStatus",
-    "DlqWatch",
+    "RefusalWatch",
     "TaskDesk",
     "decision_message_id",
     "refusal_status",
@@ -56,8 +62,11 @@ __all__ = [
 
 #: How long a decision waits for the orchestrator's answer before "pending" (202).
 DEFAULT_WAIT_S = 15.0
-#: How the orchestrator's dead letter of a refused command begins.
+#: How the orchestrator's dead letter of a refused command began (before refusals were
+#: recorded in the run's history).
 REJECTED = "rejected: "
+#: History lines of the read model searched for an earlier refusal of the same request.
+REFUSAL_LOOKBACK = 500
 #: A reason longer than this is refused before anything is sent.
 MAX_REASON_CHARS = 2000
 
@@ -160,20 +169,40 @@ def refusal_status(reason: str, task: dict[str, Any] | None = None) -> int:
     return 409
 
 
-class DlqWatch:
-    """``keel.dlq`` read from the end it had when created: finds one command's letter."""
+def _run_ended(task: dict[str, Any], decision: str) -> str | None:
+    """The orchestrator's reason for refusing ``decision`` of ``task`` when its run has
+    finished (the words of ``orchestrator/domain/lifecycle/human_tasks.py``), or None."""
+    status = task.get("run_status")
+    try:
+        ended = status is not None and WorkflowStatus(status).is_terminal
+    except ValueError:
+        return None
+    if not ended:
+        return None
+    what = f"{decision[:20]} of human task '{task['task_id'][:200]}'"
+    return f"workflow '{task['workflow_id']}' is {status}; {what} refused"
+
+
+class RefusalWatch:
+    """The orchestrator's refusals of commands sent from now on: ``CommandRefused`` events
+    in ``keel.events`` (a live run's refusal) and letters in ``keel.dlq`` (a command that
+    could not be processed at all), both read from the ends they had when this was made.
+    ``letters`` maps a command's message id (the causation id) to the reason."""
 
     def __init__(self, settings: Settings) -> None:
-        self.topic = settings.topic("dlq")
         self.codec = default_codec()
-        self.tail = EndTail(
-            settings, self.topic, f"{settings.topic_prefix}.decisions", **{"fetch.wait.max.ms": 50}
-        )
+        group = f"{settings.topic_prefix}.decisions"
+        extra = {"fetch.wait.max.ms": 50}
+        self.tails = [
+            EndTail(settings, settings.topic("events"), group, **extra),
+            EndTail(settings, settings.topic("dlq"), group, **extra),
+        ]
         self.letters: dict[str, str] = {}  # causation id -> reason
 
     def poll(self, timeout_s: float) -> None:
-        for msg in self.tail.poll(timeout_s):
-            self._take(msg)
+        for i, tail in enumerate(self.tails):
+            for msg in tail.poll(timeout_s if i == 0 else 0):
+                self._take(msg)
 
     def _take(self, msg: Any) -> None:
         value = msg.value()
@@ -181,14 +210,19 @@ class DlqWatch:
             return
         try:
             env = self.codec.decode(value)
-        except Exception:  # not a letter Keel can read: not ours
+        except Exception:  # not a record Keel can read: not ours
             return
-        if isinstance(env.payload, DeadLetter) and env.causation_id:
-            # the orchestrator letters a refused command as "rejected: <reason>"
-            self.letters[env.causation_id] = env.payload.reason.removeprefix(REJECTED)
+        if not env.causation_id:
+            return
+        p = env.payload
+        if isinstance(p, CommandRefused):
+            self.letters[env.causation_id] = p.reason
+        elif isinstance(p, DeadLetter):  # a letter of "rejected: <reason>" (before 0.3)
+            self.letters[env.causation_id] = p.reason.removeprefix(REJECTED)
 
     def close(self) -> None:
-        self.tail.close()
+        for tail in self.tails:
+            tail.close()
 
 
 class TaskDesk:
@@ -208,14 +242,14 @@ class TaskDesk:
         send: Callable[[str, Any, str], Any],
         *,
         wait_s: float = DEFAULT_WAIT_S,
-        watch: Callable[[], DlqWatch] | None = None,
+        watch: Callable[[], RefusalWatch] | None = None,
         proofs: DecisionProofs | None = None,
     ) -> None:
         self.settings = settings
         self.tasks = tasks
         self.send = send
         self.wait_s = wait_s
-        self._watch = watch or (lambda: DlqWatch(settings))
+        self._watch = watch or (lambda: RefusalWatch(settings))
         self._proofs = proofs
 
     @property
@@ -254,6 +288,9 @@ class TaskDesk:
                 f"'{actor}' already decided {decision} on this task; the first result stands",
                 task,
             )
+        ended = _run_ended(task, decision)
+        if ended is not None:  # a finished run records nothing: its answer is known here
+            return DecisionOutcome(DecisionStatus.REFUSED, refusal_status(ended, task), ended, task)
         seen = task["operation_digest"] if operation_digest is None else operation_digest
         correction_json = "" if correction is None else canonical_json(correction)
         mid = decision_message_id(task["task_id"], actor, decision, seen, reason, correction_json)
@@ -267,6 +304,11 @@ class TaskDesk:
             operation_digest=seen,
             correction_json=correction_json,
         )
+        recorded = self._recorded_refusal(task["workflow_id"], mid)
+        if recorded is not None:  # this very request was refused before: the same answer
+            return DecisionOutcome(
+                DecisionStatus.REFUSED, refusal_status(recorded, task), recorded, task, mid
+            )
         payload = self.proofs.sign(task["workflow_id"], payload)
         watch = self._watch()
         try:
@@ -275,8 +317,22 @@ class TaskDesk:
         finally:
             watch.close()
 
+    def _recorded_refusal(self, workflow_id: str, mid: str) -> str | None:
+        """The reason of the run's ``CommandRefused`` of command ``mid`` in the read model's
+        history (its last ``REFUSAL_LOOKBACK`` lines), or None: a repeated refused request
+        writes nothing, so its answer is read there."""
+        r, ks = getattr(self.tasks, "r", None), getattr(self.tasks, "ks", None)
+        if r is None or ks is None:
+            return None
+        for line in r.lrange(ks.history(workflow_id), -REFUSAL_LOOKBACK, -1):
+            entry = json.loads(line)
+            data = entry.get("data") or {}
+            if entry.get("type") == "CommandRefused" and data.get("command_id") == mid:
+                return str(data.get("reason", ""))
+        return None
+
     def _await(
-        self, task_id: str, actor: str, decision: str, mid: str, watch: DlqWatch
+        self, task_id: str, actor: str, decision: str, mid: str, watch: RefusalWatch
     ) -> DecisionOutcome:
         deadline = time.monotonic() + self.wait_s
         while True:

@@ -23,7 +23,7 @@ from typing import Any
 from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history
-from orchestrator.client.human_task_decisions import DlqWatch
+from orchestrator.client.human_task_decisions import RefusalWatch
 from orchestrator.domain.history.replay import (
     RunReport,
     group_runs,
@@ -182,7 +182,7 @@ def send(
         payloads.append(
             (wid, MigrateWorkflow(to_version, actor, reason, row["version"], target.digest))
         )
-    watch = DlqWatch(client.settings)
+    watch = RefusalWatch(client.settings)
     try:
         for wid, payload in payloads:
             before = len(client.projection.history(wid))
@@ -193,7 +193,7 @@ def send(
 
 
 def _await(
-    client: KeelClient, watch: DlqWatch, sent: dict[str, tuple[str, int]], timeout_s: float
+    client: KeelClient, watch: RefusalWatch, sent: dict[str, tuple[str, int]], timeout_s: float
 ) -> list[MigrationOutcome]:
     done: dict[str, MigrationOutcome] = {}
     deadline = time.monotonic() + timeout_s

@@ -7,10 +7,13 @@ succeeds does the new state become this process's memory; an aborted batch is re
 and retried, so memory never runs ahead of the log.
 
 Poison isolation: each record is admitted, decided and encoded on its own. Whatever
-goes wrong with one record (undecodable, null, misrouted, an invalid id, a rejected
-command, an event too large to write, or any exception the decider raises) becomes a
-dead letter with the reason, and the batch goes on. Nothing a record causes is appended
-before all of it is encoded and checked, so a failing record leaves no partial output.
+goes wrong with one record (undecodable, null, misrouted, an invalid id, an event too
+large to write, or any exception the decider raises) becomes a dead letter with the
+reason, and the batch goes on. A command the decider refuses is no poison: a live run
+records the refusal in its history (``CommandRefused``) and nothing goes to the dlq; only
+a refused start, which no run holds, is kept there (docs/activities.md, "Dead letters").
+Nothing a record causes is appended before all of it is encoded and checked, so a
+failing record leaves no partial output.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
+from orchestrator.engine.refused_commands import Refusals
 from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.tail_records import armed_header
 from orchestrator.io.kafka.clients import dead_letter
@@ -159,6 +163,7 @@ class CommandLoop:
         self._txn_ends: dict[int, int] = {}
         #: Checks the proof of every human-task decision (None: no key, all refused).
         self._proofs: DecisionProofs | None = proofs_for(ctx.decider)
+        self._refusals = Refusals(ctx)
 
     # ------------------------------------------------------------------ one batch
     def transact(self, records: list[Record], due: list[tuple[int, str, str]], now: int) -> bool:
@@ -471,9 +476,13 @@ class CommandLoop:
                 return kept, str(exc)
             new_state, events = exc.state, exc.events
         except CommandRejected as exc:
-            log.info("command rejected: %s", exc)
-            letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []
-            return letters, str(exc)
+            if type(cmd.payload) is StartWorkflow:  # no run holds it: kept for an operator
+                log.info("start refused: %s", exc)
+                letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []
+                return letters, str(exc)
+            new_state, events = self._refusals.record(state, taken, now, str(exc))
+            if not events:
+                return [], str(exc)
         if not events or new_state is None:
             return [], None
         headers: tuple[tuple[str, bytes], ...] = (

@@ -429,6 +429,7 @@ class Orchestrator:
             "transactions": s.transactions,
             "aborts": s.aborts,
             "dead_letters": s.dead_letters,
+            "refused_commands": s.refused,
             "producer_resets": s.producer_resets,
             "stalled_calls": self._abandoned_calls(),
             "broker_errors": log_errors + s.aborts,

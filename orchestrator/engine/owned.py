@@ -456,6 +456,8 @@ class OrchestratorStats:
     events: int = 0
     tasks: int = 0
     dead_letters: int = 0
+    #: Commands refused (recorded in a live run's history, else only logged).
+    refused: int = 0
     transactions: int = 0
     aborts: int = 0
     producer_resets: int = 0

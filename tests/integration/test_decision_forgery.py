@@ -2,9 +2,9 @@
 
 The attack: a raw ``DecideHumanTask`` produced straight to the commands topic, naming a
 ``payment_approval`` task with an invented actor and self-declared roles. Each forgery is
-refused by the orchestrator (a dead letter with its reason) and the run's history holds
-no decision and no payment; then a decision through ``keel human-tasks decide`` (which holds the
-deployment's key) approves it, and the recorded ``HumanTaskDecided`` carries the token
+refused by the orchestrator (a ``CommandRefused`` in the run's history with its reason, no
+dead letter) and the history holds no decision and no payment; then a decision through
+``keel human-tasks decide`` (which holds the deployment's key) approves it, and the recorded ``HumanTaskDecided`` carries the token
 hash and a proof that ``decision_proof`` recomputes from the event alone.
 """
 
@@ -26,7 +26,7 @@ from orchestrator.client.client import KeelClient
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
-    DeadLetter,
+    CommandRefused,
     DecideHumanTask,
     Envelope,
     HumanTaskDecided,
@@ -72,18 +72,16 @@ def produce_raw(settings, wf: str, payload: Any) -> str:
     return mid
 
 
-def letter_for(settings, mid: str) -> str:
-    """The orchestrator's dead-letter reason for command ``mid`` (waits for it)."""
-    codec = default_codec()
+def refusal_for(settings, wf: str, mid: str) -> str:
+    """The orchestrator's refusal of command ``mid``, recorded in the run's history."""
 
     def found() -> str | None:
-        for m in read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions):
-            env = codec.decode(m.value())
-            if isinstance(env.payload, DeadLetter) and env.causation_id == mid:
+        for env in histories(settings).get(wf, []):
+            if isinstance(env.payload, CommandRefused) and env.causation_id == mid:
                 return env.payload.reason
         return None
 
-    return wait_until(found, 60, f"the dead letter of {mid}")
+    return wait_until(found, 60, f"the refusal of {mid}")
 
 
 def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack):
@@ -120,12 +118,14 @@ def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack)
          "the decision's proof does not verify"),
     ]  # fmt: skip
     for payload, why in attempts:
-        reason = letter_for(settings, produce_raw(settings, wf, payload))
-        assert reason.startswith(f"rejected: {why}"), reason
+        reason = refusal_for(settings, wf, produce_raw(settings, wf, payload))
+        assert reason.startswith(why), reason
         assert reason.endswith("refused"), reason
         assert SECRET not in reason
     events = histories(settings)[wf]
     assert not any(isinstance(e.payload, HumanTaskDecided | ActivityScheduled) for e in events)
+    dlq = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=5)
+    assert dlq == []
     assert client.show(wf)["status"] == "waiting"
 
     # the real path: `keel human-tasks decide ID` derives the token and signs with the key

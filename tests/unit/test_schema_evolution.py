@@ -36,6 +36,7 @@ RELEASED: dict[tuple[str, int], str] = {
     (ENVELOPE_NAME, 4): "72b0c36691cfa129",
     (ENVELOPE_NAME, 5): "b737d4609e11b2cd",
     (ENVELOPE_NAME, 6): "03d6ba38db0f881e",
+    (ENVELOPE_NAME, 7): "2d4a473538a44be1",
 }
 
 

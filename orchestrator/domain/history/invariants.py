@@ -25,6 +25,9 @@ id), and reports each broken rule as a :class:`Violation`:
     a ``HumanTaskDecided`` follows the ``HumanTaskOpened`` of its task, carries that
     task's token hash and a 64-hex proof, and (when a ``proof_ok`` check is given, e.g.
     an HMAC under the deployment's key) its proof verifies;
+``refusal``
+    a ``CommandRefused`` names the command it answers: its ``command_id`` is its causation
+    id (docs/activities.md, "Dead letters");
 ``record``
     the topic holds only decodable events of the workflow its key names, in one
     partition (reported by the readers in the runtime; the checker reports an envelope
@@ -46,6 +49,7 @@ from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
     ActivityScheduled,
+    CommandRefused,
     Envelope,
     HumanTaskDecided,
     HumanTaskOpened,
@@ -71,6 +75,7 @@ class Invariant(StrEnum):
     ACTIVITY = "activity"
     IDEMPOTENCY_KEY = "idempotency_key"
     HUMAN_DECISION = "human_decision"
+    REFUSAL = "refusal"
     RECORD = "record"
 
 
@@ -149,6 +154,15 @@ class HistoryChecker:
             self._tasks[p.task_id] = p
         elif isinstance(p, HumanTaskDecided):
             self._decided(env, p)
+        elif isinstance(p, CommandRefused) and (
+            not p.command_id or p.command_id != env.causation_id
+        ):
+            self._flag(
+                env.seq,
+                Invariant.REFUSAL,
+                f"refusal of {p.what[:100]!r} names command {p.command_id[:100]!r}, "
+                f"caused by {str(env.causation_id)[:100]!r}",
+            )
         if isinstance(p, _RUN_ENDS) and run.ended is None:
             run.ended = (env.type, env.seq)
 

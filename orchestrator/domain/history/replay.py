@@ -18,6 +18,10 @@ recorded command still carries it, and for a rebuilt one, if the only difference
 every timer of the group is shifted by the same few seconds (the command waited in
 Kafka), that shift is taken as the command's clock (both counted as "clock inferred").
 
+A recorded refusal (``CommandRefused``) is compared with the new code's refusal of the
+same command (its reason included); one the new code would not make is only folded, since
+the runtime's own checks (a human decision's proof) are not repeated here.
+
 Generic over event types: payloads are compared as whole dataclasses and rendered with
 their fields, so a new event type needs no code here; a new command only needs one line
 in :data:`COMMAND_FROM_EVENT` to be re-decided rather than folded.
@@ -39,6 +43,7 @@ from orchestrator.domain.model.messages import (
     ActivityRedriven,
     ActivityResolved,
     CancelWorkflow,
+    CommandRefused,
     CompensationStarted,
     CompleteActivity,
     Envelope,
@@ -353,10 +358,20 @@ def _replay_group(
     cmd = dataclasses.replace(cmd, recorded_at=now)
     if isinstance(cmd.payload, MigrateWorkflow) and cmd.payload.to_digest:
         cmd = dataclasses.replace(cmd, payload=dataclasses.replace(cmd.payload, to_digest=""))
+    refusal = len(group) == 1 and isinstance(group[0].payload, CommandRefused)
     try:
         new_state, got = decide(cmd)
     except CommandRejected as exc:
-        return state, _refused(group, cmd, f"the new code refuses {cmd.type}: {exc}")
+        if not refusal or state is None:
+            return state, _refused(group, cmd, f"the new code refuses {cmd.type}: {exc}")
+        new_state, got = decider.refuse(state, cmd, now, str(exc))
+    else:
+        if refusal:  # refused by a check of the runtime's (a decision's proof): folded
+            report.redecided -= 1
+            report.folded_only += 1
+            if group[0].type not in report.folded_types:
+                report.folded_types.append(group[0].type)
+            return decider.fold(group, state), None
     diff = _first_difference(group, got)
     if diff is not None and not isinstance(cmd.payload, FireTimer):
         # a history decided at the client's clock (before the orchestrator set its own)

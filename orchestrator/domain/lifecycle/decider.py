@@ -24,12 +24,19 @@ from orchestrator.domain.lifecycle.activities import (
     query_outcome,
     retry_delay_ms,
 )
-from orchestrator.domain.lifecycle.command_handlers import MAX_TRANSITIONS_PER_DECISION, decide
+from orchestrator.domain.lifecycle.command_handlers import (
+    MAX_TRANSITIONS_PER_DECISION,
+    Decision,
+    decide,
+    describe_command,
+)
 from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash
+from orchestrator.domain.lifecycle.refusals import MAX_REFUSAL_CHARS
 from orchestrator.domain.model.errors import CommandRejected, HistoryError
 from orchestrator.domain.model.messages import (
     ActivityRedriven,
     ActivityResolved,
+    CommandRefused,
     CompensationStarted,
     Envelope,
     Event,
@@ -81,11 +88,13 @@ SUMMARY_EVENTS: tuple[type, ...] = (
     WorkflowCompensated,
     WorkflowCompensationFailed,
     WorkflowMigrated,
+    CommandRefused,
 )
 #: Events whose command a run remembers (a redelivery of it writes nothing).
 _REMEMBERED = (
     SignalReceived,
     SignalRefused,
+    CommandRefused,
     ActivityResolved,
     ActivityRedriven,
     HumanTaskDecided,
@@ -127,6 +136,28 @@ class Decider:
         return decide(
             self.definitions, self.definition_for, state, command, now_ms, self.task_token_hash
         )
+
+    def refuse(
+        self, state: WorkflowState, command: Envelope[Any], now_ms: int, reason: str
+    ) -> tuple[WorkflowState | None, list[Envelope[Any]]]:
+        """Record that the live run ``state`` refused ``command`` (``CommandRefused``, see
+        :mod:`orchestrator.domain.lifecycle.refusals`): one event, folded."""
+        if len(reason) > MAX_REFUSAL_CHARS:
+            reason = reason[: MAX_REFUSAL_CHARS - 1] + "…"
+        p = command.payload
+        d = Decision(
+            self.definition_for,
+            self.definition_for(state),
+            state,
+            command,
+            now_ms,
+            state.run_id,
+            self.task_token_hash,
+        )
+        d.emit(
+            CommandRefused(command.message_id, type(p).__name__, describe_command(p)[:400], reason)
+        )
+        return d.finish()
 
     def evolve(self, state: WorkflowState | None, event: Envelope[Any]) -> WorkflowState:
         """Fold one event without changing ``state``; an event at or below ``state.seq`` is

@@ -26,7 +26,7 @@ from orchestrator.domain.authoring.definitions import (
     TimerWait,
     WorkflowDefinition,
 )
-from orchestrator.domain.lifecycle import compensation, human_tasks, signals
+from orchestrator.domain.lifecycle import compensation, human_tasks, refusals, signals
 from orchestrator.domain.lifecycle.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.lifecycle.missing_versions import VERSION_MISSING
 from orchestrator.domain.model.errors import HistoryError
@@ -545,6 +545,7 @@ APPLIERS: dict[type, Applier] = {
     **signals.APPLIERS,
     **human_tasks.APPLIERS,
     **migrations.APPLIERS,
+    **refusals.APPLIERS,
 }
 
 

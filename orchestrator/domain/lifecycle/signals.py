@@ -3,7 +3,8 @@
 The rules (docs/workflows.md, "Signals"):
 
 * A signal for a finished run, or one whose name no state waits for, is refused
-  (the command is dead-lettered with the reason; nothing is written to history).
+  (``CommandRejected``; a live run records the refusal as ``CommandRefused``,
+  :mod:`orchestrator.domain.lifecycle.refusals`, and no signal is applied).
 * Without a correlation (no wait of that name declares one) a signal is applied to
   the current wait for it, else it waits in the inbox and satisfies the next wait for
   it in this run: the rule that lets a signal arrive before its wait.

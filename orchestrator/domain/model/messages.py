@@ -17,6 +17,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.migration_messages import MigrateWorkflow, WorkflowMigrated
+from orchestrator.domain.model.refusal_messages import CommandRefused
 from orchestrator.domain.model.saga_messages import (
     CompensationFailed,
     CompensationStarted,
@@ -439,9 +440,7 @@ class WorkflowCancelled:
     reason: str
 
 
-# ---------------------------------------------------------------------------
-# Other records: activity tasks, snapshots, dead letters.
-# ---------------------------------------------------------------------------
+# -- Other records: activity tasks, snapshots, dead letters. ------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +530,7 @@ Event = (
     | WorkflowCompensated
     | WorkflowCompensationFailed
     | WorkflowMigrated
+    | CommandRefused
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 
@@ -583,6 +583,7 @@ PAYLOAD_TYPES: dict[str, type] = {
         SagaEvent,
         MigrateWorkflow,
         WorkflowMigrated,
+        CommandRefused,
     )
 }
 
@@ -601,10 +602,10 @@ P = TypeVar("P")
 class Envelope(Generic[P]):
     """The one envelope around every record on every Keel topic.
 
-    ``seq`` is the contiguous 1-based sequence number of an event within its
-    workflow (0 for records that are not events). ``recorded_at`` is epoch
-    milliseconds, the only clock the domain ever reads. ``type`` is the payload's
-    wire name. The schema fingerprint lives in the single-object-encoding header.
+    ``seq`` is the contiguous 1-based sequence number of an event within its workflow
+    (0 for records that are not events). ``recorded_at`` is epoch milliseconds, the only
+    clock the domain reads. ``type`` is the payload's wire name (the schema fingerprint
+    is in the single-object-encoding header).
     """
 
     message_id: str

@@ -544,10 +544,10 @@ def _build_command_intake(s: Settings) -> None:
     _ = intake.consumer
 
 
-def _build_dlq_watch(s: Settings) -> None:
-    from orchestrator.client.human_task_decisions import DlqWatch
+def _build_refusal_watch(s: Settings) -> None:
+    from orchestrator.client.human_task_decisions import RefusalWatch
 
-    DlqWatch(s)
+    RefusalWatch(s)
 
 
 def _build_history_reader(s: Settings) -> None:
@@ -613,7 +613,7 @@ def _build_saga_feed(s: Settings) -> None:
         ("orchestrator.io.kafka.clients", "Producer", _build_client_bulk_producer),
         ("orchestrator.io.kafka.outcomes", "Producer", _build_outcome_sink),
         ("orchestrator.io.kafka.adapter", "Consumer", _build_command_intake),
-        ("orchestrator.io.kafka.clients", "Consumer", _build_dlq_watch),
+        ("orchestrator.io.kafka.clients", "Consumer", _build_refusal_watch),
         ("orchestrator.io.kafka.clients", "Consumer", _build_history_reader),
         ("connectors.delivery", "Producer", _build_connector_producer),
         ("orchestrator.io.kafka.topics", "AdminClient", _build_topics_admin),
