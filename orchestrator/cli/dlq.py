@@ -1,9 +1,9 @@
-"""``keel dlq list | redrive`` and ``keel workflow resolve``: the operator's repair tools."""
+"""``keel dlq list | redrive | discard`` and ``keel workflow resolve``: the operator's repair
+tools (docs/activities.md, "Dead letters")."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -11,7 +11,10 @@ import typer
 from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
-dlq_app = typer.Typer(help="Dead letters: activities past their bounds, unprocessable records.")
+dlq_app = typer.Typer(
+    help="Dead letters: what needs an operator (activities past their bounds, "
+    "records that could not be processed)."
+)
 console = LazyConsole(highlight=False)
 
 
@@ -19,28 +22,43 @@ console = LazyConsole(highlight=False)
 def list_(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     all_: Annotated[
-        bool, typer.Option("--all", help="Also show letters already redriven.")
+        bool, typer.Option("--all", help="Also show letters already redriven or discarded.")
+    ] = False,
+    newest_first: Annotated[
+        bool, typer.Option("--newest-first", help="The newest letter first.")
     ] = False,
 ) -> None:
-    """Open dead letters, oldest first (``--all``: redriven ones too)."""
-    from orchestrator.client.dead_letters import list_letters
+    """Open dead letters by time across partitions, oldest first (``--all``: closed too)."""
+    from orchestrator.client.dead_letters import LetterState, list_letters, shown_time
     from orchestrator.settings import load_settings
 
-    letters = list_letters(load_settings())
-    shown = [x for x in letters if all_ or x.state == "open"]
+    letters = list_letters(load_settings(), newest_first=newest_first)
+    shown = [x for x in letters if all_ or x.state == LetterState.OPEN]
     if json_:
         typer.echo(json.dumps([x.to_json() for x in shown]))
         return
     table = new_table("id", "kind", "state", "workflow", "time (UTC)", "reason")
     for x in shown:
-        when = datetime.fromtimestamp(x.recorded_at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        state = x.state
+        if x.closing is not None:
+            by = f" by {x.closing.by}" if x.closing.by else ""
+            why = f": {x.closing.reason}" if x.closing.reason else ""
+            state = f"{x.state} {shown_time(x.closing.at)}{by}{why}"
         table.add_row(
-            escape(x.id), x.kind, x.state, escape(x.workflow_id[:200]), when, escape(x.reason)
+            escape(x.id),
+            x.kind,
+            escape(state),
+            escape(x.workflow_id[:200]),
+            shown_time(x.recorded_at),
+            escape(x.reason),
         )
     console.print(table)
-    hidden = len(letters) - len(shown)
-    if hidden:
-        console.print(f"{hidden} redriven letter(s) not shown; `keel dlq list --all` shows them")
+    for closed in (LetterState.REDRIVEN, LetterState.DISCARDED):
+        hidden = sum(x.state == closed for x in letters) - sum(x.state == closed for x in shown)
+        if hidden:
+            console.print(
+                f"{hidden} {closed} letter(s) not shown; `keel dlq list --all` shows them"
+            )
 
 
 @dlq_app.command("redrive")
@@ -50,6 +68,21 @@ def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
     from orchestrator.settings import load_settings
 
     console.print(escape(do_redrive(load_settings(), letter_id)))
+
+
+@dlq_app.command("discard")
+def discard(
+    letter_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why it needs nothing more (recorded).")],
+    actor: Annotated[
+        str | None, typer.Option("--actor", help="Who discards it (default: the OS user).")
+    ] = None,
+) -> None:
+    """Close a dead letter without sending anything, once; who, when and why are recorded."""
+    from orchestrator.client.dead_letters import discard as do_discard
+    from orchestrator.settings import load_settings
+
+    typer.echo(do_discard(load_settings(), letter_id, reason, actor))
 
 
 def resolve(

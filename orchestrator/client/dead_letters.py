@@ -1,22 +1,27 @@
-"""The dead-letter queue seen by an operator: list what is there, send it out again, once.
+"""The dead-letter queue seen by an operator: list what is there, send it out again or
+discard it, once (docs/activities.md, "Dead letters").
 
-Three kinds of letters live in ``keel.dlq``:
+The dlq holds what needs an operator, and only that. Three kinds of letters live there:
 
 * an **activity** past its retry bounds (from an ``ActivityDeadLettered`` event): its
   workflow waits in ``needs_attention``; redrive sends ``RedriveActivity``, a new
   attempt of the same logical attempt under the same idempotency key;
-* a **record** that could not be processed (undecodable, or a rejected command): redrive
-  produces the original bytes to their source topic again, e.g. after a fix is deployed;
+* a **record** that could not be processed (undecodable, misrouted, too large, a run's
+  command kept while its version is missing): redrive produces the original bytes to
+  their source topic again, e.g. after a fix is deployed;
 * an **unreadable** record in the dlq itself (not a dead letter Keel can decode): listed
-  with the reason, never redriven.
+  with the reason, never redriven, but it can be discarded.
 
-A redrive happens at most once per letter (docs/activities.md): the operator first takes
-a Redis claim (``SET NX`` at ``Keyspace.redriven``) so two concurrent redrives cannot
-both go out, then one Kafka transaction produces the redriven record *and* a marker
-record in the dlq (keyed by the letter id, header ``keel-redriven``), so the marker
-exists exactly when the redrive was sent. A letter with a marker (or a claim) is
-``redriven``: hidden from ``keel dlq list`` unless ``--all``, and refused by a second
-``keel dlq redrive``.
+A command a run refuses is not a letter: the run records it (``CommandRefused``).
+
+A letter is closed at most once, by a redrive or a discard: the operator first takes a
+Redis claim (``SET NX`` at ``Keyspace.redriven``, one key per letter for both) so two
+concurrent closings cannot both happen, then one Kafka transaction produces the redriven
+record (for a redrive) *and* a marker record in the dlq (keyed by the letter id, header
+``keel-redriven`` or ``keel-discarded``; a discard's marker holds who, when and why), so
+the marker exists exactly when the closing happened. A letter with a marker (or a claim)
+is ``redriven`` or ``discarded``: hidden from ``keel dlq list`` unless ``--all``, and a
+second redrive or discard is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ import redis
 from confluent_kafka import KafkaException, Message
 
 from orchestrator.codec import default_codec
-from orchestrator.domain.model.errors import CommandRejected, NotFoundError, UnavailableError
+from orchestrator.domain.model.errors import (
+    CommandRejected,
+    InvalidInputError,
+    NotFoundError,
+    UnavailableError,
+    iso_utc,
+)
 from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     DeadLetter,
@@ -47,10 +58,12 @@ from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_env
 from orchestrator.settings import Settings
 
 __all__ = [
+    "DISCARD_HEADER",
     "MARKER_HEADER",
     "Letter",
     "LetterKind",
     "LetterState",
+    "discard",
     "list_letters",
     "redrive",
     "redrive_letters",
@@ -60,6 +73,10 @@ log = logging.getLogger("keel.dlq")
 
 #: Header of a redrive marker record in the dlq; its value is the letter id.
 MARKER_HEADER = "keel-redriven"
+#: Header of a discard marker record in the dlq; its value is the letter id.
+DISCARD_HEADER = "keel-discarded"
+#: The longest reason a discard records.
+MAX_DISCARD_REASON = 1000
 
 
 class LetterKind(StrEnum):
@@ -71,6 +88,21 @@ class LetterKind(StrEnum):
 class LetterState(StrEnum):
     OPEN = "open"
     REDRIVEN = "redriven"
+    DISCARDED = "discarded"
+
+
+#: The marker header of each way to close a letter.
+_HEADERS = {MARKER_HEADER: LetterState.REDRIVEN, DISCARD_HEADER: LetterState.DISCARDED}
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a letter was closed: redriven or discarded, when (epoch ms), by whom, why."""
+
+    state: LetterState
+    at: int | None
+    by: str = ""
+    reason: str = ""
 
 
 @dataclass
@@ -89,7 +121,10 @@ class Letter:
     key: bytes | None = None
     state: str = LetterState.OPEN
     redriven_at: int | None = None
+    closing: Closing | None = None
     where: str = field(default="", repr=False)  # the letter's own place in the dlq
+    #: Its place in the dlq, (partition, offset): the order of letters of the same time.
+    place: tuple[int, int] = (0, 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,34 +136,67 @@ class Letter:
             "attempts": self.attempts,
             "reason": self.reason,
             "recorded_at": self.recorded_at,
+            "time": shown_time(self.recorded_at),
             "redriven_at": self.redriven_at,
+            "closed_at": self.closing.at if self.closing else None,
+            "closed_by": self.closing.by if self.closing else None,
+            "close_reason": self.closing.reason if self.closing else None,
             "source": f"{self.source_topic}[{self.source_partition}]@{self.source_offset}",
         }
 
 
-def list_letters(settings: Settings, *, include_redriven: bool = True) -> list[Letter]:
-    """Every letter in the dlq, oldest first per partition, with its state."""
+def shown_time(ms: int | None) -> str:
+    """A time as every message shows one (``errors.iso_utc``); ``""`` for none."""
+    return iso_utc(ms) if ms else ""
+
+
+def list_letters(
+    settings: Settings, *, include_closed: bool = True, newest_first: bool = False
+) -> list[Letter]:
+    """Every letter in the dlq with its state, ordered by time across partitions (oldest
+    first; ties by partition and offset)."""
     topic = settings.topic("dlq")
     records = _read_dlq(settings, topic)
     letters: dict[str, Letter] = {}
-    markers: dict[str, int] = {}
+    markers: dict[str, Closing] = {}
     for msg in records:
-        marked = header(msg, MARKER_HEADER)
-        if marked is not None:
-            markers.setdefault(marked, msg.timestamp()[1])
+        marker = _closing_of(msg)
+        if marker is not None:
+            markers.setdefault(*marker)
             continue
         letter = _letter(msg)
         letters.setdefault(letter.id, letter)  # a letter produced twice is one letter
     claimed = _claimed(settings, [x.id for x in letters.values() if x.id not in markers])
     for letter in letters.values():
-        if letter.id in markers:
-            letter.state, letter.redriven_at = LetterState.REDRIVEN, markers[letter.id]
-        elif letter.id in claimed:
-            letter.state, letter.redriven_at = LetterState.REDRIVEN, claimed[letter.id]
-    found = list(letters.values())
-    if include_redriven:
+        closing = markers.get(letter.id) or claimed.get(letter.id)
+        if closing is not None:
+            letter.state, letter.closing = closing.state, closing
+            if closing.state == LetterState.REDRIVEN:
+                letter.redriven_at = closing.at
+    found = sorted(letters.values(), key=lambda x: (x.recorded_at, x.place))
+    if newest_first:
+        found.reverse()
+    if include_closed:
         return found
     return [x for x in found if x.state == LetterState.OPEN]
+
+
+def _closing_of(msg: Message) -> tuple[str, Closing] | None:
+    """The letter id a marker record closes, and how; None for a letter."""
+    for name, state in _HEADERS.items():
+        letter_id = header(msg, name)
+        if letter_id is None:
+            continue
+        by = why = ""
+        try:
+            d = default_codec().decode(msg.value() or b"").payload
+            if isinstance(d, DeadLetter) and d.value:
+                info = json.loads(d.value)
+                by, why = str(info.get("by", "")), str(info.get("reason", ""))
+        except Exception:  # a marker without the details still closes its letter
+            pass
+        return letter_id, Closing(state, msg.timestamp()[1], by, why)
+    return None
 
 
 def _read_dlq(settings: Settings, topic: str) -> list[Message]:
@@ -164,6 +232,7 @@ def _letter(msg: Message) -> Letter:
             None,
             None,
             where=where,
+            place=(msg.partition() or 0, msg.offset() or 0),
         )
     d: DeadLetter = env.payload
     activity_id = attempts = None
@@ -191,6 +260,7 @@ def _letter(msg: Message) -> Letter:
         d.value,
         key=d.key,
         where=where,
+        place=(msg.partition() or 0, msg.offset() or 0),
     )
 
 
@@ -200,8 +270,8 @@ def _redis(settings: Settings) -> redis.Redis:
     )
 
 
-def _claimed(settings: Settings, letter_ids: list[str]) -> dict[str, int]:
-    """Letters with a redrive claim in Redis (when Redis answers: markers suffice else)."""
+def _claimed(settings: Settings, letter_ids: list[str]) -> dict[str, Closing]:
+    """Letters with a claim in Redis (when Redis answers: markers suffice else)."""
     if not letter_ids:
         return {}
     keys = Keyspace(settings.topic_prefix)
@@ -209,42 +279,44 @@ def _claimed(settings: Settings, letter_ids: list[str]) -> dict[str, int]:
         r = _redis(settings)
         values = r.mget([keys.redriven(i) for i in letter_ids])
     except redis.RedisError as exc:
-        log.warning("redrive claims not read (%s); markers in the dlq only", type(exc).__name__)
+        log.warning("dlq claims not read (%s); markers in the dlq only", type(exc).__name__)
         return {}
-    found = {}
-    for letter_id, value in zip(letter_ids, values, strict=True):
-        if value is not None:
-            try:
-                found[letter_id] = int(json.loads(value)["at"])
-            except (ValueError, KeyError, TypeError):
-                found[letter_id] = 0
-    return found
+    return {
+        letter_id: _claim(str(value))
+        for letter_id, value in zip(letter_ids, values, strict=True)
+        if value is not None
+    }
+
+
+def _claim(value: str | None) -> Closing:
+    """A claim's closing; a redrive when it says nothing else (claims before discards)."""
+    try:
+        info = json.loads(value or "")
+        state = LetterState(info.get("action", LetterState.REDRIVEN))
+        return Closing(state, int(info["at"]), str(info.get("by", "")), str(info.get("reason", "")))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Closing(LetterState.REDRIVEN, None)
+
+
+def _find(settings: Settings, letter_id: str) -> Letter:
+    found = [x for x in list_letters(settings) if x.id == letter_id]
+    if not found:
+        raise NotFoundError(f"no dead letter with id '{letter_id}'; see `keel dlq list --all`")
+    return found[0]
 
 
 def redrive(settings: Settings, letter_id: str) -> str:
     """Send one letter out again, once; returns what was done, in one line."""
-    found = [x for x in list_letters(settings) if x.id == letter_id]
-    if not found:
-        raise NotFoundError(f"no dead letter with id '{letter_id}'; see `keel dlq list --all`")
-    letter = found[0]
+    letter = _find(settings, letter_id)
     if letter.kind == LetterKind.UNREADABLE:
         raise CommandRejected(f"dead letter '{letter_id}' is unreadable; nothing to redrive")
-    if letter.state == LetterState.REDRIVEN:
-        raise CommandRejected(_already(letter_id, letter.redriven_at))
+    if letter.closing is not None:
+        raise CommandRejected(_refusal(letter_id, letter.closing, LetterState.REDRIVEN))
     if letter.kind == LetterKind.RECORD and letter.value is None:
         raise CommandRejected(f"dead letter '{letter_id}' carries no record to send again")
-    claim_key = Keyspace(settings.topic_prefix).redriven(letter_id)
     at = now_ms()
-    r = _redis(settings)
-    try:
-        claim = json.dumps({"at": at, "by": _operator()})
-        if not r.set(claim_key, claim, nx=True):
-            raise CommandRejected(_already(letter_id, _claim_time(str(r.get(claim_key)))))
-    except redis.RedisError as exc:
-        raise UnavailableError(
-            f"Redis did not answer ({type(exc).__name__}); the redrive claim of "
-            f"'{letter_id}' was not taken and nothing was sent"
-        ) from None
+    claim = {"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)}
+    r, claim_key = _take_claim(settings, letter_id, claim, LetterState.REDRIVEN)
     try:
         done = _send_once(settings, letter, at)
     except KafkaException as exc:
@@ -257,6 +329,65 @@ def redrive(settings: Settings, letter_id: str) -> str:
     return done
 
 
+def discard(settings: Settings, letter_id: str, reason: str, actor: str | None = None) -> str:
+    """Close one letter without sending anything, once, with who, when and why recorded
+    (a claim in Redis and a marker in the dlq, as a redrive); returns it in one line."""
+    reason = " ".join(reason.split())
+    if not reason:
+        raise InvalidInputError("a discard needs a reason (--reason TEXT)")
+    if len(reason) > MAX_DISCARD_REASON:
+        raise InvalidInputError(
+            f"the reason is {len(reason):,} characters; the limit is {MAX_DISCARD_REASON}"
+        )
+    by = " ".join((actor or _operator()).split())[:200] or _operator()
+    letter = _find(settings, letter_id)
+    if letter.closing is not None:
+        raise CommandRejected(_refusal(letter_id, letter.closing, LetterState.DISCARDED))
+    at = now_ms()
+    claim = {"at": at, "by": by, "action": str(LetterState.DISCARDED), "reason": reason}
+    r, claim_key = _take_claim(settings, letter_id, claim, LetterState.DISCARDED)
+    producer = transactional_producer(settings, f"{settings.topic_prefix}.discard.{letter_id}")
+    timeout = settings.admin_timeout_s
+    try:
+        producer.begin_transaction()
+        producer.produce(
+            settings.topic("dlq"),
+            key=letter.id.encode(),
+            value=default_codec().encode(
+                _marker(settings, letter, at, LetterState.DISCARDED, by, reason)
+            ),
+            headers=[(DISCARD_HEADER, letter.id.encode())],
+        )
+        producer.commit_transaction(timeout)
+    except KafkaException as exc:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(timeout)
+        r.delete(claim_key)  # nothing was written: the claim is given back
+        raise UnavailableError(
+            f"discard of '{letter_id}' not recorded (Kafka: {exc.args[0]}); nothing was "
+            "written, try again"
+        ) from None
+    return f"dead letter '{letter_id}' discarded by {by}: {reason}"
+
+
+def _take_claim(
+    settings: Settings, letter_id: str, claim: dict[str, Any], action: LetterState
+) -> tuple[redis.Redis, str]:
+    """Take the one claim of ``letter_id`` (``SET NX``), or refuse with who holds it."""
+    claim_key = Keyspace(settings.topic_prefix).redriven(letter_id)
+    r = _redis(settings)
+    try:
+        if not r.set(claim_key, json.dumps(claim), nx=True):
+            held = r.get(claim_key)
+            raise CommandRejected(_refusal(letter_id, _claim(str(held)), action))
+    except redis.RedisError as exc:
+        raise UnavailableError(
+            f"Redis did not answer ({type(exc).__name__}); the claim of '{letter_id}' was not "
+            f"taken and nothing was done"
+        ) from None
+    return r, claim_key
+
+
 def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
     """Send ``letters`` (open record letters, already listed) out again, each at most once:
     one Redis claim per letter (a letter claimed elsewhere is skipped), then every claimed
@@ -264,7 +395,7 @@ def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
     at = now_ms()
     r = _redis(settings)
     keys = Keyspace(settings.topic_prefix)
-    claim = json.dumps({"at": at, "by": _operator()})
+    claim = json.dumps({"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)})
     try:
         mine = [x for x in letters if r.set(keys.redriven(x.id), claim, nx=True)]
     except redis.RedisError as exc:
@@ -330,25 +461,28 @@ def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> 
     producer.produce(
         settings.topic("dlq"),
         key=letter.id.encode(),
-        value=codec.encode(_marker(settings, letter, at)),
+        value=codec.encode(_marker(settings, letter, at, LetterState.REDRIVEN, _operator())),
         headers=[(MARKER_HEADER, letter.id.encode())],
     )
     return done
 
 
-def _marker(settings: Settings, letter: Letter, at: int) -> Envelope[Any]:
+def _marker(
+    settings: Settings, letter: Letter, at: int, state: LetterState, by: str, reason: str = ""
+) -> Envelope[Any]:
+    verb = "redriven" if state == LetterState.REDRIVEN else "discarded"
+    details = json.dumps({"by": by, "reason": reason, "at": at}).encode()
     return runtime_envelope(
-        f"redriven/{letter.id}",
+        f"{verb}/{letter.id}",
         letter.workflow_id,
         "",
         DeadLetter(
             settings.topic("dlq"),
             -1,
             -1,
-            f"redrive marker: dead letter '{letter.id}' ({letter.where}) was redriven "
-            f"by {_operator()}",
+            f"{state} marker: dead letter '{letter.id}' ({letter.where}) was {verb} by {by}",
             letter.id.encode(),
-            None,
+            details,
         ),
         at,
         causation_id=letter.id,
@@ -362,15 +496,16 @@ def _operator() -> str:
         return "unknown operator"
 
 
-def _claim_time(value: str | None) -> int | None:
-    try:
-        return int(json.loads(value or "")["at"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _already(letter_id: str, at: int | None) -> str:
-    from datetime import UTC, datetime
-
-    when = f" at {datetime.fromtimestamp(at / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC" if at else ""
-    return f"dead letter '{letter_id}' was already redriven{when}; a second redrive is refused"
+def _refusal(letter_id: str, closing: Closing, wanted: LetterState) -> str:
+    """Why ``wanted`` (a redrive or a discard) is refused: the letter is closed already."""
+    when = f" at {iso_utc(closing.at)}" if closing.at else ""
+    if closing.state == LetterState.REDRIVEN:
+        done = f"dead letter '{letter_id}' was already redriven{when}"
+    else:
+        by = f" by {closing.by}" if closing.by else ""
+        why = f" ({closing.reason})" if closing.reason else ""
+        done = f"dead letter '{letter_id}' was already discarded{when}{by}{why}"
+    if wanted == closing.state:
+        verb = "redrive" if wanted == LetterState.REDRIVEN else "discard"
+        return f"{done}; a second {verb} is refused"
+    return f"{done}; it cannot be {wanted}"

@@ -73,7 +73,7 @@ class ParkedRedrive:
         """Redrive the parked letters of ``partitions`` this process can decide; their ids."""
         with self._lock:  # one look at a time: a second assignment waits for the first
             try:
-                letters = list_letters(self.settings, include_redriven=False)
+                letters = list_letters(self.settings, include_closed=False)
                 due = parked_to_redrive(
                     letters, self.have, set(partitions), self.settings.topic("commands")
                 )

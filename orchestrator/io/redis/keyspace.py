@@ -12,7 +12,8 @@ space     keys                                              rebuilt by / lifetim
 ``fx``    ``fx:<idempotency key>`` effect records           never cleared; TTL
 ``dd``    ``dd:<source>:<event id>`` webhook/callback       never cleared; TTL
           dedupe markers
-``dlq``   ``dlq:redriven:<letter id>`` redrive claims       never cleared
+``dlq``   ``dlq:redriven:<letter id>`` the claim that       never cleared
+          closes a letter (a redrive or a discard)
 ``llm``   ``llm:call:<i>:<K>`` raw model responses,         never cleared; TTL
           ``llm:start|wait:<K>``, ``llm:cache:<hash>``
 ========  ===============================================  ==========================
@@ -82,6 +83,8 @@ class Keyspace:
         """The prefix of the LLM node keys (``handlers/llm/store.py`` builds the rest)."""
         return f"{self.root}:llm"
 
-    # -- dead-letter redrives ------------------------------------------------------------
+    # -- dead-letter redrives and discards ----------------------------------------------
     def redriven(self, letter_id: str) -> str:
+        """The one claim of a letter, taken by its redrive or its discard (the name is the
+        redrive's, from before discards; orchestrator/client/dead_letters.py)."""
         return f"{self.root}:dlq:redriven:{letter_id}"
