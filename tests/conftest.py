@@ -127,9 +127,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 @pytest.fixture
-def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest):
-    """Settings for one test: the session's servers, a fresh prefix, topics created;
-    afterwards the prefix's histories must keep the invariants."""
+def settings(
+    servers: Servers, topic_prefix: str, request: pytest.FixtureRequest, tmp_path: Path
+):
+    """Settings for one test: the session's servers, a fresh prefix, topics created, and
+    a home of its own (a key file one test's code creates there never signs another's
+    decisions); afterwards the prefix's histories must keep the invariants."""
     from orchestrator.io.kafka.topics import create_topics
     from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
@@ -140,7 +143,7 @@ def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest
         topic_prefix=topic_prefix,
         partitions=4,
         replication_factor=1,
-        home=KEEL_DIR / "test-stack",
+        home=tmp_path / "keel-home",
     )
     create_topics(s)
     yield s
