@@ -26,7 +26,6 @@ second redrive or discard is refused.
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import json
 import logging
@@ -34,9 +33,6 @@ import socket
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
-
-import redis
-from confluent_kafka import KafkaException, Message
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
@@ -52,8 +48,14 @@ from orchestrator.domain.model.messages import (
     Envelope,
     RedriveActivity,
 )
-from orchestrator.io.kafka.clients import header, read_partitions, transactional_producer
-from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.kafka.clients import ClientMessage, header
+from orchestrator.io.kafka.dead_letter_log import (
+    OutRecord,
+    TransactionNotCommitted,
+    read_topic_records,
+    write_in_one_transaction,
+)
+from orchestrator.io.redis.dead_letter_claims import ClaimsUnavailable, LetterClaims
 from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_envelope
 from orchestrator.settings import Settings
 
@@ -156,7 +158,7 @@ def list_letters(
     """Every letter in the dlq with its state, ordered by time across partitions (oldest
     first; ties by partition and offset)."""
     topic = settings.topic("dlq")
-    records = _read_dlq(settings, topic)
+    records = read_topic_records(settings, topic)
     letters: dict[str, Letter] = {}
     markers: dict[str, Closing] = {}
     for msg in records:
@@ -181,7 +183,7 @@ def list_letters(
     return [x for x in found if x.state == LetterState.OPEN]
 
 
-def _closing_of(msg: Message) -> tuple[str, Closing] | None:
+def _closing_of(msg: ClientMessage) -> tuple[str, Closing] | None:
     """The letter id a marker record closes, and how; None for a letter."""
     for name, state in _HEADERS.items():
         letter_id = header(msg, name)
@@ -199,14 +201,7 @@ def _closing_of(msg: Message) -> tuple[str, Closing] | None:
     return None
 
 
-def _read_dlq(settings: Settings, topic: str) -> list[Message]:
-    from orchestrator.io.kafka.topics import require_topic
-
-    partitions = dict.fromkeys(require_topic(settings, topic).partitions, 0)
-    return list(read_partitions(settings, topic, partitions))
-
-
-def _letter(msg: Message) -> Letter:
+def _letter(msg: ClientMessage) -> Letter:
     """The letter in one dlq record; an ``unreadable`` letter when it is not one."""
     codec = default_codec()
     where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
@@ -264,28 +259,14 @@ def _letter(msg: Message) -> Letter:
     )
 
 
-def _redis(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(
-        settings.redis, decode_responses=True, socket_timeout=5, socket_connect_timeout=5
-    )
-
-
 def _claimed(settings: Settings, letter_ids: list[str]) -> dict[str, Closing]:
     """Letters with a claim in Redis (when Redis answers: markers suffice else)."""
-    if not letter_ids:
-        return {}
-    keys = Keyspace(settings.topic_prefix)
     try:
-        r = _redis(settings)
-        values = r.mget([keys.redriven(i) for i in letter_ids])
-    except redis.RedisError as exc:
-        log.warning("dlq claims not read (%s); markers in the dlq only", type(exc).__name__)
+        held = LetterClaims(settings).read(letter_ids)
+    except ClaimsUnavailable as exc:
+        log.warning("dlq claims not read (%s); markers in the dlq only", exc)
         return {}
-    return {
-        letter_id: _claim(str(value))
-        for letter_id, value in zip(letter_ids, values, strict=True)
-        if value is not None
-    }
+    return {letter_id: _claim(value) for letter_id, value in held.items()}
 
 
 def _claim(value: str | None) -> Closing:
@@ -316,17 +297,14 @@ def redrive(settings: Settings, letter_id: str) -> str:
         raise CommandRejected(f"dead letter '{letter_id}' carries no record to send again")
     at = now_ms()
     claim = {"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)}
-    r, claim_key = _take_claim(settings, letter_id, claim, LetterState.REDRIVEN)
+    claims = _take_claim(settings, letter_id, claim, LetterState.REDRIVEN)
     try:
-        done = _send_once(settings, letter, at)
-    except KafkaException as exc:
-        # The transaction did not commit: nothing went out, so the claim is given back.
-        r.delete(claim_key)
+        return _send(settings, [letter], at, f"{settings.topic_prefix}.redrive.{letter.id}")
+    except TransactionNotCommitted as exc:
+        claims.give_back([letter_id])  # nothing went out, so the claim is given back
         raise UnavailableError(
-            f"redrive of '{letter_id}' not sent (Kafka: {exc.args[0]}); nothing was written, "
-            "try again"
+            f"redrive of '{letter_id}' not sent (Kafka: {exc}); nothing was written, try again"
         ) from None
-    return done
 
 
 def discard(settings: Settings, letter_id: str, reason: str, actor: str | None = None) -> str:
@@ -345,47 +323,39 @@ def discard(settings: Settings, letter_id: str, reason: str, actor: str | None =
         raise CommandRejected(_refusal(letter_id, letter.closing, LetterState.DISCARDED))
     at = now_ms()
     claim = {"at": at, "by": by, "action": str(LetterState.DISCARDED), "reason": reason}
-    r, claim_key = _take_claim(settings, letter_id, claim, LetterState.DISCARDED)
-    producer = transactional_producer(settings, f"{settings.topic_prefix}.discard.{letter_id}")
-    timeout = settings.admin_timeout_s
+    claims = _take_claim(settings, letter_id, claim, LetterState.DISCARDED)
+    marker = _marker(settings, letter, at, LetterState.DISCARDED, by, reason)
+    record = OutRecord(
+        settings.topic("dlq"),
+        letter.id.encode(),
+        default_codec().encode(marker),
+        ((DISCARD_HEADER, letter.id.encode()),),
+    )
     try:
-        producer.begin_transaction()
-        producer.produce(
-            settings.topic("dlq"),
-            key=letter.id.encode(),
-            value=default_codec().encode(
-                _marker(settings, letter, at, LetterState.DISCARDED, by, reason)
-            ),
-            headers=[(DISCARD_HEADER, letter.id.encode())],
-        )
-        producer.commit_transaction(timeout)
-    except KafkaException as exc:
-        with contextlib.suppress(KafkaException):
-            producer.abort_transaction(timeout)
-        r.delete(claim_key)  # nothing was written: the claim is given back
+        write_in_one_transaction(settings, f"{settings.topic_prefix}.discard.{letter_id}", [record])
+    except TransactionNotCommitted as exc:
+        claims.give_back([letter_id])  # nothing was written: the claim is given back
         raise UnavailableError(
-            f"discard of '{letter_id}' not recorded (Kafka: {exc.args[0]}); nothing was "
-            "written, try again"
+            f"discard of '{letter_id}' not recorded (Kafka: {exc}); nothing was written, try again"
         ) from None
     return f"dead letter '{letter_id}' discarded by {by}: {reason}"
 
 
 def _take_claim(
     settings: Settings, letter_id: str, claim: dict[str, Any], action: LetterState
-) -> tuple[redis.Redis, str]:
+) -> LetterClaims:
     """Take the one claim of ``letter_id`` (``SET NX``), or refuse with who holds it."""
-    claim_key = Keyspace(settings.topic_prefix).redriven(letter_id)
-    r = _redis(settings)
+    claims = LetterClaims(settings)
     try:
-        if not r.set(claim_key, json.dumps(claim), nx=True):
-            held = r.get(claim_key)
-            raise CommandRejected(_refusal(letter_id, _claim(str(held)), action))
-    except redis.RedisError as exc:
+        held = claims.take(letter_id, json.dumps(claim))
+    except ClaimsUnavailable as exc:
         raise UnavailableError(
-            f"Redis did not answer ({type(exc).__name__}); the claim of '{letter_id}' was not "
-            f"taken and nothing was done"
+            f"Redis did not answer ({exc}); the claim of '{letter_id}' was not taken and "
+            "nothing was done"
         ) from None
-    return r, claim_key
+    if held is not None:
+        raise CommandRejected(_refusal(letter_id, _claim(held), action))
+    return claims
 
 
 def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
@@ -393,51 +363,40 @@ def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
     one Redis claim per letter (a letter claimed elsewhere is skipped), then every claimed
     record and its marker in one Kafka transaction. The ids sent, in order."""
     at = now_ms()
-    r = _redis(settings)
-    keys = Keyspace(settings.topic_prefix)
+    claims = LetterClaims(settings)
     claim = json.dumps({"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)})
     try:
-        mine = [x for x in letters if r.set(keys.redriven(x.id), claim, nx=True)]
-    except redis.RedisError as exc:
+        taken = set(claims.take_each([x.id for x in letters], claim))
+    except ClaimsUnavailable as exc:
         raise UnavailableError(
-            f"Redis did not answer ({type(exc).__name__}); no parked letter was redriven"
+            f"Redis did not answer ({exc}); no parked letter was redriven"
         ) from None
+    mine = [x for x in letters if x.id in taken]
     if not mine:
         return []
     try:
         _send(settings, mine, at, f"{settings.topic_prefix}.redrive.{mine[0].id}")
-    except KafkaException as exc:
-        r.delete(*(keys.redriven(x.id) for x in mine))  # nothing went out: give them back
+    except TransactionNotCommitted as exc:
+        claims.give_back([x.id for x in mine])  # nothing went out: give them back
         raise UnavailableError(
-            f"parked letters not redriven (Kafka: {exc.args[0]}); nothing was written"
+            f"parked letters not redriven (Kafka: {exc}); nothing was written"
         ) from None
     return [x.id for x in mine]
 
 
-def _send_once(settings: Settings, letter: Letter, at: int) -> str:
-    """The redriven record and its marker, in one Kafka transaction."""
-    return _send(settings, [letter], at, f"{settings.topic_prefix}.redrive.{letter.id}")
-
-
 def _send(settings: Settings, letters: list[Letter], at: int, txn_id: str) -> str:
-    """The redriven records and their markers, in one Kafka transaction."""
-    producer = transactional_producer(settings, txn_id)
-    timeout = settings.admin_timeout_s
+    """The redriven records and their markers, in one Kafka transaction; what the last
+    one did, in words."""
+    records: list[OutRecord] = []
     done = ""
-    try:
-        producer.begin_transaction()
-        for letter in letters:
-            done = _produce_one(settings, producer, letter, at)
-        producer.commit_transaction(timeout)
-    except KafkaException:
-        with contextlib.suppress(KafkaException):
-            producer.abort_transaction(timeout)
-        raise
+    for letter in letters:
+        done = _redrive_records(settings, letter, at, records)
+    write_in_one_transaction(settings, txn_id, records)
     return done
 
 
-def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> str:
-    """Produce one letter's redrive and its marker (inside the caller's transaction)."""
+def _redrive_records(settings: Settings, letter: Letter, at: int, out: list[OutRecord]) -> str:
+    """One letter's redrive and its marker, appended to ``out``."""
     codec = default_codec()
     if letter.kind == LetterKind.ACTIVITY:
         assert letter.activity_id is not None
@@ -448,21 +407,24 @@ def _produce_one(settings: Settings, producer: Any, letter: Letter, at: int) -> 
             at,
             correlation_id=letter.workflow_id,
         )
-        producer.produce(
-            settings.topic("commands"),
-            key=letter.workflow_id.encode(),
-            value=codec.encode(command),
+        out.append(
+            OutRecord(
+                settings.topic("commands"), letter.workflow_id.encode(), codec.encode(command)
+            )
         )
         done = f"redrive of activity '{letter.activity_id}' sent to {letter.workflow_id}"
     else:
         key = letter.key if letter.key is not None else letter.workflow_id.encode() or None
-        producer.produce(letter.source_topic, key=key, value=letter.value)
+        out.append(OutRecord(letter.source_topic, key, letter.value))
         done = f"record sent again to {letter.source_topic}"
-    producer.produce(
-        settings.topic("dlq"),
-        key=letter.id.encode(),
-        value=codec.encode(_marker(settings, letter, at, LetterState.REDRIVEN, _operator())),
-        headers=[(MARKER_HEADER, letter.id.encode())],
+    marker = _marker(settings, letter, at, LetterState.REDRIVEN, _operator())
+    out.append(
+        OutRecord(
+            settings.topic("dlq"),
+            letter.id.encode(),
+            codec.encode(marker),
+            ((MARKER_HEADER, letter.id.encode()),),
+        )
     )
     return done
 
