@@ -69,6 +69,8 @@ _EXPORTS: dict[str, str] = {
     "Signal": "orchestrator.webhook_sources",
     "Start": "orchestrator.webhook_sources",
     "RouteError": "orchestrator.webhook_sources",
+    "SignatureScheme": "orchestrator.webhook_sources",
+    "WebhookEvent": "orchestrator.webhook_sources",
     # LLM steps (docs/llm-nodes.md)
     "llm_step": "handlers.llm.node",
     "LlmCall": "handlers.llm.node",
@@ -150,6 +152,7 @@ __all__ = [
     "Signal",
     "SignalWait",
     "SignalWorkflow",
+    "SignatureScheme",
     "Start",
     "StartResult",
     "StartWorkflow",
@@ -161,6 +164,7 @@ __all__ = [
     "Transition",
     "UnavailableError",
     "UnknownWorkflowError",
+    "WebhookEvent",
     "WebhookSource",
     "WorkflowDefinition",
     "WorkflowIdConflictError",
@@ -289,7 +293,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from orchestrator.webhook_sources import (
         RouteError,
         Signal,
+        SignatureScheme,
         Start,
+        WebhookEvent,
         WebhookSource,
     )
 

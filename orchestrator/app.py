@@ -163,14 +163,15 @@ class KeelApp:
         source: str,
         *,
         secret_env: str,
-        event_id: Callable[[dict[str, Any]], Any],
-        route: Callable[[dict[str, Any]], Any],
+        route: Callable[[Any], Any],
+        event_id: Callable[[dict[str, Any]], Any] | None = None,
         **options: Any,
     ) -> WebhookSource:
         """Declare webhook ``source``: its secrets' variable, event id and routing.
 
-        ``route(body)`` returns ``orchestrator.webhook_sources.Signal`` or ``Start``;
-        ``options`` are ``tolerance_s`` and ``dedupe_ttl_s`` (docs/connector.md).
+        ``route`` returns ``orchestrator.webhook_sources.Signal`` or ``Start``; ``options``
+        are ``scheme`` (``SignatureScheme``, ``keel`` by default), ``tolerance_s`` and
+        ``dedupe_ttl_s`` (docs/connector.md).
         """
         if source in self.webhooks:
             raise AppError(f"webhook source '{source}' is already declared")

@@ -13,9 +13,12 @@ An application declares each sender once with :meth:`KeelApp.webhook
 ``event_id`` names the delivery (the sender's own event id: its retries repeat it);
 ``route`` maps the parsed JSON body to a :class:`Signal` to a workflow or a :class:`Start`
 of one. Both run on the sender's input, so any exception they raise is answered 400 with
-its reason. This module is authoring: it imports the domain only, so the application
-object holds its sources without loading the connector (``connectors/webhooks.py`` reads
-deliveries; ``connectors/service.py`` serves them).
+its reason. ``scheme`` picks how deliveries are signed (:class:`SignatureScheme`, ``keel``
+by default): under a provider's scheme the provider names the event id and type, so
+``event_id`` is left out and ``route`` receives a :class:`WebhookEvent`. This module is
+authoring: it imports the domain only, so the application object holds its sources without
+loading the connector (``connectors/webhooks.py`` reads deliveries;
+``connectors/service.py`` serves them).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from orchestrator.domain.model.errors import DefinitionError, InvalidInputError, KeelError
@@ -38,9 +42,12 @@ __all__ = [
     "Command",
     "RouteError",
     "Signal",
+    "SignatureScheme",
     "Start",
     "StartValidator",
+    "WebhookEvent",
     "WebhookSource",
+    "check_event_id",
 ]
 
 #: The longest event id a sender may use.
@@ -54,6 +61,30 @@ DEFAULT_TOLERANCE_S = 300
 _SOURCE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _SIGNAL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+
+
+class SignatureScheme(StrEnum):
+    """How a source's deliveries are signed, and where their event id comes from
+    (docs/connector.md, "Signature schemes")."""
+
+    KEEL = "keel"  # Keel-Signature: t=,v1=<hex>; event id from the declared event_id(body)
+    STANDARD_WEBHOOKS = "standard-webhooks"  # webhook-id / -timestamp / -signature: v1,<b64>
+    GITHUB = "github"  # X-Hub-Signature-256: sha256=<hex>; X-GitHub-Delivery, X-GitHub-Event
+    STRIPE = "stripe"  # Stripe-Signature: t=,v1=<hex>; the body's id and type
+    SLACK = "slack"  # X-Slack-Signature: v0=<hex>, X-Slack-Request-Timestamp; event_id
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEvent:
+    """A verified delivery under a provider's scheme: what its ``route`` receives.
+
+    ``id`` is the provider's event id (dedupe uses it), ``type`` its event type ("" when
+    the provider names none), ``body`` the parsed JSON object.
+    """
+
+    id: str
+    type: str
+    body: dict[str, Any]
 
 
 class StartValidator(Protocol):
@@ -108,15 +139,18 @@ class WebhookSource:
     """One sender of webhooks, declared with :meth:`KeelApp.webhook`.
 
     ``secret_env`` names the environment variable holding the active secrets,
-    comma-separated (two during a rotation); the connector reads it at start.
+    comma-separated (two during a rotation); the connector reads it at start. Under the
+    ``keel`` scheme ``event_id`` and ``route`` take the body; under a provider's scheme
+    ``event_id`` is None (the provider names it) and ``route`` takes a WebhookEvent.
     """
 
     name: str
     secret_env: str
-    event_id: Callable[[dict[str, Any]], Any]
-    route: Callable[[dict[str, Any]], Signal | Start]
+    event_id: Callable[[dict[str, Any]], Any] | None
+    route: Callable[[Any], Signal | Start]
     tolerance_s: float = DEFAULT_TOLERANCE_S
     dedupe_ttl_s: int = DEFAULT_DEDUPE_TTL_S
+    scheme: SignatureScheme = SignatureScheme.KEEL
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -130,9 +164,29 @@ class WebhookSource:
                 f"webhook source '{self.name}': secret_env {self.secret_env!r} is not the "
                 "name of an environment variable"
             )
-        if not callable(self.event_id) or not callable(self.route):
+        try:
+            scheme = SignatureScheme(self.scheme)
+        except ValueError:
+            known = ", ".join(SignatureScheme)
             raise DefinitionError(
-                f"webhook source '{self.name}': event_id and route must be functions of the body"
+                f"webhook source '{self.name}': unknown scheme {str(self.scheme)[:40]!r}; "
+                f"known: {known}"
+            ) from None
+        object.__setattr__(self, "scheme", scheme)
+        if scheme is SignatureScheme.KEEL:
+            if not callable(self.event_id) or not callable(self.route):
+                raise DefinitionError(
+                    f"webhook source '{self.name}': event_id and route must be functions of "
+                    "the body"
+                )
+        elif self.event_id is not None:
+            raise DefinitionError(
+                f"webhook source '{self.name}': the {scheme} scheme names the event id; "
+                "leave event_id out"
+            )
+        elif not callable(self.route):
+            raise DefinitionError(
+                f"webhook source '{self.name}': route must be a function of a WebhookEvent"
             )
         if not 0 < self.tolerance_s <= 24 * 3600:
             raise DefinitionError(
@@ -144,31 +198,25 @@ class WebhookSource:
             )
 
     def event_id_of(self, body: dict[str, Any]) -> str:
-        """The sender's event id of this delivery (text or an integer, at most 200 chars)."""
+        """The sender's event id of a ``keel`` delivery (text or an integer, at most 200
+        chars); a provider's scheme reads it from the delivery (connectors/schemes/)."""
+        if self.event_id is None:
+            raise KeelError(f"webhook source '{self.name}': the {self.scheme} scheme names it")
         try:
             value = self.event_id(body)
         except Exception as exc:
             raise RouteError(
                 f"cannot read the event id of a '{self.name}' delivery: {_reason(exc)}"
             ) from None
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, str) or not value:
-            raise RouteError(
-                f"the event id of a '{self.name}' delivery must be non-empty text, "
-                f"got {json.dumps(value)[:60]}"
-            )
-        if len(value) > MAX_EVENT_ID_CHARS:
-            raise RouteError(
-                f"the event id of a '{self.name}' delivery is {len(value)} characters; "
-                f"the limit is {MAX_EVENT_ID_CHARS}"
-            )
-        return value
+        return check_event_id(self.name, value)
 
-    def command_of(self, body: dict[str, Any], app: StartValidator) -> Command:
-        """The command this delivery asks for, checked as the client checks one."""
+    def command_of(self, delivery: dict[str, Any] | WebhookEvent, app: StartValidator) -> Command:
+        """The command this delivery asks for, checked as the client checks one: ``route``
+        takes the body under ``keel``, the WebhookEvent under a provider's scheme."""
+        if isinstance(delivery, WebhookEvent) and self.scheme is SignatureScheme.KEEL:
+            delivery = delivery.body
         try:
-            routed = self.route(body)
+            routed = self.route(delivery)
         except Exception as exc:
             raise RouteError(f"cannot route a '{self.name}' delivery: {_reason(exc)}") from None
         try:
@@ -195,6 +243,24 @@ class WebhookSource:
         definition = app.validate_start(s.name, s.version, s.input)
         input_json = _dumps(s.input, f"input of {definition.label}")
         return Command(wid, StartWorkflow(definition.name, definition.version, input_json))
+
+
+def check_event_id(source: str, value: Any) -> str:
+    """``value`` as an event id of ``source``: non-empty text (or an integer), at most
+    :data:`MAX_EVENT_ID_CHARS`; RouteError with the reason else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value:
+        raise RouteError(
+            f"the event id of a '{source}' delivery must be non-empty text, "
+            f"got {json.dumps(value)[:60]}"
+        )
+    if len(value) > MAX_EVENT_ID_CHARS:
+        raise RouteError(
+            f"the event id of a '{source}' delivery is {len(value)} characters; "
+            f"the limit is {MAX_EVENT_ID_CHARS}"
+        )
+    return value
 
 
 def _dumps(value: Any, what: str) -> str:

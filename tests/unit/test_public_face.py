@@ -110,6 +110,8 @@ PUBLIC_NAMES = {
     "Signal",
     "Start",
     "RouteError",
+    "SignatureScheme",
+    "WebhookEvent",
     # LLM steps
     "llm_step",
     "agent_step",
