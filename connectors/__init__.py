@@ -1,7 +1,8 @@
 """The connector process: Keel's HTTP edge.
 
 * ``keel connector`` (``service.py``): signed webhooks in (``signing.py`` verifies the
-  HMAC header, ``webhooks.py`` maps a payload to a command, ``delivery.py`` produces it
+  HMAC header, ``schemes/`` one verifier per signature scheme (GitHub, Stripe, Slack,
+  Standard Webhooks), ``webhooks.py`` maps a payload to a command, ``delivery.py`` produces it
   with a Redis dedupe claim and answers 202 only after Kafka's ack), and the human-task
   inbox and decisions (``human_task_api.py``, ``auth.py``); every answer is standard JSON
   and every body is read within the read timeout (``json_answers.py``). See docs/connector.md.

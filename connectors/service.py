@@ -5,8 +5,10 @@ and serves the human-task inbox and decisions (connectors/human_task_api.py).
 
 1. the source is declared (else 404); the body fits the size limit (else 413) and arrives
    within the read timeout (else 408);
-2. the ``Keel-Signature`` matches under an active secret, in the time window (else 401);
+2. the signature matches under an active secret, in the time window, by the source's
+   scheme (``Keel-Signature`` or a provider's, connectors/schemes/) (else 401);
 3. the body is a JSON object the source can read and route (else 400, with the reason);
+   a provider's handshake (Slack's ``url_verification``) is answered 200 here;
 4. the event id is claimed in Redis: delivered before → 200 ``{"duplicate": true}``;
    another request is delivering it right now → wait for it, then 409 if still pending;
 5. the command is produced with a message id derived from (source, event id), and the
@@ -38,14 +40,14 @@ from connectors.auth import Actors
 from connectors.delivery import AckingProducer, ClaimState, Dedupe
 from connectors.human_task_api import TaskApi
 from connectors.json_answers import error_answer, json_answer, json_errors, read_body
-from connectors.signing import SIGNATURE_HEADER, SignatureError, parse_secrets, verify
-from connectors.webhooks import MAX_BODY_BYTES, message_id, parse_body
+from connectors.schemes.verifiers import keys_of, verify_delivery
+from connectors.signing import SignatureError
+from connectors.webhooks import MAX_BODY_BYTES, message_id
 from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.human_task_decisions import TaskDesk
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
-    ConfigError,
     InvalidInputError,
     KeelError,
     UnavailableError,
@@ -56,7 +58,7 @@ from orchestrator.runtime import tracing
 from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.human_task_tokens import tokens_for_app
 from orchestrator.settings import Settings
-from orchestrator.webhook_sources import WebhookSource
+from orchestrator.webhook_sources import WebhookEvent, WebhookSource
 
 __all__ = [
     "Connector",
@@ -83,17 +85,12 @@ class LoadedSource:
 
 
 def load_sources(app: KeelApp, environ: Mapping[str, str]) -> dict[str, LoadedSource]:
-    """Every declared source with its active secrets; ConfigError names a missing variable."""
-    loaded = {}
-    for name, source in app.webhooks.items():
-        secrets = parse_secrets(environ.get(source.secret_env))
-        if not secrets:
-            raise ConfigError(
-                f"webhook source '{name}' needs its secrets in {source.secret_env} "
-                "(comma-separated), which is unset or empty"
-            )
-        loaded[name] = LoadedSource(source, secrets)
-    return loaded
+    """Every declared source with its active secrets' keys; ConfigError names a missing
+    variable or an unreadable secret (by position, never by value)."""
+    return {
+        name: LoadedSource(source, keys_of(source, environ.get(source.secret_env)))
+        for name, source in app.webhooks.items()
+    }
 
 
 class Connector:
@@ -157,17 +154,22 @@ class Connector:
         body = await read_body(request, MAX_BODY_BYTES, self.settings.connector_read_timeout_s)
         if isinstance(body, web.Response):
             return body
+        source = loaded.source
         try:
-            verify(request.headers.get(SIGNATURE_HEADER), body, loaded.secrets,
-                   loaded.source.tolerance_s)  # fmt: skip
+            verified = verify_delivery(source, loaded.secrets, request.headers, body)
         except SignatureError as exc:
             log.info("webhook %s refused: %s", name, exc)
             return error_answer(401, str(exc))
-        source = loaded.source
+        except InvalidInputError as exc:
+            log.info("webhook %s refused: %s", name, exc)
+            return error_answer(400, str(exc))
+        if verified.reply is not None:
+            log.info("webhook %s: answered the %s handshake", name, verified.event_type)
+            return json_answer(verified.reply, 200)
+        event_id = verified.event_id
         try:
-            parsed = parse_body(body)
-            event_id = source.event_id_of(parsed)
-            command = source.command_of(parsed, self.app)
+            event = WebhookEvent(event_id, verified.event_type, verified.body)
+            command = source.command_of(event, self.app)
         except InvalidInputError as exc:
             log.info("webhook %s refused: %s", name, exc)
             return error_answer(400, str(exc))

@@ -71,12 +71,14 @@ def signature_header(secrets: Iterable[bytes | str], timestamp: int, body: bytes
     return f"{Scheme.TIMESTAMP}={timestamp},{sigs}"
 
 
-def parse_signature_header(value: str | None) -> tuple[int, list[str]]:
-    """``(timestamp, v1 signatures)`` of a header; unknown schemes are ignored."""
+def parse_signature_header(
+    value: str | None, name: str = SIGNATURE_HEADER
+) -> tuple[int, list[str]]:
+    """``(timestamp, v1 signatures)`` of header ``name``; unknown schemes are ignored."""
     if not value:
-        raise SignatureError(f"missing {SIGNATURE_HEADER} header")
+        raise SignatureError(f"missing {name} header")
     if len(value) > MAX_HEADER_CHARS:
-        raise SignatureError(f"{SIGNATURE_HEADER} header is longer than {MAX_HEADER_CHARS} chars")
+        raise SignatureError(f"{name} header is longer than {MAX_HEADER_CHARS} chars")
     timestamp: int | None = None
     signatures: list[str] = []
     for item in value.split(","):
@@ -86,18 +88,16 @@ def parse_signature_header(value: str | None) -> tuple[int, list[str]]:
         if key == Scheme.TIMESTAMP:
             val = val.strip()
             if not val.isascii() or not val.isdigit() or len(val) > 12:
-                raise SignatureError(
-                    f"{SIGNATURE_HEADER} timestamp must be Unix seconds (digits only)"
-                )
+                raise SignatureError(f"{name} timestamp must be Unix seconds (digits only)")
             timestamp = int(val)
         elif key == Scheme.V1:
             signatures.append(val.strip())
     if timestamp is None:
-        raise SignatureError(f"{SIGNATURE_HEADER} header has no t=<unix seconds>")
+        raise SignatureError(f"{name} header has no t=<unix seconds>")
     if not signatures:
-        raise SignatureError(f"{SIGNATURE_HEADER} header has no v1=<hex signature>")
+        raise SignatureError(f"{name} header has no v1=<hex signature>")
     if len(signatures) > MAX_SIGNATURES:
-        raise SignatureError(f"{SIGNATURE_HEADER} header has more than {MAX_SIGNATURES} signatures")
+        raise SignatureError(f"{name} header has more than {MAX_SIGNATURES} signatures")
     return timestamp, signatures
 
 
@@ -107,19 +107,21 @@ def verify(
     secrets: Sequence[bytes],
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     now: float | None = None,
+    name: str = SIGNATURE_HEADER,
 ) -> int:
     """The signed timestamp when some ``v1`` matches some secret within the window.
 
     Raises :class:`SignatureError` with a one-line reason otherwise. The window is
     checked before the signatures, but the reason never says which secret was close.
+    ``name`` is the header's name in the reasons (``Stripe-Signature`` signs the same way).
     """
     if not secrets:
         raise SignatureError("no secret is configured for this source")
-    timestamp, given = parse_signature_header(header)
+    timestamp, given = parse_signature_header(header, name)
     clock = time.time() if now is None else now
     if abs(clock - timestamp) > tolerance_s:
         raise SignatureError(
-            f"{SIGNATURE_HEADER} timestamp is outside the tolerance window of "
+            f"{name} timestamp is outside the tolerance window of "
             f"{tolerance_s:g} s (sign with the current time)"
         )
     candidates = [g.encode("utf-8", "replace") for g in given]
@@ -130,5 +132,5 @@ def verify(
             # no early exit: the work done does not depend on which pair matched
             matched |= hmac.compare_digest(expected, candidate)
     if not matched:
-        raise SignatureError(f"{SIGNATURE_HEADER} does not match the body under any active secret")
+        raise SignatureError(f"{name} does not match the body under any active secret")
     return timestamp
