@@ -27,8 +27,15 @@ $(BIN)/keel: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-setup: system-deps $(BIN)/keel
+setup: system-deps $(BIN)/keel tests/senders/node_modules
 	$(BIN)/keel infra fetch
+
+# GitHub's signing library (@octokit/webhooks-methods, tests/senders/) for the
+# webhook-scheme tests; without node they skip and say why.
+tests/senders/node_modules: tests/senders/package.json tests/senders/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  npm ci --prefix tests/senders --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: tests/senders/node_modules not installed"; fi
 
 # One stage of the tests: the directory tests/$(1) as its own pytest session (its own
 # session fixtures, --durations and teardown summary), timed. A failing stage stops make,
