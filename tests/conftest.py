@@ -127,9 +127,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 @pytest.fixture
-def settings(
-    servers: Servers, topic_prefix: str, request: pytest.FixtureRequest, tmp_path: Path
-):
+def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest, tmp_path: Path):
     """Settings for one test: the session's servers, a fresh prefix, topics created, and
     a home of its own (a key file one test's code creates there never signs another's
     decisions); afterwards the prefix's histories must keep the invariants."""
