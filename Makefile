@@ -58,6 +58,15 @@ test: setup
 unit: $(BIN)/keel
 	$(call test-stage,unit)
 
+# Keel's event log read from Java (ops/event_reader/, docs/event-log.md): the jar and its
+# dependencies (target/lib) from Maven Central, rebuilt only when its sources change;
+# tests/integration/test_java_event_reader.py runs it.
+EVENT_READER := ops/event_reader/target/keel-event-reader.jar
+setup: $(EVENT_READER)
+$(EVENT_READER): ops/event_reader/pom.xml $(wildcard ops/event_reader/src/main/java/dev/keel/eventreader/*.java) | system-deps
+	mvn -q -B -f ops/event_reader/pom.xml package
+	touch $@
+
 # Local Kafka + Redis, Keel's topics, then a checked batch of workflows through a crash.
 demo: setup
 	$(BIN)/keel infra up
