@@ -42,7 +42,7 @@ from connectors.human_task_api import TaskApi
 from connectors.json_answers import error_answer, json_answer, json_errors, read_body
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SignatureError
-from connectors.webhooks import MAX_BODY_BYTES, message_id
+from connectors.webhooks import MAX_BODY_BYTES, message_id, signal_refusal
 from orchestrator.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.human_task_decisions import TaskDesk
@@ -52,8 +52,10 @@ from orchestrator.domain.model.errors import (
     KeelError,
     UnavailableError,
 )
+from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.read_model import reachable
 from orchestrator.runtime import tracing
 from orchestrator.runtime.envelopes import command_envelope, now_ms
 from orchestrator.runtime.human_task_tokens import tokens_for_app
@@ -205,10 +207,17 @@ class Connector:
                 **{"Retry-After": "1"},
             )
         try:
-            await self._produce(source.name, event_id, mid, workflow_id, payload)
+            refusal = await self._refusal(workflow_id, payload)
+            if refusal is None:
+                await self._produce(source.name, event_id, mid, workflow_id, payload)
         except BaseException:
             await self.dedupe.release(source.name, event_id, claim.token)
             raise
+        if refusal is not None:
+            await self.dedupe.release(source.name, event_id, claim.token)
+            status, why = refusal
+            log.info("webhook %s event %s: %d: %s", source.name, event_id, status, why)
+            return error_answer(status, why)
         if self.pause_after_ack_s:
             log.warning("test hook: pausing %.1f s after Kafka's ack", self.pause_after_ack_s)
             await asyncio.sleep(self.pause_after_ack_s)
@@ -219,6 +228,19 @@ class Connector:
             log.warning("webhook %s event %s: not marked delivered: %s", source.name, event_id, exc)
         log.info("webhook %s event %s: accepted for %s", source.name, event_id, workflow_id)
         return json_answer({"status": Outcome.ACCEPTED, "duplicate": False, **answer}, 202)
+
+    async def _refusal(self, workflow_id: str, payload: Any) -> tuple[int, str] | None:
+        """A signal the run cannot take is answered now, not accepted (``signal_refusal``)."""
+        if not isinstance(payload, SignalWorkflow):
+            return None
+        rows = self.tasks.desk_client.projection
+
+        def look() -> dict[str, Any] | None:
+            with reachable(self.settings.redis):
+                return rows.get(workflow_id)
+
+        row = await asyncio.get_running_loop().run_in_executor(None, look)
+        return signal_refusal(self.app, workflow_id, payload.signal_name, row)
 
     async def _produce(
         self, source: str, event_id: str, mid: str, workflow_id: str, payload: Any

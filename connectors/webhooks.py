@@ -15,11 +15,13 @@ import hashlib
 import json
 from typing import Any
 
-from orchestrator.domain.model.errors import InvalidInputError
+from orchestrator.app import KeelApp
+from orchestrator.domain.model.errors import InvalidInputError, UnknownWorkflowError
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.webhook_sources import RouteError
 
-__all__ = ["MAX_BODY_BYTES", "message_id", "parse_body"]
+__all__ = ["MAX_BODY_BYTES", "message_id", "parse_body", "signal_refusal"]
 
 #: The largest webhook body accepted (the limit of one JSON value, docs/limits.md).
 MAX_BODY_BYTES = MAX_PAYLOAD_BYTES
@@ -57,3 +59,30 @@ def parse_body(body: bytes, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
 def _json_kind(value: Any) -> str:
     kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
     return kinds.get(type(value), "a number")
+
+
+def signal_refusal(
+    app: KeelApp, workflow_id: str, name: str, row: dict[str, Any] | None
+) -> tuple[int, str] | None:
+    """Why a signal webhook is answered at once instead of accepted (docs/connector.md,
+    "Signals to runs that cannot take them"): (HTTP status, reason), or None to accept it.
+
+    ``row`` is the run as the read model shows it now. No run yet is a ``404``: a sender
+    retries, and a signal that came before its start lands once the start has. A finished
+    run is a ``409`` and a signal its definition does not declare a ``422``: no retry
+    changes those. A run that ends between this look and the orchestrator's decision still
+    refuses the signal there (logged and counted, docs/workflows.md)."""
+    what = f"signal '{name}' refused"
+    if row is None:
+        return 404, f"workflow '{workflow_id}' does not exist (yet); {what}"
+    status = WorkflowStatus(row["status"])
+    if status.is_terminal:
+        return 409, f"workflow '{workflow_id}' is {status}; {what}"
+    try:
+        definition = app.get(row["name"], row["version"])
+    except UnknownWorkflowError:
+        return None  # a version this connector's app lacks: the orchestrator decides
+    if name not in definition.signal_names:
+        known = ", ".join(f"'{n}'" for n in sorted(definition.signal_names)) or "none"
+        return 422, f"{definition.label} has no signal '{name}' (known: {known}); {what}"
+    return None

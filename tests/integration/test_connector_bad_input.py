@@ -23,6 +23,7 @@ from tests.integration.test_connector import (
     added,
     commands,
     dedupe_keys,
+    requested,
     start_connector,
 )
 
@@ -95,10 +96,13 @@ def test_non_standard_json_is_a_400_naming_it_and_nothing_reaches_kafka(
 def test_every_answer_is_json_a_strict_reader_takes(settings, services, actors_file):
     _plant_a_legacy_task(settings)
     _, url = start_connector(services, KEEL_ACTORS_FILE=str(actors_file))
-    good = json.dumps(added("evt-ok", "review-ok", "receipt")).encode()
+    good = json.dumps(requested("evt-ok", "review-ok", "receipt")).encode()
     signed = {"Keel-Signature": signature_header([SECRET], _now(), good)}
+    late = json.dumps(added("evt-late", "no-such-run", "receipt")).encode()
+    signed_late = {"Keel-Signature": signature_header([SECRET], _now(), late)}
     big = b'{"pad": "' + b"x" * 300_000 + b'"}'
     answers = {
+        "signal for no run": http("POST", f"{url}/webhooks/{SOURCE}", late, signed_late),
         "healthz": http("GET", f"{url}/healthz"),
         "accepted": http("POST", f"{url}/webhooks/{SOURCE}", good, signed),
         "duplicate": http("POST", f"{url}/webhooks/{SOURCE}", good, signed),
@@ -120,6 +124,10 @@ def test_every_answer_is_json_a_strict_reader_takes(settings, services, actors_f
         strict_json(raw)  # raises unless standard JSON in UTF-8
     got = {name: (status, strict_json(raw)) for name, (status, _, raw) in answers.items()}
     assert got["accepted"][0] == 202 and got["duplicate"][0] == 200
+    assert got["signal for no run"] == (
+        404,
+        {"error": "workflow 'no-such-run' does not exist (yet); signal 'documents_added' refused"},
+    )
     assert got["unsigned"] == (401, {"error": "missing Keel-Signature header"})
     assert got["unknown source"] == (404, {"error": "unknown webhook source 'bank'"})
     assert got["too large"] == (
