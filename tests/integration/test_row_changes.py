@@ -21,6 +21,8 @@ from orchestrator.io.redis.read_model import EpochChanged, Projection, RebuildRu
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.projector.projector import Projector
 from orchestrator.runtime import fast_json
+from orchestrator.runtime.envelopes import runtime_envelope
+from orchestrator.runtime.history_entries import history_entry
 from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
 
 
@@ -183,7 +185,13 @@ def test_a_start_whose_row_is_already_over_hands_that_row_to_the_wait(settings, 
     is the wait's answer, with no second read of Redis."""
     store = Projection.from_url(settings.redis, settings.topic_prefix)
     done = _state("wf-over", 3, status="completed")
-    store.write_guarded({"wf-over": (done, _lines(1, 2, 3), None)}, None)
+    # its history starts with the start of the same workflow and input (the join's check,
+    # docs/workflows.md, "Reusing a workflow id"), as the projector writes it
+    started = runtime_envelope(
+        "run-1", "wf-over", "run-1", WorkflowStarted("three_step", 1, "d", '{"n": 1}'), 0, seq=1
+    )
+    first = json.dumps(history_entry(started))
+    store.write_guarded({"wf-over": (done, [first, *_lines(2, 3)], None)}, None)
 
     started = client.start("three_step", {"n": 1}, "wf-over")
     assert (started.run_id, started.existed) == ("run-1", True)
