@@ -20,9 +20,8 @@ from typing import Any
 from orchestrator.domain.model.errors import KeelError, WorkflowIdConflictError
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.vocabulary import WorkflowStatus
-from orchestrator.io.redis.read_model import Projection, reachable
+from orchestrator.io.redis.read_model import Projection
 from orchestrator.runtime import fast_json
-from orchestrator.runtime.read_model_rows import ROW_FIELDS, row_view
 from orchestrator.runtime.sealing import contains_sealed
 
 __all__ = ["RecordedStart", "id_conflict", "input_digest", "read_recorded_start"]
@@ -51,24 +50,14 @@ class RecordedStart:
 def read_recorded_start(projection: Projection, workflow_id: str) -> RecordedStart | None:
     """The row and its first history line, read atomically; None while either is missing
     (no run yet, or a rebuild is clearing the read model)."""
-
-    def read() -> tuple[list[Any], Any]:
-        pipe = projection.r.pipeline(transaction=True)
-        pipe.hmget(projection.k_wf(workflow_id), ROW_FIELDS)
-        pipe.lindex(projection.k_history(workflow_id), 0)
-        values, first = pipe.execute()
-        return values, first
-
-    with reachable(projection.url):
-        values, first = read()
-    if values[0] is None or first is None:
+    found = projection.get_with_first_line(workflow_id)
+    if found is None:
         return None
-    entry = json.loads(first)
+    row, entry = found
     if entry.get("type") != "WorkflowStarted" or entry.get("seq") != 1:
         return None
     data = entry["data"]
     recorded = data["input"] if "input" in data else _text_value(data.get("input_json"))
-    row = row_view(workflow_id, dict(zip(ROW_FIELDS, values, strict=True)))
     return RecordedStart(row, str(data["name"]), recorded)
 
 

@@ -416,6 +416,22 @@ class Projection:
             return None
         return row_view(wf, dict(zip(ROW_FIELDS, values, strict=True)))
 
+    def get_with_first_line(self, wf: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The row and the first line of its history, read in one transaction (how a run
+        started, for a start that may join it); None while either is missing."""
+
+        def read() -> tuple[list[Any], Any]:
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hmget(self.k_wf(wf), ROW_FIELDS)
+            pipe.lindex(self.k_history(wf), 0)
+            values, first = pipe.execute()
+            return values, first
+
+        values, first = self._call(read)
+        if values[0] is None or first is None:
+            return None
+        return row_view(wf, dict(zip(ROW_FIELDS, values, strict=True))), json.loads(first)
+
     def llm_usage(self, wf: str) -> dict[str, Any]:
         """Tokens, cost and cache hits of the workflow's model calls, and one provenance
         line per completed LLM node (docs/llm-nodes.md, "Cost and provenance")."""
