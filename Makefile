@@ -16,6 +16,7 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -31,11 +32,9 @@ setup: system-deps $(BIN)/keel tests/senders/node_modules
 	$(BIN)/keel infra fetch
 
 # GitHub's signing library (@octokit/webhooks-methods, tests/senders/) for the
-# webhook-scheme tests; without node they skip and say why.
+# webhook-scheme tests (node and npm come with system-deps).
 tests/senders/node_modules: tests/senders/package.json tests/senders/package-lock.json
-	@if command -v npm >/dev/null; then \
-	  npm ci --prefix tests/senders --no-audit --no-fund --loglevel=error && touch $@; \
-	else echo "npm not found: tests/senders/node_modules not installed"; fi
+	npm ci --prefix tests/senders --no-audit --no-fund --loglevel=error && touch $@
 
 # One stage of the tests: the directory tests/$(1) as its own pytest session (its own
 # session fixtures, --durations and teardown summary), timed. A failing stage stops make,

@@ -46,8 +46,8 @@ SCHEMAS = REPO / "avro"
 @pytest.fixture(scope="module")
 def reader_jar() -> Path:
     """The reader's jar, built with Maven (as ``make setup`` does) when missing or stale."""
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.skip("java and mvn are needed to build and run ops/event_reader")
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    assert not missing, f"{', '.join(missing)} not found: `make setup` installs them"
     sources = [PROJECT / "pom.xml", *PROJECT.joinpath("src").rglob("*.java")]
     if not JAR.is_file() or max(p.stat().st_mtime for p in sources) > JAR.stat().st_mtime:
         built = subprocess.run(

@@ -49,8 +49,9 @@ WINDOW = "{} is outside the tolerance window of 300 s (sign with the current tim
 # ---------------------------------------------------------------------------- the senders
 def github_sign(secret: str, body: bytes) -> str:
     """``X-Hub-Signature-256`` by GitHub's own ``@octokit/webhooks-methods``."""
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed: GitHub's signer (@octokit/webhooks-methods) runs on it")
+    assert shutil.which("node"), (
+        "node not found: `make setup` installs it (GitHub's signer runs on it)"
+    )
     if not (SENDERS / "node_modules" / "@octokit" / "webhooks-methods").is_dir():
         raise AssertionError("run `make tests/senders/node_modules` (npm ci in tests/senders)")
     done = subprocess.run(
