@@ -35,7 +35,7 @@ from redis.exceptions import RedisError
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import Settings
 
 __all__ = ["MAX_REDIS_CONNECTIONS", "AckingProducer", "Claim", "ClaimState", "Dedupe"]

@@ -32,7 +32,7 @@ from orchestrator.client.human_task_decisions import MAX_REASON_CHARS, TaskDesk
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.model.vocabulary import HumanDecision
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.trust.human_task_tokens import TaskTokens
 
 __all__ = ["TaskApi"]
 

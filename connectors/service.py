@@ -43,7 +43,8 @@ from connectors.json_answers import error_answer, json_answer, json_errors, read
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SignatureError
 from connectors.webhooks import MAX_BODY_BYTES, message_id, signal_refusal
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
+from orchestrator.application.webhook_sources import WebhookEvent, WebhookSource
 from orchestrator.client.client import KeelClient
 from orchestrator.client.human_task_decisions import TaskDesk
 from orchestrator.codec import default_codec
@@ -56,11 +57,10 @@ from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import reachable
-from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import command_envelope, now_ms
-from orchestrator.runtime.human_task_tokens import tokens_for_app
+from orchestrator.records.envelopes import command_envelope, now_ms
 from orchestrator.settings import Settings
-from orchestrator.webhook_sources import WebhookEvent, WebhookSource
+from orchestrator.telemetry import tracing
+from orchestrator.trust.human_task_tokens import tokens_for_app
 
 __all__ = [
     "Connector",

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
+from orchestrator.application.webhook_sources import DEFAULT_TOLERANCE_S
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.webhook_sources import DEFAULT_TOLERANCE_S
 
 __all__ = [
     "DEFAULT_TOLERANCE_S",

@@ -2,7 +2,7 @@
 
 What an application declares about a sender (``WebhookSource``, and the ``Signal`` or
 ``Start`` its ``route`` returns) lives in the authoring layer,
-``orchestrator/webhook_sources.py``, so the application object holds its sources without
+``orchestrator/application/webhook_sources.py``, so the application object holds its sources without
 importing the connector; an application imports them from ``orchestrator``. The command's
 message id is a function of (source, event id) alone, so the orchestrator, which ignores a
 signal it has seen by message id, ignores a repeat even when the Redis dedupe marker is
@@ -15,11 +15,11 @@ import hashlib
 import json
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
+from orchestrator.application.webhook_sources import RouteError
 from orchestrator.domain.model.errors import InvalidInputError, UnknownWorkflowError
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.domain.model.vocabulary import WorkflowStatus
-from orchestrator.webhook_sources import RouteError
 
 __all__ = ["MAX_BODY_BYTES", "message_id", "parse_body", "signal_refusal"]
 

@@ -20,21 +20,21 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.activity_errors import (
+from handlers.effects import Claim, ClaimOutcome, RedisGate
+from handlers.sdk.activity_errors import (
     FailureClass,
     OutcomeUnknownError,
     PermanentError,
     ResultRefusedError,
     classify,
 )
-from handlers.effects import Claim, ClaimOutcome, RedisGate
-from handlers.markers import has_side_effect
-from orchestrator.app import ActivityHandler, KeelApp
+from handlers.sdk.markers import has_side_effect
+from orchestrator.application.app import ActivityHandler, KeelApp
 from orchestrator.domain.model.errors import KeelError, LimitExceededError, format_validation_error
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
 from orchestrator.io.ports import Stopping
-from orchestrator.runtime.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 from orchestrator.settings import load_settings
+from orchestrator.trust.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 
 log = logging.getLogger("keel.worker")
 

@@ -38,12 +38,12 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from handlers.activity_context import ActivityContext, reset_current, set_current
-from handlers.activity_errors import classify, error_type, retry_after_ms
 from handlers.effects import EffectStore, RedisGate
 from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
 from handlers.llm.environment import use_environment
-from orchestrator.app import KeelApp
+from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
+from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
+from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, MAX_REASON_CHARS, check_json_text
@@ -65,10 +65,10 @@ from orchestrator.io.ports import (
     Stopping,
     TaskIntake,
 )
-from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import now_ms, report_envelope
+from orchestrator.records.envelopes import now_ms, report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
+from orchestrator.telemetry import tracing
 
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 

@@ -31,7 +31,7 @@ from ops.bench_rig import (
     fold_deferred_s,
 )
 from orchestrator.client.client import KeelClient
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import Settings
 
 __all__ = ["run_finished", "run_recovery"]

@@ -40,8 +40,8 @@ from orchestrator.domain.model.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
 from orchestrator.io.kafka.topics import create_topics
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import Settings, load_settings
+from orchestrator.trust.human_task_tokens import TaskTokens
 
 WAIT_S = 60.0
 

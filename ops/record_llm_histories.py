@@ -31,8 +31,8 @@ from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
 from orchestrator.examples.llm_invoices import app
 from orchestrator.io.kafka.topics import create_topics
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import Settings, load_settings
+from orchestrator.trust.human_task_tokens import TaskTokens
 
 APP = "orchestrator.examples.llm_invoices:app"
 FIELDS = {"vendor": "ACME", "invoice_number": "I-1", "currency": "EUR", "confidence": 0.95}

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     # the application object
-    "KeelApp": "orchestrator.app",
-    "load_app": "orchestrator.app",
+    "KeelApp": "orchestrator.application.app",
+    "load_app": "orchestrator.application.app",
     # definitions: a workflow, its states, steps, transitions and waits
     "WorkflowDefinition": "orchestrator.domain.authoring.definitions",
     "State": "orchestrator.domain.authoring.definitions",
@@ -45,32 +45,32 @@ _EXPORTS: dict[str, str] = {
     "HumanDecision": "orchestrator.domain.model.vocabulary",
     "WorkflowStatus": "orchestrator.domain.model.vocabulary",
     # fields sealed outside their handler (docs/secrets.md)
-    "Sensitive": "orchestrator.runtime.sealing",
-    "SealedValue": "orchestrator.runtime.sealing",
+    "Sensitive": "orchestrator.trust.sealing",
+    "SealedValue": "orchestrator.trust.sealing",
     # activities
-    "activity": "handlers.activity_context",
-    "ActivityContext": "handlers.activity_context",
-    "side_effect": "handlers.markers",
-    "ActivityError": "handlers.activity_errors",
-    "TransientError": "handlers.activity_errors",
-    "PermanentError": "handlers.activity_errors",
-    "OutcomeUnknownError": "handlers.activity_errors",
+    "activity": "handlers.sdk.activity_context",
+    "ActivityContext": "handlers.sdk.activity_context",
+    "side_effect": "handlers.sdk.markers",
+    "ActivityError": "handlers.sdk.activity_errors",
+    "TransientError": "handlers.sdk.activity_errors",
+    "PermanentError": "handlers.sdk.activity_errors",
+    "OutcomeUnknownError": "handlers.sdk.activity_errors",
     # sagas across workflows (docs/sagas.md) and the commands they emit
-    "Saga": "orchestrator.sagas.declare",
-    "Emit": "orchestrator.sagas.declare",
-    "SagaFact": "orchestrator.sagas.declare",
-    "SagaView": "orchestrator.sagas.declare",
-    "register": "orchestrator.sagas.declare",
+    "Saga": "orchestrator.application.saga_declarations",
+    "Emit": "orchestrator.application.saga_declarations",
+    "SagaFact": "orchestrator.application.saga_declarations",
+    "SagaView": "orchestrator.application.saga_declarations",
+    "register": "orchestrator.application.saga_declarations",
     "StartWorkflow": "orchestrator.domain.model.messages",
     "SignalWorkflow": "orchestrator.domain.model.messages",
     "CancelWorkflow": "orchestrator.domain.model.messages",
     # webhook sources (docs/connector.md)
-    "WebhookSource": "orchestrator.webhook_sources",
-    "Signal": "orchestrator.webhook_sources",
-    "Start": "orchestrator.webhook_sources",
-    "RouteError": "orchestrator.webhook_sources",
-    "SignatureScheme": "orchestrator.webhook_sources",
-    "WebhookEvent": "orchestrator.webhook_sources",
+    "WebhookSource": "orchestrator.application.webhook_sources",
+    "Signal": "orchestrator.application.webhook_sources",
+    "Start": "orchestrator.application.webhook_sources",
+    "RouteError": "orchestrator.application.webhook_sources",
+    "SignatureScheme": "orchestrator.application.webhook_sources",
+    "WebhookEvent": "orchestrator.application.webhook_sources",
     # LLM steps (docs/llm-nodes.md)
     "llm_step": "handlers.llm.node",
     "LlmCall": "handlers.llm.node",
@@ -183,16 +183,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first use
-    from handlers.activity_context import (
-        ActivityContext,
-        activity,
-    )
-    from handlers.activity_errors import (
-        ActivityError,
-        OutcomeUnknownError,
-        PermanentError,
-        TransientError,
-    )
     from handlers.llm.agent import (
         AgentCall,
         agent_step,
@@ -220,12 +210,37 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from handlers.llm.tools import (
         Tool,
     )
-    from handlers.markers import (
+    from handlers.sdk.activity_context import (
+        ActivityContext,
+        activity,
+    )
+    from handlers.sdk.activity_errors import (
+        ActivityError,
+        OutcomeUnknownError,
+        PermanentError,
+        TransientError,
+    )
+    from handlers.sdk.markers import (
         side_effect,
     )
-    from orchestrator.app import (
+    from orchestrator.application.app import (
         KeelApp,
         load_app,
+    )
+    from orchestrator.application.saga_declarations import (
+        Emit,
+        Saga,
+        SagaFact,
+        SagaView,
+        register,
+    )
+    from orchestrator.application.webhook_sources import (
+        RouteError,
+        Signal,
+        SignatureScheme,
+        Start,
+        WebhookEvent,
+        WebhookSource,
     )
     from orchestrator.client.client import (
         KeelClient,
@@ -279,24 +294,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         OnUnknown,
         WorkflowStatus,
     )
-    from orchestrator.runtime.sealing import (
+    from orchestrator.trust.sealing import (
         SealedValue,
         Sensitive,
-    )
-    from orchestrator.sagas.declare import (
-        Emit,
-        Saga,
-        SagaFact,
-        SagaView,
-        register,
-    )
-    from orchestrator.webhook_sources import (
-        RouteError,
-        Signal,
-        SignatureScheme,
-        Start,
-        WebhookEvent,
-        WebhookSource,
     )
 
 

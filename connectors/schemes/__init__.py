@@ -1,4 +1,4 @@
-"""One signature verifier per :class:`~orchestrator.webhook_sources.SignatureScheme`
+"""One signature verifier per :class:`~orchestrator.application.webhook_sources.SignatureScheme`
 (docs/connector.md, "Signature schemes").
 
 ``verifiers.py`` picks the scheme's verifier and reads its keys; each verifier checks the
@@ -8,6 +8,6 @@ the parsed body, or a handshake's reply. A refusal is a ``SignatureError`` (401)
 ``RouteError`` (400) with its one-line reason; no secret ever appears in it.
 
 May import: ``connectors.signing`` and ``connectors.webhooks`` (the keel scheme and the
-body rule), the authoring layer (``orchestrator.webhook_sources``) and the domain; no I/O
-client, no other process.
+body rule), the authoring layer (``orchestrator.application.webhook_sources``) and the
+domain; no I/O client, no other process.
 """

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from connectors.schemes.verdict import Verified, any_match, hmac_sha256, required_header
 from connectors.signing import SignatureError
 from connectors.webhooks import parse_body
-from orchestrator.webhook_sources import RouteError
+from orchestrator.application.webhook_sources import RouteError
 
 __all__ = ["DELIVERY_HEADER", "EVENT_HEADER", "PING", "SIGNATURE_HEADER", "verify"]
 

@@ -23,7 +23,7 @@ from connectors.schemes.verdict import (
 )
 from connectors.signing import SignatureError
 from connectors.webhooks import parse_body
-from orchestrator.webhook_sources import RouteError
+from orchestrator.application.webhook_sources import RouteError
 
 __all__ = ["EVENT_CALLBACK", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "URL_VERIFICATION", "verify"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.signing import SignatureError
-from orchestrator.webhook_sources import RouteError
+from orchestrator.application.webhook_sources import RouteError
 
 __all__ = [
     "MAX_SIGNATURE_HEADER_CHARS",

@@ -20,8 +20,8 @@ from connectors.schemes import (
 )
 from connectors.schemes.verdict import Verified
 from connectors.webhooks import parse_body
+from orchestrator.application.webhook_sources import SignatureScheme, WebhookSource, check_event_id
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.webhook_sources import SignatureScheme, WebhookSource, check_event_id
 
 __all__ = ["keys_of", "verify_delivery"]
 

@@ -28,14 +28,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from handlers.activity_context import activity
-from handlers.activity_errors import PermanentError
 from handlers.llm.chat import ChatRequest
 from handlers.llm.node import _resolve_model, node_step, repair_message, schema_instruction
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.runtime import Pricing, call_summary, obtain, parse_output, runtime, totals
 from handlers.llm.tools import Tool
-from orchestrator.app import KeelApp
+from handlers.sdk.activity_context import activity
+from handlers.sdk.activity_errors import PermanentError
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import Context, Step
 from orchestrator.domain.model.errors import DefinitionError, format_validation_error
 from orchestrator.domain.model.fingerprint import canonical_json

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from handlers.activity_errors import PermanentError, TransientError
+from handlers.sdk.activity_errors import PermanentError, TransientError
 
 __all__ = [
     "CallStore",

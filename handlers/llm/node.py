@@ -33,8 +33,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from handlers.activity_context import activity
-from handlers.activity_errors import PermanentError
 from handlers.llm.cache import CachePolicy, CacheStatus, content_hash
 from handlers.llm.chat import ChatRequest
 from handlers.llm.prompts import PromptTemplate
@@ -48,7 +46,9 @@ from handlers.llm.runtime import (
     totals,
 )
 from handlers.llm.tools import Tool
-from orchestrator.app import KeelApp
+from handlers.sdk.activity_context import activity
+from handlers.sdk.activity_errors import PermanentError
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import Context, Step
 from orchestrator.domain.model.errors import DefinitionError
 from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json

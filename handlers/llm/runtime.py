@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.activity_context import ActivityContext
 from handlers.llm.chat import CallStore, ChatRequest, Provider, ProviderUnavailable
 from handlers.llm.llm_settings import LlmSettings
+from handlers.sdk.activity_context import ActivityContext
 from orchestrator.domain.model.errors import ConfigError, DefinitionError, format_validation_error
 
 __all__ = [

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from handlers.activity_errors import TransientError
 from handlers.effects import REDIS_DOWN, redis_client
+from handlers.sdk.activity_errors import TransientError
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["CALL_TTL_S", "LlmStore"]

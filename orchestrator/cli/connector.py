@@ -25,10 +25,10 @@ def connector(
 
     from connectors.service import Connector, serve
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.runtime.gc_policy import configure_gc
-    from orchestrator.runtime.logs import configure_logging
-    from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.gc_policy import configure_gc
+    from orchestrator.telemetry.logs import configure_logging
+    from orchestrator.telemetry.tracing import configure_tracing
 
     configure_logging()
     configure_tracing("keel-connector")

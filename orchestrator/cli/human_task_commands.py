@@ -59,7 +59,7 @@ def _token(settings: Settings, view: TasksView, task_id: str) -> str | None:
     """The task's token, when this process holds the deployment's key (else None)."""
     from orchestrator.domain.authoring.waits import token_hash
     from orchestrator.domain.model.errors import ConfigError
-    from orchestrator.runtime.human_task_tokens import load_task_tokens
+    from orchestrator.trust.human_task_tokens import load_task_tokens
 
     try:
         tokens = load_task_tokens(settings, create=False)
@@ -238,8 +238,8 @@ def decide(
     )
     from orchestrator.io.redis.human_task_inbox import TasksView
     from orchestrator.io.redis.read_model import reachable
-    from orchestrator.runtime.human_task_tokens import load_task_tokens
     from orchestrator.settings import load_settings
+    from orchestrator.trust.human_task_tokens import load_task_tokens
 
     if approve == reject:
         raise InvalidInputError("give exactly one of --approve and --reject")

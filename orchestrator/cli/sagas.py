@@ -7,11 +7,11 @@ from orchestrator.cli.services import DEFAULT_APP, AppOption, _stop_on_signals, 
 
 def sagas(app: AppOption = DEFAULT_APP) -> None:
     """Run the saga manager: workflow events in, commands out, exactly once."""
-    from orchestrator.runtime.gc_policy import configure_gc
-    from orchestrator.runtime.logs import configure_logging
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.sagas.manager import SagaManager
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.gc_policy import configure_gc
+    from orchestrator.telemetry.logs import configure_logging
 
     configure_logging()
     settings = load_settings()

@@ -18,7 +18,7 @@ from orchestrator.cli.output import LazyConsole, escape, new_table
 from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
-    from orchestrator.app import KeelApp
+    from orchestrator.application.app import KeelApp
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
@@ -30,7 +30,7 @@ projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
 
 def app_from(spec: str) -> KeelApp:
     """The application named by ``--app`` (``AppLoadError``, a ``ConfigError``, else)."""
-    from orchestrator.app import load_app
+    from orchestrator.application.app import load_app
 
     return load_app(spec)
 
@@ -66,14 +66,14 @@ def orchestrator(
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
     from handlers.llm.environment import use_environment
+    from orchestrator.application.saga_declarations import sagas_of
     from orchestrator.engine.orchestrator import Orchestrator
-    from orchestrator.runtime.gc_policy import configure_gc
-    from orchestrator.runtime.logs import configure_logging
-    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.supervisor import Supervisor
-    from orchestrator.runtime.tracing import configure_tracing
-    from orchestrator.sagas import sagas_of
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.gc_policy import configure_gc
+    from orchestrator.telemetry.logs import configure_logging
+    from orchestrator.telemetry.metrics import configure_metrics
+    from orchestrator.telemetry.tracing import configure_tracing
 
     configure_logging()
     configure_tracing("keel-orchestrator")
@@ -85,7 +85,7 @@ def orchestrator(
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     if projector and placement is ProjectorPlacement.CHILD:
-        from orchestrator.projector.committed_pipe import PipePublisher
+        from orchestrator.io.handoff.committed_pipe import PipePublisher
 
         publisher = PipePublisher()
     orch = Orchestrator(
@@ -102,7 +102,7 @@ def orchestrator(
     elif projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
         # fed this process's committed events in process (docs/performance.md at 6f66b40).
-        from orchestrator.projector.committed import CommittedEvents
+        from orchestrator.io.handoff.committed_channel import CommittedEvents
         from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
@@ -125,10 +125,10 @@ def orchestrator(
 def worker(app: AppOption = DEFAULT_APP) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
-    from orchestrator.runtime.gc_policy import configure_gc
-    from orchestrator.runtime.logs import configure_logging
-    from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.gc_policy import configure_gc
+    from orchestrator.telemetry.logs import configure_logging
+    from orchestrator.telemetry.tracing import configure_tracing
 
     configure_logging()
     configure_tracing("keel-worker")
@@ -148,17 +148,17 @@ def projector(
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
     from orchestrator.projector.projector import Projector
-    from orchestrator.runtime.gc_policy import configure_gc
-    from orchestrator.runtime.logs import configure_logging
-    from orchestrator.runtime.metrics import configure_metrics
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.gc_policy import configure_gc
+    from orchestrator.telemetry.logs import configure_logging
+    from orchestrator.telemetry.metrics import configure_metrics
 
     configure_logging()
     configure_metrics("keel-projector")
     committed = None
     if feed_fd is not None:
-        from orchestrator.projector.committed import CommittedEvents
+        from orchestrator.io.handoff.committed_channel import CommittedEvents
 
         committed = CommittedEvents()
     settings = load_settings()
@@ -166,7 +166,7 @@ def projector(
     projector = Projector(settings, app_from(app), committed=committed)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
-        from orchestrator.projector.committed_pipe import read_frames
+        from orchestrator.io.handoff.committed_pipe import read_frames
 
         read_frames(feed_fd, committed, supervised.stop)  # stops when its orchestrator ends
     _stop_on_signals(supervised)

@@ -27,10 +27,10 @@ EXIT_VIOLATIONS = 1
 
 def decision_proof_check(settings: Settings) -> ProofCheck | None:
     """The check that recomputes each human decision's proof under the deployment's key
-    (orchestrator/runtime/decision_proofs.py); None when this deployment has no task-token
+    (orchestrator/trust/decision_proofs.py); None when this deployment has no task-token
     key here: then only a proof's form (64 lowercase hex) and its token hash are checked."""
     from orchestrator.domain.model.errors import ConfigError
-    from orchestrator.runtime.decision_proofs import load_proof_key, proof_matches
+    from orchestrator.trust.decision_proofs import load_proof_key, proof_matches
 
     try:
         key = load_proof_key(settings)

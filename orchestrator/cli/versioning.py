@@ -41,8 +41,8 @@ def replay_check(
     from orchestrator.client.history_io import read_history_dir, read_topic_history
     from orchestrator.domain.history.replay import replay_history
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.runtime.human_task_tokens import recorded_token_hashes
     from orchestrator.settings import load_settings
+    from orchestrator.trust.human_task_tokens import recorded_token_hashes
 
     if from_topic == (histories is not None):
         raise KeelError("give exactly one of --from-topic and --histories DIR")

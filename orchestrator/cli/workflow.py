@@ -37,8 +37,8 @@ JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from s
 
 def _client(app: str) -> KeelClient:
     from orchestrator.client.client import KeelClient
-    from orchestrator.runtime.tracing import configure_tracing
     from orchestrator.settings import load_settings
+    from orchestrator.telemetry.tracing import configure_tracing
 
     configure_tracing("keel-cli")
     return KeelClient(load_settings(), app_from(app))

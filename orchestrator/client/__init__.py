@@ -4,5 +4,5 @@
 (``migration_requests``).
 
 Used by the CLI, the connector, the engine and applications; may import the I/O adapters,
-``orchestrator.runtime``, the application object, codec, settings and the domain.
+telemetry, records, trust, the application object, codec, settings and the domain.
 """

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
@@ -40,11 +40,11 @@ from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
-from orchestrator.runtime import tracing
-from orchestrator.runtime.envelopes import command_envelope, now_ms
-from orchestrator.runtime.read_model_rows import announced_row
-from orchestrator.runtime.sealing import SealKeys, load_seal_keys, sensitive_paths
+from orchestrator.records.envelopes import command_envelope, now_ms
+from orchestrator.records.read_model_rows import announced_row
 from orchestrator.settings import Settings, redact
+from orchestrator.telemetry import tracing
+from orchestrator.trust.sealing import SealKeys, load_seal_keys, sensitive_paths
 
 #: ``--input @FILE`` and ``--input -`` read at most this much more than the limit.
 _READ_SLACK = 16

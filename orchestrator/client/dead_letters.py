@@ -56,7 +56,7 @@ from orchestrator.io.kafka.dead_letter_log import (
     write_in_one_transaction,
 )
 from orchestrator.io.redis.dead_letter_claims import ClaimsUnavailable, LetterClaims
-from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_envelope
+from orchestrator.records.envelopes import command_envelope, now_ms, runtime_envelope
 from orchestrator.settings import Settings
 
 __all__ = [

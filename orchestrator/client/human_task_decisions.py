@@ -4,7 +4,7 @@ decided (docs/connector.md, "Deciding a human task").
 The orchestrator is the authority: it checks the decision again at decision time and
 either records ``HumanTaskDecided`` or refuses the command, which the run records in its
 history (``CommandRefused``, with a one-line reason; no dead letter). The sender
-authenticated the actor, so it signs the decision (orchestrator/runtime/decision_proofs.py):
+authenticated the actor, so it signs the decision (orchestrator/trust/decision_proofs.py):
 the orchestrator refuses one whose proof does not verify. So the sender, after Kafka
 acknowledged the command, watches until one answers:
 
@@ -48,8 +48,8 @@ from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import CommandRefused, DeadLetter, DecideHumanTask
 from orchestrator.domain.model.vocabulary import HumanDecision, WorkflowStatus
 from orchestrator.io.kafka.clients import EndTail
-from orchestrator.runtime.decision_proofs import DecisionProofs, load_decision_proofs
 from orchestrator.settings import Settings
+from orchestrator.trust.decision_proofs import DecisionProofs, load_decision_proofs
 
 __all__ = [
     "DecisionOutcome",

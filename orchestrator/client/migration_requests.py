@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history
 from orchestrator.client.human_task_decisions import RefusalWatch
@@ -33,9 +33,9 @@ from orchestrator.domain.history.replay import (
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.model.state import TERMINAL_STATUSES
-from orchestrator.runtime.envelopes import command_envelope, now_ms
-from orchestrator.runtime.human_task_tokens import recorded_token_hashes
+from orchestrator.records.envelopes import command_envelope, now_ms
 from orchestrator.settings import Settings
+from orchestrator.trust.human_task_tokens import recorded_token_hashes
 
 __all__ = ["MigrationOutcome", "MigrationPlan", "Outcome", "plan", "select", "send"]
 

@@ -21,8 +21,8 @@ from orchestrator.domain.model.errors import KeelError, WorkflowIdConflictError
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.redis.read_model import Projection
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.sealing import contains_sealed
+from orchestrator.records import fast_json
+from orchestrator.trust.sealing import contains_sealed
 
 __all__ = ["RecordedStart", "id_conflict", "input_digest", "read_recorded_start"]
 

@@ -5,6 +5,6 @@ checkpoint and tail (``recovery``, ``owned``, ``snapshot_records``, ``tail_recor
 (``parked_redrive``) and local activities (``local_activities``, which run a step through
 the worker's own execution path: the one crossing between processes).
 
-May import the client, the I/O adapters, ``orchestrator.runtime``, the application object,
-codec, settings and the domain; never another process (import-linter checks it).
+May import the client, the I/O adapters, the runtime, telemetry, records, trust, the
+application object, codec, settings and the domain; never another process (import-linter checks it).
 """

@@ -52,14 +52,12 @@ from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.engine.refused_commands import Refusals
 from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.tail_records import armed_header
+from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedSink
+from orchestrator.io.handoff.committed_pipe import PipePublisher
 from orchestrator.io.kafka.clients import dead_letter
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
-from orchestrator.projector.committed import CommittedEvent, CommittedSink
-from orchestrator.projector.committed_pipe import PipePublisher
-from orchestrator.runtime import tracing
-from orchestrator.runtime.decision_proofs import DecisionProofs, proofs_for
-from orchestrator.runtime.envelopes import (
+from orchestrator.records.envelopes import (
     check_record_size,
     dead_letter_envelope,
     follow_up,
@@ -67,6 +65,8 @@ from orchestrator.runtime.envelopes import (
     runtime_envelope,
     stamped,
 )
+from orchestrator.telemetry import tracing
+from orchestrator.trust.decision_proofs import DecisionProofs, proofs_for
 
 __all__ = ["CommandLoop", "Out"]
 
@@ -530,7 +530,7 @@ class CommandLoop:
 
     def _check_proof(self, wf: str, p: DecideHumanTask) -> None:
         """A decision's actor and roles count only when a Keel process signed them
-        (orchestrator/runtime/decision_proofs.py); ``CommandRejected`` otherwise."""
+        (orchestrator/trust/decision_proofs.py); ``CommandRejected`` otherwise."""
         if self._proofs is None:
             raise CommandRejected(
                 "this orchestrator holds no task-token key to verify decisions; decision of "

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import Step
 from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivity, FailActivity
@@ -328,7 +328,8 @@ class _Plumbing:
     """The worker's handler modules, which a local run goes through as a worker would."""
 
     def __init__(self) -> None:
-        from handlers import activity_context, activity_errors, effects, execution, markers
+        from handlers import effects, execution
+        from handlers.sdk import activity_context, activity_errors, markers
 
         self.context: ModuleType = activity_context
         self.effects: ModuleType = effects

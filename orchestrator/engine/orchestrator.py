@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.command_loop import CommandLoop
@@ -44,13 +44,13 @@ from orchestrator.engine.recovery import (
 )
 from orchestrator.engine.runtime_context import RuntimeContext, Topics
 from orchestrator.engine.timers import TimerHeap
+from orchestrator.io.handoff.committed_channel import CommittedSink, channel
 from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
-from orchestrator.projector.committed import CommittedSink, channel
-from orchestrator.runtime.envelopes import follow_up as _follow_up
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import follow_up as _follow_up
+from orchestrator.records.envelopes import now_ms
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.runtime.human_task_tokens import decider_for
 from orchestrator.settings import Settings
+from orchestrator.trust.human_task_tokens import decider_for
 
 __all__ = [
     "CHECKPOINT_KEY",

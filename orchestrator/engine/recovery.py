@@ -49,8 +49,8 @@ from orchestrator.engine.snapshot_records import (
     snapshot_headers,
 )
 from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.envelopes import check_record_size, now_ms, snapshot_envelope
+from orchestrator.records import fast_json
+from orchestrator.records.envelopes import check_record_size, now_ms, snapshot_envelope
 
 __all__ = [
     "CHECKPOINT_KEY",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.runtime.fast_json import dumps_bytes
+from orchestrator.records.fast_json import dumps_bytes
 
 __all__ = ["ARMED_HEADER", "armed_header", "parse_armed"]
 

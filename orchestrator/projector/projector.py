@@ -36,10 +36,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
+from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
 from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record, Stopping
 from orchestrator.io.redis.human_task_inbox import TaskKeys, TaskWrites, task_writes
@@ -51,11 +52,10 @@ from orchestrator.io.redis.read_model import (
     SeqConflict,
     redis_client,
 )
-from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.envelopes import now_ms
-from orchestrator.runtime.history_entries import history_entry
+from orchestrator.records import fast_json
+from orchestrator.records.envelopes import now_ms
+from orchestrator.records.history_entries import history_entry
 from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.projector")

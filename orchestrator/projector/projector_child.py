@@ -2,7 +2,7 @@
 
 :class:`ProjectorChild` is the loop a :class:`~orchestrator.runtime.supervisor.Supervisor`
 runs in the orchestrator: it starts ``keel projector --feed-fd N`` with a fresh pipe,
-attaches the pipe to the orchestrator's :class:`~orchestrator.projector.committed_pipe.
+attaches the pipe to the orchestrator's :class:`~orchestrator.io.handoff.committed_pipe.
 PipePublisher` and waits. A child that exits on its own is an error, so the supervisor
 starts another after its backoff; what was committed meanwhile the new child reads from
 ``keel.events``. On stop the pipe is detached (the child reads its end of file and
@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from orchestrator.projector.committed_pipe import PipePublisher
+from orchestrator.io.handoff.committed_pipe import PipePublisher
 
 __all__ = ["ProjectorChild"]
 

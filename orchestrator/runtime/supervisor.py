@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import redact
 
 log = logging.getLogger("keel.supervisor")

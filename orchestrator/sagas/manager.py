@@ -34,6 +34,13 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from orchestrator.application.saga_declarations import (
+    Saga,
+    SagaFact,
+    SagaView,
+    command_id,
+    sagas_of,
+)
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.limits import loads_bounded
 from orchestrator.domain.model.messages import (
@@ -45,8 +52,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions
 from orchestrator.io.kafka.saga_feed import SagaFeed, SagaLog
 from orchestrator.io.ports import ProducerReset, Stopping, TxnAbortable
-from orchestrator.runtime.envelopes import command_envelope, now_ms, runtime_envelope
-from orchestrator.sagas.declare import Saga, SagaFact, SagaView, command_id, sagas_of
+from orchestrator.records.envelopes import command_envelope, now_ms, runtime_envelope
 from orchestrator.settings import Settings
 
 __all__ = ["SagaManager", "sagas_topic"]

@@ -34,9 +34,9 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.examples import app as examples_app
 from orchestrator.io.kafka.clients import producer_config
-from orchestrator.runtime.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
-from orchestrator.runtime.envelopes import now_ms
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.records.envelopes import now_ms
+from orchestrator.trust.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
+from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.support import histories, read_topic, wait_until
 
 APP = "orchestrator.examples:app"

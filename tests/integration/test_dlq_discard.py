@@ -15,7 +15,7 @@ from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.messages import DeadLetter
 from orchestrator.io.kafka.clients import header, producer_config
-from orchestrator.runtime.envelopes import now_ms, runtime_envelope
+from orchestrator.records.envelopes import now_ms, runtime_envelope
 from tests.integration.test_dlq_redrive import _letters
 from tests.integration.test_durable_core import keel
 from tests.support import produce, read_topic, wait_until

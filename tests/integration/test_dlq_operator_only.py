@@ -32,7 +32,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.examples import app as examples_app
 from orchestrator.io.kafka.clients import producer_config
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import now_ms
 from tests.integration.test_durable_core import keel
 from tests.support import decode_all, histories, produce, read_topic, wait_until
 

@@ -34,7 +34,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.projector.projector import Projector
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.integration import tasks_app
 from tests.integration.test_connector import request, start_connector
 from tests.support import histories, read_topic, wait_until

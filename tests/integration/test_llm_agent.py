@@ -12,8 +12,8 @@ from ops.fakes.openai_server import running
 from orchestrator.client.client import KeelClient
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.decision_proofs import DecisionProofs
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.trust.decision_proofs import DecisionProofs
+from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.support import histories, wait_until
 
 APP = "orchestrator.examples.llm_invoices:app"

@@ -23,7 +23,7 @@ from orchestrator.client.client import KeelClient
 from orchestrator.domain.model.messages import HumanTaskDecided, HumanTaskOpened
 from orchestrator.examples.llm_invoices import InvoiceCorrection
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.integration.test_connector import request, start_connector
 from tests.support import assert_sound_history, histories, wait_until
 

@@ -37,7 +37,7 @@ from orchestrator.client.client import KeelClient
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.projector.placement import ProjectorPlacement
 from orchestrator.projector.projector import Projector, RedisReadModelStore
-from orchestrator.runtime.human_task_tokens import TaskTokens
+from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.integration import rebuild_app
 from tests.integration.test_llm_nodes import fields
 from tests.support import histories, read_topic, wait_until

@@ -20,10 +20,10 @@ from orchestrator.examples import app as example_app
 from orchestrator.io.redis.read_model import EpochChanged, Projection, RebuildRunning, SeqConflict
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.projector.projector import Projector
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.envelopes import runtime_envelope
-from orchestrator.runtime.history_entries import history_entry
-from orchestrator.runtime.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
+from orchestrator.records import fast_json
+from orchestrator.records.envelopes import runtime_envelope
+from orchestrator.records.history_entries import history_entry
+from orchestrator.records.read_model_rows import ROW_FIELDS, ROW_NOTE_MAX_BYTES, announced_row
 
 
 def _state(

@@ -16,8 +16,8 @@ from pydantic import SecretStr
 from orchestrator.client.client import KeelClient
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import redis_client
-from orchestrator.runtime.sealing import MASK, SEALED_KEY, new_key_entry
 from orchestrator.settings import TOPIC_KINDS
+from orchestrator.trust.sealing import MASK, SEALED_KEY, new_key_entry
 from tests.integration import sealed_app
 from tests.integration.sealed_app import APP
 from tests.support import Services, assert_sound_history, histories, read_topic

@@ -163,7 +163,7 @@ def test_a_sealed_input_joins_when_its_clear_value_is_the_same(settings, tmp_pat
     from pydantic import SecretStr
 
     from orchestrator.client.client import KeelClient
-    from orchestrator.runtime.sealing import new_key_entry
+    from orchestrator.trust.sealing import new_key_entry
     from tests.integration import sealed_app
     from tests.support import Services
 

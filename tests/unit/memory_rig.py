@@ -18,7 +18,7 @@ from orchestrator.engine.orchestrator import Orchestrator
 from orchestrator.engine.runtime_context import Topics
 from orchestrator.examples import app as example_app
 from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
-from orchestrator.runtime.envelopes import now_ms
+from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import Settings
 
 codec = default_codec()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.app import AppError, KeelApp
+from orchestrator.application.app import AppError, KeelApp
+from orchestrator.application.saga_declarations import Saga, register, sagas_of
+from orchestrator.application.webhook_sources import Signal
 from orchestrator.domain.model.errors import DefinitionError
-from orchestrator.sagas import Saga, register, sagas_of
-from orchestrator.webhook_sources import Signal
 
 
 def _app(name: str) -> KeelApp:

@@ -49,13 +49,13 @@ def _exception_classes() -> dict[str, type[BaseException]]:
 
 def test_every_error_of_the_product_is_a_keel_error() -> None:
     classes = _exception_classes()
-    assert "handlers.activity_errors.ActivityError" in classes
+    assert "handlers.sdk.activity_errors.ActivityError" in classes
     outside = {name for name, cls in classes.items() if not issubclass(cls, KeelError)}
     assert outside == CONTROL_FLOW
 
 
 def test_the_activity_errors_and_decode_errors_are_keel_errors() -> None:
-    from handlers.activity_errors import ActivityError, PermanentError, TransientError, classify
+    from handlers.sdk.activity_errors import ActivityError, PermanentError, TransientError, classify
     from orchestrator.codec import DecodeError
     from orchestrator.domain.model.vocabulary import FailureClass
 

@@ -89,7 +89,7 @@ def test_the_port_errors_are_defined_once_beside_the_ports() -> None:
     [
         "orchestrator.io.ports",
         "orchestrator.io.kafka.partitioning",
-        "orchestrator.runtime.history_entries",
+        "orchestrator.records.history_entries",
     ],
 )
 def test_a_port_or_a_pure_helper_loads_no_client(module: str) -> None:
@@ -99,14 +99,14 @@ def test_a_port_or_a_pure_helper_loads_no_client(module: str) -> None:
 #: What an application's own modules import to declare workflows, activities and sagas.
 AUTHORING = (
     "orchestrator.domain",
-    "orchestrator.app",
-    "orchestrator.webhook_sources",
-    "orchestrator.sagas.declare",
+    "orchestrator.application.app",
+    "orchestrator.application.webhook_sources",
+    "orchestrator.application.saga_declarations",
     "orchestrator.codec",
     "orchestrator.settings",
-    "handlers.activity_context",
-    "handlers.activity_errors",
-    "handlers.markers",
+    "handlers.sdk.activity_context",
+    "handlers.sdk.activity_errors",
+    "handlers.sdk.markers",
 )
 
 

@@ -98,7 +98,7 @@ def test_logs_redact_passwords_and_refuse_a_bad_level(monkeypatch):
     import json
     import logging
 
-    from orchestrator.runtime.logs import JsonFormatter, configure_logging
+    from orchestrator.telemetry.logs import JsonFormatter, configure_logging
 
     record = logging.LogRecord(
         "keel.test", logging.ERROR, __file__, 1, "cannot reach %s", ("redis://:pw@h/0",), None
@@ -175,7 +175,7 @@ def test_every_keel_variable_of_the_product_is_read_through_settings(monkeypatch
 
 def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
     from orchestrator.io.kafka.clients import consumer_config, producer_config
-    from orchestrator.runtime.logs import log_level
+    from orchestrator.telemetry.logs import log_level
 
     s = Settings()
     assert (s.fetch_wait_max_ms, s.linger_ms, s.batched_linger_ms) == (100, 1.0, 50.0)

@@ -139,7 +139,7 @@ class RedriveActivity:
 class DecideHumanTask:
     """A person decides a human task (docs/human-tasks.md): ``token_hash`` is the presented
     token's sha256; ``actor``, ``actor_roles_json`` (JSON array) are as the sender checked
-    and signed them (``proof``: orchestrator/runtime/decision_proofs.py); ``reason`` is kept
+    and signed them (``proof``: orchestrator/trust/decision_proofs.py); ``reason`` is kept
     as its sha256; ``operation_digest`` is what the approver saw; ``correction_json``: data."""
 
     KIND: ClassVar[str] = "command"

@@ -32,7 +32,7 @@ from confluent_kafka import (
 
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.io.ports import Record, Stopping
-from orchestrator.runtime.envelopes import dead_letter_envelope, now_ms
+from orchestrator.records.envelopes import dead_letter_envelope, now_ms
 from orchestrator.settings import KafkaSecurityProtocol, Settings, redact
 
 log = logging.getLogger("keel.kafka")

@@ -29,12 +29,12 @@ from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowS
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
 from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.runtime import fast_json
-from orchestrator.runtime.history_entries import history_entry
-from orchestrator.runtime.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
-from orchestrator.runtime.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
-from orchestrator.runtime.sealing import mask
+from orchestrator.records import fast_json
+from orchestrator.records.history_entries import history_entry
+from orchestrator.records.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
+from orchestrator.records.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.settings import redact
+from orchestrator.trust.sealing import mask
 
 T = TypeVar("T")
 
@@ -334,7 +334,7 @@ class Projection:
         replays events already counted)."""
         if not usages:
             return
-        from orchestrator.runtime.metrics import llm_metrics
+        from orchestrator.telemetry.metrics import llm_metrics
 
         m = llm_metrics()
         for wf, found in usages.items():

@@ -77,7 +77,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _modules_at_construction(tmp_path: Path, module: str, name: str, *argv: str) -> set[str]:
     (tmp_path / "probe_app.py").write_text(
-        "from orchestrator.app import KeelApp\napp = KeelApp('probe')\n"
+        "from orchestrator.application.app import KeelApp\napp = KeelApp('probe')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", PROBE, module, name, *argv, "--app", "probe_app:app"],

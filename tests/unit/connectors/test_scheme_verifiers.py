@@ -19,8 +19,8 @@ from connectors.schemes.verdict import Verified
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SignatureError
 from orchestrator import KeelApp, Signal, SignatureScheme, WebhookEvent, WebhookSource
+from orchestrator.application.webhook_sources import RouteError
 from orchestrator.domain.model.errors import ConfigError, DefinitionError
-from orchestrator.webhook_sources import RouteError
 
 NOW = 1_767_225_600
 

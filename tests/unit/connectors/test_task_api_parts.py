@@ -12,8 +12,8 @@ import pytest
 from connectors.auth import Actors
 from orchestrator.client.human_task_decisions import decision_message_id, refusal_status
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.runtime.human_task_tokens import TaskTokens
 from orchestrator.settings import load_settings
+from orchestrator.trust.human_task_tokens import TaskTokens
 
 
 def _actors(tmp_path: Path, data: object, name: str = "actors.json") -> Actors:

@@ -18,7 +18,7 @@ from connectors.signing import (
     verify,
 )
 from connectors.webhooks import message_id, parse_body
-from orchestrator.webhook_sources import RouteError, Signal, WebhookSource
+from orchestrator.application.webhook_sources import RouteError, Signal, WebhookSource
 
 NOW = 1_767_225_600
 bodies = st.binary(max_size=512)
@@ -174,7 +174,7 @@ def test_event_id_and_route_errors_name_the_source_and_field():
 
 
 def test_sources_are_declared_once_with_valid_names_on_the_app():
-    from orchestrator.app import AppError, KeelApp
+    from orchestrator.application.app import AppError, KeelApp
     from orchestrator.domain.model.errors import DefinitionError
 
     app = KeelApp("t")

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from orchestrator.app import (
+from orchestrator.application.app import (
     AppLoadError,
     InvalidInputError,
     KeelApp,

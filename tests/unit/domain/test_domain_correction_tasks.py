@@ -29,7 +29,7 @@ from orchestrator.domain.model.messages import (
     WorkflowCompleted,
     WorkflowFailed,
 )
-from orchestrator.runtime.sealing import Sensitive
+from orchestrator.trust.sealing import Sensitive
 from tests.unit.domain.test_domain_human_tasks import T0, Harness
 
 

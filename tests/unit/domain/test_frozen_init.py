@@ -17,8 +17,8 @@ from orchestrator.domain.model.frozen_init import fast_init, replace
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, ActivityScheduled, Envelope
 from orchestrator.engine.command_loop import Out
 from orchestrator.engine.local_activities import LocalRun
+from orchestrator.io.handoff.committed_channel import CommittedEvent
 from orchestrator.io.ports import Record
-from orchestrator.projector.committed import CommittedEvent
 
 FAST = [
     *PAYLOAD_TYPES.values(),

@@ -20,7 +20,7 @@ CORPUS = REPO / "tests" / "histories"
 EDITED_APP = """
 import dataclasses
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import Transition, WorkflowDefinition
 from orchestrator.examples import app as examples, document_review
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from handlers.activity_errors import PermanentError, TransientError, retry_after_ms
 from handlers.llm.chat import ProviderUnavailable
+from handlers.sdk.activity_errors import PermanentError, TransientError, retry_after_ms
 from orchestrator.domain import (
     CommandRejected,
     Decider,

@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from handlers.worker import Worker
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
 from orchestrator.codec import default_codec
 from orchestrator.domain.authoring.definitions import State, Step, Transition, WorkflowDefinition

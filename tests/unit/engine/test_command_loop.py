@@ -23,7 +23,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import CallStalled, ProducerReset, TxnAbortable
-from orchestrator.runtime.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
+from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
 
@@ -228,7 +228,7 @@ def test_an_input_past_the_limit_is_refused_and_the_letter_fits(tmp_path):
 
 
 def test_an_event_too_large_for_a_record_is_refused_never_produced(tmp_path, monkeypatch):
-    import orchestrator.runtime.envelopes as envelopes
+    import orchestrator.records.envelopes as envelopes
 
     monkeypatch.setattr(envelopes, "MAX_RECORD_BYTES", 3_000)
     rig = MemoryRig(tmp_path)

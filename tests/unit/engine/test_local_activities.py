@@ -127,14 +127,14 @@ class FakeEffects:
 
 
 def test_a_side_effect_rerun_after_an_abort_returns_the_recorded_result(tmp_path):
-    from handlers.markers import side_effect
+    from handlers.sdk.markers import side_effect
 
     app = local_app.app
     effects_made: list[str] = []
 
     @side_effect
     def write(inp: dict[str, Any]) -> dict[str, Any]:
-        from handlers.activity_context import activity
+        from handlers.sdk.activity_context import activity
 
         effects_made.append(activity().idempotency_key)
         return {"n": len(effects_made)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivity, FailActivity
 from orchestrator.engine.local_activities import LocalActivities, LocalRun
 

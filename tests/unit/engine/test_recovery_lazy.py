@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.io.kafka.partitioning import partition_for
-from orchestrator.runtime.envelopes import snapshot_envelope
+from orchestrator.records.envelopes import snapshot_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
 

@@ -21,7 +21,7 @@ from orchestrator.engine.snapshot_records import (
     read_snapshot_header,
 )
 from orchestrator.io.kafka.partitioning import partition_for
-from orchestrator.runtime.envelopes import snapshot_envelope
+from orchestrator.records.envelopes import snapshot_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
 

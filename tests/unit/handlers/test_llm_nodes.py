@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from handlers.activity_context import ActivityContext, reset_current, set_current
-from handlers.activity_errors import FailureClass, classify, retry_after_ms
 from handlers.llm.agent import AgentCall, AgentExhausted, agent_step
 from handlers.llm.cache import CachePolicy, content_hash
 from handlers.llm.chat import ProviderUnavailable, parse_retry_after, redact, response_from_json
@@ -32,7 +30,9 @@ from handlers.llm.prompts import PromptTemplate
 from handlers.llm.providers import OpenAIProvider, ScriptedProvider
 from handlers.llm.runtime import LlmRuntime, Pricing, configure, parse_output
 from handlers.llm.tools import Tool
-from orchestrator.app import KeelApp
+from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
+from handlers.sdk.activity_errors import FailureClass, classify, retry_after_ms
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import DefinitionError, InvalidInputError
 

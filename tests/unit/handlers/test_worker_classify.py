@@ -1,4 +1,4 @@
-"""Failure classes: one rule in handlers/activity_errors.py, the same rule in docs/activities.md."""
+"""Failure classes: one rule in handlers/sdk/activity_errors.py, the same rule in docs/activities.md."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from handlers.activity_errors import (
+from handlers.execution import BadTaskInput, parse_input, result_json
+from handlers.sdk.activity_errors import (
     PROGRAMMING_ERRORS,
     FailureClass,
     OutcomeUnknownError,
@@ -18,8 +19,7 @@ from handlers.activity_errors import (
     classify,
     error_type,
 )
-from handlers.execution import BadTaskInput, parse_input, result_json
-from orchestrator.app import KeelApp, UnknownActivityError
+from orchestrator.application.app import KeelApp, UnknownActivityError
 from orchestrator.domain.model.errors import LimitExceededError
 from orchestrator.domain.model.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 

@@ -17,9 +17,9 @@ import redis
 from confluent_kafka import KafkaError, KafkaException
 
 from handlers.effects import Claim, ClaimOutcome, RedisGate
-from handlers.markers import side_effect
+from handlers.sdk.markers import side_effect
 from handlers.worker import Worker
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import (

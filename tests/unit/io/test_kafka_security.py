@@ -367,7 +367,7 @@ def test_redact_hides_a_kafka_client_password(text: str, shown: str) -> None:
 
 
 def test_a_log_line_carrying_a_client_config_or_the_settings_does_not_show_the_password() -> None:
-    from orchestrator.runtime.logs import JsonFormatter
+    from orchestrator.telemetry.logs import JsonFormatter
 
     s = scram()
     stream = io.StringIO()

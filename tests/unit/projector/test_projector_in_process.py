@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
-from orchestrator.projector.committed import CommittedEvent, CommittedEvents, channel
 from orchestrator.projector.projector import Projector
 from tests.integration import local_app
 from tests.unit.memory_rig import MemoryRig

@@ -18,7 +18,7 @@ from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.projector.projector import Projector
-from orchestrator.runtime.envelopes import runtime_envelope
+from orchestrator.records.envelopes import runtime_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
 GROUP = "mem.projector"

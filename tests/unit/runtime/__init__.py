@@ -1,2 +1,2 @@
-"""Unit tests of orchestrator/runtime/: the helpers every process shares (envelopes, JSON,
-sealing, tokens and proofs, metrics, GC policy); no broker, no Redis."""
+"""Unit tests of orchestrator/runtime/: the status file and supervised threads every process
+runs on; no broker, no Redis."""

@@ -1,7 +1,7 @@
 """Webhook sources: what an application declares about each sender, checked at declaration.
 
 An application declares each sender once with :meth:`KeelApp.webhook
-<orchestrator.app.KeelApp.webhook>` (docs/connector.md)::
+<orchestrator.application.app.KeelApp.webhook>` (docs/connector.md)::
 
     app.webhook(
         "ledger",

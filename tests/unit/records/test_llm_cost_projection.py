@@ -14,8 +14,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator.io.redis.read_model import Projection
-from orchestrator.runtime.llm_usage import UsageField, node_usage, usages_of
-from orchestrator.runtime.metrics import Instrument, LlmMetrics
+from orchestrator.records.llm_usage import UsageField, node_usage, usages_of
+from orchestrator.telemetry.metrics import Instrument, LlmMetrics
 
 
 def record(prompt: int = 20, completion: int = 10, cost: float = 2.5e-05, **extra: Any) -> dict:

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
-from orchestrator.projector.committed import CommittedEvent, CommittedEvents
-from orchestrator.projector.committed_pipe import (
+from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents
+from orchestrator.io.handoff.committed_pipe import (
     PipePublisher,
     decode_frames,
     encode_frame,

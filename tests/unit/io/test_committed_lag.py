@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.projector.committed import CommittedEvents
+from orchestrator.io.handoff.committed_channel import CommittedEvents
 
 
 def test_take_reports_when_its_oldest_batch_was_published():

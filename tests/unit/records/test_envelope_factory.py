@@ -1,5 +1,5 @@
 """One envelope factory: outside the domain, decoding and the factory itself, no product
-module builds an ``Envelope`` by hand (``orchestrator/runtime/envelopes.py`` says which
+module builds an ``Envelope`` by hand (``orchestrator/records/envelopes.py`` says which
 constructions stay where), and what the factory builds is what was built by hand before."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from orchestrator.domain.model.messages import (
     Envelope,
     StartWorkflow,
 )
-from orchestrator.runtime.envelopes import command_envelope, report_envelope, stamped
+from orchestrator.records.envelopes import command_envelope, report_envelope, stamped
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCT = ("orchestrator", "handlers", "connectors", "ops")
@@ -21,7 +21,7 @@ PRODUCT = ("orchestrator", "handlers", "connectors", "ops")
 ALLOWED = (
     "orchestrator/domain/",
     "orchestrator/codec.py",
-    "orchestrator/runtime/envelopes.py",
+    "orchestrator/records/envelopes.py",
     "orchestrator/client/history_io.py",
 )
 

@@ -30,8 +30,8 @@ from orchestrator.domain.authoring.waits import sha256_hex
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.runtime.human_task_tokens import TaskTokens, load_task_tokens
 from orchestrator.settings import Settings
+from orchestrator.trust.human_task_tokens import TaskTokens, load_task_tokens
 
 __all__ = [
     "PROOF_KEY_LABEL",

@@ -18,7 +18,7 @@ from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.tail_records import ARMED_HEADER, armed_header, parse_armed
 from orchestrator.examples import app as examples
 from orchestrator.io.redis.read_model import history_entry
-from orchestrator.runtime import fast_json
+from orchestrator.records import fast_json
 from tests.unit.domain.test_state_json import CORPUS, _reference
 
 

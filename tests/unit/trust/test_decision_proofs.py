@@ -1,4 +1,4 @@
-"""Decision proofs (orchestrator/runtime/decision_proofs.py): what a signer binds, what the
+"""Decision proofs (orchestrator/trust/decision_proofs.py): what a signer binds, what the
 orchestrator's check refuses, and that the proof recomputes from the recorded event."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pydantic import SecretStr
 from orchestrator.domain.authoring.waits import sha256_hex
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.runtime import decision_proofs
-from orchestrator.runtime.decision_proofs import (
+from orchestrator.settings import Settings
+from orchestrator.trust import decision_proofs
+from orchestrator.trust.decision_proofs import (
     PROOF_KEY_LABEL,
     DecisionProofs,
     command_proof,
@@ -25,8 +26,7 @@ from orchestrator.runtime.decision_proofs import (
     proof_matches,
     proofs_for,
 )
-from orchestrator.runtime.human_task_tokens import TaskTokens
-from orchestrator.settings import Settings
+from orchestrator.trust.human_task_tokens import TaskTokens
 
 SECRET = b"s" * 40
 KEY = derive_proof_key(SECRET)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from orchestrator.application.webhook_sources import WebhookSource
 from orchestrator.domain.authoring.definitions import (
     DefinitionError,
     InvalidInputError,
@@ -28,7 +29,6 @@ from orchestrator.domain.authoring.upcasting import check_upcasters, schema_vers
 from orchestrator.domain.lifecycle.decider import Decider
 from orchestrator.domain.model import errors as kinds
 from orchestrator.domain.model.limits import loads_bounded
-from orchestrator.webhook_sources import WebhookSource
 
 __all__ = [
     "ActivityHandler",
@@ -91,8 +91,8 @@ class KeelApp:
         self.external_activities: set[str] = set()
         #: Webhook sources by name (:meth:`webhook`; served by ``keel connector``).
         self.webhooks: dict[str, WebhookSource] = {}
-        #: Sagas by name (``orchestrator.sagas.register``; run by the saga manager; typed
-        #: there, by ``sagas_of``: the ``orchestrator.sagas`` package imports this module).
+        #: Sagas by name (``saga_declarations.register``; run by the saga manager; typed
+        #: there, by ``sagas_of``: ``saga_declarations`` imports this module).
         self.sagas: dict[str, Any] = {}
         #: LLM nodes by activity type, then spec digest: ``(node, runner)``
         #: (``handlers.llm.node_step``; the type's one handler runs the spec a task names).
@@ -157,7 +157,7 @@ class KeelApp:
         _merge(self.llm_nodes, other.llm_nodes, "LLM node activity")
         return self
 
-    # -- webhook sources (served by `keel connector`; orchestrator/webhook_sources.py) --
+    # -- webhook sources (served by `keel connector`; application/webhook_sources.py) --
     def webhook(
         self,
         source: str,
@@ -169,8 +169,8 @@ class KeelApp:
     ) -> WebhookSource:
         """Declare webhook ``source``: its secrets' variable, event id and routing.
 
-        ``route`` returns ``orchestrator.webhook_sources.Signal`` or ``Start``; ``options``
-        are ``scheme`` (``SignatureScheme``, ``keel`` by default), ``tolerance_s`` and
+        ``route`` returns ``orchestrator.application.webhook_sources.Signal`` or ``Start``;
+        ``options`` are ``scheme`` (``SignatureScheme``, ``keel`` by default), ``tolerance_s`` and
         ``dedupe_ttl_s`` (docs/connector.md).
         """
         if source in self.webhooks:

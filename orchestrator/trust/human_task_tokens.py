@@ -72,7 +72,7 @@ class TaskTokens:
 
     def derive(self, label: bytes) -> bytes:
         """A sub-key for another use of the secret (HMAC(key, label)), so a leak of one
-        use forges nothing of the other (orchestrator/runtime/decision_proofs.py)."""
+        use forges nothing of the other (orchestrator/trust/decision_proofs.py)."""
         return hmac.new(self._key, label, hashlib.sha256).digest()
 
     def hash_of(self, task_id: str) -> str:

@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field, SecretStr
 
 from handlers import execution
 from handlers.execution import BadTaskInput, parse_input, result_json
-from orchestrator.app import KeelApp
+from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.errors import ConfigError, InvalidInputError
-from orchestrator.runtime.sealing import (
+from orchestrator.settings import Settings, load_settings
+from orchestrator.trust.sealing import (
     MASK,
     SEALED_KEY,
     SealedValue,
@@ -26,7 +27,6 @@ from orchestrator.runtime.sealing import (
     parse_keys,
     sensitive_paths,
 )
-from orchestrator.settings import Settings, load_settings
 
 
 class Creds(BaseModel):

@@ -1,7 +1,7 @@
 """A history line of the read model: one event as the projector shows it (``rm:hist:<id>``).
 
 Apart from the projection so that what reads history lines (the LLM usage sums,
-``orchestrator/runtime/llm_usage.py``) needs neither Redis nor the projection.
+``orchestrator/records/llm_usage.py``) needs neither Redis nor the projection.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from orchestrator.domain.model.messages import Envelope
-from orchestrator.runtime import fast_json
+from orchestrator.records import fast_json
 
 __all__ = ["history_entry"]
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.runtime.sealing import mask
+from orchestrator.trust.sealing import mask
 
 __all__ = [
     "ANNOUNCE",

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from orchestrator.codec import default_codec
-from orchestrator.projector.committed import CommittedEvent, CommittedEvents, HandedRecord
+from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, HandedRecord
 
 __all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame", "read_frames"]
 
@@ -77,7 +77,7 @@ def decode_frames(buf: bytearray) -> Iterator[list[tuple[int, int, int, bytes]]]
 
 
 class PipePublisher:
-    """The orchestrator's end of the pipe; a :class:`~orchestrator.projector.committed.
+    """The orchestrator's end of the pipe; a :class:`~orchestrator.io.handoff.committed_channel.
     CommittedSink`. A child is attached (:meth:`attach`) and detached again by its
     supervisor; only the writer thread ever writes to or closes a pipe."""
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.domain.model.messages import Envelope
-from orchestrator.runtime.history_entries import history_entry
+from orchestrator.records.history_entries import history_entry
 
 #: Upper bound for one recorded count, so a hostile record cannot overflow a counter.
 MAX_COUNT = 10**12

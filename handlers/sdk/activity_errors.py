@@ -20,7 +20,7 @@ import math
 
 from pydantic import ValidationError
 
-from orchestrator.app import UnknownActivityError
+from orchestrator.application.app import UnknownActivityError
 from orchestrator.domain.model.errors import InvalidInputError, KeelError
 from orchestrator.domain.model.limits import MAX_DURATION_MS
 from orchestrator.domain.model.vocabulary import FailureClass

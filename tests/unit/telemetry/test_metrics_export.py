@@ -15,8 +15,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from orchestrator.runtime.llm_usage import NodeUsage
-from orchestrator.runtime.metrics import (
+from orchestrator.records.llm_usage import NodeUsage
+from orchestrator.telemetry.metrics import (
     METER_NAME,
     Instrument,
     LlmMetrics,

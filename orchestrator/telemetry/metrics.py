@@ -22,7 +22,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import Counter, Meter
 from opentelemetry.sdk.metrics import MeterProvider
 
-from orchestrator.runtime.llm_usage import NodeUsage
+from orchestrator.records.llm_usage import NodeUsage
 
 METER_NAME = "keel.llm"
 #: Either turns the OTLP exporter on (the standard OpenTelemetry variables).

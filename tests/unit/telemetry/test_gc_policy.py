@@ -7,8 +7,8 @@ import gc
 import pytest
 
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.runtime.gc_policy import configure_gc
 from orchestrator.settings import load_settings
+from orchestrator.telemetry.gc_policy import configure_gc
 
 
 @pytest.fixture
