@@ -29,11 +29,20 @@ from fastavro.schema import to_parsing_canonical_form
 
 from orchestrator.codec_fast import Unsupported, compile_schema
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
+from orchestrator.domain.model.messages import (
+    PAYLOAD_TYPES,
+    ActivityCompleted,
+    Envelope,
+    WorkflowCompleted,
+    WorkflowContinuedAsNew,
+)
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.payload_schemas import BindingKey, TypedPayloads, TypedValue
 
 __all__ = [
     "ENVELOPE_NAME",
     "MAGIC",
+    "TYPED_FIELDS",
     "Codec",
     "DecodeError",
     "SchemaFile",
@@ -54,6 +63,23 @@ _FILE_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_.]*)\.v(?P<version>[1-9][0
 
 class DecodeError(KeelError, ValueError):
     """A record cannot be decoded; the message is a one-line reason (for dead letters)."""
+
+
+#: Envelope fields (v8+) the codec fills, not the dataclasses: payload type -> (the typed
+#: field, the JSON field it types). The JSON field stays the value the domain reads.
+TYPED_FIELDS: dict[str, tuple[str, str]] = {
+    "WorkflowStarted": ("input_avro", "input_json"),
+    "ActivityScheduled": ("input_avro", "input_json"),
+    "ActivityCompleted": ("result_avro", "result_json"),
+    "WorkflowCompleted": ("output_avro", "output_json"),
+    "WorkflowContinuedAsNew": ("input_avro", "input_json"),
+}
+#: The binding of a payload's typed value, where the payload itself names it; the others
+#: need the run's definition, which a caller passes to :meth:`Codec.encode` as ``hint``.
+_BINDING_OF: dict[str, Callable[[Any], BindingKey]] = {
+    "WorkflowStarted": lambda p: ("input", p.name, p.version, ""),
+    "ActivityScheduled": lambda p: ("input", "", 0, p.activity_type),
+}
 
 
 # ---------------------------------------------------------------------------
@@ -196,7 +222,8 @@ class Codec:
     """
 
     def __init__(self, schema_dir: Path | str | None = None, name: str = ENVELOPE_NAME) -> None:
-        files = [f for f in load_schema_files(schema_dir) if f.name == name]
+        every = load_schema_files(schema_dir)
+        files = [f for f in every if f.name == name]
         if not files:
             where = schema_dir if schema_dir is not None else default_schema_dir()
             raise ValueError(f"no {name}.v<N>.avsc schema found in {where}")
@@ -223,8 +250,11 @@ class Codec:
         # Per payload class: (union branch fullname, field names, getter) for encode;
         # per branch fullname: (class, field names) for decode.
         branches = self._payload_branches(self._schema)
+        #: The published payload schemas: typed values are written with these.
+        self.payloads = TypedPayloads(every)
         self._enc: dict[type, tuple[str, tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
         self._dec: dict[str, tuple[type, tuple[str, ...]]] = {}
+        self._typed: dict[type, tuple[str, Callable[[Any, Any], bytes | None]]] = {}
         for short, cls in PAYLOAD_TYPES.items():
             full = branches.get(short)
             if full is None:
@@ -232,6 +262,9 @@ class Codec:
             names = tuple(f.name for f in dataclasses.fields(cls))
             self._enc[cls] = (full, names, _make_getter(names))
             self._dec[full] = (cls, names)
+            typed = TYPED_FIELDS.get(short)
+            if typed is not None and typed[0] in self._branch_fields(full):
+                self._typed[cls] = (typed[0], self._typer(typed[1], _BINDING_OF.get(short)))
         # The hot path: writers and a reader compiled from the current schema
         # (``codec_fast``); fastavro stays the reference and reads older versions.
         compiled = compile_schema(
@@ -239,9 +272,45 @@ class Codec:
             self._header,
             {full: cls for full, (cls, _) in self._dec.items()},
             Envelope,
+            {self._enc[cls][0]: {field: fn} for cls, (field, fn) in self._typed.items()},
         )
         self._writers = compiled.writers
         self._read = compiled.read
+
+    def _typer(
+        self, json_field: str, binding_of: Callable[[Any], BindingKey] | None
+    ) -> Callable[[Any, Any], bytes | None]:
+        """``fn(payload, hint)``: the payload's JSON field as a typed value, or None."""
+        get = attrgetter(json_field)
+        encode = self.payloads.encode
+
+        def typed(p: Any, hint: BindingKey | None) -> bytes | None:
+            key = hint if hint is not None else binding_of(p) if binding_of else None
+            return None if key is None else encode(key, get(p))
+
+        return typed
+
+    @staticmethod
+    def hint(state: WorkflowState, payload: Any) -> BindingKey | None:
+        """The binding of ``payload``'s typed value that only its run knows: an activity's
+        result (its type), a run's output or continued input (its definition)."""
+        kind = type(payload)
+        if kind is ActivityCompleted:
+            act = state.activities.get(payload.activity_id)
+            return None if act is None else ("result", "", 0, act.activity_type)
+        if kind is WorkflowCompleted:
+            return ("output", state.name, state.version, "")
+        if kind is WorkflowContinuedAsNew:
+            return ("input", state.name, state.version, "")
+        return None
+
+    def _branch_fields(self, full: str) -> set[str]:
+        for fld in self._schema["fields"]:
+            if fld["name"] == "payload":
+                for b in fld["type"]:
+                    if b["name"] == full:
+                        return {f["name"] for f in b["fields"]}
+        return set()
 
     @staticmethod
     def _payload_branches(parsed: dict[str, Any]) -> dict[str, str]:
@@ -259,15 +328,19 @@ class Codec:
         """Fingerprint -> schema version, for every version this codec can read."""
         return dict(self._version_by_fp)
 
-    def encode(self, env: Envelope[Any]) -> bytes:
-        """Single-object encoding of ``env`` with the current schema."""
+    def encode(self, env: Envelope[Any], hint: BindingKey | None = None) -> bytes:
+        """Single-object encoding of ``env`` with the current schema.
+
+        A payload with a typed field (:data:`TYPED_FIELDS`) also carries its JSON value as
+        a typed payload when a published schema binds it: the payload names the binding
+        (a start's workflow, an activity's type) or ``hint`` does (the run's definition)."""
         payload = env.payload
         write = self._writers.get(type(payload))
         if write is not None and env.type == payload.__class__.__name__:
-            return write(env, payload)
-        return self.encode_reference(env)
+            return write(env, payload, hint)
+        return self.encode_reference(env, hint)
 
-    def encode_reference(self, env: Envelope[Any]) -> bytes:
+    def encode_reference(self, env: Envelope[Any], hint: BindingKey | None = None) -> bytes:
         """``encode`` through fastavro: the reference the compiled writers are tested against."""
         payload = env.payload
         try:
@@ -281,6 +354,10 @@ class Codec:
             raise ValueError(
                 f"envelope type {env.type!r} does not match payload {payload.__class__.__name__}"
             )
+        body = dict(zip(names, get(payload), strict=True))
+        typed = self._typed.get(type(payload))
+        if typed is not None:
+            body[typed[0]] = typed[1](payload, hint)
         record = {
             "message_id": env.message_id,
             "workflow_id": env.workflow_id,
@@ -288,7 +365,7 @@ class Codec:
             "seq": env.seq,
             "type": env.type,
             "recorded_at": env.recorded_at,
-            "payload": (full, dict(zip(names, get(payload), strict=True))),
+            "payload": (full, body),
             "causation_id": env.causation_id,
             "correlation_id": env.correlation_id,
             "traceparent": env.traceparent,
@@ -383,6 +460,27 @@ class Codec:
             rec["correlation_id"],
             rec["traceparent"],
         )
+
+    def typed_values(self, data: bytes | bytearray | memoryview) -> dict[str, TypedValue]:
+        """The typed payloads a record carries, by JSON field (``{"input_json": ...}``),
+        each resolved to the newest version of its schema; ``{}`` for records before v8.
+
+        For readers and checks, not the hot path: the domain reads the JSON fields."""
+        fp = self.fingerprint_of(data)
+        writer = self._parsed.get(fp)
+        if writer is None:
+            raise DecodeError(f"unknown writer schema fingerprint {fp.hex()}")
+        buf = BytesIO(data)
+        buf.seek(_HEADER_LEN)
+        try:
+            rec = cast("dict[str, Any]", schemaless_reader(buf, writer, return_record_name=True))
+            full, body = rec["payload"]
+            typed = TYPED_FIELDS.get(full.rsplit(".", 1)[-1])
+            if typed is None or body.get(typed[0]) is None:
+                return {}
+            return {typed[1]: self.payloads.decode(body[typed[0]])}
+        except Exception as exc:  # corrupt bytes, an unknown payload schema
+            raise DecodeError(f"typed payload: {_one_line(exc)}") from exc
 
 
 @lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ compares both for every payload type). Only the shapes Keel's schema uses are co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["Compiled", "compile_schema"]
@@ -186,30 +186,38 @@ def _read_code(t: Any, var: str, lines: list[str]) -> None:
 class Compiled:
     """Per payload class, a writer of the whole envelope; per union index, a reader."""
 
-    writers: dict[type, Callable[[Any, Any], bytes]]
+    writers: dict[type, Callable[..., bytes]]
     #: reader(data, pos) -> (Envelope, end position); ``None`` when not compiled.
     read: Callable[[bytes, int], tuple[Any, int]] | None
 
 
 def compile_schema(
-    parsed: dict[str, Any], header: bytes, classes: dict[str, type], envelope: type
+    parsed: dict[str, Any],
+    header: bytes,
+    classes: dict[str, type],
+    envelope: type,
+    extras: Mapping[str, Mapping[str, Callable[[Any, Any], Any]]] | None = None,
 ) -> Compiled:
     """Writers for every payload class of ``classes`` (branch fullname -> class) the
-    schema can carry, and one reader of the whole envelope (or none: fastavro reads)."""
+    schema can carry, and one reader of the whole envelope (or none: fastavro reads).
+
+    ``extras`` (branch fullname -> field -> ``fn(payload, hint)``) fills branch fields the
+    class lacks (the typed payloads); a writer is called ``write(env, payload, hint)``."""
     fields = parsed["fields"]
     names = [f["name"] for f in fields]
     env_names = [f.name for f in dataclasses.fields(envelope)]
     if "payload" not in names or names != env_names:
         return Compiled({}, None)
     branches = next(f["type"] for f in fields if f["name"] == "payload")
-    writers: dict[type, Callable[[Any, Any], bytes]] = {}
+    writers: dict[type, Callable[..., bytes]] = {}
     readers: list[Callable[..., Any] | None] = []
     for index, branch in enumerate(branches):
         cls = classes.get(branch["name"]) if isinstance(branch, dict) else None
         try:
             if cls is None:
                 raise _Unsupported("no class")
-            writers[cls] = _compile_writer(fields, index, branch, cls, header)
+            own_extras = (extras or {}).get(branch["name"], {})
+            writers[cls] = _compile_writer(fields, index, branch, cls, header, own_extras)
             readers.append(_compile_branch_reader(branch, cls))
         except _Unsupported:
             readers.append(None)
@@ -221,20 +229,29 @@ def compile_schema(
 
 
 def _compile_writer(
-    fields: list[dict[str, Any]], index: int, branch: dict[str, Any], cls: type, header: bytes
-) -> Callable[[Any, Any], bytes]:
+    fields: list[dict[str, Any]],
+    index: int,
+    branch: dict[str, Any],
+    cls: type,
+    header: bytes,
+    extras: Mapping[str, Callable[[Any, Any], Any]],
+) -> Callable[..., bytes]:
     own = {f.name for f in dataclasses.fields(cls)}
-    lines = ["def write(env, p):", f"    b = bytearray({header!r})"]
+    lines = ["def write(env, p, hint=None):", f"    b = bytearray({header!r})"]
     for f in fields:
         if f["name"] != "payload":
             _write_code(f"env.{f['name']}", f["type"], "v", lines, "    ")
             continue
         lines.append(f"    b += {write_long(index)!r}")
         for pf in branch["fields"]:
-            expr = f"p.{pf['name']}" if pf["name"] in own else "None"
+            name = pf["name"]
+            expr = (
+                f"p.{name}" if name in own else f"_x_{name}(p, hint)" if name in extras else "None"
+            )
             _write_code(expr, pf["type"], "v", lines, "    ")
     lines.append("    return bytes(b)")
     scope: dict[str, Any] = {"_long": write_long, "_small": _SMALL}
+    scope |= {f"_x_{name}": fn for name, fn in extras.items()}
     exec("\n".join(lines), scope)  # source built here from the schema only
     return scope["write"]  # type: ignore[no-any-return]
 

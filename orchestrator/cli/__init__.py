@@ -26,6 +26,7 @@ from orchestrator.cli import (
     dlq,
     human_task_commands,
     sagas,
+    schemas,
     services,
     topic_commands,
     versioning,
@@ -45,6 +46,7 @@ app.add_typer(workflow.workflow_app, name="workflow")
 app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
 app.add_typer(human_task_commands.human_tasks_app, name="human-tasks")
+app.add_typer(schemas.schemas_app, name="schemas")
 workflow.workflow_app.command("resolve")(dlq.resolve)
 workflow.workflow_app.command("export")(versioning.export)
 app.command("replay-check")(versioning.replay_check)

@@ -495,7 +495,10 @@ class CommandLoop:
         # The decision's last event says what a rebuild needs of the run (tail_records).
         last = len(events) - 1
         for i, ev in enumerate(events):
-            value = check_record_size(ctx.codec.encode(ev), f"event {ev.type} of workflow '{wf}'")
+            typed = ctx.codec.hint(new_state, ev.payload)  # an activity's result, a run's output
+            value = check_record_size(
+                ctx.codec.encode(ev, typed), f"event {ev.type} of workflow '{wf}'"
+            )
             kind = (TYPE_HEADER, ev.type.encode())
             on_delivered: DeliveryCallback = self._on_event_delivered
             if sent is not None:

@@ -53,6 +53,8 @@ ONE_SHOT: dict[str, list[str]] = {
 SERVICES = {"orchestrator", "worker", "projector", "sagas", "connector"}
 #: The local stack's own commands: they manage the servers rather than use them.
 STACK = {"infra up", "infra down", "infra status", "infra fetch"}
+#: Commands that use no server at all (they read files and the application).
+OFFLINE: dict[str, list[str]] = {"schemas export": ["--check"]}
 
 
 def _leaf_commands() -> set[str]:
@@ -90,22 +92,34 @@ def dead_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+def _keel(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def test_every_command_is_tried_here() -> None:
-    assert _leaf_commands() == set(ONE_SHOT) | SERVICES | STACK
+    assert _leaf_commands() == set(ONE_SHOT) | SERVICES | STACK | set(OFFLINE)
+
+
+@pytest.mark.parametrize("command", sorted(OFFLINE))
+def test_a_command_that_needs_no_server_works_without_one(
+    command: str, dead_env: dict[str, str]
+) -> None:
+    done = _keel(dead_env, *command.split(), *OFFLINE[command])
+    assert done.returncode == 0, (done.stdout, done.stderr)
 
 
 @pytest.mark.parametrize("command", sorted(ONE_SHOT))
 def test_a_command_against_dead_servers_prints_one_line(
     command: str, dead_env: dict[str, str]
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", *command.split(), *ONE_SHOT[command]],
-        env=dead_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    done = _keel(dead_env, *command.split(), *ONE_SHOT[command])
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     if command == "bench":  # its progress goes to stderr before the error
         lines = [line for line in lines if not line.startswith("run ")]

@@ -129,4 +129,5 @@ def test_the_help_still_lists_every_command() -> None:
     assert {
         "replay-check", "orchestrator", "worker", "projector", "sagas", "connector", "dev",
         "bench", "demo", "infra", "topics", "workflow", "projections", "dlq", "human-tasks",
+        "schemas",
     } <= listed  # fmt: skip

@@ -1,0 +1,71 @@
+"""``keel schemas export``: the event log's Avro schemas, for readers in any language.
+
+Writes every published schema (each ``keel.Envelope`` version and every payload schema
+under ``avro/payloads/``) to a folder, plus a new version of each payload schema whose
+model changed since its newest published version (docs/event-log.md). Needs no server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.output import LazyConsole, escape
+from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+
+schemas_app = typer.Typer(help="Avro schemas of keel.events, for readers in other languages.")
+console = LazyConsole(highlight=False, emoji=False, soft_wrap=True)
+
+
+@schemas_app.command("export")
+def export(
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder to write the .avsc files to (created).")
+    ] = Path("keel-schemas"),
+    app: AppOption = DEFAULT_APP,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Write nothing; exit 1 when a model changed without a published version.",
+        ),
+    ] = False,
+) -> None:
+    """Write the envelope's and the application's payload schemas (new versions included)."""
+    from orchestrator.codec import default_schema_dir, load_schema_files, schema_fingerprint
+    from orchestrator.domain.model.errors import ConfigError
+    from orchestrator.payload_schemas import declared_schemas, plan_export
+
+    root = default_schema_dir()
+    published = load_schema_files(root)
+    declared = declared_schemas(app_from(app))
+    plan = plan_export(declared, published, schema_fingerprint, root)
+    if check:
+        for path in plan.new:
+            console.print(f"unpublished: {escape(path)}")
+        if plan.new:
+            console.print(f"{len(plan.new)} model(s) changed: keel schemas export --out {root}")
+            raise typer.Exit(1)
+        console.print(f"{len(declared) - len(plan.untyped)} payload schemas published")
+        return
+    written = kept = 0
+    for rel, text in sorted(plan.files.items()):
+        target = out / rel
+        if target.exists():
+            if target.read_text(encoding="utf-8") != text:
+                raise ConfigError(
+                    f"{target} exists with other contents: a released schema is never "
+                    "rewritten (export to an empty folder, or publish a new version)"
+                )
+            kept += 1
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written += 1
+    for path in plan.new:
+        console.print(f"new version: {escape(path)}")
+    for d in plan.untyped:
+        console.print(f"stays JSON: {d.binding.fullname} ({escape(d.model)}): {escape(d.reason)}")
+    console.print(f"{written} written, {kept} already there: {escape(str(out))}")
