@@ -2,6 +2,8 @@
 docs/event-log.md) decodes every record of ``<prefix>.events`` after a mixed workload with
 Avro's ``BinaryMessageDecoder`` and a ``SchemaStore`` of every schema in ``avro/``, and its
 lines equal ``keel workflow export``'s field by field (``*_json`` fields compared parsed).
+Every record whose data has a published payload schema (``avro/payloads/``) carries it
+typed, and the reader's typed value equals the JSON the export shows.
 
 A second test writes one record of every payload type in every envelope version ever
 released, plus two records no reader can decode, to a topic of its own: the reader resolves
@@ -28,11 +30,14 @@ from orchestrator.client.history_io import envelope_to_dict
 from orchestrator.codec import (
     ENVELOPE_NAME,
     MAGIC,
+    TYPED_FIELDS,
+    Codec,
     DecodeError,
     SchemaFile,
     default_codec,
     load_schema_files,
 )
+from orchestrator.domain.model.messages import ActivityScheduled, Envelope
 from tests.integration.test_read_model import keel
 from tests.support import read_topic, wait_until
 from tests.unit.test_schema_evolution import _plain  # the schema without logical types
@@ -144,10 +149,25 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
     assert export.returncode == 0, export.stderr
     exported = [parsed(json.loads(line)) for line in export.stdout.splitlines()]
     assert len(exported) == in_topic
+    typed = [line.pop("typed_payload", None) for line in lines]  # not in the export
     java, python = by_workflow(lines), by_workflow(exported)
     assert sorted(java) == ids
     for wf in ids:
         assert java[wf] == python[wf], wf
+
+    # Typed payloads: every record whose data has a published schema carries it typed, and
+    # its value is the JSON the export shows (none of these inputs leaves a default out).
+    bound = expected_bindings(lines, default_codec())
+    assert sum(b is not None for b in bound) >= 4 * len(checks)  # start, 3 checks, combine...
+    for line, binding, got in zip(lines, bound, typed, strict=True):
+        where = (line["workflow_id"], line["seq"], line["type"])
+        assert (got is not None) == (binding is not None), where
+        if got is None:
+            continue
+        field = TYPED_FIELDS[line["type"]][1]
+        assert got["field"] == field and got["version"] == 1, where
+        assert got["schema"] == binding, where
+        assert got["value"] == line["payload"][field], where
 
     # Typed values, not JSON text: the reader parsed the payloads' JSON.
     kinds = {line["type"] for line in lines}
@@ -161,6 +181,31 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
     assert signal["payload"]["payload_json"] == {"document": "receipt 𝄞", "pages": 1}
 
 
+def expected_bindings(lines: list[dict[str, Any]], codec: Codec) -> list[str | None]:
+    """Per line, the payload schema its data must be typed with (None: no published one),
+    from what the history says: the run's definition, each activity's type."""
+    runs: dict[str, tuple[str, int]] = {}
+    activity_types: dict[tuple[str, str], str] = {}
+    out: list[str | None] = []
+    for line in lines:
+        wf, p = line["workflow_id"], line["payload"]
+        key: tuple[str, str, int, str] | None = None
+        if line["type"] == "WorkflowStarted":
+            runs[wf] = (p["name"], p["version"])
+            key = ("input", p["name"], p["version"], "")
+        elif line["type"] == "ActivityScheduled":
+            activity_types[wf, p["activity_id"]] = p["activity_type"]
+            key = ("input", "", 0, p["activity_type"])
+        elif line["type"] == "ActivityCompleted":
+            key = ("result", "", 0, activity_types[wf, p["activity_id"]])
+        elif line["type"] == "WorkflowCompleted":
+            key = ("output", *runs[wf], "")
+        elif line["type"] == "WorkflowContinuedAsNew":
+            key = ("input", *runs[wf], "")
+        out.append(codec.payloads.fullname(key) if key else None)
+    return out
+
+
 # -- every envelope version ever released, written as its writer wrote it ------------------
 
 JSON_TEXT = '{"n": 1, "s": "sé𝄞", "l": [true, null, 2.5]}'
@@ -169,7 +214,7 @@ JSON_TEXT = '{"n": 1, "s": "sé𝄞", "l": [true, null, 2.5]}'
 def _sample(name: str, t: Any, nulls: bool) -> Any:
     """A value of field ``name`` of Avro type ``t``; a nullable field is null when ``nulls``."""
     if isinstance(t, list):
-        if nulls and "null" in t:
+        if (nulls or name.endswith("_avro")) and "null" in t:  # typed payloads: below
             return None
         return _sample(name, next(b for b in t if b != "null"), nulls)
     if isinstance(t, dict):
@@ -231,6 +276,15 @@ def test_the_java_reader_resolves_every_released_envelope_version_as_the_python_
     for value in bad.values():
         with pytest.raises(DecodeError):
             codec.decode(value)
+    typed = codec.encode(
+        Envelope("typed", "old-v8", "run", 1, "ActivityScheduled", 1_700_000_000_000,
+                 ActivityScheduled("a#1/a", "square", "a", '{"n": 7}', 1, 1, "k"))
+    )  # fmt: skip
+    good.append(typed)
+    unknown = typed.replace(codec.typed_values(typed)["input_json"].fingerprint, b"\x01" * 8)
+    with pytest.raises(DecodeError, match="unknown payload schema fingerprint"):
+        codec.typed_values(unknown)
+    bad["input_json: unknown payload schema fingerprint"] = unknown
     topic = f"{settings.topic_prefix}.old-envelopes"
     admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
@@ -245,7 +299,17 @@ def test_the_java_reader_resolves_every_released_envelope_version_as_the_python_
     assert summary == {"topic": topic, "records": total, "decoded": len(good), "failed": len(bad)}
     assert rc == 1
     for offset, (value, line) in enumerate(zip(good, lines, strict=False)):
+        typed_line = line.pop("typed_payload", None)
         assert line == parsed(envelope_to_dict(codec.decode(value))), offset
+        if value is typed:
+            assert typed_line == {
+                "field": "input_json",
+                "schema": "keel.payload.activity.square.Input",
+                "version": 1,
+                "value": {"n": 7},
+            }
+        else:
+            assert typed_line is None, offset
     errors = lines[len(good) :]
     assert [(e["partition"], e["offset"]) for e in errors] == [
         (0, offset) for offset in range(len(good), total)

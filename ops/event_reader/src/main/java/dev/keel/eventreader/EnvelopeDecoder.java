@@ -9,8 +9,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.Base64;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.Map;
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericData;
@@ -27,6 +29,12 @@ import org.apache.avro.message.BinaryMessageDecoder;
  * newest {@code keel.Envelope}, as {@code orchestrator/codec.py} does. The payload union's
  * branch becomes an object of its fields; a {@code *_json} field (JSON text) becomes the
  * value it holds, parsed by Jackson ({@code ""}, "none", becomes null).
+ *
+ * <p>A typed payload (envelope v8+: a {@code *_avro} field, itself single-object encoded
+ * with a payload schema from {@code avro/payloads/}) is decoded the same way, by its own
+ * fingerprint, resolved to the newest version of its schema, and printed as {@code
+ * "typed_payload": {"field", "schema", "version", "value"}} next to the export's fields;
+ * the {@code *_avro} field itself is not in the export, so it is not in the line either.
  */
 final class EnvelopeDecoder {
   static final String ENVELOPE = "keel.Envelope";
@@ -39,9 +47,15 @@ final class EnvelopeDecoder {
 
   private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
   private final ObjectMapper json = new ObjectMapper();
+  private final Schemas schemas;
   private final BinaryMessageDecoder<GenericRecord> decoder;
 
+  /** A decoder per payload schema name, reading every version of it as the newest. */
+  private final Map<String, BinaryMessageDecoder<GenericRecord>> payloadDecoders =
+      new HashMap<>();
+
   EnvelopeDecoder(Schemas schemas) {
+    this.schemas = schemas;
     // GenericData without conversions: timestamp-millis stays epoch millis (a long).
     decoder =
         new BinaryMessageDecoder<>(GenericData.get(), schemas.newest(ENVELOPE), schemas.store);
@@ -72,19 +86,75 @@ final class EnvelopeDecoder {
     }
     ObjectNode out = NODES.objectNode();
     for (String name : FIELDS) {
-      out.set(name, toJson(name, envelope.get(name)));
+      out.set(name, toJson(name, envelope.get(name), true));
     }
-    out.set("payload", toJson("payload", payload));
+    ObjectNode fields = NODES.objectNode();
+    ObjectNode typed = null;
+    for (Schema.Field f : payload.getSchema().getFields()) {
+      Object field = payload.get(f.pos());
+      if (!f.name().endsWith(TYPED_SUFFIX)) {
+        fields.set(f.name(), toJson(f.name(), field, true));
+      } else if (field != null) {
+        String jsonField = f.name().substring(0, f.name().length() - TYPED_SUFFIX.length());
+        typed = typedPayload(jsonField + "_json", (ByteBuffer) field);
+      }
+    }
+    out.set("payload", fields);
+    if (typed != null) {
+      out.set("typed_payload", typed);
+    }
     return out;
   }
 
-  /** An Avro value as JSON; the field's name says whether a string holds JSON text. */
-  private JsonNode toJson(String field, Object value) throws DecodeException {
+  /** Suffix of the fields that hold a typed payload ({@code input_avro} types {@code input_json}). */
+  private static final String TYPED_SUFFIX = "_avro";
+
+  /** A typed payload: found by its fingerprint, resolved to the newest version of its name. */
+  private ObjectNode typedPayload(String field, ByteBuffer buf) throws DecodeException {
+    byte[] bytes = new byte[buf.remaining()];
+    buf.duplicate().get(bytes);
+    if (bytes.length < 10 || bytes[0] != (byte) 0xC3 || bytes[1] != (byte) 0x01) {
+      throw new DecodeException(field + ": typed payload is not single-object encoded");
+    }
+    long fingerprint = ByteBuffer.wrap(bytes, 2, 8).order(ByteOrder.LITTLE_ENDIAN).getLong();
+    Schema writer = schemas.byFingerprint(fingerprint);
+    if (writer == null) {
+      throw new DecodeException(
+          field + ": unknown payload schema fingerprint " + Long.toHexString(fingerprint));
+    }
+    BinaryMessageDecoder<GenericRecord> payloadDecoder =
+        payloadDecoders.computeIfAbsent(
+            writer.getFullName(),
+            name -> new BinaryMessageDecoder<>(GenericData.get(), schemas.newest(name), schemas.store));
+    ByteArrayInputStream in = new ByteArrayInputStream(bytes);
+    GenericRecord value;
+    try {
+      value = payloadDecoder.decode(in, null);
+    } catch (IOException | RuntimeException e) {
+      throw new DecodeException(field + ": " + reason(e));
+    }
+    if (in.available() != 0) {
+      throw new DecodeException(field + ": " + in.available() + " trailing bytes");
+    }
+    ObjectNode out = NODES.objectNode();
+    out.put("field", field).put("schema", writer.getFullName());
+    out.put("version", schemas.version(fingerprint));
+    out.set("value", toJson(field, value, false));
+    return out;
+  }
+
+  /**
+   * An Avro value as JSON; with {@code jsonText}, the field's name says whether a string holds
+   * JSON text (an envelope's {@code *_json}; never inside a typed payload).
+   */
+  private JsonNode toJson(String field, Object value, boolean jsonText) throws DecodeException {
     if (value == null) {
       return NODES.nullNode();
     }
     if (value instanceof CharSequence text) {
-      return field.endsWith("_json") ? parse(field, text.toString()) : NODES.textNode(text.toString());
+      return jsonText && field.endsWith("_json")
+          ? parse(field, text.toString())
+          : NODES.textNode(text.toString());
     }
     if (value instanceof Integer i) {
       return NODES.numberNode(i);
@@ -115,21 +185,21 @@ final class EnvelopeDecoder {
     if (value instanceof GenericRecord record) {
       ObjectNode obj = NODES.objectNode();
       for (Schema.Field f : record.getSchema().getFields()) {
-        obj.set(f.name(), toJson(f.name(), record.get(f.pos())));
+        obj.set(f.name(), toJson(f.name(), record.get(f.pos()), jsonText));
       }
       return obj;
     }
     if (value instanceof Collection<?> items) {
       ArrayNode arr = NODES.arrayNode();
       for (Object item : items) {
-        arr.add(toJson(field, item));
+        arr.add(toJson(field, item, jsonText));
       }
       return arr;
     }
     if (value instanceof Map<?, ?> map) {
       ObjectNode obj = NODES.objectNode();
       for (Map.Entry<?, ?> e : map.entrySet()) {
-        obj.set(e.getKey().toString(), toJson(field, e.getValue()));
+        obj.set(e.getKey().toString(), toJson(field, e.getValue(), jsonText));
       }
       return obj;
     }

@@ -33,6 +33,9 @@ final class Schemas {
   /** Fullname -> version -> schema. */
   private final Map<String, TreeMap<Integer, Schema>> versions = new HashMap<>();
 
+  /** Fingerprint -> version of the schema it names (the schema itself: {@link #store}). */
+  private final Map<Long, Integer> versionOf = new HashMap<>();
+
   static Schemas load(Path dir) throws IOException {
     List<Path> files = new ArrayList<>();
     try (Stream<Path> walk = Files.walk(dir)) {
@@ -67,8 +70,19 @@ final class Schemas {
         throw new IllegalArgumentException(path + ": version defined twice");
       }
       schemas.store.addSchema(schema);
+      schemas.versionOf.put(fingerprint, Integer.parseInt(m.group(2)));
     }
     return schemas;
+  }
+
+  /** The schema with this fingerprint, or null. */
+  Schema byFingerprint(long fingerprint) {
+    return store.findByFingerprint(fingerprint);
+  }
+
+  /** The version of the schema with this fingerprint (0: none). */
+  int version(long fingerprint) {
+    return versionOf.getOrDefault(fingerprint, 0);
   }
 
   /** The newest version of {@code fullname}: what every older version is resolved to. */
