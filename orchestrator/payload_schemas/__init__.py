@@ -2,8 +2,9 @@
 
 ``generator`` turns a pydantic model into an Avro record; ``catalog`` names an
 application's models by what they type and plans the published files under
-``avro/payloads/`` (``keel schemas export``); ``typed`` writes and reads the typed
-payloads the codec puts in the envelope (docs/event-log.md). Codec layer: imports the
+``avro/payloads/`` (``keel schemas export``); ``typed`` writes (through ``binary``'s
+compiled writers) and reads the typed payloads the codec puts in the envelope
+(docs/event-log.md). Codec layer: imports the
 pure domain, pydantic and fastavro only.
 """
 

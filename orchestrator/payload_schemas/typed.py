@@ -9,24 +9,31 @@ Typing is exact or absent: the JSON must be an object with no key the schema lac
 each value of the schema's type (a missing key takes the field's default, when it has
 one). Anything else (a model changed without a new published version, a sealed value,
 data the schema cannot hold) is left untyped: the JSON text in the event still carries
-it, so nothing is lost, and :attr:`TypedPayloads.untyped` counts the misses.
+it, so nothing is lost, and :attr:`TypedPayloads.untyped` counts the misses. So is a
+typed value larger than :data:`MAX_TYPED_BYTES`, so that typing never makes an event too
+large for its record.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any, cast
+from typing import Any
 
 import orjson
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader
 
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
+from orchestrator.payload_schemas.binary import Mismatch, Write, compile_writer
 from orchestrator.payload_schemas.catalog import Binding, SchemaFileLike
 
-__all__ = ["BindingKey", "TypedPayloads", "TypedValue", "binding_key"]
+__all__ = ["MAX_TYPED_BYTES", "BindingKey", "TypedPayloads", "TypedValue", "binding_key"]
 
+#: The largest typed payload: one JSON value's limit, so an event typed stays well within
+#: a record (docs/limits.md); a larger one stays JSON only.
+MAX_TYPED_BYTES = MAX_PAYLOAD_BYTES
 _MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
 _INT64 = (-(2**63), 2**63 - 1)
@@ -37,10 +44,6 @@ BindingKey = tuple[str, str, int, str]
 
 def binding_key(b: Binding) -> BindingKey:
     return (str(b.slot), b.workflow, b.version, b.activity)
-
-
-class _Mismatch(Exception):
-    """The value does not fit the schema (it stays untyped)."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,7 @@ class TypedValue:
 @dataclass(frozen=True)
 class _Writer:
     header: bytes
-    parsed: Any
-    convert: Callable[[Any], Any]
+    write: Write
 
 
 class TypedPayloads:
@@ -81,7 +83,7 @@ class TypedPayloads:
             binding = Binding.of(f.schema)
             assert binding is not None
             self._writers[binding_key(binding)] = _Writer(
-                _MAGIC + f.fingerprint, self._newest_parsed[f.name], _converter(f.schema)
+                _MAGIC + f.fingerprint, compile_writer(f.schema)
             )
         #: Values offered for a published binding that did not fit its schema.
         self.untyped = 0
@@ -101,15 +103,16 @@ class TypedPayloads:
         writer = self._writers.get(key)
         if writer is None or not json_text:
             return None
+        out = bytearray(writer.header)
         try:
-            datum = writer.convert(_loads(json_text))
-            out = BytesIO()
-            out.write(writer.header)
-            schemaless_writer(out, writer.parsed, datum)
-        except (_Mismatch, ValueError, TypeError, RecursionError):
+            writer.write(_loads(json_text), out)
+        except (Mismatch, ValueError, TypeError, RecursionError):
             self.untyped += 1
             return None
-        return out.getvalue()
+        if len(out) > MAX_TYPED_BYTES:  # e.g. many small floats: 8 bytes each in Avro
+            self.untyped += 1
+            return None
+        return bytes(out)
 
     def decode(self, data: bytes) -> TypedValue:
         """A typed payload resolved to the newest version of its schema's name; ValueError
@@ -136,118 +139,3 @@ def _loads(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
-
-
-# ---------------------------------------------------------------------------
-# JSON value -> Avro datum, strictly (compiled once per schema)
-# ---------------------------------------------------------------------------
-
-
-def _converter(schema: Any) -> Callable[[Any], Any]:
-    named: dict[str, Callable[[Any], Any]] = {}
-    return _compile(schema, named, "")
-
-
-def _compile(schema: Any, named: dict[str, Callable[[Any], Any]], ns: str) -> Callable[[Any], Any]:
-    if isinstance(schema, str):
-        prim = _PRIMS.get(schema)
-        if prim is not None:
-            return prim
-        full = schema if "." in schema else f"{ns}.{schema}"
-        return lambda v: named[full](v)  # defined elsewhere in the schema (or recursive)
-    if isinstance(schema, list):
-        return _union([_compile(s, named, ns) for s in schema], schema)
-    kind = schema["type"]
-    if kind in ("record", "enum"):
-        space = schema.get("namespace", ns)
-        full = schema["name"] if "." in schema["name"] else f"{space}.{schema['name']}"
-        conv = _record(schema, named, space) if kind == "record" else _enum(schema)
-        named[full] = conv
-        return conv
-    if kind == "array":
-        item = _compile(schema["items"], named, ns)
-        return lambda v: [item(x) for x in _expect(v, list)]
-    if kind == "map":
-        val = _compile(schema["values"], named, ns)
-        return lambda v: {_expect(k, str): val(x) for k, x in _expect(v, dict).items()}
-    return _compile(kind, named, ns)  # a primitive with properties
-
-
-def _expect(v: Any, kind: type) -> Any:
-    if not isinstance(v, kind):
-        raise _Mismatch
-    return v
-
-
-def _long(v: Any) -> int:
-    if type(v) is not int or not _INT64[0] <= v <= _INT64[1]:
-        raise _Mismatch
-    return v
-
-
-def _double(v: Any) -> float:
-    if type(v) not in (int, float):
-        raise _Mismatch
-    return float(v)
-
-
-def _boolean(v: Any) -> bool:
-    if type(v) is not bool:
-        raise _Mismatch
-    return v
-
-
-def _null(v: Any) -> None:
-    if v is not None:
-        raise _Mismatch
-
-
-_PRIMS: dict[str, Callable[[Any], Any]] = {
-    "string": lambda v: _expect(v, str),
-    "long": _long,
-    "int": _long,
-    "double": _double,
-    "float": _double,
-    "boolean": _boolean,
-    "null": _null,
-}
-
-
-def _union(branches: list[Callable[[Any], Any]], schema: list[Any]) -> Callable[[Any], Any]:
-    if len(branches) != 2 or "null" not in schema:
-        raise ValueError(f"payload schemas use X | None unions only, not {schema!r}")
-    other = branches[1 - schema.index("null")]
-    return lambda v: None if v is None else other(v)
-
-
-def _record(
-    schema: dict[str, Any], named: dict[str, Callable[[Any], Any]], ns: str
-) -> Callable[[Any], Any]:
-    fields = [(f["name"], _compile(f["type"], named, ns), f) for f in schema["fields"]]
-    names = frozenset(n for n, _, _ in fields)
-
-    def convert(v: Any) -> dict[str, Any]:
-        if not isinstance(v, dict) or not names.issuperset(v):
-            raise _Mismatch
-        out = {}
-        for name, conv, f in fields:
-            if name in v:
-                out[name] = conv(v[name])
-            elif "default" in f:
-                out[name] = conv(f["default"])
-            else:
-                raise _Mismatch
-        return out
-
-    return convert
-
-
-def _enum(schema: dict[str, Any]) -> Callable[[Any], Any]:
-    symbols = frozenset(schema["symbols"])
-
-    def convert(v: Any) -> str:
-        if v not in symbols:
-            raise _Mismatch
-        return cast("str", v)
-
-    return convert

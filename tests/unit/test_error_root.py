@@ -17,7 +17,7 @@ CONTROL_FLOW = {
     "orchestrator.codec_fast._Unsupported",
     "orchestrator.codec_fast.Unsupported",
     # a value that does not fit its payload schema stays JSON only (no typed payload)
-    "orchestrator.payload_schemas.typed._Mismatch",
+    "orchestrator.payload_schemas.binary.Mismatch",
     # the decider's own: a definition function failed / the run hit a limit / a recorded
     # value this code cannot read; each becomes the run's failure or needs_attention event
     "orchestrator.domain.lifecycle.activities.UserCodeFailed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.state_parts import ActivityState
 from orchestrator.payload_schemas import schema_json
+from orchestrator.payload_schemas.typed import MAX_TYPED_BYTES
 
 AVRO_DIR = Path(__file__).resolve().parents[3] / "avro"
 PAYMENT = '{"payment_id": "p-1", "account": "DE00", "amount": 12.5}'
@@ -104,10 +106,77 @@ def test_what_does_not_fit_stays_json_only(input_json: str) -> None:
     assert codec.payloads.untyped == (2 if input_json else 0)  # both writer paths counted
 
 
+def test_a_typed_value_past_one_json_values_limit_stays_json_only() -> None:
+    """(Avro can be larger than its JSON: a double is 8 bytes, ``0,`` two.)"""
+    codec = Codec(AVRO_DIR)
+    big = json.dumps({"documents": ["x"] * 10})
+    scheduled = ActivityScheduled("r#1/r", "review_document", "r", big, 1, 1, "k")
+    assert codec.typed_values(codec.encode(_env(scheduled)))  # small: typed
+    wide = json.dumps({"documents": ["x" * 1000] * (MAX_TYPED_BYTES // 1000)})
+    scheduled = ActivityScheduled("r#1/r", "review_document", "r", wide, 1, 1, "k")
+    assert codec.typed_values(_both(_env(scheduled), codec=codec)) == {}
+    assert codec.payloads.untyped == 2
+
+
 def test_unbound_types_and_free_form_models_stay_json_only() -> None:
     for activity_type in ("no_such_activity", "booking_status"):
         scheduled = ActivityScheduled("q#1/q", activity_type, "q", '{"input": {}}', 1, 1, "k")
         assert CODEC.typed_values(_both(_env(scheduled))) == {}
+
+
+def test_the_compiled_writer_writes_what_fastavro_writes() -> None:
+    """Every published schema, and the generator's test model with every mapped type."""
+    from fastavro import parse_schema, schemaless_writer
+
+    from orchestrator.codec import load_schema_files
+    from orchestrator.payload_schemas.binary import compile_writer
+    from orchestrator.payload_schemas.generator import model_schema
+    from tests.unit.payload_schemas.test_payload_generator import Order
+
+    order = model_schema(Order, "t", "Input")
+    value = {
+        "order_id": "o-1", "total": 10, "note": None, "channel": None,
+        "lines": [{"sku": "a"}, {"sku": "b", "qty": 2}], "tags": [], "attrs": {"x": -1, "y": 2**40},
+        "size": "S", "colour": "dark-blue", "amount": "1.50", "at": "2026-01-01T00:00:00Z",
+        "day": "2026-01-01", "ref": "6f1c0a52-0000-4000-8000-000000000000",
+        "gift": {"sku": "g", "qty": 1},
+    }  # fmt: skip
+    cases = [(order, value)]
+    for f in load_schema_files(AVRO_DIR):
+        if f.name.startswith("keel.payload."):
+            cases.append((f.schema, _sample(f.schema)))
+    for schema, datum in cases:
+        ours = bytearray()
+        compile_writer(schema)(datum, ours)
+        theirs = BytesIO()
+        full = {
+            **datum,
+            **{k: v["default"] for k, v in _defaults(schema).items() if k not in datum},
+        }
+        schemaless_writer(theirs, parse_schema(schema), full)
+        assert bytes(ours) == theirs.getvalue(), schema["name"]
+
+
+def _sample(t: Any) -> Any:
+    """A value of payload schema type ``t`` (every field present, nullable ones not null)."""
+    if isinstance(t, list):
+        return _sample(next(b for b in t if b != "null"))
+    if isinstance(t, str):
+        return {"string": "s é", "long": -3, "double": 1.5, "boolean": True}[t]
+    kind = t["type"]
+    if kind == "record":
+        return {f["name"]: _sample(f["type"]) for f in t["fields"]}
+    if kind == "array":
+        return [_sample(t["items"])] * 2
+    if kind == "map":
+        return {"k": _sample(t["values"])}
+    if kind == "enum":
+        return t["symbols"][-1]
+    return _sample(kind)
+
+
+def _defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    return {f["name"]: f for f in schema["fields"] if "default" in f}
 
 
 def _copy(tmp: Path, keep: Any) -> Path:
