@@ -1,8 +1,9 @@
 """``keel schemas export``: the event log's Avro schemas, for readers in any language.
 
-Writes every published schema (each ``keel.Envelope`` version and every payload schema
-under ``avro/payloads/``) to a folder, plus a new version of each payload schema whose
-model changed since its newest published version (docs/event-log.md). Needs no server.
+Writes to a folder every ``keel.Envelope`` version and every published version of the
+application's payload schemas (Keel's ``avro/``, and what the folder already holds), plus
+a new version of each payload schema whose model changed since its newest published one
+(docs/event-log.md). Needs no server.
 """
 
 from __future__ import annotations
@@ -33,20 +34,25 @@ def export(
         ),
     ] = False,
 ) -> None:
-    """Write the envelope's and the application's payload schemas (new versions included)."""
+    """Write the envelope's and the application's payload schemas (new versions included).
+
+    Export to the same folder again after a model changed: its files count as published,
+    so the changed model gets its next version and nothing is rewritten."""
     from orchestrator.codec import default_schema_dir, load_schema_files, schema_fingerprint
     from orchestrator.domain.model.errors import ConfigError
     from orchestrator.payload_schemas import declared_schemas, plan_export
 
     root = default_schema_dir()
     published = load_schema_files(root)
+    if out.is_dir() and out.resolve() != root.resolve():
+        published += load_schema_files(out)  # what this folder published before
     declared = declared_schemas(app_from(app))
-    plan = plan_export(declared, published, schema_fingerprint, root)
+    plan = plan_export(declared, published, schema_fingerprint)
     if check:
         for path in plan.new:
             console.print(f"unpublished: {escape(path)}")
         if plan.new:
-            console.print(f"{len(plan.new)} model(s) changed: keel schemas export --out {root}")
+            console.print(f"{len(plan.new)} model(s) changed: keel schemas export --out {out}")
             raise typer.Exit(1)
         console.print(f"{len(declared) - len(plan.untyped)} payload schemas published")
         return

@@ -17,7 +17,7 @@ envelope's: never edited, a changed model gets ``v<N+1>`` (:func:`plan_export`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -196,26 +196,33 @@ class PublishedFile(SchemaFileLike, Protocol):
 
 
 def plan_export(
-    declared: Iterable[DeclaredSchema],
+    declared: Sequence[DeclaredSchema],
     published: Iterable[PublishedFile],
-    fingerprint: Any,
-    root: Path,
+    fingerprint: Callable[[dict[str, Any]], bytes],
 ) -> ExportPlan:
-    """Every published schema file (paths relative to ``root``), plus a new version for each
-    declared schema whose newest published version differs from it (``fingerprint``:
-    schema -> 8 bytes). A released file is copied as it is, never rewritten."""
-    by_name: dict[str, list[PublishedFile]] = {}
+    """The files an export writes (paths relative to the export folder): every published
+    version of the envelope and of each declared payload schema, plus a new version for
+    each declared schema whose newest published one differs from it (``fingerprint``:
+    schema -> 8 bytes). A released file is copied as it is, never rewritten; ``published``
+    may hold one file twice (Keel's folder and the export folder) only with one content."""
+    names = {d.binding.fullname for d in declared}
+    by_name: dict[str, dict[int, PublishedFile]] = {}
     files: dict[str, str] = {}
     for f in published:
-        by_name.setdefault(f.name, []).append(f)
-        files[f.path.relative_to(root).as_posix()] = f.path.read_text(encoding="utf-8")
+        if Binding.of(f.schema) is not None and f.name not in names:
+            continue  # another application's payload schema
+        path = _path_of(f.schema, f.name, f.version)
+        text = f.path.read_text(encoding="utf-8")
+        if files.setdefault(path, text) != text:
+            raise DefinitionError(f"{f.path} and another {path} differ: a released schema changed")
+        by_name.setdefault(f.name, {})[f.version] = f
     new: list[str] = []
     untyped: list[DeclaredSchema] = []
     for d in declared:
         if d.schema is None:
             untyped.append(d)
             continue
-        versions = sorted(by_name.get(d.binding.fullname, []), key=lambda f: f.version)
+        versions = [v for _, v in sorted(by_name.get(d.binding.fullname, {}).items())]
         if versions and versions[-1].schema == d.schema:
             continue
         fp = fingerprint(d.schema)
@@ -226,7 +233,15 @@ def plan_export(
                 "(Avro fingerprints the canonical form)"
             )
         n = versions[-1].version + 1 if versions else 1
-        path = f"{PAYLOAD_DIR}/{d.binding.folder}/{d.binding.fullname}.v{n}.avsc"
+        path = _path_of(d.schema, d.binding.fullname, n)
         files[path] = schema_json(d.schema)
         new.append(path)
     return ExportPlan(files, tuple(new), tuple(untyped))
+
+
+def _path_of(schema: Mapping[str, Any], fullname: str, version: int) -> str:
+    """Where a schema file sits in a schema folder: the envelope's at the top, a payload
+    schema's under ``payloads/{workflow,activity}/<name>/``."""
+    binding = Binding.of(schema)
+    folder = "" if binding is None else f"{PAYLOAD_DIR}/{binding.folder}/"
+    return f"{folder}{fullname}.v{version}.avsc"
