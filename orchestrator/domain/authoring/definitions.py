@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.domain.authoring.irreversible import validate_compensations
 from orchestrator.domain.authoring.migrations import Migration, validate_migrations
 from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
+from orchestrator.domain.authoring.queries import Query, index_queries
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import (
     check_upcasters,
@@ -279,12 +280,14 @@ class WorkflowDefinition:
         compensation_after_irreversible: bool = False,
         compensation_role: str = "operator",
         migrations: Sequence[Migration] = (),
+        queries: Sequence[Query] = (),
     ) -> None:
         """``on_cancel``: whether cancelling a run with committed effects compensates
         them; ``compensation_after_irreversible``: accept compensable steps that may run
         after an irreversible one; ``compensation_role``: who is given the human task
         of a compensation that failed (docs/sagas.md); ``migrations``: how runs of
-        older versions move to this one (docs/versioning.md)."""
+        older versions move to this one (docs/versioning.md); ``queries``: read-only
+        questions about a run, outside the digest (``queries.py``)."""
         self.name = name
         self.version = version
         self.input_model = input_model
@@ -332,6 +335,7 @@ class WorkflowDefinition:
                     f"{self.label}: signal '{w.name}' is waited for with and without a "
                     "correlation (all its waits must agree)"
                 )
+        self.queries: dict[str, Query] = index_queries(self.label, queries)
         self.digest = hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
 
     @classmethod

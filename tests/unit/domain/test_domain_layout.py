@@ -52,6 +52,7 @@ LAYERS: dict[str, float] = {
     "waits": 3.5,
     "policies": 3.7,
     "migrations": 3.9,
+    "queries": 3.95,
     "definitions": 4,
     "activities": 5,
     "signals": 5.3,

@@ -1,0 +1,1 @@
+"""Unit tests of orchestrator/domain/authoring/: pure, no broker, no Redis."""
