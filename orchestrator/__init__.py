@@ -37,6 +37,10 @@ _EXPORTS: dict[str, str] = {
     "Compensation": "orchestrator.domain.authoring.policies",
     "Migration": "orchestrator.domain.authoring.migrations",
     "Context": "orchestrator.domain.authoring.run_context",
+    # read-only queries over a run's state (docs/workflows.md, "Queries")
+    "Query": "orchestrator.domain.authoring.queries",
+    "QueryContext": "orchestrator.domain.authoring.queries",
+    "QueryError": "orchestrator.domain.authoring.queries",
     # the vocabulary a definition is written in (each member equals its string)
     "OnUnknown": "orchestrator.domain.model.vocabulary",
     "OnExhausted": "orchestrator.domain.model.vocabulary",
@@ -102,6 +106,7 @@ _EXPORTS: dict[str, str] = {
     # the client: start, signal, cancel, wait from an application (docs/client.md)
     "KeelClient": "orchestrator.client.client",
     "StartResult": "orchestrator.client.client",
+    "QueryAnswer": "orchestrator.client.query_answers",
     "Settings": "orchestrator.settings",
     "load_settings": "orchestrator.settings",
 }
@@ -140,6 +145,10 @@ __all__ = [
     "PermanentError",
     "Pricing",
     "PromptTemplate",
+    "Query",
+    "QueryAnswer",
+    "QueryContext",
+    "QueryError",
     "RetryPolicy",
     "RiskRule",
     "RouteError",
@@ -246,6 +255,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         KeelClient,
         StartResult,
     )
+    from orchestrator.client.query_answers import (
+        QueryAnswer,
+    )
     from orchestrator.domain.authoring.definitions import (
         RetryPolicy,
         SignalWait,
@@ -260,6 +272,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     )
     from orchestrator.domain.authoring.policies import (
         Compensation,
+    )
+    from orchestrator.domain.authoring.queries import (
+        Query,
+        QueryContext,
+        QueryError,
     )
     from orchestrator.domain.authoring.run_context import (
         Context,

@@ -1,4 +1,4 @@
-"""``keel workflow start | show | list | signal | cancel | migrate | verify``.
+"""``keel workflow start | show | list | query | signal | cancel | migrate | verify``.
 
 Every string that came from a user or the read model (ids, names, states, reasons,
 history details) is escaped before it reaches rich markup, so ``[/bold]`` is just text.
@@ -20,7 +20,9 @@ from orchestrator.cli.verify import verify
 if TYPE_CHECKING:
     from orchestrator.client.client import KeelClient
 
-workflow_app = typer.Typer(help="Start, inspect, signal, cancel, migrate and verify workflows.")
+workflow_app = typer.Typer(
+    help="Start, inspect, query, signal, cancel, migrate and verify workflows."
+)
 workflow_app.command("migrate")(migrate)
 workflow_app.command("verify")(verify)
 console = LazyConsole(highlight=False, emoji=False)
@@ -189,6 +191,29 @@ def list_(
             _text(r["workflow_id"]), _text(r["name"]), str(r["version"]), _text(r["status"])
         )
     console.print(table)
+
+
+@workflow_app.command("query")
+def query(
+    workflow_id: str,
+    name: Annotated[str, typer.Argument(help="A query the run's definition declares.")],
+    args: Annotated[
+        str | None, typer.Option("--args", help=f"The query's arguments: {JSON_ARG_HELP}")
+    ] = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print the answer with its run, status and seq.")
+    ] = False,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Answer a query of a run from its current state; writes nothing.
+
+    Prints the answer as one line of JSON (docs/workflows.md, "Queries").
+    """
+    from orchestrator.client.client import read_json_arg
+
+    args_obj = None if args is None else read_json_arg(args, "--args")
+    answer = _client(app).query(workflow_id, name, args_obj)
+    typer.echo(json.dumps(answer.as_dict() if json_ else answer.value))
 
 
 @workflow_app.command("signal")

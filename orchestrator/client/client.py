@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.application.app import KeelApp
+from orchestrator.client.query_answers import QueryAnswer, answer_query
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
@@ -489,6 +490,11 @@ class KeelClient:
             "history": self.projection.history(workflow_id),
             "llm": self.projection.llm_usage(workflow_id),
         }
+
+    def query(self, workflow_id: str, name: str, args: Any = None) -> QueryAnswer:
+        """Answer query ``name`` of run ``workflow_id`` (``args``: a JSON value or a model)
+        from the state the read model holds; writes nothing (``query_answers.py``)."""
+        return answer_query(self.projection, self.app, workflow_id, name, args)
 
     def wait(
         self,

@@ -32,6 +32,7 @@ ONE_SHOT: dict[str, list[str]] = {
     "workflow start": ["parallel_checks", "--input", '{"n": 1}'],
     "workflow show": ["wf-1"],
     "workflow list": [],
+    "workflow query": ["wf-1", "progress"],
     "workflow signal": ["wf-1", "documents_added"],
     "workflow cancel": ["wf-1"],
     "workflow resolve": ["wf-1", "a1", "--reason", "checked by hand"],

@@ -115,8 +115,8 @@ def test_authoring_loads_no_io_client() -> None:
 
 
 #: The client: I/O by nature (Kafka out, Redis read back); an application names it where
-#: it starts or signals runs, not where it declares them.
-CLIENT_NAMES = frozenset({"KeelClient", "StartResult"})
+#: it starts, signals or queries runs, not where it declares them.
+CLIENT_NAMES = frozenset({"KeelClient", "StartResult", "QueryAnswer"})
 
 
 def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:

@@ -80,6 +80,9 @@ PUBLIC_NAMES = {
     "Compensation",
     "Migration",
     "Context",
+    "Query",
+    "QueryContext",
+    "QueryError",
     "OnUnknown",
     "OnExhausted",
     "OnCancel",
@@ -143,6 +146,7 @@ PUBLIC_NAMES = {
     # the client (docs/client.md)
     "KeelClient",
     "StartResult",
+    "QueryAnswer",
     "Settings",
     "load_settings",
 }
