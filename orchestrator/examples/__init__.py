@@ -6,7 +6,8 @@ Keel, not the work:
 * ``document_review`` v1: review -> approved | rejected | needs_documents, where
   needs_documents waits (7 days at most) for signal ``documents_added`` and loops back
   to review. The reviewer rejects any text containing "fraud" and approves once the
-  original document plus the added ones number at least 3.
+  original document plus the added ones number at least 3. Query ``progress`` tells the
+  run's state and the documents it has (``keel workflow query ID progress``).
 * ``parallel_checks`` v1: three parallel checks, a join, then a combining step.
 * ``three_step`` v1: three sequential trivial activities (the benchmark workflow).
 * ``timer_demo`` v1: one durable timer of ``seconds`` from the input, then completes.
@@ -22,7 +23,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import Context, SignalWait, State, Step, TimerWait, Transition, WorkflowDefinition
+from orchestrator import (
+    Context,
+    Query,
+    QueryContext,
+    SignalWait,
+    State,
+    Step,
+    TimerWait,
+    Transition,
+    WorkflowDefinition,
+)
 from orchestrator.examples.registry import app
 
 __all__ = ["app"]
@@ -80,6 +91,11 @@ def _decision_is(decision: str) -> Any:
     return check
 
 
+def _review_progress(ctx: QueryContext) -> dict[str, Any]:
+    """Where the review is and the documents it has (query ``progress``)."""
+    return {"state": ctx.state, "status": ctx.status, **_all_documents(ctx)}
+
+
 def _output(decision: str) -> Any:
     def output(ctx: Context) -> dict[str, Any]:
         review = ctx.results.get("review", {})
@@ -116,6 +132,7 @@ document_review = app.workflow(
         ],
         output_model=ReviewOutput,
         description="Review a document; ask for more documents until there are enough.",
+        queries=[Query("progress", _review_progress)],
     )
 )
 

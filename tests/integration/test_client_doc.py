@@ -15,7 +15,7 @@ def test_every_example_of_the_client_page_runs(settings, services) -> None:
     services.start("orchestrator")
     services.start("worker")
     examples = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
-    assert len(examples) == 3
+    assert len(examples) == 4
     outputs = []
     for code in examples:
         done = subprocess.run(
@@ -33,3 +33,7 @@ def test_every_example_of_the_client_page_runs(settings, services) -> None:
     assert ended == "completed {'result': 19}"  # what the page shows
     status, state, events = outputs[2][0].split()
     assert (status, state) == ("running", "review") and int(events) >= 3
+    assert outputs[3] == [
+        "['contract.pdf'] True",
+        "workflow 'document_review' v1 has no query 'progres' (declared: 'progress')",
+    ]
