@@ -58,10 +58,20 @@ class TypedValue:
     fingerprint: bytes = b""
 
 
-@dataclass(frozen=True)
 class _Writer:
-    header: bytes
-    write: Write
+    """One binding's writer, compiled on first use (a process types few of them)."""
+
+    __slots__ = ("_write", "header", "schema")
+
+    def __init__(self, fingerprint: bytes, schema: dict[str, Any]) -> None:
+        self.header = _MAGIC + fingerprint
+        self.schema = schema
+        self._write: Write | None = None
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if self._write is None:
+            self._write = compile_writer(self.schema)
+        self._write(value, out)
 
 
 class TypedPayloads:
@@ -69,22 +79,21 @@ class TypedPayloads:
 
     def __init__(self, files: Iterable[SchemaFileLike]) -> None:
         newest: dict[str, SchemaFileLike] = {}
-        self._versions: dict[bytes, tuple[str, int, Any]] = {}
+        #: fingerprint -> (name, version, schema as written)
+        self._versions: dict[bytes, tuple[str, int, dict[str, Any]]] = {}
         for f in files:
             if Binding.of(f.schema) is None:
                 continue
-            self._versions[f.fingerprint] = (f.name, f.version, parse_schema(f.schema))
+            self._versions[f.fingerprint] = (f.name, f.version, f.schema)
             if f.name not in newest or newest[f.name].version < f.version:
                 newest[f.name] = f
-        self._newest_parsed = {n: self._versions[f.fingerprint][2] for n, f in newest.items()}
-        self._names = {fp: name for fp, (name, _, _) in self._versions.items()}
+        self._newest = {name: f.fingerprint for name, f in newest.items()}
         self._writers: dict[BindingKey, _Writer] = {}
         for f in newest.values():
             binding = Binding.of(f.schema)
             assert binding is not None
-            self._writers[binding_key(binding)] = _Writer(
-                _MAGIC + f.fingerprint, compile_writer(f.schema)
-            )
+            self._writers[binding_key(binding)] = _Writer(f.fingerprint, f.schema)
+        self._parsed: dict[bytes, Any] = {}
         #: Values offered for a published binding that did not fit its schema.
         self.untyped = 0
 
@@ -94,7 +103,7 @@ class TypedPayloads:
     def fullname(self, key: BindingKey) -> str | None:
         """The name of the schema that types ``key``'s values (None: none published)."""
         writer = self._writers.get(key)
-        return None if writer is None else self._names[writer.header[2:]]
+        return None if writer is None else self._versions[writer.header[2:]][0]
 
     def encode(self, key: BindingKey | None, json_text: str) -> bytes | None:
         """``json_text`` typed by the binding's newest schema; None when unbound or unfit."""
@@ -114,6 +123,12 @@ class TypedPayloads:
             return None
         return bytes(out)
 
+    def _parse(self, fp: bytes) -> Any:
+        parsed = self._parsed.get(fp)
+        if parsed is None:
+            parsed = self._parsed[fp] = parse_schema(self._versions[fp][2])
+        return parsed
+
     def decode(self, data: bytes) -> TypedValue:
         """A typed payload resolved to the newest version of its schema's name; ValueError
         for a bad header, an unknown fingerprint or a corrupt body."""
@@ -123,11 +138,13 @@ class TypedPayloads:
         found = self._versions.get(fp)
         if found is None:
             raise ValueError(f"unknown payload schema fingerprint {fp.hex()}")
-        name, version, writer = found
-        reader = self._newest_parsed[name]
+        name, version, _ = found
+        newest = self._newest[name]
+        writer = self._parse(fp)
+        reader = None if newest == fp else self._parse(newest)
         buf = BytesIO(data)
         buf.seek(_HEADER_LEN)
-        value = schemaless_reader(buf, writer, None if reader is writer else reader)
+        value = schemaless_reader(buf, writer, reader)
         if buf.tell() != len(data):
             raise ValueError(f"{len(data) - buf.tell()} trailing bytes after the payload")
         return TypedValue(name, version, value, fp)
