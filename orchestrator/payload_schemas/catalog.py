@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.payload_schemas.compatibility import resolution_problems
 from orchestrator.payload_schemas.generator import UnsupportedModel, avro_name, model_schema
 
 __all__ = [
@@ -203,7 +204,8 @@ def plan_export(
     """The files an export writes (paths relative to the export folder): every published
     version of the envelope and of each declared payload schema, plus a new version for
     each declared schema whose newest published one differs from it (``fingerprint``:
-    schema -> 8 bytes). A released file is copied as it is, never rewritten; ``published``
+    schema -> 8 bytes); DefinitionError when that version could not read its predecessor's
+    values. A released file is copied as it is, never rewritten; ``published``
     may hold one file twice (Keel's folder and the export folder) only with one content."""
     names = {d.binding.fullname for d in declared}
     by_name: dict[str, dict[int, PublishedFile]] = {}
@@ -233,6 +235,13 @@ def plan_export(
                 "(Avro fingerprints the canonical form)"
             )
         n = versions[-1].version + 1 if versions else 1
+        problems = resolution_problems(versions[-1].schema, d.schema) if versions else []
+        if problems:
+            raise DefinitionError(
+                f"{d.binding.fullname} v{n} ({d.model}) could not read what v{n - 1} wrote: "
+                f"{'; '.join(problems)}. Give a new field a default, or type the data under "
+                "a new name (a new workflow version, a new activity type)"
+            )
         path = _path_of(d.schema, d.binding.fullname, n)
         files[path] = schema_json(d.schema)
         new.append(path)

@@ -43,6 +43,7 @@ app.workflow(
 def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "shop_v1.py").write_text(SHOP.format(extra=""))
     (tmp_path / "shop_v2.py").write_text(SHOP.format(extra="    note: str | None = None"))
+    (tmp_path / "shop_v3.py").write_text(SHOP.format(extra="    currency: str"))
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path / "schemas"
 
@@ -51,7 +52,8 @@ def _export(out: Path, module: str, *more: str) -> tuple[int, str]:
     done = CliRunner().invoke(
         keel, ["schemas", "export", "--app", f"{module}:app", "--out", str(out), *more]
     )
-    return done.exit_code, done.output
+    error = "" if isinstance(done.exception, SystemExit | None) else f"error: {done.exception}"
+    return done.exit_code, done.output + error  # (keel's main prints a KeelError as one line)
 
 
 def _files(out: Path) -> set[str]:
@@ -88,3 +90,11 @@ def test_a_changed_model_gets_its_next_version_and_nothing_is_rewritten(shop: Pa
     }
     assert all(p.read_bytes() == data for p, data in before.items())
     assert _export(shop, "shop_v2", "--check")[0] == 0
+
+
+def test_a_model_change_old_values_could_not_be_read_with_is_refused(shop: Path) -> None:
+    assert _export(shop, "shop_v1")[0] == 0
+    before = _files(shop)
+    code, output = _export(shop, "shop_v3")
+    assert code == 1 and before == _files(shop)
+    assert "could not read what v1 wrote: currency: new field without a default" in output
