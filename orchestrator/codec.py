@@ -8,6 +8,11 @@ it to the current one, so events written years ago stay readable.
 
 Schemas are parsed once per :class:`Codec`; the hot paths (:meth:`Codec.encode`,
 :meth:`Codec.decode`) only do dictionary building and fastavro's C reader/writer.
+
+Since v8 a workflow's data also travels typed: next to a ``*_json`` field, its value
+single-object encoded with the payload schema published for it (``avro/payloads/``,
+:mod:`orchestrator.payload_schemas`, docs/event-log.md). The codec writes it; the domain
+never reads it (:meth:`Codec.typed_values` does, for other readers and checks).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from orchestrator.domain.model.messages import (
     WorkflowContinuedAsNew,
 )
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.payload_schemas import BindingKey, TypedPayloads, TypedValue
+from orchestrator.payload_schemas import BindingKey, Slot, TypedPayloads, TypedValue
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -77,8 +82,8 @@ TYPED_FIELDS: dict[str, tuple[str, str]] = {
 #: The binding of a payload's typed value, where the payload itself names it; the others
 #: need the run's definition, which a caller passes to :meth:`Codec.encode` as ``hint``.
 _BINDING_OF: dict[str, Callable[[Any], BindingKey]] = {
-    "WorkflowStarted": lambda p: ("input", p.name, p.version, ""),
-    "ActivityScheduled": lambda p: ("input", "", 0, p.activity_type),
+    "WorkflowStarted": lambda p: (Slot.INPUT, p.name, p.version, ""),
+    "ActivityScheduled": lambda p: (Slot.INPUT, "", 0, p.activity_type),
 }
 
 
@@ -297,11 +302,11 @@ class Codec:
         kind = type(payload)
         if kind is ActivityCompleted:
             act = state.activities.get(payload.activity_id)
-            return None if act is None else ("result", "", 0, act.activity_type)
+            return None if act is None else (Slot.RESULT, "", 0, act.activity_type)
         if kind is WorkflowCompleted:
-            return ("output", state.name, state.version, "")
+            return (Slot.OUTPUT, state.name, state.version, "")
         if kind is WorkflowContinuedAsNew:
-            return ("input", state.name, state.version, "")
+            return (Slot.INPUT, state.name, state.version, "")
         return None
 
     def _branch_fields(self, full: str) -> set[str]:
