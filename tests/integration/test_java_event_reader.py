@@ -3,7 +3,8 @@ docs/event-log.md) decodes every record of ``<prefix>.events`` after a mixed wor
 Avro's ``BinaryMessageDecoder`` and a ``SchemaStore`` of every schema in ``avro/``, and its
 lines equal ``keel workflow export``'s field by field (``*_json`` fields compared parsed).
 Every record whose data has a published payload schema (``avro/payloads/``) carries it
-typed, and the reader's typed value equals the JSON the export shows.
+typed, and the reader's typed value equals the JSON the export shows; the same holds for
+every event of a ``keel demo`` batch (issue 32's bar).
 
 A second test writes one record of every payload type in every envelope version ever
 released, plus two records no reader can decode, to a topic of its own: the reader resolves
@@ -15,8 +16,11 @@ than its sources, and skip only when ``java`` or ``mvn`` is absent.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from orchestrator.codec import (
     load_schema_files,
 )
 from orchestrator.domain.model.messages import ActivityScheduled, Envelope
+from orchestrator.settings import Settings
 from tests.integration.test_read_model import keel
 from tests.support import read_topic, wait_until
 from tests.unit.test_schema_evolution import _plain  # the schema without logical types
@@ -179,6 +184,46 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
     assert isinstance(last["seq"], int) and isinstance(last["recorded_at"], int)
     signal = next(e for e in java["review-ok-0"] if e["type"] == "SignalReceived")
     assert signal["payload"]["payload_json"] == {"document": "receipt 𝄞", "pages": 1}
+
+
+def test_the_java_reader_decodes_every_event_of_the_demo_with_typed_payloads(
+    servers, tmp_path, reader_jar
+):
+    """Issue 32's bar: ``keel demo`` (a batch through an orchestrator SIGKILL), then every
+    record of its events topic decoded, each value with a published schema typed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
+        KEEL_REDIS_URL=servers.redis_url,
+        KEEL_HOME=str(tmp_path),
+        KEEL_PARTITIONS="4",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "demo", "--size", "12"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    prefix = re.search(r"topic prefix (demo-[\w-]+)", done.stdout)
+    assert prefix is not None, done.stdout
+    settings = Settings(
+        bootstrap_servers=servers.bootstrap_servers,
+        redis_url=servers.redis_url,
+        topic_prefix=prefix.group(1),
+        partitions=4,
+    )
+    topic = settings.topic("events")
+    in_topic = len(read_topic(settings.kafka_servers, topic, settings.partitions))
+    rc, lines, summary = run_reader(reader_jar, settings, topic)
+    assert rc == 0 and summary["decoded"] == summary["records"] == in_topic > 0, summary
+    typed = [line.pop("typed_payload", None) for line in lines]
+    bound = expected_bindings(lines, default_codec())
+    for line, binding, got in zip(lines, bound, typed, strict=True):
+        assert (got is None) == (binding is None), (line["workflow_id"], line["seq"])
+        if got is not None:
+            assert got["schema"] == binding and got["value"] == line["payload"][got["field"]]
+    kinds = {b for b in bound if b}
+    assert "keel.payload.activity.post_to_ledger.Result" in kinds  # the invoices' ledger
+    assert "keel.payload.workflow.document_review.v1.Output" in kinds
 
 
 def expected_bindings(lines: list[dict[str, Any]], codec: Codec) -> list[str | None]:
