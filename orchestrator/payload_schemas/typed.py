@@ -9,9 +9,9 @@ Typing is exact or absent: the JSON must be an object with no key the schema lac
 each value of the schema's type (a missing key takes the field's default, when it has
 one). Anything else (a model changed without a new published version, a sealed value,
 data the schema cannot hold) is left untyped: the JSON text in the event still carries
-it, so nothing is lost, and :attr:`TypedPayloads.untyped` counts the misses. So is a
-typed value larger than :data:`MAX_TYPED_BYTES`, so that typing never makes an event too
-large for its record.
+it, so nothing is lost, and :attr:`TypedPayloads.untyped` counts the misses. A typed
+value larger than :data:`MAX_TYPED_BYTES` is left untyped too (and counted), so that
+typing never makes an event too large for its record.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ __all__ = ["MAX_TYPED_BYTES", "BindingKey", "TypedPayloads", "TypedValue", "bind
 MAX_TYPED_BYTES = MAX_PAYLOAD_BYTES
 _MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
-_INT64 = (-(2**63), 2**63 - 1)
 
 #: A binding as a plain tuple (slot, workflow, workflow version, activity): the hot path's key.
 BindingKey = tuple[str, str, int, str]
 
 
 def binding_key(b: Binding) -> BindingKey:
+    """The hot path's key of ``b``."""
     return (str(b.slot), b.workflow, b.version, b.activity)
 
 
