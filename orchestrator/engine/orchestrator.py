@@ -108,6 +108,9 @@ class Orchestrator:
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.topics = Topics.for_prefix(settings.topic)
         self._stop = threading.Event()
+        #: Set while the final checkpoint commits after a stop: the Kafka calls it makes
+        #: must not give up because a stop was asked (a second stop ends the drain).
+        self._draining = threading.Event()
         self._resets: deque[float] = deque()
         self._pending_recovery: set[int] = set()
         self._retry_recovery_at = 0.0
@@ -128,7 +131,7 @@ class Orchestrator:
             intake=intake,
             timers=TimerHeap(),
             budget=RetryBudget(settings.retry_budget_per_s, settings.retry_budget_burst),
-            stopping=self._stop.is_set,
+            stopping=self._stopping,
             finished_capacity=finished_capacity,
         )
         if local_activities:
@@ -152,13 +155,13 @@ class Orchestrator:
             self.topics.commands,
             f"{self.settings.topic_prefix}.orchestrator",
             instance_id=self.settings.instance_id,
-            stopping=self._stop.is_set,
+            stopping=self._stopping,
         )
         event_log = KafkaEventLog(
             self.settings,
             f"{self.settings.topic_prefix}.orchestrator.{self.instance_id}",
             intake,
-            stopping=self._stop.is_set,
+            stopping=self._stopping,
             txn_timeout_s=TXN_TIMEOUT_S,
         )
         return intake, event_log
@@ -182,7 +185,15 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
+        """Stop after the batch in hand and a final checkpoint; asked again while that
+        checkpoint commits, stop without waiting for it."""
+        if self._stop.is_set():
+            self._draining.clear()
         self._stop.set()
+
+    def _stopping(self) -> bool:
+        """What the adapters' calls poll: a stop was asked and no final checkpoint drains."""
+        return self._stop.is_set() and not self._draining.is_set()
 
     def run(self) -> None:
         status = StatusFile(
@@ -205,7 +216,14 @@ class Orchestrator:
                 status.maybe_write()
             self.state = "stopping"
             if self.partitions and not self._abandoned_calls():
-                self.checkpoint()
+                # Before, the stop made this checkpoint's own commit raise Stopping: its
+                # transaction stayed open until the broker aborted it, and the next owner
+                # rebuilt from the older checkpoint (a longer tail, never a wrong state).
+                self._draining.set()
+                try:
+                    self.checkpoint()
+                finally:
+                    self._draining.clear()
         except Stopping:
             clean = False
         except (ProducerReset, TxnAbortable) as exc:
