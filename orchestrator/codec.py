@@ -21,7 +21,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from io import BytesIO
@@ -43,6 +43,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.payload_schemas import BindingKey, Slot, TypedPayloads, TypedValue
+from orchestrator.settings import Settings
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -178,6 +179,33 @@ def load_schema_files(schema_dir: Path | str | None = None) -> list[SchemaFile]:
     return files
 
 
+def _with_payload_dirs(
+    bundled: list[SchemaFile], envelope: str, payload_dirs: Sequence[Path | str]
+) -> list[SchemaFile]:
+    """Keel's envelope versions plus the payload schemas of ``payload_dirs`` (an
+    application's ``keel schemas export``), instead of the bundled examples' payload schemas.
+
+    An export holds copies of the envelope's versions: they are Keel's to define, so they
+    are skipped (a copy that differs from Keel's own is a mistake worth an error). The same
+    payload version in two folders must be the same schema.
+    """
+    keel = {(f.name, f.version): f for f in bundled if f.name == envelope}
+    merged: dict[tuple[str, int], SchemaFile] = dict(keel)
+    for folder in payload_dirs:
+        if not Path(folder).is_dir():
+            raise ValueError(f"schema folder {folder} (KEEL_SCHEMA_DIRS) is not a directory")
+        for f in load_schema_files(folder):
+            seen = merged.get((f.name, f.version))
+            if seen is None:
+                if f.name != envelope:
+                    merged[f.name, f.version] = f
+            elif seen.fingerprint != f.fingerprint:
+                raise ValueError(
+                    f"{f.path} and {seen.path} both define {f.name} v{f.version}, differently"
+                )
+    return sorted(merged.values(), key=lambda f: (f.name, f.version))
+
+
 def _fullname(schema: dict[str, Any]) -> str:
     name = str(schema.get("name", ""))
     ns = schema.get("namespace")
@@ -226,8 +254,15 @@ class Codec:
     schema file, which is far too slow to do per record.
     """
 
-    def __init__(self, schema_dir: Path | str | None = None, name: str = ENVELOPE_NAME) -> None:
+    def __init__(
+        self,
+        schema_dir: Path | str | None = None,
+        name: str = ENVELOPE_NAME,
+        payload_dirs: Sequence[Path | str] = (),
+    ) -> None:
         every = load_schema_files(schema_dir)
+        if payload_dirs:
+            every = _with_payload_dirs(every, name, payload_dirs)
         files = [f for f in every if f.name == name]
         if not files:
             where = schema_dir if schema_dir is not None else default_schema_dir()
@@ -490,8 +525,9 @@ class Codec:
 
 @lru_cache(maxsize=1)
 def default_codec() -> Codec:
-    """The process-wide codec over the default schema directory (parsed once)."""
-    return Codec()
+    """The process-wide codec (parsed once): Keel's schemas, with the application's
+    payload schemas from ``KEEL_SCHEMA_DIRS`` when set (docs/event-log.md)."""
+    return Codec(payload_dirs=Settings().schema_dirs)
 
 
 def bench(n: int = 20000, codec: Codec | None = None) -> dict[str, float]:

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.domain.model.errors import ConfigError
 
@@ -135,6 +135,13 @@ class Settings(BaseSettings):
         default=None, description="Cache of the Kafka jars; default <KEEL_HOME>/kafka-libs."
     )
     partitions: int = Field(default=12, ge=1, le=10_000, description="Partitions per topic.")
+    schema_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="Folders of an application's published payload schemas (`keel schemas "
+        "export --out DIR`), separated by the OS path separator (':' here): the codec types "
+        "that application's values with them instead of the bundled examples' "
+        "(docs/event-log.md).",
+    )
     replication_factor: int = Field(default=1, ge=1, le=16, description="Replicas per partition.")
     kafka_port: int = Field(
         default=19092, ge=1024, le=65000, description="First port of the local Kafka broker(s)."
@@ -276,6 +283,13 @@ class Settings(BaseSettings):
             )
         return name
 
+    @field_validator("schema_dirs", mode="before")
+    @classmethod
+    def _schema_dirs_split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(Path(part) for part in value.split(os.pathsep) if part.strip())
+        return value
+
     @field_validator("trace_file", mode="before")
     @classmethod
     def _empty_trace_file_is_none(cls, value: object) -> object:
@@ -416,6 +430,8 @@ class Settings(BaseSettings):
             KEEL_PARTITIONS=str(self.partitions),
         )
         env.update(self.kafka_security_environment())
+        if self.schema_dirs:  # the same values typed the same way in every process
+            env["KEEL_SCHEMA_DIRS"] = os.pathsep.join(str(d.resolve()) for d in self.schema_dirs)
         env.update(extra)
         return env
 
