@@ -41,17 +41,20 @@ tests/senders/node_modules: tests/senders/package.json tests/senders/package-loc
 # and so does one that collects nothing (pytest exits 5).
 define test-stage
 	@start=$$(date +%s); rc=0; \
-	$(BIN)/pytest tests/$(1) $(PYTEST_ARGS) || rc=$$?; \
+	$(BIN)/pytest tests/$(1) $(2) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 0 ]; then status=""; else status=" (failed: pytest exit $$rc)"; fi; \
 	echo "stage $(1): $$(( $$(date +%s) - start )) s$$status"; \
 	exit $$rc
 endef
 
 # Three stages, fastest first: unit (pure, in-process), integration (one real Kafka broker
-# and Redis for the stage), fault (a three-broker cluster, processes SIGKILLed).
+# and Redis for the stage, shared by INTEGRATION_WORKERS pytest-xdist workers, a test file
+# to a worker; each test has its own topic prefix), fault (a three-broker cluster,
+# processes SIGKILLed: one at a time).
+INTEGRATION_WORKERS ?= 2
 test: setup
 	$(call test-stage,unit)
-	$(call test-stage,integration)
+	$(call test-stage,integration,-n $(INTEGRATION_WORKERS) --dist loadfile)
 	$(call test-stage,fault)
 
 unit: $(BIN)/keel

@@ -4,7 +4,9 @@ Order of preference:
 1. ``KEEL_BOOTSTRAP_SERVERS`` / ``KEEL_REDIS_URL`` name running servers: reuse them.
 2. ``KEEL_TESTCONTAINERS=1`` and a Docker engine answers: testcontainers starts them.
 3. Otherwise the same ``LocalStack`` that ``keel infra`` uses starts them under
-   ``.keel/test-stack`` on ports of their own, and stops them at the end.
+   ``.keel/test-stack`` on ports of their own, and stops them at the end. A parallel session
+   (``pytest -n N``, pytest-xdist: the integration stage) starts them once, in the
+   controller, and its workers share them through 1.
 Every test gets its own topic prefix, so tests never see each other's records, and
 its histories are checked against the invariants when the test ends
 (``tests/history_check.py``; ``@pytest.mark.unsound_history`` opts a test out).
@@ -45,6 +47,34 @@ def layer_of(path: Path) -> str | None:
     except ValueError:
         return None
     return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
+
+
+#: The stack a parallel session's controller started for its workers (stopped at the end).
+_SHARED_STACK: list = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller of a parallel session, start the one broker and Redis its workers
+    share (they inherit the environment naming them), unless servers are named already."""
+    parallel = getattr(config.option, "numprocesses", None)
+    if not parallel or hasattr(config, "workerinput"):
+        return
+    if os.environ.get("KEEL_BOOTSTRAP_SERVERS") and os.environ.get("KEEL_REDIS_URL"):
+        return
+    from ops.local import LocalStack
+
+    stack = LocalStack(stack_settings(KEEL_DIR / "test-stack", TEST_KAFKA_PORT, TEST_REDIS_PORT))
+    status = stack.up()
+    _SHARED_STACK.append(stack)
+    os.environ["KEEL_BOOTSTRAP_SERVERS"] = status.bootstrap_servers
+    os.environ["KEEL_REDIS_URL"] = status.redis_url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _SHARED_STACK:
+        _SHARED_STACK.pop().down()
+        os.environ.pop("KEEL_BOOTSTRAP_SERVERS", None)
+        os.environ.pop("KEEL_REDIS_URL", None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
@@ -118,6 +148,22 @@ def servers() -> Iterator[Servers]:
 @pytest.fixture
 def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+def pytest_sessionfinish(session) -> None:
+    """A parallel worker (pytest-xdist) hands its history-check totals to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from tests.history_check import worker_totals
+
+        output["history_totals"] = worker_totals()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    from tests.history_check import add_worker_totals
+
+    add_worker_totals(getattr(node, "workeroutput", {}).get("history_totals"))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

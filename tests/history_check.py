@@ -8,7 +8,8 @@ when there is one. A broken invariant fails the test at teardown, naming the tes
 every violation. A test that writes an unsound history on purpose says so with
 ``@pytest.mark.unsound_history``; ``KEEL_TEST_VERIFY_HISTORIES=0`` turns the check off.
 
-The time spent is summed and printed at the end of the session (``terminal_summary``).
+The time spent is summed and printed at the end of the session (``terminal_summary``); in a
+parallel session (``pytest -n``) each worker hands its totals to the controller.
 """
 
 from __future__ import annotations
@@ -36,6 +37,24 @@ class Totals:
 
 
 TOTALS = Totals(failed_tests=[])
+
+
+def worker_totals() -> dict[str, object]:
+    """This process's totals, for the controller of a parallel session (pytest-xdist)."""
+    return dict(vars(TOTALS))
+
+
+def add_worker_totals(totals: dict[str, object] | None) -> None:
+    """Add a parallel worker's totals to this (the controller's) process's."""
+    if not totals:
+        return
+    TOTALS.prefixes += int(totals["prefixes"])  # type: ignore[call-overload]
+    TOTALS.workflows += int(totals["workflows"])  # type: ignore[call-overload]
+    TOTALS.events += int(totals["events"])  # type: ignore[call-overload]
+    TOTALS.violations += int(totals["violations"])  # type: ignore[call-overload]
+    TOTALS.seconds += float(totals["seconds"])  # type: ignore[arg-type]
+    assert TOTALS.failed_tests is not None
+    TOTALS.failed_tests.extend(totals["failed_tests"] or [])  # type: ignore[arg-type]
 
 
 def verify_after_test(request: pytest.FixtureRequest, settings) -> None:
