@@ -26,6 +26,7 @@ from orchestrator.cli import (
     dlq,
     human_task_commands,
     sagas,
+    schedule_commands,
     schemas,
     services,
     topic_commands,
@@ -47,6 +48,7 @@ app.add_typer(services.projections_app, name="projections")
 app.add_typer(dlq.dlq_app, name="dlq")
 app.add_typer(human_task_commands.human_tasks_app, name="human-tasks")
 app.add_typer(schemas.schemas_app, name="schemas")
+app.add_typer(schedule_commands.schedules_app, name="schedules")
 workflow.workflow_app.command("resolve")(dlq.resolve)
 workflow.workflow_app.command("export")(versioning.export)
 app.command("replay-check")(versioning.replay_check)

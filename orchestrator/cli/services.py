@@ -35,6 +35,14 @@ def app_from(spec: str) -> KeelApp:
     return load_app(spec)
 
 
+def service_app(spec: str) -> KeelApp:
+    """The application named by ``--app`` with the built-in ``keel.schedule`` and its
+    tick activity (docs/schedules.md): every service and every run reader knows it."""
+    from orchestrator.client.schedule_ticks import install_schedules
+
+    return install_schedules(app_from(spec))
+
+
 def _stop_on_signals(*stoppables) -> None:
     def handler(signum, frame):
         for s in stoppables:
@@ -81,7 +89,7 @@ def orchestrator(
     settings = load_settings()
     use_environment()  # for local LLM steps
     configure_gc(settings)
-    application = app_from(app)
+    application = service_app(app)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     if projector and placement is ProjectorPlacement.CHILD:
@@ -134,7 +142,7 @@ def worker(app: AppOption = DEFAULT_APP) -> None:
     configure_tracing("keel-worker")
     settings = load_settings()
     configure_gc(settings)
-    w = Worker(settings, app_from(app))
+    w = Worker(settings, service_app(app))
     _stop_on_signals(w)
     w.run()
 
@@ -163,7 +171,7 @@ def projector(
         committed = CommittedEvents()
     settings = load_settings()
     configure_gc(settings)
-    projector = Projector(settings, app_from(app), committed=committed)
+    projector = Projector(settings, service_app(app), committed=committed)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.io.handoff.committed_pipe import read_frames
@@ -183,7 +191,7 @@ def rebuild(app: AppOption = DEFAULT_APP) -> None:
     from orchestrator.projector.projector import Projector
     from orchestrator.settings import load_settings
 
-    p = Projector(load_settings(), app_from(app))
+    p = Projector(load_settings(), service_app(app))
     total, took = p.rebuild()
     rate = total / took if took > 0 else 0.0
     console.print(f"rebuilt the read model from {total} events in {took:.2f}s ({rate:,.0f}/s)")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator.cli.output import LazyConsole, escape, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 if TYPE_CHECKING:
     from orchestrator.domain.history.replay import RunReport
@@ -54,7 +54,7 @@ def replay_check(
         source = "keel.events"
     # A task token's hash depends on the deployment's key, not the code: replay with the
     # hashes the history recorded, so only the decisions themselves are compared.
-    decider = app_from(app).decider(recorded_token_hashes(envelopes))
+    decider = service_app(app).decider(recorded_token_hashes(envelopes))
     reports = replay_history(decider, envelopes)
     diverged = [r for r in reports if not r.ok]
     if json_:

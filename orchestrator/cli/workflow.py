@@ -14,7 +14,7 @@ import typer
 
 from orchestrator.cli.migrate import migrate
 from orchestrator.cli.output import LazyConsole, escape, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 from orchestrator.cli.verify import verify
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _client(app: str) -> KeelClient:
     from orchestrator.telemetry.tracing import configure_tracing
 
     configure_tracing("keel-cli")
-    return KeelClient(load_settings(), app_from(app))
+    return KeelClient(load_settings(), service_app(app))
 
 
 def _text(value: object) -> str:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from orchestrator.application.app import KeelApp
 from orchestrator.client.query_answers import QueryAnswer, answer_query
+from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import (
@@ -490,6 +491,11 @@ class KeelClient:
             "history": self.projection.history(workflow_id),
             "llm": self.projection.llm_usage(workflow_id),
         }
+
+    @property
+    def schedules(self) -> ScheduleClient:
+        """The schedules of this topic prefix (docs/schedules.md)."""
+        return ScheduleClient(self)
 
     def query(self, workflow_id: str, name: str, args: Any = None) -> QueryAnswer:
         """Answer query ``name`` of run ``workflow_id`` (``args``: a JSON value or a model)
