@@ -1,0 +1,98 @@
+"""Durable schedules on the real broker (docs/schedules.md): every 2 s for 30 s with the
+orchestrator SIGKILLed twice, one run per tick by id, no tick handled twice, and the ticks
+of the downtime fired late or recorded missed as each schedule's catch-up window says."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+from orchestrator.client.client import KeelClient
+from orchestrator.domain.model.messages import ActivityCompleted, WorkflowStarted
+from tests.integration.schedules_app import APP
+from tests.integration.schedules_app import app as schedules_app
+from tests.support import histories, wait_until
+
+PERIOD_S = 2
+
+
+def _assigned(proc) -> bool:
+    return "assigned partitions" in proc.log_path.read_text()
+
+
+def _tick_s(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+
+def _handled(events) -> list[dict]:
+    """Every tick record of a schedule's history, in the order they were recorded."""
+    out = []
+    for e in events:
+        if isinstance(e.payload, ActivityCompleted) and "/tick" in e.payload.activity_id:
+            out.extend(json.loads(e.payload.result_json)["handled"])
+    return out
+
+
+def test_a_schedule_every_2s_through_two_orchestrator_sigkills(settings, services):
+    env = {"KEEL_INSTANCE_ID": "sched-orch"}
+    orch = services.start("orchestrator", "--app", APP, **env)
+    services.start("worker", "--app", APP)
+    wait_until(lambda: _assigned(orch), 60, "the orchestrator's assignment")
+    client = KeelClient(settings, schedules_app)
+    try:
+        client.schedules.create(
+            "catchup", "stamp", {"note": "c"}, every="2s", catchup_window_s=60, overlap="allow_all"
+        )
+        client.schedules.create("strict", "stamp", {"note": "s"}, every="2s", catchup_window_s=1)
+        began = time.monotonic()
+        for _ in range(2):
+            time.sleep(7)
+            services.kill(orch)  # SIGKILL
+            time.sleep(5)  # at least two ticks fall in the downtime
+            orch = services.start("orchestrator", "--app", APP, **env)
+        time.sleep(max(0.0, 30 - (time.monotonic() - began)))
+        shown = client.schedules.show("catchup")
+        assert shown.state == "active" and shown.next_fires
+        assert [i.name for i in client.schedules.list()] == ["catchup", "strict"]
+        for name in ("catchup", "strict"):
+            client.schedules.delete(name)
+        wait_until(
+            lambda: all(
+                client.projection.status(f"schedule:{n}") == "completed"
+                for n in ("catchup", "strict")
+            ),
+            60,
+            "both schedules deleted",
+        )
+        assert client.schedules.list() == []
+        assert client.schedules.show("strict").state == "deleted"
+    finally:
+        client.close()
+
+    by_wf = histories(settings)
+    starts = {
+        wf: [e for e in ev if isinstance(e.payload, WorkflowStarted)] for wf, ev in by_wf.items()
+    }
+    for name in ("catchup", "strict"):
+        handled = _handled(by_wf[f"schedule:{name}"])
+        ticks = [_tick_s(h["tick"]) for h in handled]
+        assert len(ticks) == len(set(ticks)), f"{name}: a tick handled twice"
+        assert ticks == sorted(ticks)
+        assert ticks == list(range(ticks[0], ticks[-1] + 1, PERIOD_S)), f"{name}: a tick lost"
+        assert len(ticks) >= 12, f"{name}: {len(ticks)} ticks in ~30 s"
+        fired = {h["workflow_id"] for h in handled if h["outcome"] == "started"}
+        runs = {wf for wf in by_wf if wf.startswith(f"{name}:")}
+        assert runs == fired, f"{name}: one run per fired tick, by id"
+        assert all(len(starts[wf]) == 1 for wf in runs)
+        assert {h["workflow_id"] for h in handled if h["outcome"] == "started"} == {
+            f"{name}:{h['tick']}" for h in handled if h["outcome"] == "started"
+        }
+        outcomes = {h["outcome"] for h in handled}
+        if name == "catchup":  # every tick of the downtimes fired late
+            assert outcomes == {"started"}
+        else:  # the downtimes' ticks were missed, each recorded, none started
+            assert outcomes == {"started", "missed"}
+            missed = [h for h in handled if h["outcome"] == "missed"]
+            assert len(missed) >= 2
+            assert not any(f"{name}:{h['tick']}" in by_wf for h in missed)
