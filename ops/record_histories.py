@@ -245,6 +245,25 @@ class Recorder:
         self.booking.reset()
         return [ok, declined, stuck]
 
+    def schedules(self) -> list[str]:
+        """A schedule every second (docs/schedules.md): ticks that start runs, a pause, a
+        resume and a delete, and the runs it started."""
+        name = "corpus-every-1s"
+        schedules = self.client.schedules
+        schedules.create(name, "parallel_checks", {"n": 2}, every="1s")
+        time.sleep(3.5)
+        schedules.pause(name)
+        time.sleep(2.0)
+        schedules.resume(name)
+        time.sleep(2.5)
+        schedules.delete(name)
+        self.wait(f"schedule:{name}", "completed")
+        rows = self.client.projection.list(limit=100_000)
+        runs = sorted(r["workflow_id"] for r in rows if r["workflow_id"].startswith(f"{name}:"))
+        for wf in runs:
+            self.wait(wf, "completed")
+        return [f"schedule:{name}", *runs]
+
 
 def _trip(trip: str, card: str) -> dict[str, Any]:
     return {"trip": trip, "card": card, "amount": 420.0}
@@ -265,6 +284,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "attention": Recorder.attention,
     "approvals": Recorder.approvals,
     "travel": Recorder.travel,
+    "schedules": Recorder.schedules,
 }
 
 

@@ -63,8 +63,9 @@ def test_the_corpus_replays_identically() -> None:
     assert report["diverged"] == 0 and report["digest_changed"] == 0
     runs = report["reports"]
     assert all(r["ok"] and r["folded_only"] == 0 for r in runs)
-    # every example workflow has recorded runs
-    assert {r["name"] for r in runs} == {name for name, _ in examples.definitions}
+    # every example workflow has recorded runs, and so has the built-in keel.schedule
+    examples_and_schedules = {name for name, _ in examples.definitions} | {"keel.schedule"}
+    assert {r["name"] for r in runs} == examples_and_schedules
     table = replay_check("--histories", str(CORPUS))
     assert table.returncode == 0
     assert f"identical: {len(runs)}/{len(runs)} runs from" in table.stdout

@@ -8,10 +8,15 @@ import dataclasses
 import json
 from pathlib import Path
 
+from orchestrator.application.app import KeelApp
 from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import ActivityStatus
 from orchestrator.examples import app as examples
+from orchestrator.schedules.definition import install_definition
+
+#: The corpus holds the examples' runs and a run of the built-in keel.schedule.
+CORPUS_APP = install_definition(KeelApp("corpus").include(examples))
 
 CORPUS = Path(__file__).resolve().parents[2] / "histories"
 
@@ -21,7 +26,7 @@ def _reference(state: WorkflowState) -> str:
 
 
 def test_to_json_equals_the_sorted_dict_for_every_corpus_state() -> None:
-    decider = examples.decider()
+    decider = CORPUS_APP.decider()
     states: dict[str, WorkflowState | None] = {}
     checked = 0
     for env in read_history_dir(CORPUS):
@@ -37,7 +42,7 @@ def test_to_json_equals_the_sorted_dict_for_every_corpus_state() -> None:
 
 
 def test_a_replaced_activity_is_encoded_anew() -> None:
-    decider = examples.decider()
+    decider = CORPUS_APP.decider()
     state = None
     for env in read_history_dir(CORPUS):
         state = decider.evolve(

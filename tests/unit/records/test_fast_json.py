@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from orchestrator.application.app import KeelApp
 from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.model.errors import LimitExceededError
 from orchestrator.domain.model.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
@@ -19,11 +20,15 @@ from orchestrator.engine.tail_records import ARMED_HEADER, armed_header, parse_a
 from orchestrator.examples import app as examples
 from orchestrator.io.redis.read_model import history_entry
 from orchestrator.records import fast_json
+from orchestrator.schedules.definition import install_definition
 from tests.unit.domain.test_state_json import CORPUS, _reference
+
+#: The corpus holds the examples' runs and a run of the built-in keel.schedule.
+CORPUS_APP = install_definition(KeelApp("corpus").include(examples))
 
 
 def _corpus_states() -> list[tuple[object, WorkflowState]]:
-    decider = examples.decider()
+    decider = CORPUS_APP.decider()
     states: dict[str, WorkflowState | None] = {}
     out = []
     for env in read_history_dir(CORPUS):
