@@ -1,15 +1,17 @@
 """Durable schedules on the real broker (docs/schedules.md): every 2 s for 30 s with the
 orchestrator SIGKILLed twice, one run per tick by id, no tick handled twice, and the ticks
-of the downtime fired late or recorded missed as each schedule's catch-up window says."""
+of the downtime fired late or recorded missed as each schedule's catch-up window says; and
+with runs longer than the interval, skip and buffer_one never let two runs overlap."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from datetime import datetime
 
 from orchestrator.client.client import KeelClient
-from orchestrator.domain.model.messages import ActivityCompleted, WorkflowStarted
+from orchestrator.domain.model.messages import ActivityCompleted, WorkflowCompleted, WorkflowStarted
 from tests.integration.schedules_app import APP
 from tests.integration.schedules_app import app as schedules_app
 from tests.support import histories, wait_until
@@ -96,3 +98,52 @@ def test_a_schedule_every_2s_through_two_orchestrator_sigkills(settings, service
             missed = [h for h in handled if h["outcome"] == "missed"]
             assert len(missed) >= 2
             assert not any(f"{name}:{h['tick']}" in by_wf for h in missed)
+
+
+def test_skip_and_buffer_one_never_let_two_runs_of_a_schedule_overlap(settings, services):
+    orch = services.start("orchestrator", "--app", APP)
+    services.start("worker", "--app", APP)
+    wait_until(lambda: _assigned(orch), 60, "the orchestrator's assignment")
+    client = KeelClient(settings, schedules_app)
+    policies = ("skip", "buffer_one")
+    try:
+        for policy in policies:
+            client.schedules.create(policy, "slow_stamp", {}, every="1s", overlap=policy)
+        time.sleep(12)
+        for policy in policies:
+            client.schedules.delete(policy)
+        wait_until(
+            lambda: all(client.projection.status(f"schedule:{p}") == "completed" for p in policies),
+            60,
+            "both schedules deleted",
+        )
+        runs = [wf for wf in client.projection.list(limit=10_000) if ":" in wf["workflow_id"]]
+        for row in runs:
+            if not row["workflow_id"].startswith("schedule:"):
+                client.wait(row["workflow_id"], 30)
+    finally:
+        client.close()
+
+    by_wf = histories(settings)
+    for policy in policies:
+        handled = _handled(by_wf[f"schedule:{policy}"])
+        outcomes = [h["outcome"] for h in handled]
+        runs = sorted(wf for wf in by_wf if wf.startswith(f"{policy}:"))
+        assert len(runs) >= 3, (policy, outcomes)
+        spans = []
+        for wf in runs:  # in tick order: each ran from its start to its end
+            events = by_wf[wf]
+            (start,) = [e for e in events if isinstance(e.payload, WorkflowStarted)]
+            (end,) = [e for e in events if isinstance(e.payload, WorkflowCompleted)]
+            spans.append((start.recorded_at, end.recorded_at))
+        for (_, ended), (began, _) in itertools.pairwise(spans):
+            assert began >= ended, f"{policy}: a run began before the previous one ended"
+        assert "skipped_overlap" in outcomes
+        started = {h["workflow_id"] for h in handled if h["outcome"] == "started"}
+        assert started == set(runs)
+        if policy == "buffer_one":  # each buffered tick started once its previous run ended
+            buffered = [h["tick"] for h in handled if h["outcome"] == "buffered"]
+            assert buffered
+            assert {f"{policy}:{t}" for t in buffered[:-1]} <= started
+        else:
+            assert "buffered" not in outcomes
