@@ -141,3 +141,26 @@ def _iso(ms: int) -> str:
     from orchestrator.schedules.spec import tick_iso
 
     return tick_iso(ms)
+
+
+def test_a_control_that_comes_during_the_last_tick_of_a_run_is_applied_by_the_next_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schedule_definition, "ROLLOVER_TICKS", 2)
+    h = Harness()
+    h.work(h.start(overlap="allow_all"))
+    t = h.timer()
+    h.clock = t.fire_at
+    (scheduled,) = [e for e in h.send(FireTimer(t.timer_id)) if isinstance(e, ActivityScheduled)]
+    h.send(SignalWorkflow("control", json.dumps({"op": "pause"})))  # while the tick runs
+    inp = TickInput.model_validate_json(scheduled.input_json)
+    assert inp.controls == []  # this tick never sees it
+    result = run_tick(inp, h.clock, lambda wf: True, h._start)
+    events = h.work(
+        h.send(CompleteActivity(scheduled.activity_id, scheduled.attempt, result.model_dump_json()))
+    )
+    assert any(isinstance(e, WorkflowContinuedAsNew) for e in events)
+    assert h.state is not None and h.state.current_state == "sleep"
+    assert json.loads(h.state.step_results["tick"])["carry"]["paused"] is True
+    assert len(h.started) == 1
+    assert check_history(h.history) == []
