@@ -197,12 +197,17 @@ class ScheduleClient:
     def list(self, fires: int = 1, include_deleted: bool = False) -> list[ScheduleInfo]:
         """Every schedule that is not deleted (and the deleted ones too when asked)."""
         statuses = [s for s in WorkflowStatus if include_deleted or not s.is_terminal]
-        out = []
+        found: set[str] = set()  # a run may move between two status sets while they are read
         for status in statuses:
             for row in self.client.projection.list(str(status), limit=_LIST_LIMIT):
                 if row["name"] == SCHEDULE_WORKFLOW and row["workflow_id"].startswith(_PREFIX):
-                    out.append(self._info(row["workflow_id"], row["status"], fires))
-        return sorted(out, key=lambda i: i.name)
+                    found.add(row["workflow_id"])
+        out = []
+        for wf in sorted(found):
+            status = self.client.projection.status(wf)
+            if status is not None and (include_deleted or not WorkflowStatus(status).is_terminal):
+                out.append(self._info(wf, status, fires))
+        return out
 
     def _info(self, wf: str, status: str, fires: int) -> ScheduleInfo:
         value = self.client.query(wf, DESCRIBE_QUERY).value

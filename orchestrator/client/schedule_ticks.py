@@ -81,7 +81,10 @@ class Ticker:
                 return TickOutcome.FAILED, str(exc)
             return (TickOutcome.JOINED if started.existed else TickOutcome.STARTED), None
 
-        return run_tick(inp, now_ms, ended, start)
+        def exists(workflow_id: str) -> bool:
+            return client.projection.status(workflow_id) is not None
+
+        return run_tick(inp, now_ms, ended, start, exists)
 
 
 def install_schedules(app: KeelApp, client_factory: Callable[[], Any] | None = None) -> KeelApp:

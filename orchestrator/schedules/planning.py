@@ -20,6 +20,7 @@ from orchestrator.schedules.spec import (
     ScheduleSpec,
     count_fire_times,
     fire_times,
+    newest_fire_times,
     next_fire,
     tick_iso,
     tick_run_id,
@@ -42,6 +43,7 @@ __all__ = [
 MAX_STARTS_PER_TICK = 50
 #: Missed ticks listed one by one in a tick's result; past it, one record counts them.
 MISSED_LISTED = 100
+_EARLIER = "started by an earlier attempt of this tick"
 #: Ticks kept in a schedule's ``recent`` list.
 RECENT = 20
 #: How long a paused schedule sleeps before it looks again (a resume wakes it at once).
@@ -125,9 +127,17 @@ def buffer_poll_ms(spec: ScheduleSpec) -> int:
 
 
 def run_tick(
-    inp: TickInput, now_ms: int, previous_ended: Callable[[str], bool], start: Starter
+    inp: TickInput,
+    now_ms: int,
+    previous_ended: Callable[[str], bool],
+    start: Starter,
+    exists: Callable[[str], bool] = lambda run_id: False,
 ) -> TickResult:
-    """Apply ``inp.controls``, then handle every tick due by ``now_ms`` (docs/schedules.md)."""
+    """Apply ``inp.controls``, then handle every tick due by ``now_ms`` (docs/schedules.md).
+
+    ``exists(run_id)`` tells whether a tick's run was started already: a tick past the
+    catch-up window whose run an earlier attempt of this tick started is recorded
+    ``joined``, not ``missed``."""
     spec = inp.spec
     carry = (
         inp.carry.model_copy(deep=True)
@@ -169,7 +179,9 @@ def run_tick(
             carry.buffered_ms = None
         cutoff = now_ms - spec.catchup_window_ms - 1  # a tick at or before it is missed
         if cutoff > carry.last_tick_ms:
-            _missed(spec, carry, cutoff, record)
+            joined = _missed(spec, carry, cutoff, record, exists)
+            if joined is not None:
+                running = not previous_ended(joined)
         due = fire_times(spec, carry.last_tick_ms, now_ms, MAX_STARTS_PER_TICK)
         for tick_ms in due:
             if spec.overlap is Overlap.ALLOW_ALL or not running:
@@ -218,17 +230,39 @@ def _missed(
     carry: Carry,
     cutoff: int,
     record: Callable[[int, TickOutcome, str | None, str | None], None],
-) -> None:
-    """Ticks in ``(last_tick, cutoff]`` came too late: recorded missed, never fired."""
+    exists: Callable[[str], bool],
+) -> str | None:
+    """Ticks in ``(last_tick, cutoff]`` came too late: recorded missed, never fired, but
+    those an earlier attempt of this tick started (a failed attempt's starts stand; they
+    are among the newest :data:`MISSED_LISTED`), recorded joined. Returns the newest
+    joined run's id, if any."""
     count = count_fire_times(spec, carry.last_tick_ms, cutoff, 1_000_000)
     if count == 0:
-        return
+        return None
     why = f"reached later than the catch-up window ({spec.catchup_window_ms // 1000}s)"
-    listed = fire_times(spec, carry.last_tick_ms, cutoff, MISSED_LISTED)
+    oldest = fire_times(spec, carry.last_tick_ms, cutoff, MISSED_LISTED)
+    # An earlier attempt started ticks within its own window: the newest of these.
+    newest = (
+        oldest
+        if count <= MISSED_LISTED
+        else newest_fire_times(spec, carry.last_tick_ms, cutoff, MISSED_LISTED)
+    )
+    started = [t for t in newest if exists(tick_run_id(spec.name, t))]
+    unstarted = count - len(started)
     if count <= MISSED_LISTED:
-        for tick_ms in listed:
-            record(tick_ms, TickOutcome.MISSED, None, why)
+        for tick_ms in oldest:
+            if tick_ms not in started:
+                record(tick_ms, TickOutcome.MISSED, None, why)
+            else:
+                record(tick_ms, TickOutcome.JOINED, tick_run_id(spec.name, tick_ms), _EARLIER)
     else:
-        record(listed[0], TickOutcome.MISSED, None, f"{count} ticks from this one on {why}")
-    carry.skipped += count
+        record(oldest[0], TickOutcome.MISSED, None, f"{unstarted} ticks from this one on {why}")
+        for tick_ms in started:
+            record(tick_ms, TickOutcome.JOINED, tick_run_id(spec.name, tick_ms), _EARLIER)
+    joined = tick_run_id(spec.name, started[-1]) if started else None
+    if joined is not None:
+        carry.started += len(started)
+        carry.last_run = joined
+    carry.skipped += unstarted
     carry.last_tick_ms = cutoff
+    return joined

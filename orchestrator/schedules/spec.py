@@ -168,6 +168,26 @@ def fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int) -> 
     return out
 
 
+def newest_fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int) -> list[int]:
+    """The last ``limit`` fire times in ``(after_ms, until_ms]``, oldest first."""
+    out: list[int] = []
+    if spec.every_ms is not None:
+        t = until_ms // spec.every_ms * spec.every_ms
+        while t > after_ms and len(out) < limit:
+            out.append(t)
+            t -= spec.every_ms
+        return out[::-1]
+    assert spec.cron is not None
+    zone = ZoneInfo(spec.timezone)
+    it = croniter(spec.cron, datetime.fromtimestamp((until_ms + 1) / 1000, zone))
+    while len(out) < limit:
+        t = int(it.get_prev(datetime).timestamp() * 1000)
+        if t <= after_ms:
+            break
+        out.append(t)
+    return out[::-1]
+
+
 def count_fire_times(spec: ScheduleSpec, after_ms: int, until_ms: int, cap: int) -> int:
     """How many fire times lie in ``(after_ms, until_ms]`` (at most ``cap`` counted for a
     cron expression; exact for an interval)."""

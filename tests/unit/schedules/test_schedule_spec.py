@@ -11,6 +11,7 @@ from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.schedules.spec import (
     check_schedule_name,
     fire_times,
+    newest_fire_times,
     next_fire,
     parse_every,
     schedule_workflow_id,
@@ -78,3 +79,13 @@ def test_a_schedule_name_is_an_id_without_a_colon() -> None:
     for bad in ("", "a:b", "-x", "a b", "x" * 101):
         with pytest.raises(InvalidInputError):
             check_schedule_name(bad)
+
+
+def test_the_newest_fire_times_of_a_span_for_an_interval_and_a_cron() -> None:
+    every = build_spec("s", "w", every="2s")
+    assert newest_fire_times(every, 1000, 9000, 2) == [6000, 8000]
+    assert newest_fire_times(every, 1000, 9000, 10) == fire_times(every, 1000, 9000, 10)
+    cron = build_spec("s", "w", cron="*/5 * * * *", timezone="Europe/Paris")
+    start, end = ms("2026-12-03T10:00:00+00:00"), ms("2026-12-03T11:00:00+00:00")
+    assert newest_fire_times(cron, start, end, 3) == fire_times(cron, start, end, 100)[-3:]
+    assert newest_fire_times(cron, start, end, 3)[-1] == end  # the end itself counts

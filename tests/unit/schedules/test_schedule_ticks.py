@@ -91,6 +91,40 @@ def test_ticks_late_within_the_catch_up_window_fire_and_older_ones_are_missed() 
     assert r.next_fire_ms == 114_000
 
 
+def test_a_tick_retried_past_the_window_records_its_first_attempts_runs_as_joined() -> None:
+    runs = Runs()
+    first = tick(runs, 100_500, overlap="allow_all", catchup_window_s=5)
+    tick(runs, 104_100, first, overlap="allow_all", catchup_window_s=5)  # its result is lost
+    inp = TickInput(
+        spec=build_spec("s", "w", every="2s", overlap="allow_all", catchup_window_s=5),
+        carry=first.carry,
+    )
+    again = run_tick(inp, 120_000, runs.ended, runs.start, lambda wf: wf in runs.started)
+    assert outcomes(again)[:4] == [
+        ("01:42Z", "joined"),
+        ("01:44Z", "joined"),
+        ("01:46Z", "missed"),
+        ("01:48Z", "missed"),
+    ]
+    assert len(runs.started) == 5  # 01:42, 01:44, then the three ticks within the window
+    assert (again.carry.started, again.carry.skipped) == (5, 5)
+
+
+def test_after_a_long_downtime_a_retried_tick_finds_its_first_attempts_runs() -> None:
+    runs = Runs()
+    first = tick(runs, 0, overlap="allow_all", catchup_window_s=5)
+    tick(runs, 3600 * S, first, overlap="allow_all", catchup_window_s=5)  # its result is lost
+    inp = TickInput(
+        spec=build_spec("s", "w", every="2s", overlap="allow_all", catchup_window_s=5),
+        carry=first.carry,
+    )
+    again = run_tick(inp, 3700 * S, runs.ended, runs.start, lambda wf: wf in runs.started)
+    joined = [h.tick for h in again.handled if h.outcome == TickOutcome.JOINED]
+    assert joined == ["1970-01-01T00:59:56Z", "1970-01-01T00:59:58Z", "1970-01-01T01:00:00Z"]
+    assert [str(h.outcome) for h in again.handled][:4] == ["missed", "joined", "joined", "joined"]
+    assert again.carry.skipped == 1847 - 3
+
+
 def test_a_long_downtime_is_counted_not_listed() -> None:
     runs = Runs()
     r = tick(runs, 0, catchup_window_s=1)
