@@ -27,6 +27,12 @@ def _tick_s(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
 
 
+def _caught_up(client: KeelClient, name: str) -> bool:
+    """Whether the schedule has handled a tick of the last few seconds."""
+    recent = client.schedules.show(name).recent
+    return bool(recent) and time.time() - _tick_s(recent[-1]["tick"]) <= 3 * PERIOD_S
+
+
 def _handled(events) -> list[dict]:
     """Every tick record of a schedule's history, in the order they were recorded."""
     out = []
@@ -54,6 +60,8 @@ def test_a_schedule_every_2s_through_two_orchestrator_sigkills(settings, service
             time.sleep(5)  # at least two ticks fall in the downtime
             orch = services.start("orchestrator", "--app", APP, **env)
         time.sleep(max(0.0, 30 - (time.monotonic() - began)))
+        for name in ("catchup", "strict"):  # a delete ends a schedule before its due ticks
+            wait_until(lambda n=name: _caught_up(client, n), 120, f"{name} to catch up")
         shown = client.schedules.show("catchup")
         assert shown.state == "active" and shown.next_fires
         assert [i.name for i in client.schedules.list()] == ["catchup", "strict"]
@@ -83,18 +91,20 @@ def test_a_schedule_every_2s_through_two_orchestrator_sigkills(settings, service
         assert ticks == sorted(ticks)
         assert ticks == list(range(ticks[0], ticks[-1] + 1, PERIOD_S)), f"{name}: a tick lost"
         assert len(ticks) >= 12, f"{name}: {len(ticks)} ticks in ~30 s"
-        fired = {h["workflow_id"] for h in handled if h["outcome"] == "started"}
+        # joined: a tick whose attempt failed after starting its run (a start waits for the
+        # read model, and an orchestrator slow to come back fails that wait), retried
+        fired = {h["workflow_id"] for h in handled if h["outcome"] in ("started", "joined")}
         runs = {wf for wf in by_wf if wf.startswith(f"{name}:")}
         assert runs == fired, f"{name}: one run per fired tick, by id"
         assert all(len(starts[wf]) == 1 for wf in runs)
-        assert {h["workflow_id"] for h in handled if h["outcome"] == "started"} == {
-            f"{name}:{h['tick']}" for h in handled if h["outcome"] == "started"
+        assert fired == {
+            f"{name}:{h['tick']}" for h in handled if h["outcome"] in ("started", "joined")
         }
         outcomes = {h["outcome"] for h in handled}
         if name == "catchup":  # every tick of the downtimes fired late
-            assert outcomes == {"started"}
+            assert outcomes <= {"started", "joined"}
         else:  # the downtimes' ticks were missed, each recorded, none started
-            assert outcomes == {"started", "missed"}
+            assert outcomes <= {"started", "joined", "missed"}
             missed = [h for h in handled if h["outcome"] == "missed"]
             assert len(missed) >= 2
             assert not any(f"{name}:{h['tick']}" in by_wf for h in missed)
@@ -139,7 +149,7 @@ def test_skip_and_buffer_one_never_let_two_runs_of_a_schedule_overlap(settings, 
         for (_, ended), (began, _) in itertools.pairwise(spans):
             assert began >= ended, f"{policy}: a run began before the previous one ended"
         assert "skipped_overlap" in outcomes
-        started = {h["workflow_id"] for h in handled if h["outcome"] == "started"}
+        started = {h["workflow_id"] for h in handled if h["outcome"] in ("started", "joined")}
         assert started == set(runs)
         if policy == "buffer_one":  # each buffered tick started once its previous run ended
             buffered = [h["tick"] for h in handled if h["outcome"] == "buffered"]
