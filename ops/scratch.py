@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from orchestrator.io.kafka.topics import admin_client, create_topics
 from orchestrator.io.redis.keyspace import Keyspace
@@ -86,16 +86,20 @@ def _drop_topics(settings: Settings, failures: list[str]) -> int:
     kinds = {settings.topic(kind) for kind in TOPIC_KINDS}
     floor = f"{settings.topic_prefix}.floor-"
     listed = admin.list_topics(timeout=timeout).topics
-    names = sorted(t for t in listed if t in kinds or t.startswith(floor))
-    if not names:
-        return 0
+    # The prefix's own topics are asked for by name, listed or not: a broker's metadata
+    # may not show a topic created a moment ago (under load), and the controller knows it.
+    names = sorted(kinds | {t for t in listed if t.startswith(floor)})
     topics = 0
     futures = admin.delete_topics(names, operation_timeout=timeout, request_timeout=timeout)
     for name, future in futures.items():
         try:
             future.result(timeout=timeout + 5)
             topics += 1
-        except (KafkaException, TimeoutError) as exc:
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue  # never created, or gone already
+            failures.append(f"topic {name}: {exc}")
+        except TimeoutError as exc:
             failures.append(f"topic {name}: {exc}")
     return topics
 
