@@ -586,13 +586,20 @@ class WorkflowDefinition:
         return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"
 
 
+#: The names of Keel's built-in definitions start with this (``keel.schedule``).
+BUILTIN_PREFIX = "keel."
+
+
 def resolve_definition(
     definitions: Mapping[tuple[str, int], WorkflowDefinition], name: str, version: int | None
 ) -> WorkflowDefinition:
     """The definition ``name`` at ``version`` (latest when None), or a clear error."""
     versions = sorted(v for (n, v) in definitions if n == name)
     if not versions:
-        known = ", ".join(sorted({n for (n, _) in definitions})) or "(none)"
+        # Keel's own definitions (``keel.schedule``, docs/schedules.md) are not the user's to
+        # start by name: the list names the application's.
+        mine = {n for (n, _) in definitions if not n.startswith(BUILTIN_PREFIX)}
+        known = ", ".join(sorted(mine)) or "(none)"
         raise UnknownWorkflowError(f"unknown workflow '{name}'; known workflows: {known}")
     if version is None:
         return definitions[(name, versions[-1])]

@@ -320,6 +320,14 @@ def test_app_errors_are_clear() -> None:
         "invoice_posting_patient, parallel_checks, payment_approval, slow_step, three_step, "
         "timer_demo, travel_booking"
     )
+    # Keel's built-ins (keel.schedule) are left out of the list: they are not started by name
+    from orchestrator.domain.authoring.definitions import resolve_definition
+
+    with_builtin = {("keel.schedule", 1): app.get("three_step", 1), **app.definitions}
+    with pytest.raises(UnknownWorkflowError) as exc:
+        resolve_definition(with_builtin, "nope", None)
+    assert "keel.schedule" not in str(exc.value)
+    assert str(exc.value).endswith("three_step, timer_demo, travel_booking")
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("three_step", 2, {})
     assert str(exc.value) == "unknown version 2 of workflow 'three_step'; known versions: 1"
