@@ -56,7 +56,7 @@ from orchestrator.domain.model.errors import (
 )
 from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
 from orchestrator.domain.model.keys import is_compensation
-from orchestrator.domain.model.limits import MAX_DURATION_MS
+from orchestrator.domain.model.limits import BUILTIN_PREFIX, MAX_DURATION_MS
 from orchestrator.domain.model.vocabulary import OnCancel, OnExhausted, OnUnknown, TimeoutKind
 
 __all__ = [
@@ -586,18 +586,12 @@ class WorkflowDefinition:
         return f"<WorkflowDefinition {self.name} v{self.version} {self.digest[:12]}>"
 
 
-#: The names of Keel's built-in definitions start with this (``keel.schedule``).
-BUILTIN_PREFIX = "keel."
-
-
 def resolve_definition(
     definitions: Mapping[tuple[str, int], WorkflowDefinition], name: str, version: int | None
 ) -> WorkflowDefinition:
     """The definition ``name`` at ``version`` (latest when None), or a clear error."""
     versions = sorted(v for (n, v) in definitions if n == name)
     if not versions:
-        # Keel's own definitions (``keel.schedule``, docs/schedules.md) are not the user's to
-        # start by name: the list names the application's.
         mine = {n for (n, _) in definitions if not n.startswith(BUILTIN_PREFIX)}
         known = ", ".join(sorted(mine)) or "(none)"
         raise UnknownWorkflowError(f"unknown workflow '{name}'; known workflows: {known}")

@@ -197,3 +197,8 @@ def check_duration_ms(ms: int | float, what: str) -> int:
             f"{what} is longer than the limit of {MAX_DURATION_MS // (24 * 3600 * 1000):,} days"
         )
     return int(ms)
+
+
+#: Keel's built-in definitions' names start with this (``keel.schedule``, docs/schedules.md):
+#: not the user's to start by name, so an unknown workflow's error lists only the application's.
+BUILTIN_PREFIX = "keel."
