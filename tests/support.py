@@ -194,3 +194,20 @@ def reports(settings, workflow_id: str | None = None) -> list:
     )
     found = [codec.decode(r.value()) for r in records]
     return [e for e in found if workflow_id is None or e.workflow_id == workflow_id]
+
+
+def run_doc_block(settings, code: str, timeout_s: float = 120) -> list[str]:
+    """Run one Python block of a docs page as a user would (a fresh interpreter, on the
+    test's servers and prefix); its stdout lines, after asserting it exited 0."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=settings.child_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()

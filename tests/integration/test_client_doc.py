@@ -4,9 +4,9 @@ real orchestrator and worker (the page's promise to a new user)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support import run_doc_block
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 
@@ -18,15 +18,7 @@ def test_every_example_of_the_client_page_runs(settings, services) -> None:
     assert len(examples) == 4
     outputs = []
     for code in examples:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            env=settings.child_environment(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        outputs.append(done.stdout.splitlines())
+        outputs.append(run_doc_block(settings, code))
     started, ended = outputs[1]
     workflow_id, run_id, existed = started.split()
     assert (workflow_id, len(run_id), existed) == ("order-42", 32, "False")
