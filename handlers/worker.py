@@ -267,23 +267,28 @@ class Worker:
         self.intake.recreate()
 
     async def _run_batch(self, records: list[Record]) -> bool:
-        """Workflows run concurrently; the tasks of one workflow run in log order.
+        """Activities run concurrently; the attempts of one activity run in log order.
 
         In order, an older attempt still queued behind a crash finishes (or is fenced)
-        before a newer attempt of the same activity starts: never two at once. False
-        when the worker stopped mid-batch (Redis away): nothing of it may be committed.
+        before a newer attempt of the same activity starts: never two at once. The
+        activities of one workflow (parallel steps, a fan-out's items) run side by side.
+        False when the worker stopped mid-batch (Redis away): nothing of it may be
+        committed.
         """
-        by_workflow: dict[bytes | None, list[Record]] = {}
+        by_activity: dict[tuple[bytes | None, str], list[tuple[Record, Envelope[Any] | None]]]
+        by_activity = {}
         for rec in records:
-            by_workflow.setdefault(rec.key, []).append(rec)
+            task = self._decoded(rec)
+            aid = task.payload.activity_id if task is not None else ""
+            by_activity.setdefault((rec.key, aid), []).append((rec, task))
 
-        async def in_order(recs: list[Record]) -> bool:
-            for rec in recs:
-                if not await self._run_one(rec):
+        async def in_order(recs: list[tuple[Record, Envelope[Any] | None]]) -> bool:
+            for rec, task in recs:
+                if not await self._run_one(rec, task):
                     return False
             return True
 
-        results = await asyncio.gather(*(in_order(recs) for recs in by_workflow.values()))
+        results = await asyncio.gather(*(in_order(recs) for recs in by_activity.values()))
         return all(results)
 
     def _settle_deliveries(self) -> bool:
@@ -383,11 +388,21 @@ class Worker:
         }
 
     # ------------------------------------------------------------------ one task
-    async def _run_one(self, rec: Record) -> bool:
+    def _decoded(self, rec: Record) -> Envelope[Any] | None:
+        """The record's task, or None when it is not one (``_handle`` says why)."""
+        if rec.value is None:
+            return None
+        try:
+            task = self.codec.decode(rec.value)
+        except Exception:  # DecodeError, or anything a hostile record provokes
+            return None
+        return task if isinstance(task.payload, ActivityTask) else None
+
+    async def _run_one(self, rec: Record, task: Envelope[Any] | None = None) -> bool:
         """Run one record and report; False only when abandoned because of a stop (the
         Redis gate's, or the sink's while its queue is full): never a dead letter."""
         try:
-            await self._handle(rec)
+            await self._handle(rec, task)
         except Stopping:
             return False
         except Exception as exc:  # one record must never stop the worker
@@ -397,13 +412,13 @@ class Worker:
             )
         return True
 
-    async def _handle(self, rec: Record) -> None:
+    async def _handle(self, rec: Record, decoded: Envelope[Any] | None = None) -> None:
         value = rec.value
         if value is None:
             self._dead_letter(rec, "task record has no value (null)")
             return
         try:
-            task = self.codec.decode(value)
+            task = decoded if decoded is not None else self.codec.decode(value)
         except Exception as exc:  # DecodeError, or anything a hostile record provokes
             self._dead_letter(rec, f"undecodable task: {describe(exc)}")
             return

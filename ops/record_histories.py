@@ -264,6 +264,19 @@ class Recorder:
             self.wait(wf, "completed")
         return [f"schedule:{name}", *runs]
 
+    def fan_out(self) -> list[str]:
+        """A batch of invoices posted 5 at a time (docs/fan-out.md): one refused by the
+        ledger (collected as null), one whose answer is lost after the commit (the
+        status query finds it)."""
+        self.ledger.reset()
+        self.ledger.set_faults(drop_after_commit=1)
+        invoices = [_invoice(f"F-{i}", 10 + i) for i in range(8)]
+        invoices[5] = _invoice("F-5", 15, "")  # refused: no account
+        wf = self.start("batch-fan-out", "invoice_batch", {"batch_id": "F", "invoices": invoices})
+        self.wait(wf, "completed")
+        self.ledger.reset()
+        return [wf]
+
 
 def _trip(trip: str, card: str) -> dict[str, Any]:
     return {"trip": trip, "card": card, "amount": 420.0}
@@ -285,6 +298,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "approvals": Recorder.approvals,
     "travel": Recorder.travel,
     "schedules": Recorder.schedules,
+    "fan_out": Recorder.fan_out,
 }
 
 

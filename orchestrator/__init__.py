@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "QueryError": "orchestrator.domain.authoring.queries",
     # the vocabulary a definition is written in (each member equals its string)
     "OnUnknown": "orchestrator.domain.model.vocabulary",
+    "ItemFailurePolicy": "orchestrator.domain.model.vocabulary",
     "OnExhausted": "orchestrator.domain.model.vocabulary",
     "OnCancel": "orchestrator.domain.model.vocabulary",
     "OnExpiry": "orchestrator.domain.model.vocabulary",
@@ -129,6 +130,7 @@ __all__ = [
     "HumanTask",
     "InvalidIdError",
     "InvalidInputError",
+    "ItemFailurePolicy",
     "KeelApp",
     "KeelClient",
     "KeelError",
@@ -305,6 +307,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     )
     from orchestrator.domain.model.vocabulary import (
         HumanDecision,
+        ItemFailurePolicy,
         OnCancel,
         OnExhausted,
         OnExpiry,

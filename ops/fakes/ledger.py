@@ -13,7 +13,8 @@ Routes:
   number, ...}``; 201 with a new posting, or 200 with the same posting for a repeated key.
 - ``GET /postings/{key}`` -- status query: 200 with the posting or 404. Keys may contain
   ``/``; clients percent-encode them (``LedgerClient`` does).
-- ``GET /ledger`` -- postings, ``calls`` and ``effects`` per key, ``total_effects``.
+- ``GET /ledger`` -- postings, ``calls`` and ``effects`` per key, ``total_effects``, and
+  ``peak_in_flight``: the most ``POST /postings`` requests it was serving at once.
 - ``GET /faults`` / ``POST /faults`` -- read / set fault switches (see ``Faults``).
 - ``POST /reset`` -- clear postings, counters and faults.
 
@@ -109,6 +110,8 @@ class LedgerState:
     effects: dict[str, int] = field(default_factory=dict)
     faults: Faults = field(default_factory=Faults)
     next_id: int = 1
+    in_flight: int = 0
+    peak_in_flight: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def clear(self) -> None:
@@ -119,6 +122,7 @@ class LedgerState:
         self.effects.clear()
         self.faults = Faults()
         self.next_id = 1
+        self.peak_in_flight = self.in_flight
 
     def commit(self, key: str, account: str, amount: float, extra: dict[str, Any]) -> dict:
         """Create a posting for ``key`` and count the effect."""
@@ -143,6 +147,7 @@ class LedgerState:
             "calls": dict(self.calls),
             "effects": dict(self.effects),
             "total_effects": sum(self.effects.values()),
+            "peak_in_flight": self.peak_in_flight,
         }
 
 
@@ -182,8 +187,18 @@ async def _read_json(request: web.Request) -> Any:
 
 
 async def post_posting(request: web.Request) -> web.StreamResponse:
-    """Commit a posting at most once per ``Idempotency-Key`` (unless dedupe is off)."""
+    """Commit a posting at most once per ``Idempotency-Key`` (unless dedupe is off),
+    counting the requests served at once."""
     state = request.app[STATE]
+    state.in_flight += 1
+    state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+    try:
+        return await _post_posting(request, state)
+    finally:
+        state.in_flight -= 1
+
+
+async def _post_posting(request: web.Request, state: LedgerState) -> web.StreamResponse:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key:
         async with state.lock:

@@ -84,6 +84,7 @@ PUBLIC_NAMES = {
     "QueryContext",
     "QueryError",
     "OnUnknown",
+    "ItemFailurePolicy",
     "OnExhausted",
     "OnCancel",
     "OnExpiry",

@@ -33,6 +33,14 @@ from orchestrator.domain.authoring.migrations import Migration, validate_migrati
 from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
 from orchestrator.domain.authoring.queries import Query, index_queries
 from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.steps import (
+    ON_EXHAUSTED,
+    ON_UNKNOWN,
+    TIMEOUT_KINDS,
+    Step,
+    compensation_step,
+    validate_step,
+)
 from orchestrator.domain.authoring.upcasting import (
     check_upcasters,
     describe_model,
@@ -57,7 +65,7 @@ from orchestrator.domain.model.errors import (
 from orchestrator.domain.model.fingerprint import callable_fingerprint, canonical_json
 from orchestrator.domain.model.keys import is_compensation
 from orchestrator.domain.model.limits import BUILTIN_PREFIX, MAX_DURATION_MS
-from orchestrator.domain.model.vocabulary import OnCancel, OnExhausted, OnUnknown, TimeoutKind
+from orchestrator.domain.model.vocabulary import OnCancel
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -90,137 +98,6 @@ __all__ = [
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _MAX_DAYS = MAX_DURATION_MS // (24 * 3600 * 1000)
-
-
-#: The activity timeouts a step may declare (docs/activities.md), in the order they can fire.
-TIMEOUT_KINDS: tuple[TimeoutKind, ...] = tuple(TimeoutKind)
-#: What a step does once a transient failure has no retries left.
-ON_EXHAUSTED: tuple[OnExhausted, ...] = tuple(OnExhausted)
-ON_UNKNOWN: tuple[OnUnknown, ...] = tuple(OnUnknown)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One activity in a state's DAG.
-
-    ``input`` maps the context to the activity input (default: the workflow input);
-    ``after`` names steps of the same state that must complete first; ``retry`` bounds
-    the retries of transient failures.
-
-    Timeouts (seconds or ``timedelta``; None: none) are enforced by durable timers:
-    ``schedule_to_start`` from dispatch to the worker's first heartbeat,
-    ``start_to_close`` from the start (the first heartbeat when the worker reports it,
-    else the dispatch) to the report, ``heartbeat`` between heartbeats.
-
-    ``status_query`` names an activity type that tells whether an attempt whose outcome
-    is unknown took effect (input ``{"idempotency_key": K, "input": <input>}``, result
-    ``{"found": true, "result": <result>}`` or ``{"found": false}``); with it, a
-    start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
-    Without one, an unknown outcome needs an operator (``on_unknown="attention"``) unless
-    ``on_unknown="retry"`` says the remote side deduplicates by the idempotency key.
-    ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
-    (the state's ``on_failure`` path, or the run fails) once retries are used up.
-    ``local`` runs it inside the orchestrator, its result recorded with the next decision.
-
-    ``compensation`` (a :class:`Compensation` or an activity type) undoes the step's
-    effect when the run fails or is cancelled after the step completed; ``irreversible``
-    marks a step that cannot be undone (docs/sagas.md).
-
-    ``output`` is the pydantic model the step's result is read as: a result recorded
-    under an older ``schema_version`` of it is upgraded by its upcasters when read
-    (``ctx.results``; docs/schema-evolution.md).
-    """
-
-    name: str
-    activity: str
-    after: Sequence[str] = ()
-    input: Callable[[Context], Any] | None = None
-    retry: RetryPolicy | None = None
-    schedule_to_start: Duration | None = None
-    start_to_close: Duration | None = None
-    heartbeat: Duration | None = None
-    status_query: str | None = None
-    on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
-    on_unknown: OnUnknown | str = OnUnknown.ATTENTION
-    local: bool = False
-    compensation: Compensation | str | None = None
-    irreversible: bool = False
-    output: type[BaseModel] | None = None
-
-    def __post_init__(self) -> None:
-        after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
-        object.__setattr__(self, "after", after)
-        if isinstance(self.compensation, str):
-            object.__setattr__(self, "compensation", Compensation(self.compensation))
-
-    @property
-    def undo(self) -> Compensation | None:
-        """The step's compensation (None: nothing to undo, or irreversible)."""
-        comp = self.compensation
-        return comp if isinstance(comp, Compensation) else None
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return self.retry or DEFAULT_RETRY
-
-    def timeout_ms(self, kind: str) -> int | None:
-        """The ``kind`` timeout (one of :data:`TIMEOUT_KINDS`) in ms, None when not set."""
-        value = getattr(self, kind)
-        return None if value is None else duration_ms(value)
-
-    @property
-    def report_start(self) -> bool:
-        """The worker reports an attempt's start (a first heartbeat) for these timeouts."""
-        return self.schedule_to_start is not None or self.heartbeat is not None
-
-    @property
-    def heartbeat_ms(self) -> int:
-        return self.timeout_ms(TimeoutKind.HEARTBEAT) or 0
-
-    def describe(self) -> dict[str, Any]:
-        """The digest's view (newer fields only when set, so old digests hold)."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "activity": self.activity,
-            "after": list(self.after),
-            "input": callable_fingerprint(self.input),
-            "retry": None if self.retry is None else self.retry.describe(),
-        }
-        timeouts = {k: self.timeout_ms(k) for k in TIMEOUT_KINDS if getattr(self, k) is not None}
-        if timeouts:
-            out["timeouts"] = timeouts
-        if self.status_query is not None:
-            out["status_query"] = self.status_query
-        if self.on_exhausted != OnExhausted.DEAD_LETTER:
-            out["on_exhausted"] = self.on_exhausted
-        if self.on_unknown != OnUnknown.ATTENTION:
-            out["on_unknown"] = self.on_unknown
-        if self.local:
-            out["local"] = True
-        if self.undo is not None:
-            out["compensation"] = self.undo.describe()
-        if self.irreversible:
-            out["irreversible"] = True
-        if self.output is not None:
-            out["output"] = describe_model(self.output)
-        return out
-
-    @property
-    def output_schema_version(self) -> int:
-        """The version results of this step are read as (0: unversioned)."""
-        return schema_version_of(self.output)
-
-
-def compensation_step(comp: Compensation, step: str) -> Step:
-    """The step whose policy governs the compensation of step ``step``."""
-    return Step(
-        step,
-        comp.activity,
-        retry=comp.retry,
-        start_to_close=comp.start_to_close,
-        status_query=comp.status_query,
-        on_exhausted=OnExhausted.FAIL,
-    )
 
 
 @dataclass(frozen=True)
@@ -427,7 +304,7 @@ class WorkflowDefinition:
                     )
                 if not step.activity or not isinstance(step.activity, str):
                     raise DefinitionError(f"{where}: step '{step.name}' has no activity type")
-                self._validate_step_failures(where, step)
+                validate_step(where, step)
                 seen_steps[step.name] = st.name
                 names.add(step.name)
             for step in st.steps:
@@ -464,44 +341,8 @@ class WorkflowDefinition:
                 comp = step.compensation
                 if comp is not None and isinstance(comp, Compensation):
                     what = f"{self.label}: state '{st.name}': step '{step.name}': compensation"
-                    self._validate_step_failures(what, compensation_step(comp, step.name))
+                    validate_step(what, compensation_step(comp, step.name))
         validate_compensations(self, Compensation)
-
-    @staticmethod
-    def _validate_step_failures(where: str, step: Step) -> None:
-        what = f"{where}: step '{step.name}'"
-        for kind in TIMEOUT_KINDS:
-            value = getattr(step, kind)
-            if value is None:
-                continue
-            try:
-                ms = duration_ms(value)
-            except (TypeError, ValueError) as exc:
-                raise DefinitionError(f"{what}: {kind}: {exc}") from None
-            if ms <= 0:
-                raise DefinitionError(f"{what}: {kind} must be > 0 seconds, got {value!r}")
-        if step.status_query is not None and (
-            not isinstance(step.status_query, str) or not step.status_query
-        ):
-            raise DefinitionError(f"{what}: status_query must name an activity type")
-        if step.on_exhausted not in ON_EXHAUSTED:
-            raise DefinitionError(
-                f"{what}: on_exhausted must be one of {', '.join(ON_EXHAUSTED)}; "
-                f"got {step.on_exhausted!r}"
-            )
-        if step.on_unknown not in ON_UNKNOWN:
-            raise DefinitionError(f"{what}: on_unknown must be one of {', '.join(ON_UNKNOWN)}")
-        if step.on_unknown == OnUnknown.RETRY and step.status_query is not None:
-            raise DefinitionError(
-                f"{what}: on_unknown='retry' contradicts status_query '{step.status_query}' "
-                "(an unknown outcome is asked about, never retried blindly): drop one"
-            )
-        if step.retry is not None and not isinstance(step.retry, RetryPolicy):
-            raise DefinitionError(f"{what}: retry must be a RetryPolicy")
-        if step.output is not None:
-            if not (isinstance(step.output, type) and issubclass(step.output, BaseModel)):
-                raise DefinitionError(f"{what}: output must be a pydantic BaseModel class")
-            check_upcasters(step.output, f"{what}: output")
 
     def _topological(self, st: State) -> tuple[Step, ...]:
         done: list[Step] = []

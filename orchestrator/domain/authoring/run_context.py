@@ -73,9 +73,11 @@ class Context:
     ``output`` model's version); ``signals`` maps signal name to
     every payload received so far (arrival order); ``visits`` counts entries per state;
     ``failures`` maps step name to its latest final failure (``failure_class``,
-    ``error_type``, ``message``); ``human_tasks`` maps human task name to its latest
-    task (``status``, ``decision``, ``actor``, ``decided_at``, ``owner``, ``level``, and
-    ``correction``: a correction task's approved data, else None).
+    ``error_type``, ``message``); ``item_failures`` maps a fan-out step's name to its
+    failed items, by index, each such a failure (docs/fan-out.md); ``human_tasks`` maps
+    human task name to its latest task (``status``, ``decision``, ``actor``,
+    ``decided_at``, ``owner``, ``level``, and ``correction``: a correction task's
+    approved data, else None).
     """
 
     __slots__ = ("_defn", "_results", "_signals", "_state")
@@ -163,4 +165,19 @@ class Context:
                     "error_type": act.error_type,
                     "message": act.error_message or "",
                 }
+        return out
+
+    @property
+    def item_failures(self) -> Mapping[str, dict[int, dict[str, str]]]:
+        out: dict[str, dict[int, dict[str, str]]] = {}
+        for step, fo in self._state.fan_outs.items():
+            failed: dict[int, dict[str, str]] = {}
+            for index in fo.failures:
+                act = self._state.activities[fo.item_id(index)]
+                failed[index] = {
+                    "failure_class": act.failure_class or "",
+                    "error_type": act.error_type or "",
+                    "message": act.error_message or "",
+                }
+            out[step] = failed
         return out

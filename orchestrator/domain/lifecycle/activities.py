@@ -193,7 +193,10 @@ def check_computed(text: str, what: str) -> str:
 
 
 def label(act: ActivityState) -> str:
-    return f"step '{act.step}' ({act.activity_type})"
+    """How reasons name an activity: its step, with the index of a fan-out's item."""
+    aid = act.activity_id
+    name = aid[aid.rindex("/") + 1 :] if aid.endswith("]") else act.step
+    return f"step '{name}' ({act.activity_type})"
 
 
 def step_of(d: Decision, act: ActivityState) -> Step | None:

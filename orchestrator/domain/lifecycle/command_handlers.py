@@ -37,7 +37,7 @@ from orchestrator.domain.authoring.definitions import (
 )
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import SchemaUnreadable
-from orchestrator.domain.lifecycle import activities, compensation, human_tasks, signals
+from orchestrator.domain.lifecycle import activities, compensation, fan_out, human_tasks, signals
 from orchestrator.domain.lifecycle.activities import (
     RunNeedsAttention,
     UserCodeFailed,
@@ -85,7 +85,7 @@ from orchestrator.domain.model.messages import (
     WorkflowStarted,
 )
 from orchestrator.domain.model.state import ActivityState, WorkflowState
-from orchestrator.domain.model.vocabulary import ActivityStatus, PurposeKind, TimerPurpose, WaitKind
+from orchestrator.domain.model.vocabulary import PurposeKind, TimerPurpose, WaitKind
 
 __all__ = [
     "HANDLERS",
@@ -383,7 +383,9 @@ class Decision:
             st = self.defn.states[s.current_state or ""]
             if s.steps_remaining:
                 self._schedule_ready(st)
-                return
+                if self.s.steps_remaining:
+                    return
+                continue  # a fan-out over no items completed at once
             w = s.wait
             if w is not None and not w.satisfied:
                 if w.kind == WaitKind.HUMAN:
@@ -431,10 +433,12 @@ class Decision:
         default_input: str | None = None
         for step in self.defn.step_order[st.name]:
             aid = prefix + step.name
-            if aid in s.activities:
+            if aid in s.activities or step.name not in s.steps_remaining:
                 continue
-            deps = (s.activities.get(prefix + d) for d in step.after)
-            if not all(a is not None and a.status == ActivityStatus.COMPLETED for a in deps):
+            if any(dep in s.steps_remaining for dep in step.after):
+                continue  # a step leaves steps_remaining when it completed in this visit
+            if step.for_each is not None:
+                fan_out.advance(self, step, aid)
                 continue
             if step.input is None:
                 if default_input is None:
@@ -453,6 +457,11 @@ class Decision:
         if is_compensation(act.activity_id):
             compensation.fail(self, act, reason)
             return
+        if fan_out.is_item(act.activity_id):
+            step_reason = fan_out.item_failed(self, act, reason)
+            if step_reason is None:
+                return  # the fan-out goes on without this item
+            reason = step_reason
         st = self.defn.states[act.state]
         if st.on_failure is not None:
             self.enter(st.on_failure)

@@ -26,7 +26,7 @@ from orchestrator.domain.authoring.definitions import (
     TimerWait,
     WorkflowDefinition,
 )
-from orchestrator.domain.lifecycle import compensation, human_tasks, refusals, signals
+from orchestrator.domain.lifecycle import compensation, fan_out, human_tasks, refusals, signals
 from orchestrator.domain.lifecycle.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.lifecycle.missing_versions import VERSION_MISSING
 from orchestrator.domain.model.errors import HistoryError
@@ -290,6 +290,8 @@ def _scheduled(
         _drop_activity_timers(n, aid)
     n.mut_in_flight().add(aid)
     compensation.on_scheduled(n, aid, first=old is None)
+    if old is None:
+        fan_out.on_dispatched(n, aid, p.step)
     if n.logical_attempts.get(p.activity_type, 0) < p.logical_attempt:
         n.mut_logical_attempts()[p.activity_type] = p.logical_attempt
 
@@ -325,10 +327,12 @@ def _completed(
     if is_compensation(act.activity_id):
         compensation.on_completed(n, act.activity_id)
         return
-    n.record_result(act.step, p.result_json, p.schema_version)
     step = lookup(n).steps_by_name.get(act.step)
     if step is not None and step.undo is not None:
         n.effects = (*n.effects, act.activity_id)
+    if fan_out.on_completed(n, act):
+        return
+    n.record_result(act.step, p.result_json, p.schema_version)
     if act.state == n.current_state and act.visit == n.visit and act.step in n.steps_remaining:
         remaining = n.mut_steps_remaining()
         remaining.discard(act.step)
@@ -546,6 +550,7 @@ APPLIERS: dict[type, Applier] = {
     **human_tasks.APPLIERS,
     **migrations.APPLIERS,
     **refusals.APPLIERS,
+    **fan_out.APPLIERS,
 }
 
 

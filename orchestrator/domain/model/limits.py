@@ -27,6 +27,7 @@ from orchestrator.domain.model.errors import LimitExceededError
 
 __all__ = [
     "MAX_DURATION_MS",
+    "MAX_FAN_OUT_ITEMS",
     "MAX_HISTORY_BYTES",
     "MAX_HISTORY_EVENTS",
     "MAX_INT_DIGITS",
@@ -62,6 +63,10 @@ MAX_HISTORY_BYTES = 64 * 1024 * 1024
 MAX_DURATION_MS = 10 * 366 * 24 * 3600 * 1000
 #: Reasons and messages recorded in events are cut to this many characters.
 MAX_REASON_CHARS = 2000
+#: Items one fan-out step maps over in one state visit (docs/fan-out.md): about two
+#: events each, far below ``MAX_HISTORY_EVENTS``; a longer list is split into chunks
+#: across continue-as-new runs.
+MAX_FAN_OUT_ITEMS = 1000
 
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)

@@ -13,8 +13,9 @@ and ``TERMINAL_EVENT_NAMES`` are derived from that flag, so there is one registr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar, get_args
 
+from orchestrator.domain.model.fan_out_messages import FanOutItemFailed, FanOutStarted
 from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.migration_messages import MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.model.refusal_messages import CommandRefused
@@ -531,61 +532,13 @@ Event = (
     | WorkflowCompensationFailed
     | WorkflowMigrated
     | CommandRefused
+    | FanOutStarted
+    | FanOutItemFailed
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 
 #: Every payload type by its wire name (Avro's short name), each given ``fast_init`` here.
-PAYLOAD_TYPES: dict[str, type] = {
-    cls.__name__: fast_init(cls)
-    for cls in (
-        StartWorkflow,
-        CompleteActivity,
-        FailActivity,
-        SignalWorkflow,
-        FireTimer,
-        CancelWorkflow,
-        HeartbeatActivity,
-        ResolveActivity,
-        RedriveActivity,
-        WorkflowStarted,
-        StateEntered,
-        ActivityScheduled,
-        ActivityCompleted,
-        ActivityFailed,
-        TimerScheduled,
-        TimerFired,
-        SignalReceived,
-        ActivityHeartbeat,
-        ActivityTimedOut,
-        ActivityDeadLettered,
-        ActivityRedriven,
-        ActivityResolved,
-        WorkflowNeedsAttention,
-        WorkflowCompleted,
-        WorkflowFailed,
-        WorkflowCancelled,
-        ActivityTask,
-        WorkflowSnapshot,
-        DeadLetter,
-        DecideHumanTask,
-        SignalRefused,
-        SignalWaitOpened,
-        HumanTaskOpened,
-        HumanTaskReminded,
-        HumanTaskEscalated,
-        HumanTaskDecided,
-        HumanTaskExpired,
-        WorkflowContinuedAsNew,
-        CompensationStarted,
-        CompensationFailed,
-        WorkflowCompensated,
-        WorkflowCompensationFailed,
-        SagaEvent,
-        MigrateWorkflow,
-        WorkflowMigrated,
-        CommandRefused,
-    )
-}
+PAYLOAD_TYPES: dict[str, type] = {cls.__name__: fast_init(cls) for cls in get_args(Payload)}
 
 #: The events that end a run, derived from their ``TERMINAL`` flag (the one registry).
 TERMINAL_EVENTS: tuple[type, ...] = tuple(

@@ -33,6 +33,7 @@ from orchestrator.domain.model.state_parts import (
     ActivityState,
     CompensationState,
     Encode,
+    FanOutState,
     HumanTaskState,
     TimerState,
     WaitState,
@@ -41,6 +42,7 @@ from orchestrator.domain.model.state_parts import (
     activity_json,
     compensation_from,
     dumps_sorted,
+    fan_out_from,
     human_dict,
     human_from,
     slots_dict,
@@ -167,6 +169,8 @@ class WorkflowState:
     effects: tuple[str, ...] = ()
     #: The compensation under way (or finished), None when the run never compensated.
     compensation: CompensationState | None = None
+    #: Each fan-out step's latest visit, by step name (docs/fan-out.md).
+    fan_outs: dict[str, FanOutState] = field(default_factory=dict)
     started_at: int = 0
     updated_at: int = 0
     #: Schema version the input was accepted under (0: unversioned; docs/schema-evolution.md).
@@ -323,6 +327,9 @@ class WorkflowState:
             versions: dict[str, int] = self._own("result_versions")
             versions[step] = schema_version
 
+    def mut_fan_outs(self) -> dict[str, FanOutState]:
+        return self._own("fan_outs")  # type: ignore[no-any-return]
+
     def mut_signals(self) -> dict[str, tuple[str, ...]]:
         return self._own("signals")  # type: ignore[no-any-return]
 
@@ -393,6 +400,8 @@ class WorkflowState:
             d["effects"] = list(self.effects)
         if self.signal_commands:
             d["signal_commands"] = list(self.signal_commands)
+        if self.fan_outs:
+            d["fan_outs"] = {k: slots_dict(v) for k, v in self.fan_outs.items()}
         if self.compensation is not None:
             c = self.compensation
             d["compensation"] = {
@@ -459,6 +468,7 @@ class WorkflowState:
             effects=tuple(d.get("effects", ())),
             signal_commands=dict.fromkeys(d.get("signal_commands", ())),
             compensation=compensation_from(d.get("compensation")),
+            fan_outs={k: fan_out_from(v) for k, v in d.get("fan_outs", {}).items()},
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )

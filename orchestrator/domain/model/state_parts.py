@@ -112,6 +112,36 @@ class CompensationState:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class FanOutState:
+    """A fan-out step's latest visit (docs/fan-out.md): its item ``i`` is activity
+    ``f"{prefix}[{i}]"``; ``ended`` items completed or failed for good (``failures``,
+    their indexes in order); ``dispatched`` items were scheduled once."""
+
+    prefix: str
+    items: int
+    items_digest: str
+    dispatched: int = 0
+    ended: int = 0
+    failures: tuple[int, ...] = ()
+
+    @property
+    def in_flight(self) -> int:
+        return self.dispatched - self.ended
+
+    def item_id(self, index: int) -> str:
+        return f"{self.prefix}[{index}]"
+
+    def index_of(self, activity_id: str) -> int | None:
+        """The item index of ``activity_id``, None when it is not an item of this visit."""
+        head = self.prefix + "["
+        if not (activity_id.startswith(head) and activity_id.endswith("]")):
+            return None
+        digits = activity_id[len(head) : -1]
+        return int(digits) if digits.isdigit() else None
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class TimerState:
     fire_at: int
     #: The wire form of a :class:`~orchestrator.domain.model.vocabulary.TimerPurpose`.
@@ -217,3 +247,7 @@ def wait_from(d: dict[str, Any]) -> WaitState:
     d = dict(d)
     d["kind"] = WaitKind(d["kind"])
     return WaitState(**d)
+
+
+def fan_out_from(d: dict[str, Any]) -> FanOutState:
+    return FanOutState(**{**d, "failures": tuple(d.get("failures", ()))})

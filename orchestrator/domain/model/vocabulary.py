@@ -18,6 +18,7 @@ __all__ = [
     "HumanDecision",
     "HumanTaskStatus",
     "HumanTimer",
+    "ItemFailurePolicy",
     "OnCancel",
     "OnExhausted",
     "OnExpiry",
@@ -148,6 +149,15 @@ class OnUnknown(StrEnum):
 
     ATTENTION = "attention"
     RETRY = "retry"
+
+
+class ItemFailurePolicy(StrEnum):
+    """What a fan-out step does when one of its items fails for good (docs/fan-out.md):
+    fail the step at once, collect every failure, or tolerate up to ``tolerate`` of them."""
+
+    FAIL_FAST = "fail_fast"
+    COLLECT = "collect"
+    TOLERATE = "tolerate"
 
 
 class WaitKind(StrEnum):

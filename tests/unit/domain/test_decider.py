@@ -252,7 +252,7 @@ def test_duplicate_start_writes_nothing(decider: Decider) -> None:
             None,
             "{}",
             "unknown workflow 'nope'; known workflows: broken, document_review, flaky, "
-            "invoice_posting, invoice_posting_patient, parallel_checks, paused, "
+            "invoice_batch, invoice_posting, invoice_posting_patient, parallel_checks, paused, "
             "payment_approval, signalled, slow_step, strict_timeout, three_step, timer_demo, "
             "travel_booking",
         ),

@@ -316,7 +316,7 @@ def test_app_errors_are_clear() -> None:
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("nope", None, {})
     assert str(exc.value) == (
-        "unknown workflow 'nope'; known workflows: document_review, invoice_posting, "
+        "unknown workflow 'nope'; known workflows: document_review, invoice_batch, invoice_posting, "
         "invoice_posting_patient, parallel_checks, payment_approval, slow_step, three_step, "
         "timer_demo, travel_booking"
     )

@@ -227,6 +227,19 @@ def test_down_answers_503_to_post_and_get() -> None:
     run(scenario)
 
 
+def test_peak_in_flight_counts_postings_served_at_once() -> None:
+    async def scenario(client: TestClient) -> None:
+        await faults(client, delay_s=0.3, delay_count=3)
+        await asyncio.gather(*(post(client, f"k{i}") for i in range(3)))
+        await post(client, "k3")
+        assert (await ledger(client))["peak_in_flight"] == 3
+        assert (await client.post("/reset")).status == 200
+        await post(client, "k4")
+        assert (await ledger(client))["peak_in_flight"] == 1
+
+    run(scenario)
+
+
 def test_dedupe_off_creates_an_effect_per_call() -> None:
     async def scenario(client: TestClient) -> None:
         await faults(client, dedupe=False)
@@ -271,6 +284,7 @@ def test_reset_clears_postings_counters_and_faults() -> None:
             "calls": {},
             "effects": {},
             "total_effects": 0,
+            "peak_in_flight": 0,
         }
         assert (await (await client.get("/faults")).json())["status_500"] == 0
         created = await post(client, "k")

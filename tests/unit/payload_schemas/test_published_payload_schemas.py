@@ -47,6 +47,8 @@ RELEASED: dict[tuple[str, int], str] = {
     ("keel.payload.activity.square.Result", 1): "5e13af3d4f2929b6",
     ("keel.payload.workflow.document_review.v1.Input", 1): "cb54c841a6b844d3",
     ("keel.payload.workflow.document_review.v1.Output", 1): "c22c0d08e777401d",
+    ("keel.payload.workflow.invoice_batch.v1.Input", 1): "03631c7a9bbde524",
+    ("keel.payload.workflow.invoice_batch.v1.Output", 1): "a2b2eba3664761f2",
     ("keel.payload.workflow.invoice_posting.v1.Input", 1): "220a0ad9a8e4420e",
     ("keel.payload.workflow.invoice_posting_patient.v1.Input", 1): "435b443663121472",
     ("keel.payload.workflow.parallel_checks.v1.Input", 1): "4322039d17a68e77",

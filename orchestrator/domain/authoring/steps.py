@@ -1,0 +1,270 @@
+"""Steps: the activities of a state's DAG, each with its failure policy (docs/workflows.md).
+
+A :class:`Step` is data plus pure functions of the run's context; :func:`validate_step`
+refuses at definition time what could never run (a timeout of zero, a status query on
+a step that retries unknown outcomes blindly, a fan-out without a list, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.upcasting import (
+    check_upcasters,
+    describe_model,
+    schema_version_of,
+)
+from orchestrator.domain.authoring.waits import Duration, duration_ms
+from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.model.fingerprint import callable_fingerprint
+from orchestrator.domain.model.limits import MAX_FAN_OUT_ITEMS
+from orchestrator.domain.model.vocabulary import (
+    ItemFailurePolicy,
+    OnExhausted,
+    OnUnknown,
+    TimeoutKind,
+)
+
+__all__ = [
+    "ITEM_FAILURE_POLICIES",
+    "ON_EXHAUSTED",
+    "ON_UNKNOWN",
+    "TIMEOUT_KINDS",
+    "Step",
+    "compensation_step",
+    "validate_step",
+]
+
+#: The activity timeouts a step may declare (docs/activities.md), in the order they can fire.
+TIMEOUT_KINDS: tuple[TimeoutKind, ...] = tuple(TimeoutKind)
+#: What a step does once a transient failure has no retries left.
+ON_EXHAUSTED: tuple[OnExhausted, ...] = tuple(OnExhausted)
+ON_UNKNOWN: tuple[OnUnknown, ...] = tuple(OnUnknown)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One activity in a state's DAG.
+
+    ``input`` maps the context to the activity input (default: the workflow input);
+    ``after`` names steps of the same state that must complete first; ``retry`` bounds
+    the retries of transient failures.
+
+    Timeouts (seconds or ``timedelta``; None: none) are enforced by durable timers:
+    ``schedule_to_start`` from dispatch to the worker's first heartbeat,
+    ``start_to_close`` from the start (the first heartbeat when the worker reports it,
+    else the dispatch) to the report, ``heartbeat`` between heartbeats.
+
+    ``status_query`` names an activity type that tells whether an attempt whose outcome
+    is unknown took effect (input ``{"idempotency_key": K, "input": <input>}``, result
+    ``{"found": true, "result": <result>}`` or ``{"found": false}``); with it, a
+    start-to-close or heartbeat timeout means "outcome unknown" rather than "transient".
+    Without one, an unknown outcome needs an operator (``on_unknown="attention"``) unless
+    ``on_unknown="retry"`` says the remote side deduplicates by the idempotency key.
+    ``on_exhausted`` is ``"dead_letter"`` (park for an operator's redrive) or ``"fail"``
+    (the state's ``on_failure`` path, or the run fails) once retries are used up.
+    ``local`` runs it inside the orchestrator, its result recorded with the next decision.
+
+    ``compensation`` (a :class:`Compensation` or an activity type) undoes the step's
+    effect when the run fails or is cancelled after the step completed; ``irreversible``
+    marks a step that cannot be undone (docs/sagas.md).
+
+    ``output`` is the pydantic model the step's result is read as: a result recorded
+    under an older ``schema_version`` of it is upgraded by its upcasters when read
+    (``ctx.results``; docs/schema-evolution.md).
+
+    ``for_each`` makes it a fan-out (docs/fan-out.md): a function of the context
+    returning the list of inputs, one logical activity per item (its own idempotency
+    key), at most ``max_concurrency`` in flight, the step's result the list of item
+    results in input order. ``on_item_failure`` says what an item that fails for good
+    does: fail the step (``fail_fast``), or count as ``null`` in the results (``collect``;
+    ``tolerate``: up to ``tolerate`` items, then the step fails).
+    """
+
+    name: str
+    activity: str
+    after: Sequence[str] = ()
+    input: Callable[[Context], Any] | None = None
+    retry: RetryPolicy | None = None
+    schedule_to_start: Duration | None = None
+    start_to_close: Duration | None = None
+    heartbeat: Duration | None = None
+    status_query: str | None = None
+    on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
+    on_unknown: OnUnknown | str = OnUnknown.ATTENTION
+    local: bool = False
+    compensation: Compensation | str | None = None
+    irreversible: bool = False
+    output: type[BaseModel] | None = None
+    for_each: Callable[[Context], Sequence[Any]] | None = None
+    max_concurrency: int | None = None
+    on_item_failure: ItemFailurePolicy | str = ItemFailurePolicy.FAIL_FAST
+    tolerate: int = 0
+
+    def __post_init__(self) -> None:
+        after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
+        object.__setattr__(self, "after", after)
+        if isinstance(self.compensation, str):
+            object.__setattr__(self, "compensation", Compensation(self.compensation))
+
+    @property
+    def undo(self) -> Compensation | None:
+        """The step's compensation (None: nothing to undo, or irreversible)."""
+        comp = self.compensation
+        return comp if isinstance(comp, Compensation) else None
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.retry or DEFAULT_RETRY
+
+    def timeout_ms(self, kind: str) -> int | None:
+        """The ``kind`` timeout (one of :data:`TIMEOUT_KINDS`) in ms, None when not set."""
+        value = getattr(self, kind)
+        return None if value is None else duration_ms(value)
+
+    @property
+    def report_start(self) -> bool:
+        """The worker reports an attempt's start (a first heartbeat) for these timeouts."""
+        return self.schedule_to_start is not None or self.heartbeat is not None
+
+    @property
+    def heartbeat_ms(self) -> int:
+        return self.timeout_ms(TimeoutKind.HEARTBEAT) or 0
+
+    def describe(self) -> dict[str, Any]:
+        """The digest's view (newer fields only when set, so old digests hold)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "activity": self.activity,
+            "after": list(self.after),
+            "input": callable_fingerprint(self.input),
+            "retry": None if self.retry is None else self.retry.describe(),
+        }
+        timeouts = {k: self.timeout_ms(k) for k in TIMEOUT_KINDS if getattr(self, k) is not None}
+        if timeouts:
+            out["timeouts"] = timeouts
+        if self.status_query is not None:
+            out["status_query"] = self.status_query
+        if self.on_exhausted != OnExhausted.DEAD_LETTER:
+            out["on_exhausted"] = self.on_exhausted
+        if self.on_unknown != OnUnknown.ATTENTION:
+            out["on_unknown"] = self.on_unknown
+        if self.local:
+            out["local"] = True
+        if self.undo is not None:
+            out["compensation"] = self.undo.describe()
+        if self.irreversible:
+            out["irreversible"] = True
+        if self.output is not None:
+            out["output"] = describe_model(self.output)
+        if self.for_each is not None:
+            out["for_each"] = {
+                "items": callable_fingerprint(self.for_each),
+                "max_concurrency": self.max_concurrency,
+                "on_item_failure": str(self.on_item_failure),
+                "tolerate": self.tolerate,
+            }
+        return out
+
+    @property
+    def output_schema_version(self) -> int:
+        """The version results of this step are read as (0: unversioned)."""
+        return schema_version_of(self.output)
+
+
+def compensation_step(comp: Compensation, step: str) -> Step:
+    """The step whose policy governs the compensation of step ``step``."""
+    return Step(
+        step,
+        comp.activity,
+        retry=comp.retry,
+        start_to_close=comp.start_to_close,
+        status_query=comp.status_query,
+        on_exhausted=OnExhausted.FAIL,
+    )
+
+
+def validate_step(where: str, step: Step) -> None:
+    """Refuse a step whose options cannot work, with the reason (``where``: its place)."""
+    what = f"{where}: step '{step.name}'"
+    for kind in TIMEOUT_KINDS:
+        value = getattr(step, kind)
+        if value is None:
+            continue
+        try:
+            ms = duration_ms(value)
+        except (TypeError, ValueError) as exc:
+            raise DefinitionError(f"{what}: {kind}: {exc}") from None
+        if ms <= 0:
+            raise DefinitionError(f"{what}: {kind} must be > 0 seconds, got {value!r}")
+    if step.status_query is not None and (
+        not isinstance(step.status_query, str) or not step.status_query
+    ):
+        raise DefinitionError(f"{what}: status_query must name an activity type")
+    if step.on_exhausted not in ON_EXHAUSTED:
+        raise DefinitionError(
+            f"{what}: on_exhausted must be one of {', '.join(ON_EXHAUSTED)}; "
+            f"got {step.on_exhausted!r}"
+        )
+    if step.on_unknown not in ON_UNKNOWN:
+        raise DefinitionError(f"{what}: on_unknown must be one of {', '.join(ON_UNKNOWN)}")
+    if step.on_unknown == OnUnknown.RETRY and step.status_query is not None:
+        raise DefinitionError(
+            f"{what}: on_unknown='retry' contradicts status_query '{step.status_query}' "
+            "(an unknown outcome is asked about, never retried blindly): drop one"
+        )
+    if step.retry is not None and not isinstance(step.retry, RetryPolicy):
+        raise DefinitionError(f"{what}: retry must be a RetryPolicy")
+    if step.output is not None:
+        if not (isinstance(step.output, type) and issubclass(step.output, BaseModel)):
+            raise DefinitionError(f"{what}: output must be a pydantic BaseModel class")
+        check_upcasters(step.output, f"{what}: output")
+    if step.for_each is not None or step.max_concurrency is not None:
+        validate_fan_out(what, step)
+
+
+#: What a fan-out's item that fails for good may lead to.
+ITEM_FAILURE_POLICIES: tuple[ItemFailurePolicy, ...] = tuple(ItemFailurePolicy)
+
+
+def validate_fan_out(what: str, step: Step) -> None:
+    """A fan-out needs its list function, a usable concurrency and a failure policy that
+    fits ``tolerate``; its items are its inputs, and it runs on workers."""
+    if step.for_each is None:
+        raise DefinitionError(f"{what}: max_concurrency without for_each (only a fan-out has it)")
+    if not callable(step.for_each):
+        raise DefinitionError(f"{what}: for_each must be a function of the context")
+    if step.input is not None:
+        raise DefinitionError(
+            f"{what}: a fan-out takes no input= (each item for_each returns is an input)"
+        )
+    if step.local:
+        raise DefinitionError(f"{what}: a fan-out runs on workers; it cannot be local")
+    if step.output is not None:
+        raise DefinitionError(
+            f"{what}: a fan-out's result is a list; output= models are not supported on it"
+        )
+    mc = step.max_concurrency
+    if mc is not None and (
+        isinstance(mc, bool) or not isinstance(mc, int) or not 1 <= mc <= MAX_FAN_OUT_ITEMS
+    ):
+        raise DefinitionError(
+            f"{what}: max_concurrency must be an int from 1 to {MAX_FAN_OUT_ITEMS}; got {mc!r}"
+        )
+    if step.on_item_failure not in ITEM_FAILURE_POLICIES:
+        raise DefinitionError(
+            f"{what}: on_item_failure must be one of {', '.join(ITEM_FAILURE_POLICIES)}; "
+            f"got {step.on_item_failure!r}"
+        )
+    n = step.tolerate
+    tolerating = step.on_item_failure == ItemFailurePolicy.TOLERATE
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or (tolerating and n < 1):
+        raise DefinitionError(f"{what}: tolerate must be an int >= 1; got {n!r}")
+    if n and not tolerating:
+        raise DefinitionError(f"{what}: tolerate={n} needs on_item_failure='tolerate'")
