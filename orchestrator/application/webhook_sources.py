@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from orchestrator.domain.model.errors import DefinitionError, InvalidInputError, KeelError
 from orchestrator.domain.model.ids import MAX_ID_LENGTH, check_workflow_id
 from orchestrator.domain.model.limits import check_payload_size
-from orchestrator.domain.model.messages import SignalWorkflow, StartWorkflow
+from orchestrator.domain.model.messages import SignalWithStart, SignalWorkflow, StartWorkflow
 
 __all__ = [
     "DEFAULT_DEDUPE_TTL_S",
@@ -99,11 +99,14 @@ class RouteError(InvalidInputError):
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    """Deliver signal ``name`` with ``payload`` (any JSON value) to ``workflow_id``."""
+    """Deliver signal ``name`` with ``payload`` (any JSON value) to ``workflow_id``;
+    with ``start``, first start that run (same workflow id) if the workflow has none, in
+    one command (docs/workflows.md, "Signal-with-start")."""
 
     workflow_id: str
     name: str
     payload: Any = None
+    start: Start | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class Command:
     """The command a delivery becomes, ready to be wrapped in an envelope."""
 
     workflow_id: str
-    payload: SignalWorkflow | StartWorkflow
+    payload: SignalWorkflow | StartWorkflow | SignalWithStart
 
 
 def _reason(exc: BaseException) -> str:
@@ -221,7 +224,7 @@ class WebhookSource:
             raise RouteError(f"cannot route a '{self.name}' delivery: {_reason(exc)}") from None
         try:
             if isinstance(routed, Signal):
-                return self._signal(routed)
+                return self._signal(routed, app)
             if isinstance(routed, Start):
                 return self._start(routed, app)
         except (InvalidInputError, ValueError, TypeError) as exc:
@@ -231,12 +234,26 @@ class WebhookSource:
             "not Signal or Start (a bug in the application)"
         )
 
-    def _signal(self, s: Signal) -> Command:
+    def _signal(self, s: Signal, app: StartValidator) -> Command:
         wid = check_workflow_id(s.workflow_id)
         if not isinstance(s.name, str) or not _SIGNAL_RE.fullmatch(s.name):
             raise RouteError(f"signal name {str(s.name)[:60]!r} is not a valid signal name")
         payload_json = _dumps(s.payload, f"payload of signal '{s.name}'")
-        return Command(wid, SignalWorkflow(s.name, payload_json))
+        if s.start is None:
+            return Command(wid, SignalWorkflow(s.name, payload_json))
+        if s.start.workflow_id != wid:
+            raise RouteError(
+                f"signal '{s.name}' to '{wid}' starts another workflow id "
+                f"('{s.start.workflow_id}'); signal-with-start needs the same one"
+            )
+        definition = app.validate_start(s.start.name, s.start.version, s.start.input)
+        if s.name not in definition.signal_names:
+            raise RouteError(f"{definition.label} has no signal '{s.name}'")
+        input_json = _dumps(s.start.input, f"input of {definition.label}")
+        return Command(
+            wid,
+            SignalWithStart(definition.name, input_json, s.name, payload_json, definition.version),
+        )
 
     def _start(self, s: Start, app: StartValidator) -> Command:
         wid = check_workflow_id(s.workflow_id)

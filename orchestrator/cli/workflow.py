@@ -237,6 +237,28 @@ def signal_(
     console.print(f"signal '{name}' sent to {workflow_id} ({mid})", markup=False)
 
 
+@workflow_app.command("signal-with-start")
+def signal_with_start(
+    workflow_id: str,
+    name: str,
+    workflow: Annotated[str, typer.Option("--workflow", help="The workflow to start if absent.")],
+    input_: Annotated[str, typer.Option("--input", help=f"Its input: {JSON_ARG_HELP}")] = "{}",
+    payload: Annotated[str, typer.Option("--payload", help=f"Payload: {JSON_ARG_HELP}")] = "{}",
+    version: Annotated[
+        int | None, typer.Option(help="Definition version (default: latest).")
+    ] = None,
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Deliver a signal, starting the workflow first if it has no run (one command)."""
+    from orchestrator.client.client import read_json_arg
+
+    input_obj = read_json_arg(input_, "--input")
+    payload_obj = read_json_arg(payload, "--payload")
+    client = _client(app)
+    mid = client.signal_with_start(workflow_id, name, payload_obj, workflow, input_obj, version)
+    typer.echo(f"signal '{name}' sent to {workflow_id}, started as {workflow} if absent ({mid})")
+
+
 @workflow_app.command("cancel")
 def cancel(
     workflow_id: str,

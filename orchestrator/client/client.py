@@ -22,6 +22,7 @@ from orchestrator.client.query_answers import QueryAnswer, answer_query
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
+from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
@@ -35,6 +36,7 @@ from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.domain.model.messages import (
     CancelWorkflow,
     ResolveActivity,
+    SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
 )
@@ -426,12 +428,7 @@ class KeelClient:
             payload = parse_json(payload, what)
         text = payload_json(payload, what)
         found = self._require_running(workflow_id, f"signal '{name}'")
-        definition = self.app.get(found["name"], found["version"])
-        if name not in definition.signal_names:
-            known = ", ".join(f"'{n}'" for n in sorted(definition.signal_names)) or "none"
-            raise InvalidInputError(
-                f"{definition.label} has no signal '{name}' (known: {known}); signal refused"
-            )
+        _check_signal(self.app.get(found["name"], found["version"]), name)
         if sensitive:
             if not isinstance(payload, dict):
                 raise InvalidInputError(
@@ -448,6 +445,32 @@ class KeelClient:
             }
             text = json.dumps(payload)
         return self._send(workflow_id, SignalWorkflow(name, text))
+
+    def signal_with_start(
+        self,
+        workflow_id: str,
+        signal: str,
+        payload: Any,
+        name: str,
+        input_obj: Any,
+        version: int | None = None,
+    ) -> str:
+        """Deliver ``signal`` to ``workflow_id``, first starting a run of ``name`` with
+        ``input_obj`` when the workflow has none, as one command (docs/workflows.md,
+        "Signal-with-start"); its message id is returned (the run's id, if it starts one).
+        """
+        wf = check_workflow_id(workflow_id)
+        value = input_value(input_obj, f"input for {self.app.get(name, version).label}")
+        definition = self.app.validate_start(name, version, value)
+        _check_signal(definition, signal)
+        what = f"payload of signal '{signal}'"
+        text = payload_json(
+            parse_json(payload, what) if isinstance(payload, bytes) else payload, what
+        )
+        sealed = self.sealed_input(definition.input_model, value)
+        input_json = json.dumps(sealed, separators=(",", ":"), sort_keys=True)
+        command = SignalWithStart(definition.name, input_json, signal, text, definition.version)
+        return self._send(wf, command)
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
         self._require_running(workflow_id, "cancel")
@@ -566,3 +589,12 @@ class KeelClient:
         for producer in (self._producer, self._bulk_producer):
             if producer is not None:
                 producer.flush(5)
+
+
+def _check_signal(definition: WorkflowDefinition, name: str) -> None:
+    """Refuse a signal the definition never waits for, naming the ones it does."""
+    if name not in definition.signal_names:
+        known = ", ".join(f"'{n}'" for n in sorted(definition.signal_names)) or "none"
+        raise InvalidInputError(
+            f"{definition.label} has no signal '{name}' (known: {known}); signal refused"
+        )

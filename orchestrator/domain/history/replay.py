@@ -54,6 +54,7 @@ from orchestrator.domain.model.messages import (
     RedriveActivity,
     ResolveActivity,
     SignalReceived,
+    SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
     TimerFired,
@@ -219,7 +220,11 @@ def _groups(events: list[Envelope[Any]]) -> list[list[Envelope[Any]]]:
 
 
 def _extra_fields(cmd_type: type, group: list[Envelope[Any]]) -> dict[str, Any]:
-    """Command fields the opening event does not echo (only a found resolution's result)."""
+    """Command fields the opening event does not echo: a found resolution's result, the
+    signal of a signal-with-start."""
+    if cmd_type is SignalWithStart:
+        sig = next(e.payload for e in group if isinstance(e.payload, SignalReceived))
+        return {f.name: getattr(sig, f.name) for f in dataclasses.fields(sig)}
     if cmd_type is ResolveActivity and len(group) > 1:
         nxt = group[1].payload
         if isinstance(nxt, ActivityCompleted):
@@ -234,6 +239,8 @@ def _rebuild_command(group: list[Envelope[Any]]) -> Envelope[Any] | None:
     cmd_type = COMMAND_FROM_EVENT.get(type(first.payload))
     if cmd_type is None or first.causation_id is None:
         return None
+    if cmd_type is StartWorkflow and any(isinstance(e.payload, SignalReceived) for e in group):
+        cmd_type = SignalWithStart  # a start that delivered a signal in the same decision
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cmd_type):
         if hasattr(first.payload, f.name):
@@ -246,7 +253,7 @@ def _rebuild_command(group: list[Envelope[Any]]) -> Envelope[Any] | None:
     return Envelope(
         message_id=first.causation_id,
         workflow_id=first.workflow_id,
-        run_id="" if cmd_type is StartWorkflow else first.run_id,
+        run_id="" if cmd_type in (StartWorkflow, SignalWithStart) else first.run_id,
         seq=0,
         type=cmd_type.__name__,
         recorded_at=first.recorded_at,

@@ -51,6 +51,7 @@ from orchestrator.domain.lifecycle.missing_versions import (
     is_parked,
     missing_version_reason,
 )
+from orchestrator.domain.lifecycle.refusals import describe_command
 from orchestrator.domain.model.errors import (
     CommandRejected,
     HistoryError,
@@ -72,6 +73,7 @@ from orchestrator.domain.model.messages import (
     MigrateWorkflow,
     RedriveActivity,
     ResolveActivity,
+    SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
     StateEntered,
@@ -92,7 +94,6 @@ __all__ = [
     "MAX_TRANSITIONS_PER_DECISION",
     "continued_run_id",
     "decide",
-    "describe_command",
 ]
 
 #: Guards against a loop of states that neither run a step nor wait.
@@ -102,26 +103,6 @@ MAX_TRANSITIONS_PER_DECISION = 1000
 MAX_RECORDED_AT = 253_402_300_799_999
 
 Handler = Callable[["Decision", Any], None]
-
-
-def describe_command(payload: Any) -> str:
-    """How a refusal names the command (``signal 'x'``, ``cancel``, ...)."""
-    name = _DESCRIPTIONS.get(type(payload))
-    return name(payload) if name is not None else type(payload).__name__
-
-
-_DESCRIPTIONS: dict[type, Callable[[Any], str]] = {
-    SignalWorkflow: lambda p: f"signal '{p.signal_name}'",
-    CancelWorkflow: lambda p: "cancel",
-    CompleteActivity: lambda p: f"completion of activity '{p.activity_id}'",
-    FailActivity: lambda p: f"failure of activity '{p.activity_id}'",
-    FireTimer: lambda p: f"timer '{p.timer_id}'",
-    HeartbeatActivity: lambda p: f"heartbeat of activity '{p.activity_id}'",
-    ResolveActivity: lambda p: f"resolution of activity '{p.activity_id}'",
-    RedriveActivity: lambda p: f"redrive of activity '{p.activity_id}'",
-    DecideHumanTask: lambda p: f"decision of human task '{p.task_id or '(by token)'}'",
-    MigrateWorkflow: lambda p: f"migration to version {p.to_version}",
-}
 
 
 def decide(
@@ -142,10 +123,11 @@ def decide(
     wid = cmd.workflow_id
     if not 0 <= cmd.recorded_at <= MAX_RECORDED_AT:
         raise CommandRejected(f"command recorded_at {cmd.recorded_at} is not a valid time")
-    if isinstance(p, StartWorkflow):
-        if state is not None:
-            return state, []
-        defn = _start_definition(definitions, p)
+    if isinstance(p, StartWorkflow | SignalWithStart) and state is None:
+        start = (
+            p if isinstance(p, StartWorkflow) else StartWorkflow(p.name, p.version, p.input_json)
+        )
+        defn = _start_definition(definitions, start)
         d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id, task_token_hash)
         d.emit(
             WorkflowStarted(
@@ -153,8 +135,13 @@ def decide(
             )
         )
         d.enter(defn.initial)
-        d.advance()
+        if isinstance(p, SignalWithStart):  # the signal first: the new run may wait for it
+            signals.on_signal_with_start(d, p)
+        else:
+            d.advance()
         return d.finish()
+    if isinstance(p, StartWorkflow):
+        return state, []
     what = describe_command(p)
     handler = HANDLERS.get(type(p))
     if handler is None:
@@ -604,6 +591,7 @@ HANDLERS: dict[type, Handler] = {
     RedriveActivity: _guarded(activities.on_redrive),
     FireTimer: _guarded(_on_timer),
     SignalWorkflow: _guarded(signals.on_signal),
+    SignalWithStart: _guarded(signals.on_signal_with_start),
     DecideHumanTask: _guarded(human_tasks.on_decide),
     MigrateWorkflow: _guarded(migrations.on_migrate),
     CancelWorkflow: _on_cancel,

@@ -28,10 +28,9 @@ from orchestrator.domain.lifecycle.command_handlers import (
     MAX_TRANSITIONS_PER_DECISION,
     Decision,
     decide,
-    describe_command,
 )
 from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash
-from orchestrator.domain.lifecycle.refusals import MAX_REFUSAL_CHARS
+from orchestrator.domain.lifecycle.refusals import MAX_REFUSAL_CHARS, describe_command
 from orchestrator.domain.model.errors import CommandRejected, HistoryError
 from orchestrator.domain.model.messages import (
     ActivityRedriven,

@@ -35,6 +35,7 @@ from orchestrator.domain.model.messages import (
     SignalReceived,
     SignalRefused,
     SignalWaitOpened,
+    SignalWithStart,
     SignalWorkflow,
 )
 from orchestrator.domain.model.state import (
@@ -96,6 +97,18 @@ def on_signal(d: Decision, p: SignalWorkflow) -> None:
             return
     d.emit(SignalReceived(name, p.payload_json, corr))
     d.advance()
+
+
+def on_signal_with_start(d: Decision, p: SignalWithStart) -> None:
+    """The signal of a ``SignalWithStart``, the run started or not (the decider starts a
+    workflow that has none): a run of another workflow refuses it."""
+    s = d.s
+    if s.name != p.name:
+        raise CommandRejected(
+            f"workflow '{s.workflow_id}' runs '{s.name}', not '{p.name}'; "
+            f"signal-with-start of signal '{p.signal_name}' refused"
+        )
+    on_signal(d, SignalWorkflow(p.signal_name, p.payload_json, p.correlation))
 
 
 def _refusal(s: WorkflowState, name: str, corr: str | None) -> str | None:

@@ -87,6 +87,21 @@ class SignalWorkflow:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalWithStart:
+    """Deliver signal ``signal_name`` to a workflow, first starting a run of ``name``
+    (latest version when ``version`` is None) with ``input_json`` if the workflow has
+    none: one command, one decision (docs/workflows.md, "Signal-with-start")."""
+
+    KIND: ClassVar[str] = "command"
+    name: str
+    input_json: str
+    signal_name: str
+    payload_json: str
+    version: int | None = None
+    correlation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FireTimer:
     """A durable timer is due; ``recorded_at`` of its envelope is the firing time."""
 
@@ -499,6 +514,7 @@ Command = (
     | RedriveActivity
     | DecideHumanTask
     | MigrateWorkflow
+    | SignalWithStart
 )
 Event = (
     WorkflowStarted

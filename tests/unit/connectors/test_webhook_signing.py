@@ -18,7 +18,7 @@ from connectors.signing import (
     verify,
 )
 from connectors.webhooks import message_id, parse_body
-from orchestrator.application.webhook_sources import RouteError, Signal, WebhookSource
+from orchestrator.application.webhook_sources import RouteError, Signal, Start, WebhookSource
 
 NOW = 1_767_225_600
 bodies = st.binary(max_size=512)
@@ -214,4 +214,34 @@ def test_a_route_returning_something_else_is_an_application_bug_not_a_bad_delive
     assert not isinstance(err.value, RouteError)
     assert str(err.value) == (
         "webhook source 'ledger': route returned str, not Signal or Start (a bug in the application)"
+    )
+
+
+def test_a_signal_with_start_route_becomes_one_signal_with_start_command():
+    from orchestrator.domain.model.messages import SignalWithStart
+    from orchestrator.examples import app
+
+    def route(body: dict) -> Signal:
+        start = Start("document_review", body["workflow_id"], {"document": "passport"})
+        return Signal(body["workflow_id"], body["signal"], {"document": "visa"}, start=start)
+
+    src = WebhookSource("docs", "S", event_id=lambda b: b["id"], route=route)
+    cmd = src.command_of({"workflow_id": "review-9", "signal": "documents_added"}, app)
+    assert cmd.workflow_id == "review-9"
+    assert cmd.payload == SignalWithStart(
+        "document_review", '{"document":"passport"}', "documents_added", '{"document":"visa"}', 1
+    )
+    with pytest.raises(RouteError) as err:
+        src.command_of({"workflow_id": "review-9", "signal": "paid"}, app)
+    assert str(err.value) == "workflow 'document_review' v1 has no signal 'paid'"
+
+    def elsewhere(body: dict) -> Signal:
+        return Signal("review-9", "documents_added", start=Start("document_review", "x", {}))
+
+    other = WebhookSource("docs", "S", event_id=lambda b: b["id"], route=elsewhere)
+    with pytest.raises(RouteError) as err:
+        other.command_of({}, app)
+    assert str(err.value) == (
+        "signal 'documents_added' to 'review-9' starts another workflow id ('x'); "
+        "signal-with-start needs the same one"
     )

@@ -140,7 +140,7 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
 
 def test_the_command_union_names_every_command() -> None:
     commands = {cls for cls in messages.PAYLOAD_TYPES.values() if cls.KIND == "command"}
-    assert len(commands) == 11
+    assert len(commands) == 12
     assert set(typing.get_args(messages.Command)) == commands
 
 
