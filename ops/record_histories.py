@@ -277,6 +277,17 @@ class Recorder:
         self.ledger.reset()
         return [wf]
 
+    def signal_with_start(self) -> list[str]:
+        """Two signal-with-starts of one review (docs/workflows.md, "Signal-with-start"):
+        the first starts the run with its signal, the second only signals."""
+        wf = "review-signal-with-start"
+        for doc in ("visa", "bank statement"):
+            self.client.signal_with_start(
+                wf, "documents_added", {"document": doc}, "document_review", {"document": "id"}
+            )
+        self.wait(wf, "completed")
+        return [wf]
+
 
 def _trip(trip: str, card: str) -> dict[str, Any]:
     return {"trip": trip, "card": card, "amount": 420.0}
@@ -299,6 +310,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "travel": Recorder.travel,
     "schedules": Recorder.schedules,
     "fan_out": Recorder.fan_out,
+    "signal_with_start": Recorder.signal_with_start,
 }
 
 
