@@ -267,20 +267,23 @@ class Worker:
         self.intake.recreate()
 
     async def _run_batch(self, records: list[Record]) -> bool:
-        """Activities run concurrently; the attempts of one activity run in log order.
+        """Activities run concurrently; the tasks of one activity run in log order.
 
         In order, an older attempt still queued behind a crash finishes (or is fenced)
-        before a newer attempt of the same activity starts: never two at once. The
-        activities of one workflow (parallel steps, a fan-out's items) run side by side.
-        False when the worker stopped mid-batch (Redis away): nothing of it may be
-        committed.
+        before a newer attempt of the same activity starts: never two at once; and its
+        status query (``<id>/query/<n>``) or compensation (``<id>/undo``) never runs beside
+        an attempt queued before it, so a query cannot answer "not found" for a write that
+        is about to happen. The activities of one workflow (parallel steps, a fan-out's
+        items) run side by side. False when the worker stopped mid-batch (Redis away):
+        nothing of it may be committed.
         """
         by_activity: dict[tuple[bytes | None, str], list[tuple[Record, Envelope[Any] | None]]]
         by_activity = {}
         for rec in records:
             task = self._decoded(rec)
             aid = task.payload.activity_id if task is not None else ""
-            by_activity.setdefault((rec.key, aid), []).append((rec, task))
+            base = "/".join(aid.split("/", 2)[:2])  # <state>#<visit>/<step>: no "/" inside
+            by_activity.setdefault((rec.key, base), []).append((rec, task))
 
         async def in_order(recs: list[tuple[Record, Envelope[Any] | None]]) -> bool:
             for rec, task in recs:
