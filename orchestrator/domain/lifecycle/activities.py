@@ -260,9 +260,9 @@ def on_fail(d: Decision, p: FailActivity) -> None:
             p.activity_id, p.attempt, p.failure_class, p.error_type, p.message, retry_after
         )
     )
-    if act.parent is not None:
+    if act.parent is not None and p.failure_class != FailureClass.THROTTLED:
         _query_failed(d, d.s.activities[act.activity_id])
-    else:
+    else:  # a throttled status query waits like any throttled attempt
         after_failure(d, d.s.activities[act.activity_id], retry_after)
 
 
@@ -449,12 +449,15 @@ def after_failure(d: Decision, act: ActivityState, retry_after_ms: int = 0) -> N
     """``act`` just failed or timed out (its failure fields say how): what next.
 
     ``retry_after_ms``: the failure asked the next attempt to wait at least this long.
+    A throttled attempt never ran: it goes again, whatever its policy says.
     """
     cls = act.failure_class or FailureClass.TRANSIENT
     error_type, message = act.error_type or "", act.error_message or ""
     step = step_of(d, act)
     policy = step.retry_policy if step is not None else DEFAULT_RETRY
-    if cls == FailureClass.UNKNOWN and step is not None and step.status_query is not None:
+    if cls == FailureClass.THROTTLED:
+        _retry_or_exhaust(d, act, policy, step, retry_after_ms)
+    elif cls == FailureClass.UNKNOWN and step is not None and step.status_query is not None:
         _start_query(d, act, step.status_query)
     elif cls == FailureClass.PERMANENT:
         d.fail_step(act, f"{label(act)} failed permanently: {error_type}: {message}")
@@ -482,9 +485,15 @@ def _retry_or_exhaust(
 ) -> None:
     """Retry transient trouble within the policy's bounds, no earlier than
     ``retry_after_ms``; past them, the step's ``on_exhausted`` decides (dead letter or
-    the failure path)."""
+    the failure path). A throttled attempt (the worker's per-type limits) is dispatched
+    again after exactly ``retry_after_ms``, outside ``max_attempts`` and ``max_elapsed``:
+    it never ran, so it spends no retry."""
     error_type, message = act.error_type or "", act.error_message or ""
     n = act.attempt
+    if act.failure_class == FailureClass.THROTTLED:
+        purpose = TimerPurpose.retry(act.activity_id)
+        d.arm_timer(purpose, purpose.timer_id("", f"{n}"), d.cmd.recorded_at + retry_after_ms)
+        return
     times = "attempt" if n == 1 else "attempts"
     why = f"after {n} {times}"
     if n - act.budget_base < policy.max_attempts:

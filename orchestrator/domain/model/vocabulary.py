@@ -112,11 +112,15 @@ class ActivityStatus(StrEnum):
 
 class FailureClass(StrEnum):
     """How a worker classifies a failed attempt; ``unknown``: a write may or may not
-    have happened (its outcome must be established before anything is written again)."""
+    have happened (its outcome must be established before anything is written again);
+    ``throttled``: the attempt never ran, its activity type was over a per-type limit,
+    and it is dispatched again after ``retry_after_ms`` without spending the retry
+    budget (docs/limits.md, "Per-type limits")."""
 
     TRANSIENT = "transient"
     PERMANENT = "permanent"
     UNKNOWN = "unknown"
+    THROTTLED = "throttled"
 
 
 class TimeoutKind(StrEnum):

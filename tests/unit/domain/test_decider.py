@@ -603,8 +603,8 @@ def test_bad_reports_are_rejected(decider: Decider) -> None:
     with pytest.raises(CommandRejected) as exc:
         h.send(FailActivity("run#1/one", 1, "flaky", "E", "m"))
     assert str(exc.value) == (
-        "failure_class of activity 'run#1/one' must be one of transient, permanent, unknown; "
-        "got 'flaky'"
+        "failure_class of activity 'run#1/one' must be one of transient, permanent, unknown, "
+        "throttled; got 'flaky'"
     )
 
 

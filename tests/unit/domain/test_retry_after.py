@@ -56,11 +56,14 @@ DEFN = WorkflowDefinition(
 
 
 class Run:
-    def __init__(self) -> None:
-        self.d = Decider([DEFN])
+    """One run of ``defn`` driven command by command; ``history`` holds its events."""
+
+    def __init__(self, defn: WorkflowDefinition = DEFN) -> None:
+        self.d = Decider([defn])
         self.state: WorkflowState | None = None
         self.n = 0
-        self.send(StartWorkflow("calls", None, "{}"), T0)
+        self.history: list[Envelope[Any]] = []
+        self.send(StartWorkflow(defn.name, None, "{}"), T0)
 
     def send(self, payload: Any, at: int) -> list[Any]:
         self.n += 1
@@ -68,6 +71,7 @@ class Run:
             f"cmd-{self.n}", "wf-1", "", 0, type(payload).__name__, at, payload
         )
         self.state, events = self.d.handle(self.state, env, now_ms=at)
+        self.history.extend(events)
         return [e.payload for e in events]
 
     @property
