@@ -1,5 +1,6 @@
 """The worker process (``worker``: the loop; ``execution``: one task; ``effects``: the Redis
-effect store) with its LLM steps (``llm/``), and the activity SDK (``sdk/``).
+effect store; ``type_limits``: per-type limits across workers) with its LLM steps
+(``llm/``), and the activity SDK (``sdk/``).
 
 The worker may import the client, the I/O adapters, telemetry, records, the runtime and
 everything below, never another process (the engine runs local steps through ``execution``

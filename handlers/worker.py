@@ -43,6 +43,7 @@ from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe
 from handlers.llm.environment import use_environment
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
+from handlers.type_limits import TypeLimiter
 from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
@@ -137,6 +138,8 @@ class Worker:
         )
         self._stop = threading.Event()
         self.redis_gate = RedisGate(self._stop)
+        # per-type limits (docs/limits.md): a type without any never asks Redis
+        self.limits = TypeLimiter.from_url(settings.redis, settings.topic_prefix, self.redis_gate)
         self._loop = asyncio.new_event_loop()
         self._tracer = tracing.tracer()
         if adapters is None:
@@ -146,6 +149,7 @@ class Worker:
         self.assigned: set[int] = set()
         self.completed = 0
         self.failed = 0
+        self.throttled = 0
         self.dead_letters = 0
         self.commits = 0
         self.commit_failures = 0
@@ -387,6 +391,7 @@ class Worker:
             },
             "completed": self.completed,
             "failed": self.failed,
+            "throttled": self.throttled,
             "dead_letters": self.dead_letters,
         }
 
@@ -481,6 +486,11 @@ class Worker:
             heartbeat_ms=t.heartbeat_ms,
             _send=send_heartbeat,
         )
+        # over a per-type limit: reported throttled, never waited for inside the batch
+        admission = await self.limits.admit(self.app, t)
+        if admission.wait_ms is not None:
+            self.throttled += 1
+            return admission.report(t)
         token = set_current(ctx)
         try:
             if t.report_start:
@@ -517,6 +527,7 @@ class Worker:
             )
         finally:
             reset_current(token)
+            await self.limits.release(admission)
         self.completed += 1
         handler = self.app.handlers.get(t.activity_type)
         version = 0 if handler is None else handler.schema_version

@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
     # the application object
     "KeelApp": "orchestrator.application.app",
     "load_app": "orchestrator.application.app",
+    # per-type limits of an activity (docs/limits.md, "Per-type limits")
+    "RateLimit": "orchestrator.application.activity_limits",
     # definitions: a workflow, its states, steps, transitions and waits
     "WorkflowDefinition": "orchestrator.domain.authoring.definitions",
     "State": "orchestrator.domain.authoring.definitions",
@@ -151,6 +153,7 @@ __all__ = [
     "QueryAnswer",
     "QueryContext",
     "QueryError",
+    "RateLimit",
     "RetryPolicy",
     "RiskRule",
     "RouteError",
@@ -233,6 +236,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     )
     from handlers.sdk.markers import (
         side_effect,
+    )
+    from orchestrator.application.activity_limits import (
+        RateLimit,
     )
     from orchestrator.application.app import (
         KeelApp,

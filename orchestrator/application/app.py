@@ -17,6 +17,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from orchestrator.application.activity_limits import (
+    ActivityLimits,
+    LimitDeclarationError,
+    RateLimit,
+)
 from orchestrator.application.webhook_sources import WebhookSource
 from orchestrator.domain.authoring.definitions import (
     DefinitionError,
@@ -63,6 +68,8 @@ class ActivityHandler:
 
     ``input`` is an instance of ``input_model`` when one is given (else the decoded JSON);
     the return value is validated against ``output_model`` when one is given.
+    ``limits``: what the type may use across all workers (docs/limits.md, "Per-type
+    limits"); None: unlimited.
     """
 
     activity_type: str
@@ -70,6 +77,7 @@ class ActivityHandler:
     input_model: type[BaseModel] | None
     output_model: type[BaseModel] | None
     is_async: bool
+    limits: ActivityLimits | None = None
 
     @property
     def schema_version(self) -> int:
@@ -107,8 +115,18 @@ class KeelApp:
         *,
         input: type[BaseModel] | None = None,
         output: type[BaseModel] | None = None,
+        max_concurrent: int | None = None,
+        rate_limit: RateLimit | str | None = None,
     ) -> Callable[[F], F]:
-        """Decorator registering a sync or async handler for ``activity_type``."""
+        """Decorator registering a sync or async handler for ``activity_type``.
+
+        ``max_concurrent`` and ``rate_limit`` (a :class:`RateLimit` or ``"10/min"``) bound
+        the type across every worker (docs/limits.md, "Per-type limits").
+        """
+        try:
+            limits = ActivityLimits.declare(activity_type, max_concurrent, rate_limit)
+        except LimitDeclarationError as exc:
+            raise AppError(str(exc)) from None
 
         def register(fn: F) -> F:
             existing = self.handlers.get(activity_type)
@@ -121,6 +139,7 @@ class KeelApp:
                 input_model=input,
                 output_model=output,
                 is_async=inspect.iscoroutinefunction(fn),
+                limits=limits,
             )
             return fn
 

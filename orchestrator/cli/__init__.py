@@ -25,6 +25,7 @@ from orchestrator.cli import (
     connector,
     dlq,
     human_task_commands,
+    limits_view,
     sagas,
     schedule_commands,
     schemas,
@@ -57,6 +58,7 @@ app.command("worker")(services.worker)
 app.command("projector")(services.projector)
 app.command("sagas")(sagas.sagas)
 app.command("connector")(connector.connector)
+app.command("workers")(limits_view.workers)
 
 
 def _add_tools(app: typer.Typer) -> None:

@@ -48,6 +48,7 @@ ONE_SHOT: dict[str, list[str]] = {
     "projections rebuild": [],
     "projections status": [],
     "dlq list": [],
+    "workers": [],
     "dlq redrive": ["letter-1"],
     "dlq discard": ["letter-1", "--reason", "seen"],
     "human-tasks list": [],

@@ -67,6 +67,7 @@ PUBLIC_NAMES = {
     # the application object
     "KeelApp",
     "load_app",
+    "RateLimit",
     # definitions and the words they are written in
     "WorkflowDefinition",
     "State",

@@ -16,6 +16,9 @@ space     keys                                              rebuilt by / lifetim
           closes a letter (a redrive or a discard)
 ``llm``   ``llm:call:<i>:<K>`` raw model responses,         never cleared; TTL
           ``llm:start|wait:<K>``, ``llm:cache:<hash>``
+``lim``   ``lim:conc:<type>`` leases, ``lim:rate:<type>``    never cleared; purged as
+          starts, ``lim:rsv:<K>`` reservations (per-type     they expire, TTL
+          limits, ``handlers/type_limits.py``)
 ========  ===============================================  ==========================
 
 The read model also holds ``rm:rebuild:lock``, ``rm:rebuild:epoch`` (a rebuild's lock and
@@ -82,6 +85,19 @@ class Keyspace:
     def llm(self) -> str:
         """The prefix of the LLM node keys (``handlers/llm/store.py`` builds the rest)."""
         return f"{self.root}:llm"
+
+    # -- per-type limits of activities (never cleared; entries expire) -------------------
+    def concurrency(self, activity_type: str) -> str:
+        """The leases of running attempts of ``activity_type``, scored by expiry."""
+        return f"{self.root}:lim:conc:{activity_type}"
+
+    def rate(self, activity_type: str) -> str:
+        """The starts (granted or reserved) of ``activity_type``, scored by when they end."""
+        return f"{self.root}:lim:rate:{activity_type}"
+
+    def reservation(self, idempotency_key: str) -> str:
+        """The start slot reserved for the next attempt of one logical attempt."""
+        return f"{self.root}:lim:rsv:{idempotency_key}"
 
     # -- dead-letter redrives and discards ----------------------------------------------
     def redriven(self, letter_id: str) -> str:

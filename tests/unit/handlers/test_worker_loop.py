@@ -93,7 +93,7 @@ def boom(inp: dict[str, Any]) -> dict[str, Any]:
 
 
 class Rig:
-    def __init__(self, tmp_path, **worker_kw: Any) -> None:
+    def __init__(self, tmp_path, application: KeelApp = app, **worker_kw: Any) -> None:
         postings.clear()
         self.settings = Settings(
             topic_prefix="mem",
@@ -108,7 +108,7 @@ class Rig:
         self.effects = MemoryEffects()
         self.worker = Worker(
             self.settings,
-            app,
+            application,
             adapters=(self.intake, MemoryOutcomeSink(self.broker)),
             effects=self.effects,
             **worker_kw,
