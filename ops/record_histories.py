@@ -288,6 +288,20 @@ class Recorder:
         self.wait(wf, "completed")
         return [wf]
 
+    def children(self) -> list[str]:
+        """A parent mapping child runs over its input (docs/child-workflows.md), and a
+        parent cancelled while its children wait, which cancels them."""
+        done = self.start("batch-children", "checks_batch", {"numbers": [2, 3, 4]})
+        self.wait(done, "completed")
+        timers = self.start("batch-cancelled", "timers_batch", {"seconds": [600, 600]})
+        kids = [f"{timers}:run.1.timers.{i}" for i in range(2)]
+        for kid in kids:
+            self.wait_status(kid, "waiting")
+        self.client.cancel(timers, reason="withdrawn")
+        for wf in (timers, *kids):
+            self.wait(wf, "cancelled")
+        return [done, *(f"{done}:run.1.checks.{i}" for i in range(3)), timers, *kids]
+
 
 def _trip(trip: str, card: str) -> dict[str, Any]:
     return {"trip": trip, "card": card, "amount": 420.0}
@@ -311,6 +325,7 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "schedules": Recorder.schedules,
     "fan_out": Recorder.fan_out,
     "signal_with_start": Recorder.signal_with_start,
+    "children": Recorder.children,
 }
 
 

@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     # the vocabulary a definition is written in (each member equals its string)
     "OnUnknown": "orchestrator.domain.model.vocabulary",
     "ItemFailurePolicy": "orchestrator.domain.model.vocabulary",
+    "ParentClosePolicy": "orchestrator.domain.model.vocabulary",
     "OnExhausted": "orchestrator.domain.model.vocabulary",
     "OnCancel": "orchestrator.domain.model.vocabulary",
     "OnExpiry": "orchestrator.domain.model.vocabulary",
@@ -146,6 +147,7 @@ __all__ = [
     "OnInvalid",
     "OnUnknown",
     "OutcomeUnknownError",
+    "ParentClosePolicy",
     "PermanentError",
     "Pricing",
     "PromptTemplate",
@@ -318,6 +320,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
         OnExhausted,
         OnExpiry,
         OnUnknown,
+        ParentClosePolicy,
         WorkflowStatus,
     )
     from orchestrator.trust.sealing import (

@@ -250,11 +250,12 @@ class KeelApp:
         return definition
 
     def check(self) -> None:
-        """Every step's activity type and status query has a handler here or is declared."""
+        """Every step's activity type and status query has a handler here or is declared
+        (a child-workflow step's run is started by the orchestrator, not a handler)."""
         available = set(self.handlers) | self.external_activities
         for definition in self.definitions.values():
             for step in definition.steps_by_name.values():
-                if step.activity not in available:
+                if step.activity not in available and step.child_workflow is None:
                     raise UnknownActivityError(
                         f"{definition.label}: step '{step.name}' uses activity "
                         f"'{step.activity}', which has no handler and is not declared "

@@ -134,6 +134,17 @@ def show(
         console.print(f"needs attention: {view['attention_reason']}", markup=False)
     if view.get("continued_as_new"):
         console.print(f"run: {view['run_id']} (continued as new)", markup=False)
+    if view.get("parent"):
+        parent = view["parent"]
+        console.print(
+            f"parent: {parent['workflow_id']} (its activity {parent['activity_id']})", markup=False
+        )
+    for c in view.get("children") or []:
+        console.print(
+            f"child: {c['workflow_id']} ({c['workflow']}, {c['status'] or 'not started yet'}) "
+            f"for activity {c['activity_id']}",
+            markup=False,
+        )
     for t in view.get("human_tasks") or []:
         decided = f" by {t['actor']}" if t.get("actor") else ""
         console.print(

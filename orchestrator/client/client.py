@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from orchestrator.application.app import KeelApp
 from orchestrator.client.query_answers import QueryAnswer, answer_query
+from orchestrator.client.run_links import children_of, parent_of
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
@@ -498,6 +499,7 @@ class KeelClient:
         found = self.projection.get(workflow_id)
         if found is None:
             raise NotFoundError(f"workflow '{workflow_id}' does not exist")
+        history = self.projection.history(workflow_id)
         return {
             "workflow_id": workflow_id,
             "name": found["name"],
@@ -511,8 +513,10 @@ class KeelClient:
             "attention_reason": found["attention_reason"],
             "continued_as_new": found["run_base_seq"] > 0,
             "human_tasks": found["human_tasks"],
-            "history": self.projection.history(workflow_id),
+            "history": history,
             "llm": self.projection.llm_usage(workflow_id),
+            "parent": parent_of(history),
+            "children": children_of(history, self.projection.statuses),
         }
 
     @property

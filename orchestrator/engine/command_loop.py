@@ -46,6 +46,12 @@ from orchestrator.domain.model.messages import (
     StartWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState
+from orchestrator.engine.child_runs import (
+    abandoned_children,
+    child_start,
+    is_child,
+    parent_report,
+)
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
@@ -489,6 +495,7 @@ class CommandLoop:
             (("traceparent", traceparent.encode()),) if traceparent else ()
         )
         key = wf.encode()
+        definition_for = ctx.decider.definition_for
         outs: list[Out] = []
         local: list[LocalRun] = []
         sent: list[_Sent] | None = [] if self._sent is not None else None
@@ -515,7 +522,9 @@ class CommandLoop:
                     on_delivered,
                 )
             )
-            if isinstance(ev.payload, ActivityScheduled):
+            if isinstance(ev.payload, ActivityScheduled) and is_child(ev.payload.activity_type):
+                outs.append(self._command(child_start(definition_for, new_state, ev, now)))
+            elif isinstance(ev.payload, ActivityScheduled):
                 run = self._plan_local(p, new_state, ev)
                 if run is not None:
                     local.append(run)
@@ -523,6 +532,10 @@ class CommandLoop:
                     outs.append(self._task(ev, key, headers, now))
             elif isinstance(ev.payload, ActivityDeadLettered):
                 outs.append(self._activity_letter(ev, key, now))
+            elif (report := parent_report(new_state, ev, now)) is not None:
+                outs.append(self._command(report))
+        stopped = abandoned_children(definition_for, state, new_state, events[-1], now)
+        outs.extend(self._command(cancel) for cancel in stopped)
         if sent and self._sent is not None:  # all encoded and checked: they will be sent
             self._sent.extend(sent)
         ctx.stats.events += len(events)
@@ -577,6 +590,11 @@ class CommandLoop:
         self.ctx.stats.tasks += 1
         value = check_record_size(self.ctx.codec.encode(task), f"task {s.activity_id}")
         return Out(self.ctx.topics.activity_tasks, value, key, None, headers)
+
+    def _command(self, cmd: Envelope[Any]) -> Out:
+        """A command another run is sent (docs/child-workflows.md), keyed by that run."""
+        value = check_record_size(self.ctx.codec.encode(cmd), f"command {cmd.message_id}")
+        return Out(self.ctx.topics.commands, value, cmd.workflow_id.encode())
 
     def _activity_letter(self, ev: Envelope[Any], key: bytes, now: int) -> Out:
         """An activity past its bounds: a keel.dlq record an operator can list and redrive."""

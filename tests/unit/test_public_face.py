@@ -86,6 +86,7 @@ PUBLIC_NAMES = {
     "QueryError",
     "OnUnknown",
     "ItemFailurePolicy",
+    "ParentClosePolicy",
     "OnExhausted",
     "OnCancel",
     "OnExpiry",

@@ -7,6 +7,7 @@ a step that retries unknown outcomes blindly, a fan-out without a list, ...).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,13 @@ from orchestrator.domain.authoring.upcasting import (
 from orchestrator.domain.authoring.waits import Duration, duration_ms
 from orchestrator.domain.model.errors import DefinitionError
 from orchestrator.domain.model.fingerprint import callable_fingerprint
+from orchestrator.domain.model.keys import CHILD_ACTIVITY_PREFIX
 from orchestrator.domain.model.limits import MAX_FAN_OUT_ITEMS
 from orchestrator.domain.model.vocabulary import (
     ItemFailurePolicy,
     OnExhausted,
     OnUnknown,
+    ParentClosePolicy,
     TimeoutKind,
 )
 
@@ -35,11 +38,14 @@ __all__ = [
     "ITEM_FAILURE_POLICIES",
     "ON_EXHAUSTED",
     "ON_UNKNOWN",
+    "PARENT_CLOSE_POLICIES",
     "TIMEOUT_KINDS",
     "Step",
     "compensation_step",
     "validate_step",
 ]
+
+_WORKFLOW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 #: The activity timeouts a step may declare (docs/activities.md), in the order they can fire.
 TIMEOUT_KINDS: tuple[TimeoutKind, ...] = tuple(TimeoutKind)
@@ -79,6 +85,9 @@ class Step:
     under an older ``schema_version`` of it is upgraded by its upcasters when read
     (``ctx.results``; docs/schema-evolution.md).
 
+    :meth:`child` makes it a child-workflow step (docs/child-workflows.md): it starts a run
+    of another workflow and completes with that run's output, or fails with its failure.
+
     ``for_each`` makes it a fan-out (docs/fan-out.md): a function of the context
     returning the list of inputs, one logical activity per item (its own idempotency
     key), at most ``max_concurrency`` in flight, the step's result the list of item
@@ -106,6 +115,43 @@ class Step:
     max_concurrency: int | None = None
     on_item_failure: ItemFailurePolicy | str = ItemFailurePolicy.FAIL_FAST
     tolerate: int = 0
+    child_version: int | None = None
+    parent_close: ParentClosePolicy | str = ParentClosePolicy.CANCEL
+    child_id: Callable[[Context], str] | None = None
+
+    @classmethod
+    def child(
+        cls,
+        name: str,
+        workflow: str,
+        *,
+        version: int | None = None,
+        input: Callable[[Context], Any] | None = None,
+        workflow_id: Callable[[Context], str] | None = None,
+        parent_close: ParentClosePolicy | str = ParentClosePolicy.CANCEL,
+        **options: Any,
+    ) -> Step:
+        """A step running a child run of ``workflow`` (latest ``version`` when None) with
+        ``input`` (default: the parent's input), as workflow id ``workflow_id(ctx)`` or
+        one derived from the parent's; ``parent_close`` says what a child still going
+        gets when the parent stops awaiting it. ``options``: ``after``, ``output`` and
+        the fan-out options (one child per item)."""
+        return cls(
+            name,
+            CHILD_ACTIVITY_PREFIX + workflow,
+            input=input,
+            child_version=version,
+            child_id=workflow_id,
+            parent_close=parent_close,
+            **options,
+        )
+
+    @property
+    def child_workflow(self) -> str | None:
+        """The workflow a child-workflow step starts (None: an activity step)."""
+        if not self.activity.startswith(CHILD_ACTIVITY_PREFIX):
+            return None
+        return self.activity[len(CHILD_ACTIVITY_PREFIX) :]
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
@@ -163,6 +209,12 @@ class Step:
             out["irreversible"] = True
         if self.output is not None:
             out["output"] = describe_model(self.output)
+        if self.child_workflow is not None:
+            out["child"] = {
+                "version": self.child_version,
+                "parent_close": str(self.parent_close),
+                "workflow_id": callable_fingerprint(self.child_id),
+            }
         if self.for_each is not None:
             out["for_each"] = {
                 "items": callable_fingerprint(self.for_each),
@@ -227,6 +279,10 @@ def validate_step(where: str, step: Step) -> None:
         check_upcasters(step.output, f"{what}: output")
     if step.for_each is not None or step.max_concurrency is not None:
         validate_fan_out(what, step)
+    if step.child_workflow is not None:
+        validate_child(what, step)
+    elif step.child_id is not None or step.child_version is not None:
+        raise DefinitionError(f"{what}: workflow_id and version are for Step.child steps")
 
 
 #: What a fan-out's item that fails for good may lead to.
@@ -268,3 +324,38 @@ def validate_fan_out(what: str, step: Step) -> None:
         raise DefinitionError(f"{what}: tolerate must be an int >= 1; got {n!r}")
     if n and not tolerating:
         raise DefinitionError(f"{what}: tolerate={n} needs on_item_failure='tolerate'")
+
+
+#: What a child run still going may get when its parent stops awaiting it.
+PARENT_CLOSE_POLICIES: tuple[ParentClosePolicy, ...] = tuple(ParentClosePolicy)
+
+
+def validate_child(what: str, step: Step) -> None:
+    """A child run is one attempt the child's own definition governs: no retries,
+    timeouts, status query or compensation of its own in the parent."""
+    name = step.child_workflow or ""
+    if not _WORKFLOW_NAME.fullmatch(name):
+        raise DefinitionError(f"{what}: invalid child workflow name {name!r}")
+    own = {
+        "retry": step.retry is not None,
+        "timeouts": any(getattr(step, k) is not None for k in TIMEOUT_KINDS),
+        "status_query": step.status_query is not None,
+        "compensation": step.compensation is not None,
+        "local": step.local,
+    }
+    given = [k for k, v in own.items() if v]
+    if given:
+        raise DefinitionError(
+            f"{what}: a child workflow step takes no {', '.join(given)} (the child's "
+            "definition governs its run; docs/child-workflows.md)"
+        )
+    if step.parent_close not in PARENT_CLOSE_POLICIES:
+        raise DefinitionError(
+            f"{what}: parent_close must be one of {', '.join(PARENT_CLOSE_POLICIES)}; "
+            f"got {step.parent_close!r}"
+        )
+    if step.child_id is not None and (step.for_each is not None or not callable(step.child_id)):
+        raise DefinitionError(
+            f"{what}: workflow_id must be a function of the context, and a fan-out's "
+            "children take derived ids"
+        )

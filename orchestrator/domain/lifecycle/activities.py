@@ -42,7 +42,7 @@ from orchestrator.domain.authoring.definitions import (
 )
 from orchestrator.domain.model.errors import CommandRejected, HistoryError, LimitExceededError
 from orchestrator.domain.model.fingerprint import canonical_json
-from orchestrator.domain.model.keys import idempotency_key
+from orchestrator.domain.model.keys import child_workflow_id, idempotency_key
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
@@ -371,11 +371,17 @@ def _operator_target(d: Decision, activity_id: str, status: str, what: str) -> A
 # -- attempts, timeouts and failures ----------------------------------------------------------
 
 
-def schedule_step(d: Decision, step: Step, activity_id: str, input_json: str) -> None:
-    """The first attempt of a step's activity (a new logical attempt, a new key)."""
+def schedule_step(
+    d: Decision, step: Step, activity_id: str, input_json: str, key: str | None = None
+) -> None:
+    """The first attempt of a step's activity (a new logical attempt, a new key); a
+    child-workflow step's key is the child's workflow id (``key``, or derived)."""
     check_computed(input_json, f"state '{d.s.current_state}': input of step '{step.name}'")
     logical = d.s.logical_attempts.get(step.activity, 0) + 1
-    key = idempotency_key(d.s.workflow_id, step.activity, logical)
+    if step.child_workflow is not None:
+        key = key or child_workflow_id(d.s.workflow_id, activity_id)
+    else:
+        key = idempotency_key(d.s.workflow_id, step.activity, logical)
     dispatch(d, step, step.name, activity_id, step.activity, input_json, logical, 1, key)
 
 
@@ -581,7 +587,7 @@ def _query_failed(d: Decision, query: ActivityState) -> None:
     parent = query.parent or ""
     cls, error_type = query.failure_class, query.error_type or ""
     n = query.attempt
-    if cls != FailureClass.PERMANENT and n < QUERY_RETRY.max_attempts:
+    if cls != FailureClass.PERMANENT and n - query.budget_base < QUERY_RETRY.max_attempts:
         delay = retry_delay_ms(QUERY_RETRY, d.s.workflow_id, query.activity_id, n)
         purpose = TimerPurpose.retry(query.activity_id)
         d.arm_timer(purpose, purpose.timer_id("", f"{n}"), d.cmd.recorded_at + delay)

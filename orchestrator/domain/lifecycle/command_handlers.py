@@ -29,6 +29,7 @@ from orchestrator.domain.authoring import migrations
 from orchestrator.domain.authoring.definitions import (
     SignalWait,
     State,
+    Step,
     TimerWait,
     WorkflowDefinition,
     canonical_json,
@@ -60,6 +61,7 @@ from orchestrator.domain.model.errors import (
     format_validation_error,
 )
 from orchestrator.domain.model.frozen_init import replace
+from orchestrator.domain.model.ids import check_workflow_id
 from orchestrator.domain.model.keys import is_compensation
 from orchestrator.domain.model.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
 from orchestrator.domain.model.messages import (
@@ -131,7 +133,13 @@ def decide(
         d = Decision(lookup, defn, None, cmd, now_ms, cmd.message_id, task_token_hash)
         d.emit(
             WorkflowStarted(
-                defn.name, defn.version, defn.digest, p.input_json, defn.input_schema_version
+                defn.name,
+                defn.version,
+                defn.digest,
+                p.input_json,
+                defn.input_schema_version,
+                start.parent_workflow_id,  # a child run's parent (docs/child-workflows.md)
+                start.parent_activity_id,
             )
         )
         d.enter(defn.initial)
@@ -436,7 +444,15 @@ class Decision:
                 input_json = self.use(
                     value, canonical_json, f"input of step '{step.name}' is not JSON"
                 )
-            activities.schedule_step(self, step, aid, input_json)
+            activities.schedule_step(self, step, aid, input_json, self._child_id(step))
+
+    def _child_id(self, step: Step) -> str | None:
+        """The workflow id a child step's ``workflow_id`` function gives (checked)."""
+        if step.child_id is None:
+            return None
+        what = f"workflow_id of child step '{step.name}'"
+        child_id: str = self.use(self.call(step.child_id, what), check_workflow_id, what)
+        return child_id
 
     def fail_step(self, act: ActivityState, reason: str) -> None:
         """The repair path: the state's ``on_failure`` transition, else the run fails

@@ -31,7 +31,7 @@ from orchestrator.domain.lifecycle.command_handlers import (
 )
 from orchestrator.domain.lifecycle.human_tasks import TaskTokenHash
 from orchestrator.domain.lifecycle.refusals import MAX_REFUSAL_CHARS, describe_command
-from orchestrator.domain.model.errors import CommandRejected, HistoryError
+from orchestrator.domain.model.errors import CommandRejected, DefinitionError, HistoryError
 from orchestrator.domain.model.messages import (
     ActivityRedriven,
     ActivityResolved,
@@ -115,6 +115,7 @@ class Decider:
         defs = definitions.values() if isinstance(definitions, Mapping) else definitions
         self.definitions = index_definitions(defs)
         self.task_token_hash = task_token_hash
+        _check_children(self.definitions)
 
     def decide(self, state: WorkflowState | None, command: Envelope[Any]) -> list[Event]:
         """The events ``command`` causes (``[]`` for duplicates); raises CommandRejected."""
@@ -235,3 +236,18 @@ class Decider:
                 "which this application does not define"
             )
         return found
+
+
+def _check_children(definitions: Mapping[tuple[str, int], WorkflowDefinition]) -> None:
+    """Every child-workflow step starts a workflow of this set (else a parent would wait
+    for a child no orchestrator can start): ``DefinitionError`` naming the step."""
+    for defn in definitions.values():
+        for step in defn.steps_by_name.values():
+            child, version = step.child_workflow, step.child_version
+            if child is None or any(n == child and version in (None, v) for n, v in definitions):
+                continue
+            wanted = f"'{child}'" + (f" v{version}" if version is not None else "")
+            raise DefinitionError(
+                f"{defn.label}: step '{step.name}' starts child workflow {wanted}, which "
+                "this application does not define"
+            )

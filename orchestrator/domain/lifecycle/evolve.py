@@ -7,10 +7,9 @@ folding a history, or deciding a command that emits thousands of events, is line
 the number of events.
 
 ``evolve`` reads the definition in two places only: on ``StateEntered`` it learns the
-state's step names and wait, so "all steps done", "the wait began" and "an inbox signal
-was consumed" follow from the events without extra event types; on ``ActivityTimedOut``
-it learns whether the step has a status query (the timeout then leaves the outcome
-unknown).
+state's step names and wait ("all steps done", "the wait began" and "an inbox signal was
+consumed" then follow from the events); on ``ActivityTimedOut`` whether the step has a
+status query (the timeout then leaves the outcome unknown).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from orchestrator.domain.authoring.definitions import (
 from orchestrator.domain.lifecycle import compensation, fan_out, human_tasks, refusals, signals
 from orchestrator.domain.lifecycle.activities import QUERY_SEP, TIMEOUT_ERROR_TYPES, query_outcome
 from orchestrator.domain.lifecycle.missing_versions import VERSION_MISSING
+from orchestrator.domain.lifecycle.run_starts import continued, started
 from orchestrator.domain.model.errors import HistoryError
 from orchestrator.domain.model.frozen_init import replace
 from orchestrator.domain.model.keys import is_compensation
@@ -91,59 +91,6 @@ DefinitionLookup = Callable[[WorkflowState], WorkflowDefinition]
 Applier = Callable[[DefinitionLookup, WorkflowState, Any, Envelope[Any]], None]
 
 _A = ActivityStatus
-
-
-def started(event: Envelope[Any]) -> WorkflowState:
-    """The state a run's first event creates."""
-    p = event.payload
-    if not isinstance(p, WorkflowStarted):
-        raise HistoryError(
-            f"workflow '{event.workflow_id}': history starts with {event.type} "
-            f"(seq {event.seq}), not WorkflowStarted"
-        )
-    return WorkflowState(
-        workflow_id=event.workflow_id,
-        run_id=event.run_id,
-        name=p.name,
-        version=p.version,
-        digest=p.definition_digest,
-        input_json=p.input_json,
-        seq=event.seq,
-        started_at=event.recorded_at,
-        updated_at=event.recorded_at,
-        input_schema_version=p.input_schema_version,
-    )
-
-
-def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any]) -> WorkflowState:
-    """The fresh state of the run ``event`` starts, carrying forward only what a later
-    command needs: seen command ids, undelivered signals and closed correlations,
-    the latest human tasks (a repeated decision is answered from them), the ids of
-    every signal command (a webhook re-sent days later is still a duplicate), and the
-    logical-attempt counters, so no idempotency key of an earlier run is issued again
-    (docs/activities.md)."""
-    seen = n.seen_commands
-    if event.causation_id is not None:
-        seen = remember_command(seen, event.causation_id)
-    return WorkflowState(
-        workflow_id=n.workflow_id,
-        run_id=p.new_run_id,
-        name=n.name,
-        version=n.version,
-        digest=n.digest,
-        input_json=p.input_json,
-        seq=event.seq,
-        inbox=n.inbox,
-        correlated_inbox=n.correlated_inbox,
-        closed_correlations=n.closed_correlations,
-        human_tasks=dict(n.human_tasks),
-        seen_commands=seen,
-        signal_commands=n.signal_commands,
-        logical_attempts=dict(n.logical_attempts),
-        run_base_seq=event.seq,
-        started_at=event.recorded_at,
-        updated_at=event.recorded_at,
-    )
 
 
 def evolve(
@@ -347,6 +294,7 @@ def _failed(
     if _is_late(old, p.attempt):
         _record_late(n, old, p.attempt)
         return
+    throttled = p.failure_class == FailureClass.THROTTLED  # it never ran: nothing spent
     n.mut_activities()[p.activity_id] = replace(
         old,
         status=_A.FAILED,
@@ -356,6 +304,8 @@ def _failed(
         error_message=p.message,
         heartbeat_count=0,
         last_heartbeat=None,
+        budget_base=old.budget_base + throttled,
+        first_dispatch_at=old.first_dispatch_at + (p.retry_after_ms if throttled else 0),
     )
     n.mut_in_flight().discard(p.activity_id)
     _drop_activity_timers(n, p.activity_id)

@@ -8,11 +8,14 @@ can never share a key, which is what lets a handler's effect store trust it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from urllib.parse import quote, unquote
 
 __all__ = [
+    "CHILD_ACTIVITY_PREFIX",
     "COMPENSATION_SUFFIX",
+    "child_workflow_id",
     "compensated_activity",
     "compensation_id",
     "idempotency_key",
@@ -21,6 +24,26 @@ __all__ = [
 ]
 
 _SEP = "/"
+#: The activity type of a child-workflow step is this prefix and the child's workflow
+#: name; its idempotency key is the child's workflow id (docs/child-workflows.md).
+CHILD_ACTIVITY_PREFIX = "keel.child:"
+#: A derived child id longer than an id may be is cut and made unique by this many hex
+#: digits of the sha256 of the whole.
+_CHILD_HASH_DIGITS = 32
+_MAX_CHILD_ID = 200
+
+
+def child_workflow_id(parent_workflow_id: str, activity_id: str) -> str:
+    """The derived workflow id of the child run an activity of a parent starts:
+    ``<parent>:<state>.<visit>.<step>[.<item>]``, within the id rule (docs/limits.md)."""
+    tail = activity_id.replace("#", ".").replace("/", ".").replace("[", ".").rstrip("]")
+    wid = f"{parent_workflow_id}:{tail}"
+    if len(wid) <= _MAX_CHILD_ID:
+        return wid
+    digest = hashlib.sha256(wid.encode()).hexdigest()[:_CHILD_HASH_DIGITS]
+    return f"{wid[: _MAX_CHILD_ID - _CHILD_HASH_DIGITS - 1]}:{digest}"
+
+
 #: A compensation's activity id is ``<activity id of the effect it undoes>/undo``.
 COMPENSATION_SUFFIX = "/undo"
 

@@ -34,12 +34,15 @@ from orchestrator.domain.model.saga_messages import (
 
 @dataclass(frozen=True, slots=True)
 class StartWorkflow:
-    """Start a run of definition ``name`` (latest version when ``version`` is None)."""
+    """Start a run of definition ``name`` (latest version when ``version`` is None);
+    a child run names its parent and the parent's activity that awaits it."""
 
     KIND: ClassVar[str] = "command"
     name: str
     version: int | None
     input_json: str
+    parent_workflow_id: str | None = None
+    parent_activity_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,9 @@ class WorkflowStarted:
     input_json: str
     #: Version of the input schema the input was accepted under (0: unversioned).
     input_schema_version: int = 0
+    #: A child run's parent workflow and the parent's activity awaiting it (None: none).
+    parent_workflow_id: str | None = None
+    parent_activity_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,6 +171,9 @@ class WorkflowState:
     compensation: CompensationState | None = None
     #: Each fan-out step's latest visit, by step name (docs/fan-out.md).
     fan_outs: dict[str, FanOutState] = field(default_factory=dict)
+    #: A child run's parent and the parent's activity awaiting it (docs/child-workflows.md).
+    parent_workflow_id: str | None = None
+    parent_activity_id: str | None = None
     started_at: int = 0
     updated_at: int = 0
     #: Schema version the input was accepted under (0: unversioned; docs/schema-evolution.md).
@@ -238,6 +241,8 @@ class WorkflowState:
             cancel_reason=self.cancel_reason,
             started_at=self.started_at,
             updated_at=self.updated_at,
+            parent_workflow_id=self.parent_workflow_id,
+            parent_activity_id=self.parent_activity_id,
         )
 
     # -- ownership --------------------------------------------------------------------
@@ -402,6 +407,8 @@ class WorkflowState:
             d["signal_commands"] = list(self.signal_commands)
         if self.fan_outs:
             d["fan_outs"] = {k: slots_dict(v) for k, v in self.fan_outs.items()}
+        if self.parent_workflow_id is not None:
+            d["parent"] = [self.parent_workflow_id, self.parent_activity_id]
         if self.compensation is not None:
             c = self.compensation
             d["compensation"] = {
@@ -469,6 +476,8 @@ class WorkflowState:
             signal_commands=dict.fromkeys(d.get("signal_commands", ())),
             compensation=compensation_from(d.get("compensation")),
             fan_outs={k: fan_out_from(v) for k, v in d.get("fan_outs", {}).items()},
+            parent_workflow_id=d.get("parent", (None, None))[0],
+            parent_activity_id=d.get("parent", (None, None))[1],
             started_at=d["started_at"],
             updated_at=d["updated_at"],
         )

@@ -22,6 +22,7 @@ __all__ = [
     "OnCancel",
     "OnExhausted",
     "OnExpiry",
+    "ParentClosePolicy",
     "PurposeKind",
     "Resolution",
     "TimeoutKind",
@@ -153,6 +154,15 @@ class OnUnknown(StrEnum):
 
     ATTENTION = "attention"
     RETRY = "retry"
+
+
+class ParentClosePolicy(StrEnum):
+    """What becomes of a child run still going when its parent stops awaiting it (the
+    parent ended, was cancelled or left the state; docs/child-workflows.md): ``cancel``
+    sends it a cancel (it compensates as its definition says), ``abandon`` lets it run."""
+
+    CANCEL = "cancel"
+    ABANDON = "abandon"
 
 
 class ItemFailurePolicy(StrEnum):

@@ -466,6 +466,17 @@ class Projection:
         raw = self._call(lambda: self.r.lrange(self.k_history(wf), 0, -1))
         return [mask(json.loads(x)) for x in raw]
 
+    def statuses(self, ids: list[str]) -> list[str | None]:
+        """The status of each workflow id (None: not in the read model), in one round trip."""
+
+        def read() -> list[str | None]:
+            pipe = self.r.pipeline(transaction=False)
+            for wf in ids:
+                pipe.hget(self.k_wf(wf), "status")
+            return [None if st is None else str(st) for st in pipe.execute()]
+
+        return self._call(read)
+
     def mark_error(self, wf: str, reason: str) -> None:
         """Note on the workflow's row that the projector skipped one of its events."""
         self.r.hset(self.k_wf(wf), "projection_error", reason)

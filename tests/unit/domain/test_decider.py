@@ -251,10 +251,10 @@ def test_duplicate_start_writes_nothing(decider: Decider) -> None:
             "nope",
             None,
             "{}",
-            "unknown workflow 'nope'; known workflows: broken, document_review, flaky, "
+            "unknown workflow 'nope'; known workflows: broken, checks_batch, document_review, flaky, "
             "invoice_batch, invoice_posting, invoice_posting_patient, parallel_checks, paused, "
             "payment_approval, signalled, slow_step, strict_timeout, three_step, timer_demo, "
-            "travel_booking",
+            "timers_batch, travel_booking",
         ),
         (
             "three_step",

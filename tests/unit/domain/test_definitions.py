@@ -316,9 +316,9 @@ def test_app_errors_are_clear() -> None:
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("nope", None, {})
     assert str(exc.value) == (
-        "unknown workflow 'nope'; known workflows: document_review, invoice_batch, invoice_posting, "
-        "invoice_posting_patient, parallel_checks, payment_approval, slow_step, three_step, "
-        "timer_demo, travel_booking"
+        "unknown workflow 'nope'; known workflows: checks_batch, document_review, invoice_batch, "
+        "invoice_posting, invoice_posting_patient, parallel_checks, payment_approval, slow_step, "
+        "three_step, timer_demo, timers_batch, travel_booking"
     )
     # Keel's built-ins (keel.schedule) are left out of the list: they are not started by name
     from orchestrator.domain.authoring.definitions import resolve_definition
@@ -327,7 +327,7 @@ def test_app_errors_are_clear() -> None:
     with pytest.raises(UnknownWorkflowError) as exc:
         resolve_definition(with_builtin, "nope", None)
     assert "keel.schedule" not in str(exc.value)
-    assert str(exc.value).endswith("three_step, timer_demo, travel_booking")
+    assert str(exc.value).endswith("three_step, timer_demo, timers_batch, travel_booking")
     with pytest.raises(UnknownWorkflowError) as exc:
         app.validate_start("three_step", 2, {})
     assert str(exc.value) == "unknown version 2 of workflow 'three_step'; known versions: 1"

@@ -63,6 +63,7 @@ LAYERS: dict[str, float] = {
     "missing_versions": 5.8,
     "compensation": 5.7,
     "fan_out": 5.6,
+    "run_starts": 5.9,
     "evolve": 6,
     "command_handlers": 7,
     "decider": 8,

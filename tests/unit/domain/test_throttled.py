@@ -7,8 +7,6 @@ invariants (``orchestrator/domain/history/invariants.py``).
 
 from __future__ import annotations
 
-import pytest
-
 from orchestrator.domain import RetryPolicy, State, Step, WorkflowDefinition
 from orchestrator.domain.history.invariants import check_history
 from orchestrator.domain.model.messages import (
@@ -81,11 +79,6 @@ def test_a_real_failure_still_meets_the_policy() -> None:
     assert any(isinstance(e, ActivityDeadLettered) for e in events)  # on_exhausted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs evolve._failed to add the throttled attempt to budget_base and its wait "
-    "to first_dispatch_at (docs/limits.md, 'Per-type limits')",
-)
 def test_a_real_failure_after_throttles_has_the_whole_budget() -> None:
     run = Run(_defn(RetryPolicy(max_attempts=2, initial_interval_ms=100)))
     timer = run.throttle(1, T0 + 10, 100)
