@@ -299,11 +299,8 @@ class KeelClient:
         already showed the workflow (then joined or refused as above, nothing sent).
         """
         wf = check_workflow_id(workflow_id) if workflow_id is not None else None
-        value = input_value(input_obj, f"input for {self.app.get(name, version).label}")
-        definition = self.app.validate_start(name, version, value)
+        definition, value, input_json = self._start_input(name, version, input_obj)
         wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
-        sealed = self.sealed_input(definition.input_model, value)
-        input_json = json.dumps(sealed, separators=(",", ":"), sort_keys=True)
         command = StartWorkflow(definition.name, definition.version, input_json)
         if confirm_timeout_s is None:
             existing = self.projection.get(wf)
@@ -326,6 +323,16 @@ class KeelClient:
         if run_id != mid:
             run_id = self._join(wf, definition.name, value)
         return StartResult(wf, run_id, existed=run_id != mid)
+
+    def _start_input(
+        self, name: str, version: int | None, input_obj: Any
+    ) -> tuple[WorkflowDefinition, Any, str]:
+        """The definition a start names, its checked input value, and the JSON sent
+        (sensitive fields sealed)."""
+        value = input_value(input_obj, f"input for {self.app.get(name, version).label}")
+        definition = self.app.validate_start(name, version, value)
+        sealed = self.sealed_input(definition.input_model, value)
+        return definition, value, json.dumps(sealed, separators=(",", ":"), sort_keys=True)
 
     def _join(self, workflow_id: str, name: str, value: Any) -> str:
         """The run id of ``workflow_id`` when its recorded start is one of ``name`` with
@@ -461,15 +468,12 @@ class KeelClient:
         "Signal-with-start"); its message id is returned (the run's id, if it starts one).
         """
         wf = check_workflow_id(workflow_id)
-        value = input_value(input_obj, f"input for {self.app.get(name, version).label}")
-        definition = self.app.validate_start(name, version, value)
+        definition, _, input_json = self._start_input(name, version, input_obj)
         _check_signal(definition, signal)
         what = f"payload of signal '{signal}'"
         text = payload_json(
             parse_json(payload, what) if isinstance(payload, bytes) else payload, what
         )
-        sealed = self.sealed_input(definition.input_model, value)
-        input_json = json.dumps(sealed, separators=(",", ":"), sort_keys=True)
         command = SignalWithStart(definition.name, input_json, signal, text, definition.version)
         return self._send(wf, command)
 

@@ -30,10 +30,9 @@ from opentelemetry.trace import SpanKind
 from orchestrator.codec import DecodeError
 from orchestrator.domain import CommandRejected
 from orchestrator.domain.lifecycle.missing_versions import PARKED, RunParked
-from orchestrator.domain.model.errors import KeelError, LimitExceededError
+from orchestrator.domain.model.errors import KeelError
 from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.ids import check_workflow_id
-from orchestrator.domain.model.limits import check_json_text
 from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityScheduled,
@@ -42,7 +41,6 @@ from orchestrator.domain.model.messages import (
     DecideHumanTask,
     Envelope,
     FireTimer,
-    SignalWorkflow,
     StartWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState
@@ -52,6 +50,7 @@ from orchestrator.engine.child_runs import (
     is_child,
     parent_report,
 )
+from orchestrator.engine.command_checks import over_limits, reason_of
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
@@ -92,36 +91,6 @@ class Out:
     partition: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     on_delivered: DeliveryCallback | None = None
-
-
-def reason_of(exc: BaseException) -> str:
-    """One line for a dead letter: a Keel error's message, else the exception's type too."""
-    text = " ".join(str(exc).split())
-    if isinstance(exc, KeelError):  # DecodeError included
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _over_limits(payload: Any) -> str | None:
-    """A start's input or a signal's payload past a documented limit (docs/limits.md).
-
-    Checked before deciding, by linear scans that never recurse: a 100k-deep or a
-    4,000-digit value is refused here with the limit's message. Malformed JSON is left
-    to the decider, which refuses it with its own reason.
-    """
-    if isinstance(payload, StartWorkflow):
-        text, what = payload.input_json, "the workflow input"
-    elif isinstance(payload, SignalWorkflow):
-        text, what = payload.payload_json, f"signal '{payload.signal_name}' payload"
-    else:
-        return None
-    try:
-        check_json_text(text, what)
-    except LimitExceededError as exc:
-        return str(exc)
-    except ValueError:
-        return None
-    return None
 
 
 #: Rounds of local activities one batch runs (a chain of local steps is one round per
@@ -383,7 +352,7 @@ class CommandLoop:
         ps = self.ctx.partitions.get(rec.partition)
         if ps is not None and wf in ps.quarantined:
             return env, f"workflow '{wf}' is quarantined: {ps.quarantined[wf]}"
-        return env, _over_limits(env.payload)
+        return env, over_limits(env.payload)
 
     def _letter(self, rec: Record, env: Envelope[Any] | None, reason: str | None) -> list[Out]:
         """The dead letter of ``rec``; one that fits, even when the record is huge or odd."""
