@@ -279,3 +279,14 @@ def cancel(
     """Cancel a running workflow."""
     mid = _client(app).cancel(workflow_id, reason)
     console.print(f"cancel sent to {workflow_id} ({mid})", markup=False)
+
+
+@workflow_app.command("terminate")
+def terminate(
+    workflow_id: str,
+    reason: Annotated[str, typer.Option(help="Why.")] = "terminated by operator",
+    app: AppOption = DEFAULT_APP,
+) -> None:
+    """Stop a running workflow at once, compensating nothing (a cancel compensates)."""
+    mid = _client(app).terminate(workflow_id, reason)
+    typer.echo(f"terminate sent to {workflow_id} ({mid})")

@@ -40,6 +40,7 @@ from orchestrator.domain.model.messages import (
     SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
+    TerminateWorkflow,
 )
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
@@ -480,6 +481,11 @@ class KeelClient:
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
         self._require_running(workflow_id, "cancel")
         return self._send(workflow_id, CancelWorkflow(reason))
+
+    def terminate(self, workflow_id: str, reason: str = "terminated by operator") -> str:
+        """Stop a run at once, compensating nothing (docs/workflows.md, "Cancel and terminate")."""
+        self._require_running(workflow_id, "terminate")
+        return self._send(workflow_id, TerminateWorkflow(reason))
 
     def resolve(
         self, workflow_id: str, activity_id: str, resolution: str, result: Any, reason: str

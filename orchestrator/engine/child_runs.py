@@ -5,12 +5,13 @@ A child-workflow step is an activity of the parent whose "task" is the child run
 child's workflow id) becomes a ``StartWorkflow`` command for the child naming the parent
 and the activity; the child's terminal event becomes the parent activity's report
 (``CompleteActivity`` with the child's output, or a permanent ``FailActivity`` naming
-how it ended); and a child the parent stops awaiting while it runs (the parent ended, was
-cancelled or left the state) is sent a ``CancelWorkflow`` unless its step says
-``parent_close="abandon"``. Each is a command record in the same transaction as the
-events that caused it, with a message id derived from them, so a crash before the commit
-sends nothing and a retried decision sends the same ids (a start of an existing id, a
-report of an ended attempt and a repeated cancel all write nothing).
+how it ended); and a child the parent stops awaiting while it runs (the parent ended,
+was cancelled or left the state) is sent a ``CancelWorkflow``, or a
+``TerminateWorkflow`` when its step says ``parent_close="terminate"``, unless it says
+``"abandon"``. Each is a command record in the same transaction as the events that
+caused it, with a message id derived from them, so a crash before the commit sends
+nothing and a retried decision sends the same ids (a start of an existing id, a report
+of an ended attempt and a repeated cancel all write nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from orchestrator.domain.model.messages import (
     Envelope,
     FailActivity,
     StartWorkflow,
+    TerminateWorkflow,
     WorkflowCompleted,
 )
 from orchestrator.domain.model.state import WorkflowState
@@ -45,6 +47,7 @@ DefinitionFor = Callable[[WorkflowState], WorkflowDefinition]
 _ENDED_AS = {
     WorkflowStatus.FAILED: "ChildWorkflowFailed",
     WorkflowStatus.CANCELLED: "ChildWorkflowCancelled",
+    WorkflowStatus.TERMINATED: "ChildWorkflowTerminated",
     WorkflowStatus.COMPENSATED: "ChildWorkflowCompensated",
     WorkflowStatus.COMPENSATION_FAILED: "ChildWorkflowCompensationFailed",
 }
@@ -91,7 +94,8 @@ def abandoned_children(
     last: Envelope[Any],
     now: int,
 ) -> list[Envelope[Any]]:
-    """A ``CancelWorkflow`` for each child run the decision stopped awaiting unreported,
+    """A ``CancelWorkflow`` (or, with ``parent_close="terminate"``, a
+    ``TerminateWorkflow``) for each child run the decision stopped awaiting unreported,
     unless its step lets it run (``parent_close="abandon"``)."""
     if before is None:
         return []
@@ -106,10 +110,14 @@ def abandoned_children(
         if now_act is not None and now_act.status in _REPORTED:
             continue  # the child ended and said so
         step = definition_for(after).step_for(aid, act.step)
-        if step is not None and step.parent_close == ParentClosePolicy.ABANDON:
+        policy = ParentClosePolicy.CANCEL if step is None else step.parent_close
+        if policy == ParentClosePolicy.ABANDON:
             continue
         why = f"its parent '{after.workflow_id}' ({after.status}) stopped awaiting it"
-        out.append(_command(last, f"cancel/{aid}", act.idempotency_key, CancelWorkflow(why), now))
+        stop = TerminateWorkflow(why) if policy == ParentClosePolicy.TERMINATE else None
+        tag = "terminate" if stop is not None else "cancel"
+        cmd = stop or CancelWorkflow(why)
+        out.append(_command(last, f"{tag}/{aid}", act.idempotency_key, cmd, now))
     return out
 
 

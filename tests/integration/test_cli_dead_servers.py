@@ -43,6 +43,7 @@ ONE_SHOT: dict[str, list[str]] = {
         '{"document": "passport"}',
     ],
     "workflow cancel": ["wf-1"],
+    "workflow terminate": ["wf-1"],
     "workflow resolve": ["wf-1", "a1", "--reason", "checked by hand"],
     "workflow export": ["wf-1"],
     "projections rebuild": [],

@@ -39,6 +39,7 @@ RELEASED: dict[tuple[str, int], str] = {
     (ENVELOPE_NAME, 7): "2d4a473538a44be1",
     (ENVELOPE_NAME, 8): "f3d737aca4923d58",
     (ENVELOPE_NAME, 9): "0f0a3cef66008203",
+    (ENVELOPE_NAME, 10): "ce97da7441ebc373",
 }
 #: The envelope's versions (payload schemas: tests/unit/payload_schemas/).
 ENVELOPES = [f for f in FILES if f.name == ENVELOPE_NAME]

@@ -57,11 +57,13 @@ from orchestrator.domain.model.messages import (
     SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
+    TerminateWorkflow,
     TimerFired,
     TimerScheduled,
     WorkflowCancelled,
     WorkflowMigrated,
     WorkflowStarted,
+    WorkflowTerminated,
 )
 from orchestrator.domain.model.state import WorkflowState
 
@@ -91,6 +93,7 @@ COMMAND_FROM_EVENT: dict[type, type] = {
     SignalReceived: SignalWorkflow,
     TimerFired: FireTimer,
     WorkflowCancelled: CancelWorkflow,
+    WorkflowTerminated: TerminateWorkflow,
     # a group opens with it only when a cancel began compensating (docs/sagas.md)
     CompensationStarted: CancelWorkflow,
     WorkflowMigrated: MigrateWorkflow,

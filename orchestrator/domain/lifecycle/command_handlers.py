@@ -18,7 +18,6 @@ the reason; a computed payload over the size limit, or a history past
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, cast
@@ -38,7 +37,14 @@ from orchestrator.domain.authoring.definitions import (
 )
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import SchemaUnreadable
-from orchestrator.domain.lifecycle import activities, compensation, fan_out, human_tasks, signals
+from orchestrator.domain.lifecycle import (
+    activities,
+    compensation,
+    fan_out,
+    human_tasks,
+    run_stops,
+    signals,
+)
 from orchestrator.domain.lifecycle.activities import (
     RunNeedsAttention,
     UserCodeFailed,
@@ -53,6 +59,7 @@ from orchestrator.domain.lifecycle.missing_versions import (
     missing_version_reason,
 )
 from orchestrator.domain.lifecycle.refusals import describe_command
+from orchestrator.domain.lifecycle.run_starts import continued_run_id
 from orchestrator.domain.model.errors import (
     CommandRejected,
     HistoryError,
@@ -79,6 +86,7 @@ from orchestrator.domain.model.messages import (
     SignalWorkflow,
     StartWorkflow,
     StateEntered,
+    TerminateWorkflow,
     TimerFired,
     TimerScheduled,
     WorkflowCancelled,
@@ -87,6 +95,7 @@ from orchestrator.domain.model.messages import (
     WorkflowFailed,
     WorkflowNeedsAttention,
     WorkflowStarted,
+    WorkflowTerminated,
 )
 from orchestrator.domain.model.state import ActivityState, WorkflowState
 from orchestrator.domain.model.vocabulary import PurposeKind, TimerPurpose, WaitKind
@@ -94,7 +103,6 @@ from orchestrator.domain.model.vocabulary import PurposeKind, TimerPurpose, Wait
 __all__ = [
     "HANDLERS",
     "MAX_TRANSITIONS_PER_DECISION",
-    "continued_run_id",
     "decide",
 ]
 
@@ -105,6 +113,13 @@ MAX_TRANSITIONS_PER_DECISION = 1000
 MAX_RECORDED_AT = 253_402_300_799_999
 
 Handler = Callable[["Decision", Any], None]
+#: Events a run past ``MAX_HISTORY_EVENTS`` may still record: the ones that stop it.
+_PAST_HISTORY_BOUND = (
+    WorkflowNeedsAttention,
+    WorkflowCancelled,
+    WorkflowTerminated,
+    WorkflowContinuedAsNew,
+)
 
 
 def decide(
@@ -166,7 +181,7 @@ def decide(
         raise _park(lookup, state, cmd, now_ms, what) from None
     if (
         state.attention_reason is not None
-        and not isinstance(p, CancelWorkflow)
+        and not isinstance(p, run_stops.STOP_COMMANDS)
         and not is_parked(state)
     ):
         if state.has_seen(cmd.message_id):
@@ -286,9 +301,7 @@ class Decision:
     def emit(self, payload: Any) -> None:
         seq = (self.state.seq if self.state is not None else 0) + 1
         base = self.state.run_base_seq if self.state is not None else 0
-        if seq - base > MAX_HISTORY_EVENTS and not isinstance(
-            payload, WorkflowNeedsAttention | WorkflowCancelled | WorkflowContinuedAsNew
-        ):
+        if seq - base > MAX_HISTORY_EVENTS and not isinstance(payload, _PAST_HISTORY_BOUND):
             raise RunNeedsAttention(
                 f"the history reached {MAX_HISTORY_EVENTS:,} events, the limit per run "
                 "(a long-lived run should continue as new)"
@@ -570,20 +583,6 @@ def _on_timer(d: Decision, p: FireTimer) -> None:
         d.advance()
 
 
-def _on_cancel(d: Decision, p: CancelWorkflow) -> None:
-    s = d.s
-    if d.cmd.message_id in s.seen_commands:
-        return
-    if s.is_terminal:
-        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; cancel refused")
-    if s.compensation is not None:
-        raise CommandRejected(
-            f"workflow '{s.workflow_id}' is compensating (its compensations run to the end); "
-            "cancel refused"
-        )
-    d.emit(WorkflowCancelled(p.reason))
-
-
 def _guarded(handler: Handler) -> Handler:
     """A handler whose decision may run into a limit: the run then needs attention."""
 
@@ -610,11 +609,6 @@ HANDLERS: dict[type, Handler] = {
     SignalWithStart: _guarded(signals.on_signal_with_start),
     DecideHumanTask: _guarded(human_tasks.on_decide),
     MigrateWorkflow: _guarded(migrations.on_migrate),
-    CancelWorkflow: _on_cancel,
+    CancelWorkflow: run_stops.on_cancel,
+    TerminateWorkflow: run_stops.on_terminate,
 }
-
-
-def continued_run_id(workflow_id: str, run_id: str, seq: int) -> str:
-    """The id of the run a ``WorkflowContinuedAsNew`` at ``seq`` starts: deterministic
-    (replay makes the same one) and of fixed length however often a run continues."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"keel:{workflow_id}:{run_id}:{seq}"))

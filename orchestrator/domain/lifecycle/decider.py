@@ -51,6 +51,7 @@ from orchestrator.domain.model.messages import (
     WorkflowFailed,
     WorkflowMigrated,
     WorkflowStarted,
+    WorkflowTerminated,
 )
 from orchestrator.domain.model.state import WorkflowState, remember_command
 from orchestrator.domain.model.vocabulary import WorkflowStatus
@@ -80,6 +81,7 @@ SUMMARY_EVENTS: tuple[type, ...] = (
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowCancelled,
+    WorkflowTerminated,
     SignalRefused,
     HumanTaskDecided,
     WorkflowContinuedAsNew,
@@ -223,7 +225,9 @@ class Decider:
         elif isinstance(p, WorkflowCompensationFailed):
             done.status, done.failure_reason = WorkflowStatus.COMPENSATION_FAILED, p.reason
         else:
-            done.status, done.cancel_reason = WorkflowStatus.CANCELLED, p.reason
+            cancelled = isinstance(p, WorkflowCancelled)
+            done.status = WorkflowStatus.CANCELLED if cancelled else WorkflowStatus.TERMINATED
+            done.cancel_reason = p.reason
             if end.causation_id is not None:
                 done.seen_commands = remember_command(seen, end.causation_id)
         return done.summary()

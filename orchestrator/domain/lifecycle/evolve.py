@@ -54,6 +54,7 @@ from orchestrator.domain.model.messages import (
     WorkflowFailed,
     WorkflowNeedsAttention,
     WorkflowStarted,
+    WorkflowTerminated,
 )
 from orchestrator.domain.model.state import (
     ATTENTION,
@@ -465,12 +466,21 @@ def _ending(status: WorkflowStatus, field: str) -> Applier:
     return apply
 
 
-def _cancelled_wf(
-    lookup: DefinitionLookup, n: WorkflowState, p: WorkflowCancelled, env: Envelope[Any]
-) -> None:
-    _close(n, WorkflowStatus.CANCELLED)
-    n.cancel_reason = p.reason
-    _remember(n, env)
+def _stopped(status: WorkflowStatus) -> Applier:
+    """The applier of a cancel's or a terminate's end: its reason kept, its command
+    remembered (a redelivery writes nothing)."""
+
+    def apply(
+        lookup: DefinitionLookup,
+        n: WorkflowState,
+        p: WorkflowCancelled | WorkflowTerminated,
+        env: Envelope[Any],
+    ) -> None:
+        _close(n, status)
+        n.cancel_reason = p.reason
+        _remember(n, env)
+
+    return apply
 
 
 #: One applier per event type: the only dispatch of evolve.
@@ -490,7 +500,8 @@ APPLIERS: dict[type, Applier] = {
     WorkflowNeedsAttention: _needs_attention,
     WorkflowCompleted: _ending(WorkflowStatus.COMPLETED, "output_json"),
     WorkflowFailed: _ending(WorkflowStatus.FAILED, "failure_reason"),
-    WorkflowCancelled: _cancelled_wf,
+    WorkflowCancelled: _stopped(WorkflowStatus.CANCELLED),
+    WorkflowTerminated: _stopped(WorkflowStatus.TERMINATED),
     WorkflowContinuedAsNew: _continued,
     CompensationStarted: _compensation_started,
     WorkflowCompensated: _ending(WorkflowStatus.COMPENSATED, "failure_reason"),

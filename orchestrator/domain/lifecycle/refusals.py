@@ -28,6 +28,7 @@ from orchestrator.domain.model.messages import (
     ResolveActivity,
     SignalWithStart,
     SignalWorkflow,
+    TerminateWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState, remember_command
 
@@ -47,6 +48,7 @@ _DESCRIPTIONS: dict[type, Callable[[Any], str]] = {
     SignalWorkflow: lambda p: f"signal '{p.signal_name}'",
     SignalWithStart: lambda p: f"signal-with-start of signal '{p.signal_name}'",
     CancelWorkflow: lambda p: "cancel",
+    TerminateWorkflow: lambda p: "terminate",
     CompleteActivity: lambda p: f"completion of activity '{p.activity_id}'",
     FailActivity: lambda p: f"failure of activity '{p.activity_id}'",
     FireTimer: lambda p: f"timer '{p.timer_id}'",

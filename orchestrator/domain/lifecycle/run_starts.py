@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from orchestrator.domain.model.errors import HistoryError
 from orchestrator.domain.model.messages import Envelope, WorkflowContinuedAsNew, WorkflowStarted
 from orchestrator.domain.model.state import WorkflowState, remember_command
 
-__all__ = ["continued", "started"]
+__all__ = ["continued", "continued_run_id", "started"]
 
 
 def started(event: Envelope[Any]) -> WorkflowState:
@@ -66,3 +67,9 @@ def continued(n: WorkflowState, p: WorkflowContinuedAsNew, event: Envelope[Any])
         parent_workflow_id=n.parent_workflow_id,
         parent_activity_id=n.parent_activity_id,
     )
+
+
+def continued_run_id(workflow_id: str, run_id: str, seq: int) -> str:
+    """The id of the run a ``WorkflowContinuedAsNew`` at ``seq`` starts: deterministic
+    (replay makes the same one) and of fixed length however often a run continues."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"keel:{workflow_id}:{run_id}:{seq}"))

@@ -121,6 +121,14 @@ class CancelWorkflow:
 
 
 @dataclass(frozen=True, slots=True)
+class TerminateWorkflow:
+    """Stop a run at once: no compensation, even mid-compensation (docs/workflows.md)."""
+
+    KIND: ClassVar[str] = "command"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatActivity:
     """A worker reports progress on an attempt; the first heartbeat also marks it started."""
 
@@ -462,6 +470,13 @@ class WorkflowCancelled:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class WorkflowTerminated:
+    KIND: ClassVar[str] = "event"
+    TERMINAL: ClassVar[bool] = True
+    reason: str
+
+
 # -- Other records: activity tasks, snapshots, dead letters. ------------------------
 
 
@@ -521,6 +536,7 @@ Command = (
     | DecideHumanTask
     | MigrateWorkflow
     | SignalWithStart
+    | TerminateWorkflow
 )
 Event = (
     WorkflowStarted
@@ -556,6 +572,7 @@ Event = (
     | CommandRefused
     | FanOutStarted
     | FanOutItemFailed
+    | WorkflowTerminated
 )
 Payload = Command | Event | ActivityTask | WorkflowSnapshot | DeadLetter | SagaEvent
 

@@ -41,7 +41,8 @@ class WorkflowStatus(StrEnum):
 
     Terminal: ``completed``; ``failed`` (nothing to undo); ``compensated`` (it failed
     and every committed effect was undone); ``compensation_failed`` (a compensation
-    failed past its bounds: a human task names what is left to undo); ``cancelled``."""
+    failed past its bounds: a human task names what is left to undo); ``cancelled``;
+    ``terminated`` (stopped by a terminate: nothing compensated, docs/workflows.md)."""
 
     RUNNING = "running"
     WAITING = "waiting"
@@ -52,6 +53,7 @@ class WorkflowStatus(StrEnum):
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
     CANCELLED = "cancelled"
+    TERMINATED = "terminated"
 
     @property
     def is_terminal(self) -> bool:
@@ -65,6 +67,7 @@ _TERMINAL = frozenset(
         WorkflowStatus.COMPENSATED,
         WorkflowStatus.COMPENSATION_FAILED,
         WorkflowStatus.CANCELLED,
+        WorkflowStatus.TERMINATED,
     }
 )
 
@@ -159,9 +162,11 @@ class OnUnknown(StrEnum):
 class ParentClosePolicy(StrEnum):
     """What becomes of a child run still going when its parent stops awaiting it (the
     parent ended, was cancelled or left the state; docs/child-workflows.md): ``cancel``
-    sends it a cancel (it compensates as its definition says), ``abandon`` lets it run."""
+    sends it a cancel (it compensates as its definition says), ``terminate`` stops it at
+    once without compensating, ``abandon`` lets it run."""
 
     CANCEL = "cancel"
+    TERMINATE = "terminate"
     ABANDON = "abandon"
 
 

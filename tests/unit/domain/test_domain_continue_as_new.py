@@ -20,7 +20,7 @@ from orchestrator.domain import (
 )
 from orchestrator.domain.history.invariants import check_history
 from orchestrator.domain.lifecycle import command_handlers as decide_module
-from orchestrator.domain.lifecycle.command_handlers import continued_run_id
+from orchestrator.domain.lifecycle.run_starts import continued_run_id
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CompleteActivity,

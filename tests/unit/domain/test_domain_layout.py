@@ -64,6 +64,7 @@ LAYERS: dict[str, float] = {
     "compensation": 5.7,
     "fan_out": 5.6,
     "run_starts": 5.9,
+    "run_stops": 5.9,
     "evolve": 6,
     "command_handlers": 7,
     "decider": 8,
@@ -132,6 +133,7 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
         messages.WorkflowCompleted,
         messages.WorkflowFailed,
         messages.WorkflowCancelled,
+        messages.WorkflowTerminated,
         messages.WorkflowCompensated,
         messages.WorkflowCompensationFailed,
     }
@@ -141,7 +143,7 @@ def test_terminal_event_registry_is_derived_from_the_classes() -> None:
 
 def test_the_command_union_names_every_command() -> None:
     commands = {cls for cls in messages.PAYLOAD_TYPES.values() if cls.KIND == "command"}
-    assert len(commands) == 12
+    assert len(commands) == 13
     assert set(typing.get_args(messages.Command)) == commands
 
 
@@ -159,6 +161,7 @@ def test_vocabulary_values_are_their_strings() -> None:
         "compensated": True,
         "compensation_failed": True,
         "cancelled": True,
+        "terminated": True,
     }
 
 

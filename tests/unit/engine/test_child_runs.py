@@ -3,7 +3,7 @@ them (docs/child-workflows.md; ``orchestrator/engine/child_runs.py``).
 
 A parent's child step is an activity whose key is the child's workflow id; the child's
 start names its parent; the child's end is the parent activity's report; a child the
-parent stops awaiting is cancelled unless its step abandons it.
+parent stops awaiting is cancelled (or terminated) unless its step abandons it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from orchestrator.domain.model.messages import (
     Envelope,
     FailActivity,
     StartWorkflow,
+    TerminateWorkflow,
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowStarted,
@@ -80,7 +81,19 @@ abandoning = WorkflowDefinition(
         )
     ],
 )
-DECIDER = Decider([pick, parent, fanned, abandoning])
+terminating = WorkflowDefinition(
+    "terminating",
+    1,
+    Order,
+    [
+        State(
+            "run",
+            steps=[Step.child("lines", "pick", for_each=_lines, parent_close="terminate")],
+            complete=lambda ctx: ctx.results["lines"],
+        )
+    ],
+)
+DECIDER = Decider([pick, parent, fanned, abandoning, terminating])
 
 
 class Run:
@@ -173,9 +186,12 @@ def test_a_fan_out_of_children_derives_one_id_per_item() -> None:
     assert keys[0] == child_workflow_id("order-3", "run#1/lines[0]")
 
 
-@pytest.mark.parametrize(("name", "cancelled"), [("fanned", 2), ("abandoning", 0)])
-def test_cancelling_the_parent_cancels_its_running_children_unless_abandoned(
-    name: str, cancelled: int
+@pytest.mark.parametrize(
+    ("name", "cancelled", "stop"),
+    [("fanned", 2, CancelWorkflow), ("terminating", 2, TerminateWorkflow), ("abandoning", 0, None)],
+)
+def test_cancelling_the_parent_stops_its_running_children_as_the_step_says(
+    name: str, cancelled: int, stop: type | None
 ) -> None:
     p = Run("order-4")
     p.send(StartWorkflow(name, 1, json.dumps({"order": "D", "lines": [1, 2]})))
@@ -183,7 +199,11 @@ def test_cancelling_the_parent_cancels_its_running_children_unless_abandoned(
     assert p.state is not None and p.state.is_terminal
     cancels = abandoned_children(DECIDER.definition_for, before, p.state, events[-1], T0)
     assert [(c.workflow_id, type(c.payload)) for c in cancels] == [
-        (f"order-4:run.1.lines.{i}", CancelWorkflow) for i in range(cancelled)
+        (f"order-4:run.1.lines.{i}", stop) for i in range(cancelled)
+    ]
+    tag = "terminate" if stop is TerminateWorkflow else "cancel"
+    assert [c.message_id for c in cancels] == [
+        f"{events[-1].message_id}/{tag}/run#1/lines[{i}]" for i in range(cancelled)
     ]
     if cancels:
         assert cancels[0].payload.reason == ("its parent 'order-4' (cancelled) stopped awaiting it")
@@ -210,8 +230,8 @@ def test_a_child_step_of_a_workflow_the_application_lacks_is_refused_at_startup(
             "docs/child-workflows.md)",
         ),
         (
-            Step.child("x", "pick", parent_close="terminate"),
-            "parent_close must be one of cancel, abandon; got 'terminate'",
+            Step.child("x", "pick", parent_close="kill"),
+            "parent_close must be one of cancel, terminate, abandon; got 'kill'",
         ),
         (
             Step.child("x", "pick", for_each=_lines, workflow_id=lambda ctx: "a"),
