@@ -43,6 +43,9 @@ _EXPORTS: dict[str, str] = {
     "Query": "orchestrator.domain.authoring.queries",
     "QueryContext": "orchestrator.domain.authoring.queries",
     "QueryError": "orchestrator.domain.authoring.queries",
+    # business keys runs are found by (docs/run-search.md)
+    "SearchAttribute": "orchestrator.domain.authoring.search_attributes",
+    "SearchKind": "orchestrator.domain.authoring.search_attributes",
     # the vocabulary a definition is written in (each member equals its string)
     "OnUnknown": "orchestrator.domain.model.vocabulary",
     "ItemFailurePolicy": "orchestrator.domain.model.vocabulary",
@@ -111,6 +114,9 @@ _EXPORTS: dict[str, str] = {
     "KeelClient": "orchestrator.client.client",
     "StartResult": "orchestrator.client.client",
     "QueryAnswer": "orchestrator.client.query_answers",
+    "RunFilter": "orchestrator.client.run_search",
+    "RunPage": "orchestrator.client.run_search",
+    "RunRow": "orchestrator.client.run_search",
     "Settings": "orchestrator.settings",
     "load_settings": "orchestrator.settings",
 }
@@ -159,10 +165,15 @@ __all__ = [
     "RetryPolicy",
     "RiskRule",
     "RouteError",
+    "RunFilter",
+    "RunPage",
+    "RunRow",
     "Saga",
     "SagaFact",
     "SagaView",
     "SealedValue",
+    "SearchAttribute",
+    "SearchKind",
     "Sensitive",
     "Settings",
     "Signal",
@@ -268,6 +279,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     from orchestrator.client.query_answers import (
         QueryAnswer,
     )
+    from orchestrator.client.run_search import (
+        RunFilter,
+        RunPage,
+        RunRow,
+    )
     from orchestrator.domain.authoring.definitions import (
         RetryPolicy,
         SignalWait,
@@ -290,6 +306,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first
     )
     from orchestrator.domain.authoring.run_context import (
         Context,
+    )
+    from orchestrator.domain.authoring.search_attributes import (
+        SearchAttribute,
+        SearchKind,
     )
     from orchestrator.domain.authoring.waits import (
         Escalation,

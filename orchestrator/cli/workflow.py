@@ -187,21 +187,83 @@ def _summary(data: dict[str, Any]) -> str:
 
 @workflow_app.command("list")
 def list_(
+    name: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    version: Annotated[int | None, typer.Option(help="Only runs on this version.")] = None,
     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    started_after: Annotated[
+        str | None, typer.Option(help="Started at or after this ISO-8601 time.")
+    ] = None,
+    started_before: Annotated[
+        str | None, typer.Option(help="Started before this ISO-8601 time.")
+    ] = None,
+    ended_after: Annotated[
+        str | None, typer.Option(help="Ended at or after this ISO-8601 time.")
+    ] = None,
+    ended_before: Annotated[
+        str | None, typer.Option(help="Ended before this ISO-8601 time.")
+    ] = None,
+    attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attr",
+            help="A search attribute condition: NAME=VALUE, or NAME>=N / NAME<=N on numbers "
+            "and times (repeatable; all must hold).",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows per page.")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="The next page of the same listing (as printed).")
+    ] = None,
+    newest_first: Annotated[
+        bool, typer.Option("--newest-first/--oldest-first", help="Order by start time.")
+    ] = True,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     app: AppOption = DEFAULT_APP,
 ) -> None:
-    """Workflows known to the read model."""
-    rows = _client(app).projection.list(status)
+    """Runs known to the read model, filtered, newest first, a page at a time
+    (docs/run-search.md)."""
+    from orchestrator.client.run_search import RunFilter
+
+    run_filter = RunFilter(
+        name=name,
+        version=version,
+        status=status,
+        started_after=started_after,
+        started_before=started_before,
+        ended_after=ended_after,
+        ended_before=ended_before,
+        attributes=tuple(attr or ()),
+        newest_first=newest_first,
+        limit=limit,
+        cursor=cursor,
+    )
+    page = _client(app).list_runs(run_filter)
     if json_:
-        typer.echo(json.dumps(rows))
+        typer.echo(json.dumps(page.as_dict()))
         return
-    table = new_table("workflow", "name", "version", "status")
-    for r in rows:
+    table = new_table(
+        "workflow", "name", "version", "status", "started (UTC)", "ended (UTC)", "attributes"
+    )
+    for r in page.rows:
+        shown = r.as_dict()
         table.add_row(
-            _text(r["workflow_id"]), _text(r["name"]), str(r["version"]), _text(r["status"])
+            _text(r.workflow_id),
+            _text(r.name),
+            str(r.version),
+            _text(r.status),
+            _when(shown["started_at"]),
+            _when(shown["ended_at"]),
+            _text(" ".join(f"{k}={json.dumps(v)}" for k, v in shown["attributes"].items())),
         )
     console.print(table)
+    typer.echo(f"{len(page.rows)} of {page.total} run(s)")
+    if page.next_cursor is not None:  # one line whatever the terminal's width: copyable
+        typer.echo(f"next page: --cursor {page.next_cursor}")
+
+
+def _when(iso: str | None) -> str:
+    """An ISO-8601 UTC time as the table shows it (``-`` for none)."""
+    return "-" if iso is None else iso.replace("T", " ").removesuffix("Z")
 
 
 @workflow_app.command("query")

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from orchestrator.application.app import KeelApp
 from orchestrator.client.query_answers import QueryAnswer, answer_query
 from orchestrator.client.run_links import children_of, parent_of
+from orchestrator.client.run_search import RunFilter, RunPage, counts_by_status, search_runs
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
@@ -528,6 +529,14 @@ class KeelClient:
             "parent": parent_of(history),
             "children": children_of(history, self.projection.statuses),
         }
+
+    def list_runs(self, run_filter: RunFilter | None = None) -> RunPage:
+        """A page of the runs ``run_filter`` finds (``run_search.py`` is the contract)."""
+        return search_runs(self.projection, self.app.definitions, run_filter or RunFilter())
+
+    def counts_by_status(self) -> dict[str, int]:
+        """How many runs are in each status now."""
+        return counts_by_status(self.projection)
 
     @property
     def schedules(self) -> ScheduleClient:

@@ -16,7 +16,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import Context, ItemFailurePolicy, RetryPolicy, State, Step, WorkflowDefinition
+from orchestrator import (
+    Context,
+    ItemFailurePolicy,
+    RetryPolicy,
+    SearchAttribute,
+    SearchKind,
+    State,
+    Step,
+    WorkflowDefinition,
+)
 from orchestrator.examples.invoices import Invoice
 from orchestrator.examples.registry import app
 
@@ -75,5 +84,16 @@ invoice_batch = app.workflow(
         ],
         output_model=BatchResult,
         description="Post a batch of invoices to the ledger, 5 at a time, each exactly once.",
+        search_attributes=[
+            SearchAttribute("batch_id", SearchKind.KEYWORD, lambda ctx: ctx.input_dict["batch_id"]),
+            SearchAttribute(
+                "invoice_count", SearchKind.NUMBER, lambda ctx: len(ctx.input_dict["invoices"])
+            ),
+            SearchAttribute(
+                "total_amount",
+                SearchKind.NUMBER,
+                lambda ctx: sum(i["amount"] for i in ctx.input_dict["invoices"]),
+            ),
+        ],
     )
 )

@@ -28,6 +28,8 @@ from orchestrator import (
     OutcomeUnknownError,
     PermanentError,
     RetryPolicy,
+    SearchAttribute,
+    SearchKind,
     Step,
     TransientError,
     WorkflowDefinition,
@@ -125,6 +127,20 @@ def _invoice(ctx: Context) -> dict[str, Any]:
     return dict(ctx.input_dict)
 
 
+def _posted_id(ctx: Context) -> str | None:
+    """The ledger's posting id, once the posting step has one."""
+    return ctx.results["post"]["posting_id"] if "post" in ctx.results else None
+
+
+#: How an operator finds a posting (docs/run-search.md): read-side only, in no event.
+POSTING_SEARCH = (
+    SearchAttribute("invoice_id", SearchKind.KEYWORD, lambda ctx: ctx.input_dict["invoice_id"]),
+    SearchAttribute("account", SearchKind.KEYWORD, lambda ctx: ctx.input_dict["account"]),
+    SearchAttribute("amount", SearchKind.NUMBER, lambda ctx: ctx.input_dict["amount"]),
+    SearchAttribute("posting_id", SearchKind.KEYWORD, _posted_id),
+)
+
+
 def _posting_workflow(name: str, retry: RetryPolicy, description: str) -> WorkflowDefinition:
     """Post one invoice: a side effect with a status query and a start-to-close timeout."""
     return app.workflow(
@@ -144,6 +160,7 @@ def _posting_workflow(name: str, retry: RetryPolicy, description: str) -> Workfl
             ],
             output=_posting,
             description=description,
+            search_attributes=POSTING_SEARCH,
         )
     )
 

@@ -102,7 +102,7 @@ class Projector:
         self.projection: ReadModelStore
         if adapters is None:
             self.projection = RedisReadModelStore(
-                redis_client(settings.redis), settings.topic_prefix, settings.redis
+                redis_client(settings.redis), settings.topic_prefix, settings.redis, app.definitions
             )
         else:
             self._given_feed, self.projection = adapters

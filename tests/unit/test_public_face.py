@@ -84,6 +84,8 @@ PUBLIC_NAMES = {
     "Query",
     "QueryContext",
     "QueryError",
+    "SearchAttribute",
+    "SearchKind",
     "OnUnknown",
     "ItemFailurePolicy",
     "ParentClosePolicy",
@@ -150,6 +152,9 @@ PUBLIC_NAMES = {
     "KeelClient",
     "StartResult",
     "QueryAnswer",
+    "RunFilter",
+    "RunPage",
+    "RunRow",
     "Settings",
     "load_settings",
 }

@@ -33,6 +33,10 @@ from orchestrator.domain.authoring.migrations import Migration, validate_migrati
 from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
 from orchestrator.domain.authoring.queries import Query, index_queries
 from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.search_attributes import (
+    SearchAttribute,
+    index_search_attributes,
+)
 from orchestrator.domain.authoring.steps import (
     ON_EXHAUSTED,
     ON_UNKNOWN,
@@ -158,13 +162,15 @@ class WorkflowDefinition:
         compensation_role: str = "operator",
         migrations: Sequence[Migration] = (),
         queries: Sequence[Query] = (),
+        search_attributes: Sequence[SearchAttribute] = (),
     ) -> None:
         """``on_cancel``: whether cancelling a run with committed effects compensates
         them; ``compensation_after_irreversible``: accept compensable steps that may run
         after an irreversible one; ``compensation_role``: who is given the human task
         of a compensation that failed (docs/sagas.md); ``migrations``: how runs of
         older versions move to this one (docs/versioning.md); ``queries``: read-only
-        questions about a run, outside the digest (``queries.py``)."""
+        questions about a run, outside the digest (``queries.py``); ``search_attributes``:
+        business keys runs are found by, outside the digest (``search_attributes.py``)."""
         self.name = name
         self.version = version
         self.input_model = input_model
@@ -213,6 +219,9 @@ class WorkflowDefinition:
                     "correlation (all its waits must agree)"
                 )
         self.queries: dict[str, Query] = index_queries(self.label, queries)
+        self.search_attributes: dict[str, SearchAttribute] = index_search_attributes(
+            self.label, search_attributes
+        )
         self.digest = hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
 
     @classmethod

@@ -23,12 +23,14 @@ from typing import Any, TypeVar
 
 import redis
 
+from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
 from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.io.redis.run_index import Found, IndexQuery, RunIndex
 from orchestrator.records import fast_json
 from orchestrator.records.history_entries import history_entry
 from orchestrator.records.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
@@ -113,9 +115,18 @@ def _tasks_summary(state: WorkflowState) -> str:
 
 
 class Projection:
-    def __init__(self, client: redis.Redis, topic_prefix: str, url: str = "redis") -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        topic_prefix: str,
+        url: str = "redis",
+        definitions: Mapping[tuple[str, int], WorkflowDefinition] | None = None,
+    ) -> None:
+        """``definitions``: whose search attributes the writes index (a projector's app)."""
         self.r = client
         self.ks = Keyspace(topic_prefix)
+        #: The index of runs by name, status, time and search attribute (``run_index.py``).
+        self.index = RunIndex(self.ks, definitions)
         self.url = url
         self.lock_key = f"{self.ks.read_model}rebuild:lock"
         self.epoch_key = f"{self.ks.read_model}rebuild:epoch"
@@ -171,6 +182,10 @@ class Projection:
         earlier_types = tasks.earlier_activity_types if tasks is not None else {}
         usages: dict[str, list[NodeUsage]] = {}
         for wf, (state, events, old_status) in updates.items():
+            # the row is new or its run continued as new in these events: the indexes
+            # are by the start of the current run, as the row's ``started_at``
+            restarted = old_status is None or state.run_base_seq > state.seq - len(events)
+            indexed = self.index.queue(pipe, wf, state, events, old_status, restarted)
             pipe.hset(
                 self.k_wf(wf),
                 mapping={
@@ -189,6 +204,7 @@ class Projection:
                     "run_base_seq": state.run_base_seq,
                     "human_tasks_json": _tasks_summary(state),
                     "state_json": state.to_json(fast_json.dumps_sorted),
+                    **indexed,
                 },
             )
             if events:
@@ -205,9 +221,7 @@ class Projection:
                 if old_status:
                     pipe.srem(self.ks.status(old_status), wf)
                 pipe.sadd(self.ks.status(state.status), wf)
-            if old_status is None or state.run_base_seq > state.seq - len(events):
-                # the row is new or its run continued as new in these events: the index
-                # is by the start of the current run, as the row's ``started_at``
+            if restarted:
                 pipe.zadd(self.ks.workflows, {wf: state.started_at})
         return usages
 
@@ -330,11 +344,14 @@ class Projection:
 
     @staticmethod
     def _record_metrics(updates: Updates, usages: dict[str, list[NodeUsage]]) -> None:
-        """Count committed LLM node usage in the metrics (live projectors only: a rebuild
-        replays events already counted)."""
+        """Count the committed events and LLM node usage in the metrics (live projectors
+        only: a rebuild replays events already counted; docs/metrics.md)."""
+        from orchestrator.telemetry.metrics import llm_metrics
+        from orchestrator.telemetry.prometheus import projector_metrics
+
+        projector_metrics().record(updates, usages)
         if not usages:
             return
-        from orchestrator.telemetry.metrics import llm_metrics
 
         m = llm_metrics()
         for wf, found in usages.items():
@@ -504,6 +521,10 @@ class Projection:
             return rows
 
         return self._call(read)
+
+    def find_runs(self, query: IndexQuery) -> Found:
+        """A page of the runs ``query`` finds (``run_index.py``; ``client/run_search.py``)."""
+        return self._call(lambda: self.index.find(self.r, query))
 
     def counts(self) -> dict[str, int]:
         def read() -> dict[str, int]:

@@ -54,6 +54,7 @@ LAYERS: dict[str, float] = {
     "policies": 3.7,
     "migrations": 3.9,
     "queries": 3.95,
+    "search_attributes": 3.96,
     "steps": 3.97,
     "definitions": 4,
     "activities": 5,
