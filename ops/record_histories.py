@@ -302,6 +302,25 @@ class Recorder:
             self.wait(wf, "cancelled")
         return [done, *(f"{done}:run.1.checks.{i}" for i in range(3)), timers, *kids]
 
+    def throttled(self) -> list[str]:
+        """Eight documents summarized through a provider limited to 3 calls a second
+        (docs/limits.md, "Per-type limits"): the items over the limit are reported
+        throttled and dispatched again, spending no retry."""
+        words = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog"]
+        docs = [{"title": f"doc-{i}", "text": " ".join(words[i:] + words[:i])} for i in range(8)]
+        wf = self.start("summaries-throttled", "summaries_batch", {"documents": docs})
+        self.wait(wf, "completed")
+        return [wf]
+
+    def terminate(self) -> list[str]:
+        """A waiting run terminated by an operator (docs/workflows.md, "Cancel and
+        terminate"): it ends at once, compensating nothing."""
+        wf = self.start("timer-terminated", "timer_demo", {"seconds": 600})
+        self.wait_status(wf, "waiting")
+        self.client.terminate(wf, reason="no longer needed")
+        self.wait(wf, "terminated")
+        return [wf]
+
 
 def _trip(trip: str, card: str) -> dict[str, Any]:
     return {"trip": trip, "card": card, "amount": 420.0}
@@ -326,6 +345,8 @@ SCENARIOS: dict[str, Callable[[Recorder], list[str]]] = {
     "fan_out": Recorder.fan_out,
     "signal_with_start": Recorder.signal_with_start,
     "children": Recorder.children,
+    "throttled": Recorder.throttled,
+    "terminate": Recorder.terminate,
 }
 
 

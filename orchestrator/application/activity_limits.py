@@ -63,7 +63,7 @@ class RateLimit:
         return cls(int(match.group(1)), _UNITS[match.group(2)])
 
     def __str__(self) -> str:
-        for unit, seconds in (("day", 86_400), ("h", 3600), ("min", 60)):
+        for unit, seconds in (("day", 86_400), ("h", 3600), ("min", 60), ("s", 1)):
             if self.per == seconds:
                 return f"{self.count}/{unit}"
         return f"{self.count}/{self.per}s"

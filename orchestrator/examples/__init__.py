@@ -279,4 +279,11 @@ timer_demo = app.workflow(
 
 # Workflows that write to external systems (the ledger, the booking service) and the
 # human-task example register themselves on the same application.
-from orchestrator.examples import approvals, batches, children, invoices, travel  # noqa: E402, F401
+from orchestrator.examples import (  # noqa: E402, F401
+    approvals,
+    batches,
+    children,
+    invoices,
+    summaries,
+    travel,
+)

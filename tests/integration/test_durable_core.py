@@ -92,8 +92,8 @@ def test_document_review_goes_round_twice_then_refuses_late_signals(settings, se
             ["workflow", "start", "no_such_flow", "--input", "{}"],
             "error: unknown workflow 'no_such_flow'; known workflows: checks_batch, "
             "document_review, invoice_batch, invoice_posting, invoice_posting_patient, "
-            "parallel_checks, payment_approval, slow_step, three_step, timer_demo, timers_batch, "
-            "travel_booking",
+            "parallel_checks, payment_approval, slow_step, summaries_batch, three_step, timer_demo, "
+            "timers_batch, travel_booking",
         ),
         (
             ["workflow", "start", "parallel_checks", "--input", '{"n": "many"}'],

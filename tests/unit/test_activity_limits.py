@@ -47,11 +47,8 @@ def test_a_rate_limit_text_is_parsed_strictly(text: str, limit: RateLimit) -> No
 
 
 def test_a_rate_limit_prints_in_its_own_words() -> None:
-    assert [str(RateLimit(10, 60)), str(RateLimit(3, 3600)), str(RateLimit(7, 20))] == [
-        "10/min",
-        "3/h",
-        "7/20s",
-    ]
+    limits = [RateLimit(10, 60), RateLimit(3, 3600), RateLimit(7, 20), RateLimit(3, 1)]
+    assert [str(limit) for limit in limits] == ["10/min", "3/h", "7/20s", "3/s"]
 
 
 @pytest.mark.parametrize(

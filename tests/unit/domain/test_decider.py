@@ -253,8 +253,8 @@ def test_duplicate_start_writes_nothing(decider: Decider) -> None:
             "{}",
             "unknown workflow 'nope'; known workflows: broken, checks_batch, document_review, flaky, "
             "invoice_batch, invoice_posting, invoice_posting_patient, parallel_checks, paused, "
-            "payment_approval, signalled, slow_step, strict_timeout, three_step, timer_demo, "
-            "timers_batch, travel_booking",
+            "payment_approval, signalled, slow_step, strict_timeout, summaries_batch, three_step, "
+            "timer_demo, timers_batch, travel_booking",
         ),
         (
             "three_step",

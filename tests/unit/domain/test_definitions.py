@@ -318,7 +318,7 @@ def test_app_errors_are_clear() -> None:
     assert str(exc.value) == (
         "unknown workflow 'nope'; known workflows: checks_batch, document_review, invoice_batch, "
         "invoice_posting, invoice_posting_patient, parallel_checks, payment_approval, slow_step, "
-        "three_step, timer_demo, timers_batch, travel_booking"
+        "summaries_batch, three_step, timer_demo, timers_batch, travel_booking"
     )
     # Keel's built-ins (keel.schedule) are left out of the list: they are not started by name
     from orchestrator.domain.authoring.definitions import resolve_definition

@@ -112,3 +112,21 @@ def test_replay_check_wants_one_source() -> None:
     missing = replay_check("--histories", "no/such/dir")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "error: no/such/dir is not a directory of histories"
+
+
+def _recorded(scenario: str) -> list[dict]:
+    text = (CORPUS / f"{scenario}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_the_corpus_keeps_throttled_attempts_and_a_terminated_run() -> None:
+    """What replay-check must go on covering (issue 33): attempts a per-type limit
+    throttled, redispatched without spending a retry, and a terminate."""
+    throttled = [
+        e["payload"]
+        for e in _recorded("throttled")
+        if e["type"] == "ActivityFailed" and e["payload"]["failure_class"] == "throttled"
+    ]
+    assert throttled and all(p["retry_after_ms"] > 0 for p in throttled)
+    ends = [e["type"] for e in _recorded("terminate") if e["type"].startswith("Workflow")]
+    assert ends == ["WorkflowStarted", "WorkflowTerminated"]
