@@ -60,6 +60,7 @@ from orchestrator.io.redis.read_model import reachable
 from orchestrator.records.envelopes import command_envelope, now_ms
 from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
+from orchestrator.telemetry.prometheus import exposition
 from orchestrator.trust.human_task_tokens import tokens_for_app
 
 __all__ = [
@@ -290,9 +291,17 @@ def _task_api(settings: Settings, app: KeelApp) -> _Tasks:
     return _Tasks(api, client)
 
 
+async def metrics_page(_request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus' text exposition of this process (docs/metrics.md).
+    Unauthenticated, as scrapers expect: it holds counts, never an id or a payload."""
+    body, content_type = exposition()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
 def create_app(connector: Connector) -> web.Application:
     web_app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
     web_app.router.add_get("/healthz", connector.healthz)
+    web_app.router.add_get("/metrics", metrics_page)
     web_app.router.add_post("/webhooks/{source}", connector.webhook)
     connector.tasks.api.add_routes(web_app)
 

@@ -70,6 +70,7 @@ from orchestrator.records.envelopes import now_ms, report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
+from orchestrator.telemetry.prometheus import worker_metrics
 
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 
@@ -435,6 +436,7 @@ class Worker:
             return
         t: ActivityTask = task.payload
         incoming = rec.header("traceparent") or task.traceparent
+        began = time.monotonic()
         if tracing.enabled():
             with self._tracer.start_as_current_span(
                 f"keel.activity {t.activity_type}",
@@ -453,6 +455,7 @@ class Worker:
         else:
             payload = await self._outcome(rec, task)
             traceparent = incoming
+        worker_metrics().task_done(t.activity_type, payload, time.monotonic() - began)
         mid = f"{task.message_id}/report/{t.attempt}"
         problem = self._report(rec, task, payload, mid, traceparent)
         if problem is not None:

@@ -263,6 +263,18 @@ class Settings(BaseSettings):
         description="Test hook: seconds the connector pauses after Kafka's ack of a "
         "webhook, before marking it delivered (fault tests); 0 in production.",
     )
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of a service's Prometheus /metrics endpoint (docs/metrics.md); "
+        "0: none. The --metrics-port option of each service overrides it.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        pattern=r"^[A-Za-z0-9.:_-]{1,253}$",
+        description="Address the /metrics endpoint binds (0.0.0.0: every interface).",
+    )
     connector_read_timeout_s: float = Field(
         default=10.0,
         gt=0,

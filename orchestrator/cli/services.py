@@ -19,10 +19,23 @@ from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
+    from orchestrator.settings import Settings
+    from orchestrator.telemetry.prometheus import KafkaGauges
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
     str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
+]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus /metrics on this port (docs/metrics.md); 0: none. "
+        "Default: KEEL_METRICS_PORT.",
+        show_default=False,
+    ),
 ]
 console = LazyConsole(highlight=False, emoji=False)
 projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
@@ -41,6 +54,41 @@ def service_app(spec: str) -> KeelApp:
     from orchestrator.client.schedule_ticks import install_schedules
 
     return install_schedules(app_from(spec))
+
+
+def kafka_gauges(settings: Settings) -> KafkaGauges:
+    """The consumer lag and open dead letters of the deployment, read on scrape (the
+    orchestrator's endpoint: one reader per orchestrator, not one per service)."""
+    from collections import Counter
+
+    from orchestrator.client.dead_letters import LetterKind, list_letters
+    from orchestrator.io.kafka.backlog import consumer_lag
+    from orchestrator.telemetry.prometheus import CachedSource, KafkaGauges
+
+    def open_letters() -> dict[tuple[str], int]:
+        counts = Counter(x.kind for x in list_letters(settings, include_closed=False))
+        return {(str(kind),): counts.get(kind, 0) for kind in LetterKind}
+
+    return KafkaGauges(
+        CachedSource("consumer_lag", lambda: consumer_lag(settings)),
+        CachedSource("dlq", open_letters),
+    )
+
+
+def serve_metrics_of(settings: Settings, port: int | None, gauges: bool = False) -> None:
+    """Start the service's ``/metrics`` endpoint when a port is set (option, else
+    ``KEEL_METRICS_PORT``), with the Kafka gauges if ``gauges``; prints where."""
+    port = settings.metrics_port if port is None else port
+    if not port:
+        return
+    from orchestrator.telemetry.prometheus import otel_enabled, serve_metrics
+
+    collectors = [kafka_gauges(settings)] if gauges else []
+    if otel_enabled():
+        for collector in collectors:
+            collector.register_otel()
+    bound = serve_metrics(port, settings.metrics_host, collectors)
+    print(f"metrics on http://{settings.metrics_host}:{bound}/metrics", flush=True)
 
 
 def _stop_on_signals(*stoppables) -> None:
@@ -69,6 +117,7 @@ def orchestrator(
             " (the default), or a thread of this process.",
         ),
     ] = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
@@ -92,10 +141,17 @@ def orchestrator(
     application = service_app(app)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
+    metrics_dir = None
     if projector and placement is ProjectorPlacement.CHILD:
         from orchestrator.io.handoff.committed_pipe import PipePublisher
 
         publisher = PipePublisher()
+        if (settings.metrics_port if metrics_port is None else metrics_port) > 0:
+            # the child's counts, summed by this process's endpoint (docs/metrics.md)
+            from orchestrator.telemetry.prometheus import use_multiprocess_dir
+
+            metrics_dir = use_multiprocess_dir(settings.home, "orchestrator")
+    serve_metrics_of(settings, metrics_port, gauges=True)
     orch = Orchestrator(
         settings, application, checkpoint_interval_s=checkpoint_interval, committed=publisher
     )
@@ -128,22 +184,29 @@ def orchestrator(
             child.stop()
             child.join(30)
             publisher.stop()
+        if metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def worker(app: AppOption = DEFAULT_APP) -> None:
+def worker(app: AppOption = DEFAULT_APP, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
+    from orchestrator.telemetry.metrics import configure_metrics
     from orchestrator.telemetry.tracing import configure_tracing
 
     configure_logging()
     configure_tracing("keel-worker")
+    configure_metrics("keel-worker")
     settings = load_settings()
     configure_gc(settings)
     w = Worker(settings, service_app(app))
     _stop_on_signals(w)
+    serve_metrics_of(settings, metrics_port)
     w.run()
 
 
@@ -153,6 +216,7 @@ def projector(
         int | None,
         typer.Option(help="A pipe from its orchestrator (its default projector); ends with it."),
     ] = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
     from orchestrator.projector.projector import Projector
@@ -172,6 +236,8 @@ def projector(
     settings = load_settings()
     configure_gc(settings)
     projector = Projector(settings, service_app(app), committed=committed)
+    if feed_fd is None:  # a child's counts are served by its orchestrator (docs/metrics.md)
+        serve_metrics_of(settings, metrics_port)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.io.handoff.committed_pipe import read_frames

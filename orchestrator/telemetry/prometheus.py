@@ -1,0 +1,357 @@
+"""Keel's metrics exported: a Prometheus ``/metrics`` endpoint per service, and the same
+instruments through OpenTelemetry when ``OTEL_EXPORTER_OTLP_*`` is set (docs/metrics.md).
+
+Each instrument is defined once, in :data:`~orchestrator.telemetry.metric_catalogue.SPECS`;
+a :class:`MetricsSink` creates it in a prometheus-client registry and, when an OTLP
+endpoint is configured, on the OpenTelemetry meter too, and applies every update to both.
+
+The orchestrator's projector is a child process by default (``keel projector
+--feed-fd``): the orchestrator then runs in prometheus-client's multiprocess mode
+(:func:`use_multiprocess_dir`, before prometheus-client is first imported), the child
+writes its counters to files there, and the orchestrator's endpoint sums them, so one
+scrape of the orchestrator shows the workflow metrics and a restarted child loses no count.
+Gauges read from Kafka (consumer lag, dead letters) are computed on scrape through
+:class:`CachedSource`: a short cache, and a bounded wait past which the last values are
+served and ``keel_gauge_source_up`` says 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server, values
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric as PromMetric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from orchestrator.domain.model.messages import Envelope, FailActivity
+from orchestrator.domain.model.state import WorkflowState
+from orchestrator.domain.model.vocabulary import ActivityStatus
+from orchestrator.records.llm_usage import NodeUsage
+from orchestrator.telemetry.metric_catalogue import SPECS, Kind, Metric
+from orchestrator.telemetry.metrics import ENDPOINT_VARS
+from orchestrator.telemetry.workflow_metrics import MetricUpdate, StateClock, batch_updates
+
+__all__ = [
+    "CachedSource",
+    "KafkaGauges",
+    "MetricsSink",
+    "ProjectorMetrics",
+    "projector_metrics",
+    "serve_metrics",
+    "use_multiprocess_dir",
+    "worker_metrics",
+]
+
+log = logging.getLogger("keel.metrics")
+
+#: prometheus-client's switch to multiprocess mode (read when it is first imported).
+MULTIPROC_VAR = "PROMETHEUS_MULTIPROC_DIR"
+OTEL_METER = "keel.workflows"
+
+#: The metrics the projector records (events folded once) and the worker measures.
+PROJECTOR_METRICS = tuple(
+    m
+    for m, spec in SPECS.items()
+    if spec.kind is not Kind.GAUGE and not m.startswith("keel_worker_")
+)
+WORKER_METRICS = (Metric.WORKER_TASKS, Metric.WORKER_TASK_SECONDS)
+
+
+def otel_enabled() -> bool:
+    """Whether the OpenTelemetry path is on (an OTLP endpoint variable is set)."""
+    return any(os.environ.get(v) for v in ENDPOINT_VARS)
+
+
+class MetricsSink:
+    """Instruments of ``wanted`` in ``registry`` (and on the OpenTelemetry meter when
+    ``otel``); :meth:`apply` moves both. ``registry=None``: prometheus-client's default
+    one (what a service serves, or, in multiprocess mode, files its parent sums)."""
+
+    def __init__(
+        self,
+        wanted: Iterable[Metric],
+        registry: CollectorRegistry | None = None,
+        otel: bool | None = None,
+    ) -> None:
+        from prometheus_client import REGISTRY
+
+        self.registry = registry if registry is not None else REGISTRY
+        self._prom: dict[Metric, Any] = {}
+        self._otel: dict[Metric, Any] = {}
+        meter = (
+            otel_metrics.get_meter(OTEL_METER)
+            if (otel_enabled() if otel is None else otel)
+            else None
+        )
+        for metric in wanted:
+            spec = SPECS[metric]
+            if spec.kind is Kind.COUNTER:
+                self._prom[metric] = Counter(metric, spec.help, spec.labels, registry=self.registry)
+            elif spec.kind is Kind.HISTOGRAM:
+                self._prom[metric] = Histogram(
+                    metric, spec.help, spec.labels, registry=self.registry, buckets=spec.buckets
+                )
+            else:
+                raise ValueError(f"{metric} is a gauge: it is read on scrape, not recorded")
+            if meter is None or not spec.otel:
+                continue
+            name = spec.otel_name(metric)
+            if spec.kind is Kind.COUNTER:
+                self._otel[metric] = meter.create_counter(name, spec.unit, spec.help)
+            else:
+                self._otel[metric] = meter.create_histogram(
+                    name, spec.unit, spec.help, explicit_bucket_boundaries_advisory=spec.buckets
+                )
+
+    def apply(self, updates: Iterable[MetricUpdate]) -> None:
+        for u in updates:
+            prom = self._prom.get(u.metric)
+            if prom is None:
+                continue
+            child = prom.labels(*u.labels)
+            if SPECS[u.metric].kind is Kind.COUNTER:
+                child.inc(u.value)
+            else:
+                child.observe(u.value)
+            otel = self._otel.get(u.metric)
+            if otel is not None:
+                attrs = dict(zip(SPECS[u.metric].labels, u.labels, strict=True))
+                if SPECS[u.metric].kind is Kind.COUNTER:
+                    otel.add(u.value, attrs)
+                else:
+                    otel.record(u.value, attrs)
+
+
+Updates = Mapping[str, tuple[WorkflowState, Sequence[Envelope[Any] | str], str | None]]
+
+
+class ProjectorMetrics:
+    """What a live projector records after each committed write, while ``enabled``
+    (metrics served, or exported: a projector nobody reads the metrics of spends nothing
+    on them)."""
+
+    def __init__(
+        self, sink: MetricsSink, clock: StateClock | None = None, enabled: bool = True
+    ) -> None:
+        self.sink = sink
+        self.clock = clock or StateClock()
+        self.enabled = enabled
+
+    def record(self, updates: Updates, usages: Mapping[str, list[NodeUsage]]) -> None:
+        """Never raises: a metric must not stop the projector (the write has committed)."""
+        if not self.enabled:
+            return
+        try:
+            self.sink.apply(batch_updates(updates, self.clock, usages))
+        except Exception:
+            log.exception("metrics of a projected batch not recorded")
+
+
+class WorkerMetrics:
+    """What a worker measures of each task it ran (at least once: a task delivered again
+    after a crash runs, and counts, again)."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self.sink = sink
+
+    def task_done(self, activity_type: str, report: object, seconds: float) -> None:
+        """One task run: ``report`` is what the worker sends (a ``FailActivity`` counts
+        by its failure class, anything else as completed)."""
+        outcome = (
+            report.failure_class
+            if isinstance(report, FailActivity)
+            else str(ActivityStatus.COMPLETED)
+        )
+        self.sink.apply(
+            [
+                MetricUpdate(Metric.WORKER_TASKS, (activity_type, outcome), 1),
+                MetricUpdate(Metric.WORKER_TASK_SECONDS, (activity_type,), seconds),
+            ]
+        )
+
+
+_lock = threading.Lock()
+_projector: ProjectorMetrics | None = None
+_worker: WorkerMetrics | None = None
+_served = False
+
+
+def projector_metrics() -> ProjectorMetrics:
+    """The process's projector metrics, created on first use in the default registry;
+    enabled in a projector child whose orchestrator serves them (multiprocess mode), when
+    OpenTelemetry exports them, or once :func:`serve_metrics` serves this process's."""
+    global _projector
+    with _lock:
+        if _projector is None:
+            enabled = _served or bool(os.environ.get(MULTIPROC_VAR)) or otel_enabled()
+            _projector = ProjectorMetrics(MetricsSink(PROJECTOR_METRICS), enabled=enabled)
+        return _projector
+
+
+def worker_metrics() -> WorkerMetrics:
+    """The process's worker metrics, created on first use in the default registry."""
+    global _worker
+    with _lock:
+        if _worker is None:
+            _worker = WorkerMetrics(MetricsSink(WORKER_METRICS))
+        return _worker
+
+
+# ---------------------------------------------------------------------- gauges on scrape
+
+
+class CachedSource:
+    """A value read on demand, at most every ``ttl_s``, waited for at most ``timeout_s``:
+    past that the last value is served (the read goes on in its thread and is used by a
+    later scrape) and :attr:`ok` is False. A failed read is logged and not retried before
+    the ttl, so a scrape never hammers a broker that is down."""
+
+    def __init__(
+        self, name: str, read: Callable[[], Any], ttl_s: float = 15.0, timeout_s: float = 5.0
+    ) -> None:
+        self.name, self._read, self.ttl_s, self.timeout_s = name, read, ttl_s, timeout_s
+        self._lock = threading.Lock()
+        self._value: Any = None
+        self._ok = False
+        self._at = float("-inf")
+        self._thread: threading.Thread | None = None
+
+    def _refresh(self) -> None:
+        try:
+            value, ok = self._read(), True
+        except Exception as exc:
+            log.warning("metrics source %s could not be read: %s", self.name, exc)
+            value, ok = None, False
+        with self._lock:
+            if ok:
+                self._value = value
+            self._ok, self._at = ok, time.monotonic()
+
+    def get(self) -> tuple[Any, bool]:
+        """The value (None before a first good read) and whether it is fresh and good."""
+        with self._lock:
+            if time.monotonic() - self._at < self.ttl_s:
+                return self._value, self._ok
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                thread = self._thread = threading.Thread(
+                    target=self._refresh, name=f"metrics-{self.name}", daemon=True
+                )
+                thread.start()
+        thread.join(self.timeout_s)
+        with self._lock:
+            return self._value, self._ok and not thread.is_alive()
+
+
+class KafkaGauges(Collector):
+    """``keel_consumer_lag`` and ``keel_dlq_letters``, read from Kafka on scrape.
+
+    ``lag`` returns ``{(topic, group): records}``, ``dlq`` ``{kind: open letters}``
+    (wired by the CLI, the composition root: this module imports no Kafka client).
+    """
+
+    def __init__(self, lag: CachedSource, dlq: CachedSource) -> None:
+        self.lag, self.dlq = lag, dlq
+
+    def collect(self) -> Iterator[PromMetric]:
+        up = GaugeMetricFamily(
+            Metric.GAUGE_SOURCE_UP, SPECS[Metric.GAUGE_SOURCE_UP].help, labels=["source"]
+        )
+        for metric, source in ((Metric.CONSUMER_LAG, self.lag), (Metric.DLQ_LETTERS, self.dlq)):
+            value, ok = source.get()
+            up.add_metric([source.name], 1.0 if ok else 0.0)
+            if value is None:
+                continue
+            spec = SPECS[metric]
+            family = GaugeMetricFamily(metric, spec.help, labels=list(spec.labels))
+            for labels, n in sorted(value.items()):
+                family.add_metric(list(labels), float(n))
+            yield family
+        yield up
+
+    def register_otel(self) -> None:
+        """The same gauges as OpenTelemetry observable gauges (read at each export)."""
+        meter = otel_metrics.get_meter(OTEL_METER)
+        for metric, source in ((Metric.CONSUMER_LAG, self.lag), (Metric.DLQ_LETTERS, self.dlq)):
+            spec = SPECS[metric]
+            labelled = _Labelled(source, spec.labels)
+            meter.create_observable_gauge(
+                spec.otel_name(metric), [labelled.observe], spec.unit, spec.help
+            )
+
+
+class _Labelled:
+    """A source's ``{label values: n}`` as OpenTelemetry observations with label names."""
+
+    def __init__(self, source: CachedSource, names: tuple[str, ...]) -> None:
+        self.source, self.names = source, names
+
+    def observe(self, _options: CallbackOptions) -> Iterator[Observation]:
+        value, _ = self.source.get()
+        for labels, n in (value or {}).items():
+            yield Observation(n, dict(zip(self.names, labels, strict=True)))
+
+
+# ---------------------------------------------------------------------- serving
+
+
+def use_multiprocess_dir(home: Path, name: str) -> Path:
+    """Put this process (and the children it starts, which inherit the variable) in
+    prometheus-client's multiprocess mode, in a fresh ``<home>/metrics/<name>-<pid>``;
+    call it before any metric is created. The folder is emptied first: counts start at
+    zero with the process."""
+    path = (home / "metrics" / f"{name}-{os.getpid()}").resolve()
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    os.environ[MULTIPROC_VAR] = str(path)
+    values.ValueClass = values.get_value_class()  # chosen at import; chosen again here
+    return path
+
+
+def serve_metrics(
+    port: int,
+    host: str = "127.0.0.1",
+    collectors: Iterable[Collector] = (),
+) -> int:
+    """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the port.
+
+    In multiprocess mode the endpoint sums the files of every process of the folder
+    (this one's and its projector child's); else it serves the default registry. Extra
+    ``collectors`` (the Kafka gauges) are added either way.
+    """
+    from prometheus_client import REGISTRY
+
+    global _served
+    with _lock:
+        _served = True
+        if _projector is not None:
+            _projector.enabled = True
+    registry = REGISTRY
+    multiproc = os.environ.get(MULTIPROC_VAR)
+    if multiproc:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=multiproc)
+    for collector in collectors:
+        registry.register(collector)
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    bound = int(server.server_address[1])
+    log.info("metrics on http://%s:%d/metrics", host, bound)
+    return bound
+
+
+def exposition(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
+    """The registry's text exposition and its content type (the connector's route)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    return generate_latest(registry or REGISTRY), CONTENT_TYPE_LATEST
