@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.core import Metric as PromMetric
@@ -76,24 +76,23 @@ def otel_enabled() -> bool:
 class MetricsSink:
     """Instruments of ``wanted`` in ``registry`` (and on the OpenTelemetry meter when
     ``otel``); :meth:`apply` moves both. ``registry=None``: prometheus-client's default
-    one (what a service serves, or, in multiprocess mode, files its parent sums)."""
+    one (what a service serves, or, in multiprocess mode, files its parent sums);
+    ``meter``: the OpenTelemetry meter (the global provider's when OTLP is on)."""
 
     def __init__(
         self,
         wanted: Iterable[Metric],
         registry: CollectorRegistry | None = None,
         otel: bool | None = None,
+        meter: Meter | None = None,
     ) -> None:
         from prometheus_client import REGISTRY
 
         self.registry = registry if registry is not None else REGISTRY
         self._prom: dict[Metric, Any] = {}
         self._otel: dict[Metric, Any] = {}
-        meter = (
-            otel_metrics.get_meter(OTEL_METER)
-            if (otel_enabled() if otel is None else otel)
-            else None
-        )
+        if meter is None and (otel_enabled() if otel is None else otel):
+            meter = otel_metrics.get_meter(OTEL_METER)
         for metric in wanted:
             spec = SPECS[metric]
             if spec.kind is Kind.COUNTER:

@@ -13,11 +13,13 @@ import socket
 import urllib.request
 from collections.abc import Mapping
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator import KeelClient
 from tests.integration import metrics_app
 from tests.integration.metrics_app import APP
+from tests.integration.test_connector import start_connector
 from tests.support import wait_until
 
 Samples = Mapping[tuple[str, frozenset[tuple[str, str]]], float]
@@ -46,7 +48,7 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 def test_metrics_count_a_known_workload_exactly(settings, services):
     orch_port, worker_port = _free_port(), _free_port()
-    services.start("orchestrator", "--app", APP, "--metrics-port", str(orch_port))
+    orchestrator = services.start("orchestrator", "--app", APP, "--metrics-port", str(orch_port))
     services.start("worker", "--app", APP, "--metrics-port", str(worker_port))
     runs = {
         "ok-1": ("metered", "ok"),
@@ -136,3 +138,40 @@ def test_metrics_count_a_known_workload_exactly(settings, services):
     assert value(worker, "keel_worker_task_seconds_count", activity_type="metered.work") == 6
     # the worker's endpoint holds the worker's metrics only: no workflow was folded there
     assert [k for k in worker if k[0] == "keel_workflows_started_total"] == []
+
+    # The projector child dies (SIGKILL) and its supervisor starts another: what the dead
+    # child counted stays in the orchestrator's sum, and the events the new one reads
+    # again from the topic (its group's uncommitted tail) are not counted twice.
+    [child] = psutil.Process(orchestrator.pid).children()
+    child.kill()
+    child.wait(30)
+    wait_until(
+        lambda: [c for c in psutil.Process(orchestrator.pid).children() if c.pid != child.pid],
+        60,
+        "a new projector child",
+    )
+    again = KeelClient(settings, metrics_app.app)
+    try:
+        again.start("metered", {"mode": "ok"}, workflow_id="ok-4")
+        assert again.wait("ok-4", timeout_s=120)["status"] == "completed"
+    finally:
+        again.close()
+    after = wait_until(
+        lambda: (s := scrape(orch_port)) and finished(s) == len(runs) + 1 and s,
+        60,
+        "seven ends counted",
+    )
+    assert value(after, "keel_workflows_started_total", **m) == 6
+    assert value(after, "keel_workflows_finished_total", **m, status="completed", cause="none") == 5
+    assert value(after, "keel_activity_attempts_total", **work) == 7
+    assert value(after, "keel_workflows_started_total", **saga) == 1
+
+
+def test_the_connector_serves_its_metrics_on_its_own_port_without_a_token(services):
+    _, url = start_connector(services)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as answer:
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith("text/plain; version=")
+        text = answer.read().decode()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {"process_cpu_seconds", "python_info"} <= names
