@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 DEMO_SIZE ?= 300
 
-.PHONY: setup system-deps test unit demo down lint fmt bench clean
+.PHONY: setup system-deps test unit test-browser demo down lint fmt bench clean
 
 system-deps:
 	@missing=""; \
@@ -17,6 +17,7 @@ system-deps:
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -47,18 +48,23 @@ define test-stage
 	exit $$rc
 endef
 
-# Three stages, fastest first: unit (pure, in-process), integration (one real Kafka broker
+# Four stages, fastest first: unit (pure, in-process), integration (one real Kafka broker
 # and Redis for the stage, shared by INTEGRATION_WORKERS pytest-xdist workers, a test file
 # to a worker; each test has its own topic prefix), fault (a three-broker cluster,
-# processes SIGKILLed: one at a time).
+# processes SIGKILLed: one at a time), browser (the web UI in Debian's headless Chromium,
+# against a real stack; it saves docs/ui/*.png).
 INTEGRATION_WORKERS ?= 2
 test: setup
 	$(call test-stage,unit)
 	$(call test-stage,integration,-n $(INTEGRATION_WORKERS) --dist loadfile)
 	$(call test-stage,fault)
+	$(call test-stage,browser)
 
 unit: $(BIN)/keel
 	$(call test-stage,unit)
+
+test-browser: system-deps $(BIN)/keel
+	$(call test-stage,browser)
 
 # Keel's event log read from Java (ops/event_reader/, docs/event-log.md): the jar and its
 # dependencies (target/lib) from Maven Central, rebuilt only when its sources change;

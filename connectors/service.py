@@ -42,6 +42,7 @@ from connectors.human_task_api import TaskApi
 from connectors.json_answers import error_answer, json_answer, json_errors, read_body
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SignatureError
+from connectors.ui import mount_ui
 from connectors.webhooks import MAX_BODY_BYTES, message_id, signal_refusal
 from orchestrator.application.app import KeelApp
 from orchestrator.application.webhook_sources import WebhookEvent, WebhookSource
@@ -304,6 +305,9 @@ def create_app(connector: Connector) -> web.Application:
     web_app.router.add_get("/metrics", metrics_page)
     web_app.router.add_post("/webhooks/{source}", connector.webhook)
     connector.tasks.api.add_routes(web_app)
+    mount_ui(
+        web_app, connector.settings, connector.app, connector.tasks.api, connector.tasks.desk_client
+    )
 
     async def lifecycle(_app: web.Application) -> Any:
         await connector.open()

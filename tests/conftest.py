@@ -12,9 +12,9 @@ its histories are checked against the invariants when the test ends
 (``tests/history_check.py``; ``@pytest.mark.unsound_history`` opts a test out).
 Pure unit tests (``tests/unit``) never touch these fixtures.
 
-Every test's layer marker (``unit``, ``integration`` or ``fault``) comes from the directory it
+Every test's layer marker (``unit``, ``integration``, ``fault`` or ``browser``) comes from the directory it
 sits in (``pytest_collection_modifyitems`` below), never from the test file: ``-m unit``
-selects ``tests/unit``, and so on. ``make test`` runs the three directories as three stages.
+selects ``tests/unit``, and so on. ``make test`` runs the four directories as four stages.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TEST_REDIS_PORT = int(os.environ.get("KEEL_TEST_REDIS_PORT", "36379"))
 
 
 #: The test layers, one per directory under ``tests/``; each is also the test's marker.
-LAYERS = ("unit", "integration", "fault")
+LAYERS = ("unit", "integration", "fault", "browser")
 TESTS = Path(__file__).resolve().parent
 
 

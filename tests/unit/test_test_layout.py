@@ -25,7 +25,7 @@ PROBE = textwrap.dedent(
     import json
     import os
 
-    LAYERS = ("unit", "integration", "fault")
+    LAYERS = ("unit", "integration", "fault", "browser")
     DESELECTED = []
 
 
@@ -99,6 +99,7 @@ def test_make_test_runs_the_three_stages_in_order_and_ci_runs_it_after_lint() ->
     stages = [call.removeprefix("$(call test-stage,").rstrip(")").split(",")[0] for call in calls]
     assert stages == list(LAYERS)
     assert calls[0] == "$(call test-stage,unit)" and calls[2] == "$(call test-stage,fault)"
+    assert calls[3] == "$(call test-stage,browser)"
     assert calls[1] == "$(call test-stage,integration,-n $(INTEGRATION_WORKERS) --dist loadfile)"
     assert all((TESTS / layer).is_dir() for layer in LAYERS)
     ci = (REPO / ".ci" / "run").read_text()

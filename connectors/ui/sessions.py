@@ -1,0 +1,106 @@
+"""Who is signed in to the web UI: server-side sessions and their CSRF tokens.
+
+A session is created only by a sign-in with an actor's bearer token, checked by
+:meth:`connectors.auth.Actors.authenticate` (sha256, constant time, only hashes stored). The
+browser holds a random session id in an ``HttpOnly``, ``SameSite=Strict`` cookie; this
+process stores the session under the sha256 of that id (a dump of the store gives no
+cookie away) with its expiry. Every POST form carries the session's CSRF token, compared
+with ``hmac.compare_digest``. The store is in memory: a restarted connector signs everyone
+out, which a bearer token undoes in one step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from connectors.auth import Actor
+
+__all__ = ["COOKIE", "PRE_COOKIE", "FlashLevel", "Session", "SessionStore", "same_token"]
+
+#: The session cookie's name.
+COOKIE = "keel_ui_session"
+#: The sign-in form's own cookie (a double-submitted CSRF token before any session).
+PRE_COOKIE = "keel_ui_signin"
+#: How long a session lasts from its sign-in.
+SESSION_TTL_S = 8 * 3600
+#: Sessions kept at most (the oldest are dropped first).
+MAX_SESSIONS = 10_000
+
+
+class FlashLevel(StrEnum):
+    """How a one-time message after an action is shown."""
+
+    OK = "ok"
+    REFUSED = "refused"
+
+
+@dataclass
+class Session:
+    actor: Actor
+    csrf: str
+    expires_at: float
+    #: Messages shown once, on the next page (the answer of a POST, after its redirect).
+    flashes: list[tuple[FlashLevel, str]] = field(default_factory=list)
+
+    def flash(self, level: FlashLevel, text: str) -> None:
+        self.flashes.append((level, text))
+
+    def take_flashes(self) -> list[tuple[FlashLevel, str]]:
+        out, self.flashes = self.flashes, []
+        return out
+
+
+def _key(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def same_token(presented: str | None, expected: str) -> bool:
+    """Whether a form's CSRF token is the expected one, in constant time."""
+    if not presented or len(presented) > 256:
+        return False
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+class SessionStore:
+    """Sessions by the sha256 of their id, each with its expiry."""
+
+    def __init__(self, ttl_s: float = SESSION_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._sessions: dict[str, Session] = {}
+
+    def create(self, actor: Actor) -> tuple[str, Session]:
+        """A new session for ``actor``: ``(session id for the cookie, session)``."""
+        self._purge()
+        session_id = secrets.token_urlsafe(32)
+        session = Session(actor, secrets.token_urlsafe(32), time.time() + self.ttl_s)
+        self._sessions[_key(session_id)] = session
+        return session_id, session
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The live session of a cookie's id, or None (unknown, expired or malformed)."""
+        if not session_id or len(session_id) > 256:
+            return None
+        key = _key(session_id)
+        session = self._sessions.get(key)
+        if session is None:
+            return None
+        if session.expires_at <= time.time():
+            del self._sessions[key]
+            return None
+        return session
+
+    def end(self, session_id: str | None) -> None:
+        if session_id:
+            self._sessions.pop(_key(session_id), None)
+
+    def _purge(self) -> None:
+        now = time.time()
+        for key in [k for k, s in self._sessions.items() if s.expires_at <= now]:
+            del self._sessions[key]
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
