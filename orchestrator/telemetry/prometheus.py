@@ -114,22 +114,34 @@ class MetricsSink:
                 )
 
     def apply(self, updates: Iterable[MetricUpdate]) -> None:
+        """Move both exporters' instruments; a batch's counter updates are summed per
+        label set first (one call each), a histogram's observations go one by one."""
+        sums: dict[tuple[Metric, tuple[str, ...]], float] = {}
         for u in updates:
-            prom = self._prom.get(u.metric)
-            if prom is None:
+            if u.metric not in self._prom:
                 continue
-            child = prom.labels(*u.labels)
             if SPECS[u.metric].kind is Kind.COUNTER:
-                child.inc(u.value)
+                key = (u.metric, u.labels)
+                sums[key] = sums.get(key, 0) + u.value
             else:
-                child.observe(u.value)
-            otel = self._otel.get(u.metric)
-            if otel is not None:
-                attrs = dict(zip(SPECS[u.metric].labels, u.labels, strict=True))
-                if SPECS[u.metric].kind is Kind.COUNTER:
-                    otel.add(u.value, attrs)
-                else:
-                    otel.record(u.value, attrs)
+                self._move(u.metric, u.labels, u.value)
+        for (metric, labels), total in sums.items():
+            self._move(metric, labels, total)
+
+    def _move(self, metric: Metric, labels: tuple[str, ...], value: float) -> None:
+        counter = SPECS[metric].kind is Kind.COUNTER
+        child = self._prom[metric].labels(*labels)
+        if counter:
+            child.inc(value)
+        else:
+            child.observe(value)
+        otel = self._otel.get(metric)
+        if otel is not None:
+            attrs = dict(zip(SPECS[metric].labels, labels, strict=True))
+            if counter:
+                otel.add(value, attrs)
+            else:
+                otel.record(value, attrs)
 
 
 Updates = Mapping[str, tuple[WorkflowState, Sequence[Envelope[Any] | str], str | None]]
@@ -308,14 +320,30 @@ class _Labelled:
 def use_multiprocess_dir(home: Path, name: str) -> Path:
     """Put this process (and the children it starts, which inherit the variable) in
     prometheus-client's multiprocess mode, in a fresh ``<home>/metrics/<name>-<pid>``;
-    call it before any metric is created. The folder is emptied first: counts start at
-    zero with the process."""
-    path = (home / "metrics" / f"{name}-{os.getpid()}").resolve()
+    call it before any metric is created. The folder is emptied first (counts start at
+    zero with the process), and the folders of ``name`` processes no longer alive (killed
+    before they could remove theirs) are removed."""
+    root = (home / "metrics").resolve()
+    for stale in root.glob(f"{name}-*"):
+        pid = stale.name.removeprefix(f"{name}-")
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = root / f"{name}-{os.getpid()}"
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     os.environ[MULTIPROC_VAR] = str(path)
     values.ValueClass = values.get_value_class()  # chosen at import; chosen again here
     return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def serve_metrics(

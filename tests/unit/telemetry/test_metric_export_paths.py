@@ -3,6 +3,7 @@ observations as the Prometheus registry; the gauges read on scrape wait a bounde
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -122,3 +123,28 @@ def test_a_failing_source_says_so_and_keeps_its_last_value() -> None:
     assert second[("keel_dlq_letters", (("kind", "activity"),))] == 3
     assert second[("keel_gauge_source_up", (("source", "dlq"),))] == 0
     assert second[("keel_gauge_source_up", (("source", "consumer_lag"),))] == 1
+
+
+def test_the_multiprocess_folder_is_fresh_and_dead_processes_folders_go(tmp_path) -> None:
+    from prometheus_client import values
+
+    from orchestrator.telemetry import prometheus
+
+    assert prometheus.MULTIPROC_VAR not in os.environ
+    before = values.ValueClass
+    dead = tmp_path / "metrics" / "orchestrator-999999999"
+    other = tmp_path / "metrics" / "worker-999999999"
+    dead.mkdir(parents=True)
+    other.mkdir(parents=True)
+    own = tmp_path / "metrics" / f"orchestrator-{os.getpid()}"
+    own.mkdir()
+    (own / "counter_1.db").write_bytes(b"old")
+    try:
+        path = prometheus.use_multiprocess_dir(tmp_path, "orchestrator")
+        assert path == own.resolve() and list(path.iterdir()) == []
+        assert not dead.exists() and other.exists()
+        assert os.environ[prometheus.MULTIPROC_VAR] == str(path)
+        assert values.ValueClass is not before  # the next metric made is file-backed
+    finally:
+        os.environ.pop(prometheus.MULTIPROC_VAR, None)
+        values.ValueClass = before
