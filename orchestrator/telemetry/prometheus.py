@@ -158,13 +158,15 @@ class ProjectorMetrics:
         self.sink = sink
         self.clock = clock or StateClock()
         self.enabled = enabled
+        self._lock = threading.Lock()  # one clock, should two projectors share a process
 
     def record(self, updates: Updates, usages: Mapping[str, list[NodeUsage]]) -> None:
         """Never raises: a metric must not stop the projector (the write has committed)."""
         if not self.enabled:
             return
         try:
-            self.sink.apply(batch_updates(updates, self.clock, usages))
+            with self._lock:
+                self.sink.apply(batch_updates(updates, self.clock, usages))
         except Exception:
             log.exception("metrics of a projected batch not recorded")
 
