@@ -26,7 +26,7 @@ from aiohttp import web
 
 from connectors.human_task_api import TaskApi
 from connectors.ui.health_view import health
-from connectors.ui.run_listing import runs_page
+from connectors.ui.run_listing import ATTRIBUTE_FIELDS, RunQuery, runs_page
 from connectors.ui.sessions import COOKIE, PRE_COOKIE, FlashLevel, Session, SessionStore, same_token
 from connectors.ui.task_desk import TaskDecisions
 from connectors.ui.timeline import duration, timeline
@@ -107,6 +107,7 @@ class OperatorUi:
         )
         env.filters["utc"] = lambda ms: iso_utc(int(ms)) if ms else ""
         env.filters["duration"] = duration
+        env.filters["when"] = lambda t: iso_utc(int(t.timestamp() * 1000)) if t else ""
         env.filters["part"] = lambda text: quote(str(text), safe="")
         r = ui.router
         r.add_get("", self.home)
@@ -236,20 +237,24 @@ class OperatorUi:
     # ------------------------------------------------------------------ runs
     @page
     async def runs(self, request: web.Request, session: Session) -> web.StreamResponse:
-        status = request.query.get("status") or None
+        query = RunQuery.of(request.query, request.query.getall("attr", []))
         try:
-            number = int(request.query.get("page", "1"))
-        except ValueError:
-            number = 1
-        try:
-            data = await self._run(runs_page, self.client.projection, status, number)
+            data = await self._run(runs_page, self.client, query)
         except KeelError as exc:
             return self.refusal(request, 400, str(exc))
-        return self.render("runs.html", request, session, data=data, statuses=STATUSES)
+        return self.render(
+            "runs.html",
+            request,
+            session,
+            data=data,
+            statuses=STATUSES,
+            workflows=sorted({name for name, _ in self.app.definitions}),
+            attribute_fields=ATTRIBUTE_FIELDS,
+        )
 
     @page
     async def counts(self, request: web.Request, session: Session) -> web.StreamResponse:
-        return web.json_response(await self._run(self.client.projection.counts))
+        return web.json_response(await self._run(self.client.counts_by_status))
 
     @page
     async def run(self, request: web.Request, session: Session) -> web.StreamResponse:

@@ -157,26 +157,39 @@ def test_sign_in_then_a_post_without_the_csrf_token_is_refused(browser, stack):
     assert status == 403
 
 
-def test_the_runs_filtered_by_status_show_the_expected_run_with_live_counts(
+def test_the_runs_filtered_by_a_search_attribute_or_status_show_the_expected_run(
     browser, alice, stack, runs
 ):
     browser.get(f"{stack.url}/ui/runs")
-    Select(browser.find_element(By.ID, "status")).select_by_value("cancelled")
+    browser.find_element(By.ID, "attr-0").send_keys("supplier=ACME Tools")
     browser.find_element(By.ID, "filter").click()
-    until(browser, lambda b: "status=cancelled" in b.current_url, "the filter")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr[data-workflow-id]")
-    assert [r.get_attribute("data-workflow-id") for r in rows] == [CANCELLED]
-    assert browser.find_element(By.CSS_SELECTOR, '[data-count="cancelled"]').text == "1"
-
-    browser.get(f"{stack.url}/ui/runs?status=waiting")
+    until(browser, lambda b: "attr=supplier" in b.current_url, "the filter")
     rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr[data-workflow-id]")
     assert [r.get_attribute("data-workflow-id") for r in rows] == [APPROVED]
+    assert browser.find_element(By.ID, "matching").text == "1 run(s) match"
     cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
     row = stack.client.projection.get(APPROVED)
     assert cells[:5] == [APPROVED, "invoice_review", "1", "waiting", "approval"]
     assert cells[5].startswith(time.strftime("%Y-%m-%dT", time.gmtime(row["started_at"] / 1000)))
+    assert cells[6] == ""  # not ended
+    assert cells[8] == f"amount=1250.0 invoice_number={APPROVED} supplier=ACME Tools"
     assert browser.find_element(By.CSS_SELECTOR, '[data-count="waiting"]').text == "1"
+    assert browser.find_element(By.CSS_SELECTOR, '[data-count="cancelled"]').text == "1"
     shot(browser, "runs")
+
+    browser.get(f"{stack.url}/ui/runs")
+    Select(browser.find_element(By.ID, "status")).select_by_value("cancelled")
+    browser.find_element(By.ID, "attr-0").send_keys("amount>=1000")
+    browser.find_element(By.ID, "filter").click()
+    until(browser, lambda b: "status=cancelled" in b.current_url, "the filter")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr[data-workflow-id]")
+    assert [r.get_attribute("data-workflow-id") for r in rows] == [CANCELLED]
+
+    browser.get(f"{stack.url}/ui/runs?attr=colour%3Dred")
+    assert browser.find_element(By.ID, "refusal").text == (
+        "--attr colour=red: unknown search attribute 'colour' "
+        "(declared: amount, invoice_number, supplier)"
+    )
 
 
 def test_approving_in_the_inbox_moves_the_run_on_and_a_stale_tab_is_refused(

@@ -14,6 +14,8 @@ from orchestrator import (
     KeelApp,
     LlmCall,
     PromptTemplate,
+    SearchAttribute,
+    SearchKind,
     State,
     Transition,
     WorkflowDefinition,
@@ -121,5 +123,12 @@ invoice_review = app.workflow(
             State("rejected", complete=_done("rejected")),
         ],
         description="Classify an invoice with an LLM node, then a person approves paying it.",
+        search_attributes=[
+            SearchAttribute(
+                "invoice_number", SearchKind.KEYWORD, lambda ctx: ctx.input.invoice_number
+            ),
+            SearchAttribute("supplier", SearchKind.KEYWORD, lambda ctx: ctx.input.supplier),
+            SearchAttribute("amount", SearchKind.NUMBER, lambda ctx: ctx.input.amount),
+        ],
     )
 )
