@@ -77,18 +77,25 @@ def kafka_gauges(settings: Settings) -> KafkaGauges:
 
 def serve_metrics_of(settings: Settings, port: int | None, gauges: bool = False) -> None:
     """Start the service's ``/metrics`` endpoint when a port is set (option, else
-    ``KEEL_METRICS_PORT``), with the Kafka gauges if ``gauges``; prints where."""
+    ``KEEL_METRICS_PORT``), with the Kafka gauges if ``gauges`` (also exported through
+    OpenTelemetry when an OTLP endpoint is set, port or none); prints where."""
+    import os
+
+    from orchestrator.telemetry.metrics import ENDPOINT_VARS
+
     port = settings.metrics_port if port is None else port
-    if not port:
+    otel = gauges and any(os.environ.get(v) for v in ENDPOINT_VARS)
+    if not port and not otel:
         return
-    from orchestrator.telemetry.prometheus import otel_enabled, serve_metrics
+    from orchestrator.telemetry.prometheus import serve_metrics
 
     collectors = [kafka_gauges(settings)] if gauges else []
-    if otel_enabled():
+    if otel:
         for collector in collectors:
             collector.register_otel()
-    bound = serve_metrics(port, settings.metrics_host, collectors)
-    print(f"metrics on http://{settings.metrics_host}:{bound}/metrics", flush=True)
+    if port:
+        bound = serve_metrics(port, settings.metrics_host, collectors)
+        print(f"metrics on http://{settings.metrics_host}:{bound}/metrics", flush=True)
 
 
 def _stop_on_signals(*stoppables) -> None:

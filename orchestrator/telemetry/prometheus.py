@@ -293,9 +293,10 @@ class KafkaGauges(Collector):
             yield family
         yield up
 
-    def register_otel(self) -> None:
-        """The same gauges as OpenTelemetry observable gauges (read at each export)."""
-        meter = otel_metrics.get_meter(OTEL_METER)
+    def register_otel(self, meter: Meter | None = None) -> None:
+        """The same gauges as OpenTelemetry observable gauges (read at each export), on
+        ``meter`` (the global provider's by default)."""
+        meter = meter or otel_metrics.get_meter(OTEL_METER)
         for metric, source in ((Metric.CONSUMER_LAG, self.lag), (Metric.DLQ_LETTERS, self.dlq)):
             spec = SPECS[metric]
             labelled = _Labelled(source, spec.labels)

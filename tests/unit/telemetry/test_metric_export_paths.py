@@ -148,3 +148,19 @@ def test_the_multiprocess_folder_is_fresh_and_dead_processes_folders_go(tmp_path
     finally:
         os.environ.pop(prometheus.MULTIPROC_VAR, None)
         values.ValueClass = before
+
+
+def test_the_kafka_gauges_reach_otel_as_observable_gauges() -> None:
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    lag = CachedSource("consumer_lag", lambda: {("t.commands", "t.orchestrator"): 4})
+    dlq = CachedSource("dlq", lambda: {("activity",): 2, ("record",): 0})
+    KafkaGauges(lag, dlq).register_otel(meter)
+    points = _otel_points(reader)
+    [backlog] = points["keel.consumer_lag"]
+    assert (backlog.value, dict(backlog.attributes)) == (
+        4,
+        {"topic": "t.commands", "group": "t.orchestrator"},
+    )
+    letters = {p.attributes["kind"]: p.value for p in points["keel.dlq_letters"]}
+    assert letters == {"activity": 2, "record": 0}
