@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.ui.consumer_lag import TopicLag, consumer_lag
 from orchestrator.application.app import KeelApp
+from orchestrator.io.kafka.backlog import consumer_lag
 from orchestrator.runtime.health import service_health
 from orchestrator.settings import Settings
 
@@ -20,7 +20,8 @@ GONE_SHOWN_S = 3600.0
 @dataclass
 class Health:
     services: list[dict[str, Any]]
-    lag: list[TopicLag]
+    #: ``(group, topic, records not committed yet)``, by group and topic.
+    lag: list[tuple[str, str, int]]
     #: Each worker's status file row (the live ones first).
     workers: list[dict[str, Any]]
     #: The activity types of the application, each with its declared limits (or "").
@@ -44,7 +45,7 @@ def health(settings: Settings, app: KeelApp) -> Health:
     )
     lag_error = ""
     try:
-        lag = consumer_lag(settings)
+        lag = sorted((group, topic, n) for (topic, group), n in consumer_lag(settings).items())
     except Exception as exc:  # the page still shows the rest
         lag, lag_error = [], f"{type(exc).__name__}: {str(exc)[:300]}"
     types = [(name, _limits(handler.limits)) for name, handler in sorted(app.handlers.items())]

@@ -323,18 +323,15 @@ def test_health_shows_the_services_the_lag_and_the_workers_activity_types(
             for r in browser.find_elements(By.CSS_SELECTOR, "#lag tbody tr[data-topic]")
         ]
         expected = [
-            (f"{prefix}.orchestrator", f"{prefix}.commands"),
-            (f"{prefix}.projector", f"{prefix}.events"),
-            (f"{prefix}.workers", f"{prefix}.activity-tasks"),
+            [f"{prefix}.orchestrator", f"{prefix}.commands"],
+            [f"{prefix}.projector", f"{prefix}.events"],
+            [f"{prefix}.workers", f"{prefix}.activity-tasks"],
         ]
-        # caught up: at most a transaction's commit marker per partition is left
+        # caught up: at most a transaction's commit marker per partition (4) is left
         return (
             sorted(roles) == ["orchestrator", "worker"]
-            and [(g, t) for g, t, *_ in lag] == expected
-            and all(
-                n == "4" and int(end) - int(done) == int(left) <= 4
-                for *_, n, done, end, left in lag
-            )
+            and [row[:2] for row in lag] == expected
+            and all(0 <= int(row[2]) <= 4 for row in lag)
         )
 
     refreshed_until(browser, settled, "both services and no backlog")
