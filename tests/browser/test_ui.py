@@ -96,16 +96,17 @@ def alice(browser, stack) -> Any:
 @pytest.fixture(scope="module")
 def runs(stack) -> dict[str, Any]:
     """Two reviews waiting for approval; the second then cancelled."""
+    usage = {"prompt_tokens": TOKENS["prompt"], "completion_tokens": TOKENS["completion"]}
     stack.model.script(
         [
             {
-                "match": ui_app.invoice_text(wf, supplier),
-                "json": {"category": "tools" if wf == APPROVED else "paper", "confidence": 0.93},
-                "prompt_tokens": TOKENS["prompt"],
-                "completion_tokens": TOKENS["completion"],
-            }
-            for wf, supplier in SUPPLIERS.items()
-        ]
+                "match": " of Globex Paper",
+                "json": {"category": "paper", "confidence": 0.9},
+                **usage,
+            },
+        ],
+        # every other invoice (a scripted response answers once; the default always)
+        default={"json": {"category": "tools", "confidence": 0.93}, **usage},
     )
     client = stack.client
     for wf, supplier in SUPPLIERS.items():
@@ -305,6 +306,27 @@ def test_a_dead_letter_is_redriven_once_and_a_second_click_is_refused(browser, a
     shot(browser, "dlq")
     browser.close()
     browser.switch_to.window(first)
+
+
+def test_an_operator_cancels_a_run_from_its_page(browser, alice, stack, runs):
+    wf = "inv-ui-2026-0044"
+    stack.client.start(
+        "invoice_review", {"invoice_number": wf, "supplier": "ACME Tools", "amount": 80.0}, wf
+    )
+    wait_until(lambda: (stack.client.projection.get(wf) or {}).get("state") == "approval", 90, wf)
+    browser.get(f"{stack.url}/ui/runs/{wf}")
+    browser.find_element(By.ID, "cancel-reason").send_keys("sent twice")
+    browser.find_element(By.CSS_SELECTOR, "#cancel-form button").click()
+    until(browser, lambda b: b.switch_to.alert, "the confirmation").accept()
+    level, text = flash(browser)
+    assert level == "ok" and text.startswith(f"cancel sent to {wf} ("), text
+    wait_until(lambda: stack.client.projection.status(wf) == "cancelled", 60, "the cancel")
+    browser.refresh()
+    assert browser.find_element(By.ID, "run-status").text == "cancelled"
+    assert browser.find_elements(By.ID, "cancel-form") == []  # no action on an ended run
+    last = browser.find_elements(By.CSS_SELECTOR, "#timeline > li")[-1]
+    assert last.get_attribute("data-type") == "WorkflowCancelled"
+    assert "sent twice (by alice, web UI)" in last.text
 
 
 def test_health_shows_the_services_the_lag_and_the_workers_activity_types(
