@@ -1,0 +1,126 @@
+"""The web UI's door (connectors/ui/routes.py, sessions.py), in process: a page without a
+session goes to the sign-in form, a POST without one or without the session's CSRF token is
+refused, a sign-in sets a hardened cookie and keeps only the session id's hash."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from connectors.auth import Actor, Actors, hash_token
+from connectors.ui.routes import OperatorUi
+from connectors.ui.sessions import SessionStore, same_token
+
+TOKEN = "alice-bearer-token-0123456789"
+ALICE = Actor("alice", ("finance-approver",), hash_token(TOKEN))
+
+
+def _ui() -> OperatorUi:
+    tasks: Any = SimpleNamespace(actors=Actors({"alice": ALICE}))
+    return OperatorUi(None, None, tasks, None)  # type: ignore[arg-type]
+
+
+async def _with_client(check: Any) -> None:
+    app = web.Application()
+    ui = _ui()
+    app.add_subapp("/ui", ui.application())
+    async with TestClient(TestServer(app)) as client:
+        await check(client, ui)
+
+
+def _hidden(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert found is not None, html[:500]
+    return found.group(1)
+
+
+def test_a_page_without_a_session_goes_to_sign_in_and_a_post_is_refused() -> None:
+    async def check(client: TestClient, ui: OperatorUi) -> None:
+        answer = await client.get("/ui/runs?status=waiting", allow_redirects=False)
+        assert answer.status == 303
+        assert answer.headers["Location"] == "/ui/signin?next=/ui/runs?status%3Dwaiting"
+        answer = await client.post("/ui/dlq/x/redrive", data={"csrf": "x"})
+        assert answer.status == 403
+        assert "sign in first: this action needs a session" in await answer.text()
+        assert answer.headers["X-Frame-Options"] == "DENY"
+
+    asyncio.run(_with_client(check))
+
+
+def test_sign_in_sets_a_hardened_cookie_and_posts_need_the_csrf_token() -> None:
+    async def check(client: TestClient, ui: OperatorUi) -> None:
+        form = await client.get("/ui/signin?next=/ui/health")
+        pre = _hidden(await form.text(), "pre")
+        wrong = await client.post("/ui/signin", data={"pre": pre, "token": "nope", "next": ""})
+        assert wrong.status == 401
+        assert "unknown token: sign in with your actor&#39;s bearer token" in await wrong.text()
+
+        form = await client.get("/ui/signin")
+        pre = _hidden(await form.text(), "pre")
+        answer = await client.post(
+            "/ui/signin",
+            data={"pre": pre, "token": TOKEN, "next": "/ui/health"},
+            allow_redirects=False,
+        )
+        assert answer.status == 303 and answer.headers["Location"] == "/ui/health"
+        cookie = answer.cookies["keel_ui_session"]
+        assert cookie["httponly"] is True and cookie["samesite"] == "Strict"
+        assert cookie["path"] == "/ui"
+        session_id = cookie.value
+        # only the id's hash is kept
+        assert session_id not in ui.sessions._sessions
+        session = ui.sessions.get(session_id)
+        assert session is not None and session.actor is ALICE
+
+        refused = await client.post("/ui/signout", data={"csrf": "forged"})
+        assert refused.status == 403
+        assert "CSRF token is missing or wrong" in await refused.text()
+        assert ui.sessions.get(session_id) is not None
+        done = await client.post("/ui/signout", data={"csrf": session.csrf}, allow_redirects=False)
+        assert done.status == 303 and done.headers["Location"] == "/ui/signin"
+        assert ui.sessions.get(session_id) is None
+
+    asyncio.run(_with_client(check))
+
+
+def test_a_sign_in_form_without_its_own_cookie_is_refused() -> None:
+    async def check(client: TestClient, ui: OperatorUi) -> None:
+        answer = await client.post("/ui/signin", data={"pre": "guessed", "token": TOKEN})
+        assert answer.status == 403
+        assert "the sign-in form expired; sign in again" in await answer.text()
+        assert len(ui.sessions._sessions) == 0
+
+    asyncio.run(_with_client(check))
+
+
+def test_a_sign_in_goes_on_only_to_a_page_of_the_ui() -> None:
+    async def check(client: TestClient, ui: OperatorUi) -> None:
+        for target in ("https://evil.example/", "//evil.example/ui/", "/tasks"):
+            form = await client.get("/ui/signin")
+            pre = _hidden(await form.text(), "pre")
+            answer = await client.post(
+                "/ui/signin",
+                data={"pre": pre, "token": TOKEN, "next": target},
+                allow_redirects=False,
+            )
+            assert answer.headers["Location"] == "/ui/runs", target
+
+    asyncio.run(_with_client(check))
+
+
+def test_sessions_expire_and_tokens_compare_whole() -> None:
+    store = SessionStore(ttl_s=0.05)
+    session_id, session = store.create(ALICE)
+    assert store.get(session_id) is session
+    assert store.get(session_id + "x") is None and store.get("") is None
+    time.sleep(0.06)
+    assert store.get(session_id) is None
+    assert same_token(session.csrf, session.csrf)
+    assert not same_token(session.csrf[:-1], session.csrf)
+    assert not same_token(None, session.csrf) and not same_token("", session.csrf)
