@@ -307,6 +307,25 @@ def test_a_dead_letter_is_redriven_once_and_a_second_click_is_refused(browser, a
     browser.close()
     browser.switch_to.window(first)
 
+    # the redriven record is still not a Keel record: a new letter, which is discarded
+    again = wait_until(
+        lambda: next(iter(list_letters(stack.settings, include_closed=False)), None),
+        90,
+        "the redriven record's own dead letter",
+    )
+    assert again.id != letter.id
+    browser.get(f"{stack.url}/ui/dlq")
+    row = f'#letters tr[data-letter-id="{again.id}"]'
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.discard input[name=reason]").send_keys(
+        "not a Keel record"
+    )
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.discard button").click()
+    assert flash(browser) == (
+        "ok",
+        f"dead letter '{again.id}' discarded by alice (web UI): not a Keel record",
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, row) == []  # only open letters listed
+
 
 def test_an_operator_cancels_a_run_from_its_page(browser, alice, stack, runs):
     wf = "inv-ui-2026-0044"
