@@ -319,7 +319,11 @@ class OperatorUi:
         if found is None:
             return self.refusal(request, 404, "no human task has this id")
         may = self.decisions.may_decide(found, session.actor)
-        return self.render("task.html", request, session, task=found, may=may, now=now_ms())
+        now = now_ms()
+        entries = timeline(found["history"], {}, now)
+        return self.render(
+            "task.html", request, session, task=found, may=may, now=now, entries=entries
+        )
 
     @page
     async def decide(self, request: web.Request, session: Session) -> web.StreamResponse:
