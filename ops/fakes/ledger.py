@@ -13,8 +13,12 @@ Routes:
   number, ...}``; 201 with a new posting, or 200 with the same posting for a repeated key.
 - ``GET /postings/{key}`` -- status query: 200 with the posting or 404. Keys may contain
   ``/``; clients percent-encode them (``LedgerClient`` does).
-- ``GET /ledger`` -- postings, ``calls`` and ``effects`` per key, ``total_effects``, and
-  ``peak_in_flight``: the most ``POST /postings`` requests it was serving at once.
+- ``POST /reversals`` -- JSON ``{"key": str}``: reverse the posting of that key (a
+  compensation); 200 with the posting, now ``reversed``, the same for a repeated reversal
+  (one reversal effect per posting), 404 when there is none.
+- ``GET /ledger`` -- postings, ``calls`` and ``effects`` per key, ``total_effects``,
+  ``reversals`` per key, and ``peak_in_flight``: the most ``POST /postings`` requests it
+  was serving at once.
 - ``GET /faults`` / ``POST /faults`` -- read / set fault switches (see ``Faults``).
 - ``POST /reset`` -- clear postings, counters and faults.
 
@@ -108,6 +112,7 @@ class LedgerState:
     by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     effects: dict[str, int] = field(default_factory=dict)
+    reversals: dict[str, int] = field(default_factory=dict)
     faults: Faults = field(default_factory=Faults)
     next_id: int = 1
     in_flight: int = 0
@@ -120,6 +125,7 @@ class LedgerState:
         self.by_key.clear()
         self.calls.clear()
         self.effects.clear()
+        self.reversals.clear()
         self.faults = Faults()
         self.next_id = 1
         self.peak_in_flight = self.in_flight
@@ -147,6 +153,7 @@ class LedgerState:
             "calls": dict(self.calls),
             "effects": dict(self.effects),
             "total_effects": sum(self.effects.values()),
+            "reversals": dict(self.reversals),
             "peak_in_flight": self.peak_in_flight,
         }
 
@@ -258,6 +265,28 @@ async def get_posting(request: web.Request) -> web.Response:
     return web.json_response(posting)
 
 
+async def post_reversal(request: web.Request) -> web.Response:
+    """Reverse a posting, once: a repeated reversal answers the same, with no new effect."""
+    state = request.app[STATE]
+    if state.faults.down:
+        return _down()
+    try:
+        body = await _read_json(request)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    key = body.get("key") if isinstance(body, dict) else None
+    if not isinstance(key, str) or not key:
+        return _error(400, "key must be a non-empty string")
+    async with state.lock:
+        posting = state.by_key.get(key)
+        if posting is None:
+            return _error(404, "not found")
+        if not posting.get("reversed"):
+            posting["reversed"] = True
+            state.reversals[key] = state.reversals.get(key, 0) + 1
+    return web.json_response(posting)
+
+
 async def get_ledger(request: web.Request) -> web.Response:
     """All postings with per-key call and effect counts.
 
@@ -298,6 +327,7 @@ def create_app() -> web.Application:
     app[STATE] = LedgerState()
     app.router.add_post("/postings", post_posting)
     app.router.add_get("/postings/{key:.+}", get_posting)
+    app.router.add_post("/reversals", post_reversal)
     app.router.add_get("/ledger", get_ledger)
     app.router.add_get("/faults", get_faults)
     app.router.add_post("/faults", post_faults)

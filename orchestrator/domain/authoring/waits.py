@@ -123,10 +123,11 @@ class SignalWait:
 
 @dataclass(frozen=True)
 class Escalation:
-    """After ``after`` (from the task's opening) the task goes to ``owner`` and/or
-    ``role`` is added to the qualifications that may decide it."""
+    """After ``after`` (from the task's opening; a constant, or computed from the context
+    like a task's ``due``) the task goes to ``owner`` and/or ``role`` is added to the
+    qualifications that may decide it."""
 
-    after: Duration
+    after: Duration | Callable[[Context], Duration]
     owner: str | None = None
     role: str | None = None
 
@@ -232,7 +233,7 @@ def describe_wait(wait: Wait | None) -> Any:
             "expires": _duration_desc(wait.expires),
             "due": _duration_desc(wait.due),
             "reminders": [duration_ms(r) for r in wait.reminders],
-            "escalations": [[duration_ms(e.after), e.owner, e.role] for e in wait.escalations],
+            "escalations": [[_duration_desc(e.after), e.owner, e.role] for e in wait.escalations],
             "versions": [wait.schema_version, wait.policy_version],
         }
         if wait.correction is not None:  # absent otherwise: older digests hold
@@ -338,7 +339,9 @@ def _validate_human(
             raise DefinitionError(f"{what}: escalation {i} must be an Escalation")
         if not e.owner and not e.role:
             raise DefinitionError(f"{what}: escalation {i} names neither an owner nor a role")
-        at = _check_duration(what, e.after, f"escalation {i}", positive=True) or 0
+        at = _check_duration(what, e.after, f"escalation {i}", positive=True)
+        if at is None:  # computed when the task opens; one due past the expiry never fires
+            continue
         if at <= last:
             raise DefinitionError(f"{what}: escalation {i} is not later than the one before")
         if expires is not None and at >= expires:

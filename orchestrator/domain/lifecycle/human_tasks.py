@@ -193,6 +193,7 @@ def open_task(d: Decision) -> None:
         )
     )
     base = f"{st.name}#{s.visit}"
+    schedule: list[tuple[HumanTimer, int, Any]]
     schedule = [(HumanTimer.REMIND, i, r) for i, r in enumerate(task.reminders, 1)]
     schedule += [(HumanTimer.ESCALATE, i, e.after) for i, e in enumerate(task.escalations, 1)]
     for kind, i, after in schedule:

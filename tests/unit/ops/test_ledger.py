@@ -284,6 +284,7 @@ def test_reset_clears_postings_counters_and_faults() -> None:
             "calls": {},
             "effects": {},
             "total_effects": 0,
+            "reversals": {},
             "peak_in_flight": 0,
         }
         assert (await (await client.get("/faults")).json())["status_500"] == 0
@@ -346,3 +347,19 @@ def test_runner_subprocess_with_sync_client() -> None:
         assert proc.wait(timeout=10) == 0
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_reversal_is_one_effect_however_often_it_is_asked() -> None:
+    async def scenario(client: TestClient) -> None:
+        await post(client, "k")
+        assert (await client.post("/reversals", json={"key": "nope"})).status == 404
+        for _ in range(3):
+            resp = await client.post("/reversals", json={"key": "k"})
+            assert resp.status == 200 and (await resp.json())["reversed"] is True
+        bad = await client.post("/reversals", json={"key": ""})
+        assert bad.status == 400
+        assert (await bad.json())["error"] == "key must be a non-empty string"
+        books = await ledger(client)
+        assert books["reversals"] == {"k": 1} and books["effects"] == {"k": 1}
+
+    run(scenario)

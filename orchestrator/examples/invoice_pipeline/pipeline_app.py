@@ -1,0 +1,10 @@
+"""The invoice pipeline's application (``orchestrator.examples.invoice_pipeline:app``),
+apart so the modules of the package register on it without importing the package."""
+
+from __future__ import annotations
+
+from orchestrator import KeelApp
+
+__all__ = ["app"]
+
+app = KeelApp("keel-invoice-pipeline")
