@@ -32,9 +32,10 @@ from connectors.ui.task_desk import TaskDecisions
 from connectors.ui.timeline import duration, timeline
 from orchestrator.application.app import KeelApp
 from orchestrator.client import dead_letters
-from orchestrator.client.client import KeelClient
-from orchestrator.domain.model.errors import KeelError, NotFoundError, iso_utc
+from orchestrator.client.client import KeelClient, parse_json
+from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
+from orchestrator.domain.model.vocabulary import Resolution
 from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import Settings
 
@@ -120,6 +121,7 @@ class OperatorUi:
         r.add_get("/runs/{wf:.+}", self.run)
         r.add_post("/runs/{wf:.+}/signal", self.signal)
         r.add_post("/runs/{wf:.+}/cancel", self.cancel)
+        r.add_post("/runs/{wf:.+}/resolve", self.resolve)
         r.add_get("/tasks", self.inbox)
         r.add_get("/tasks/{task_id:.+}", self.task)
         r.add_post("/tasks/{task_id:.+}/decision", self.decide)
@@ -276,6 +278,15 @@ class OperatorUi:
             entries=timeline(view["history"], view["llm"], now_ms()),
             input=started["data"].get("input") if started else None,
             running=view["status"] not in TERMINAL_STATUSES,
+            attention=next(
+                (
+                    h["data"].get("activity_id", "")
+                    for h in reversed(view["history"])
+                    if h["type"] == "WorkflowNeedsAttention"
+                ),
+                "",
+            ),
+            resolutions=tuple(Resolution),
             signals=signals,
         )
 
@@ -305,6 +316,35 @@ class OperatorUi:
             f"{ROOT}/runs/{quote(wf, safe='')}",
             partial(self.client.cancel, wf, f"{reason} (by {session.actor.name}, web UI)"),
             lambda mid: f"cancel sent to {wf} ({mid})",
+        )
+
+    @page
+    async def resolve(self, request: web.Request, session: Session) -> web.StreamResponse:
+        """Settle an activity whose outcome stayed unknown (``keel workflow resolve``): found
+        (with its result as JSON), not found (retry the same attempt) or failed."""
+        wf = request.match_info["wf"]
+        form = await request.post()
+        activity_id, resolution = _field(form, "activity_id").strip(), _field(form, "resolution")
+        reason = " ".join(_field(form, "reason").split())[:500] or "resolved by operator"
+        reason = f"{reason} (by {session.actor.name}, web UI)"
+        result_text = _field(form, "result") or "null"
+
+        def send() -> str:
+            if resolution not in tuple(Resolution):
+                raise InvalidInputError(
+                    f"resolution must be one of {', '.join(Resolution)}, not {resolution[:40]!r}"
+                )
+            found = resolution == Resolution.FOUND
+            result = parse_json(result_text, "the result") if found else None
+            return self.client.resolve(wf, activity_id, resolution, result, reason)
+
+        return await self._act(
+            request,
+            session,
+            "a resolution",
+            f"{ROOT}/runs/{quote(wf, safe='')}",
+            send,
+            lambda mid: f"resolution '{resolution}' of {activity_id} sent to {wf} ({mid})",
         )
 
     # ------------------------------------------------------------------ human tasks
