@@ -175,7 +175,7 @@ class OperatorUi:
         call: Callable[[], str],
         shown: Callable[[str], str],
     ) -> web.StreamResponse:
-        """An operator's action (signal, cancel, redrive, discard): refused without the
+        """An operator's action (signal, cancel, resolve, redrive, discard): refused without the
         role; else ``call()`` (blocking), its outcome or the client's refusal shown on ``to``."""
         if OPERATOR_ROLE not in session.actor.roles:
             return self.refusal(
