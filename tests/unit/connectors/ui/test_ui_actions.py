@@ -14,6 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from connectors.auth import Actor, Actors, hash_token
 from connectors.ui.routes import OperatorUi
 from connectors.ui.sessions import FlashLevel
+from connectors.ui.task_desk import TaskDecisions
+from orchestrator.client.human_task_decisions import DecisionOutcome, DecisionStatus
 
 OPERATOR = Actor("olga", ("keel-operator",), hash_token("olga-token-0123456789"))
 AUDITOR = Actor("bob", ("auditor",), hash_token("bob-token-0123456789"))
@@ -109,3 +111,60 @@ def test_an_actor_without_the_operator_role_is_refused() -> None:
         assert recording.calls == []
 
     _run(check)
+
+
+class FakeDesk:
+    def __init__(self, outcome: DecisionOutcome) -> None:
+        self.outcome = outcome
+        self.calls: list[tuple[Any, ...]] = []
+
+    def decide(self, *args: Any) -> DecisionOutcome:
+        self.calls.append(args)
+        return self.outcome
+
+
+def _decisions(outcome: DecisionOutcome) -> tuple[TaskDecisions, FakeDesk]:
+    task = {"task_id": "t1", "roles": ["finance-approver"], "status": "open"}
+    desk = FakeDesk(outcome)
+    api: Any = SimpleNamespace(
+        view=SimpleNamespace(get=lambda task_id: dict(task) if task_id == "t1" else None),
+        desk=desk,
+        _token_for=lambda found, actor: "f" * 64,
+    )
+    return TaskDecisions(api), desk
+
+
+APPROVER = Actor("alice", ("finance-approver",), hash_token("alice-token-0123456789"))
+DIGEST = "ab" * 32
+
+
+def test_a_decision_is_bound_to_the_digest_the_page_showed_and_a_refusal_keeps_its_words() -> None:
+    why = "operation digest changed since the task was shown; approve refused"
+    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.REFUSED, 409, why))
+    level, text = decisions.decide("t1", APPROVER, "approve", DIGEST, "ok")
+    assert desk.calls == [("f" * 64, "alice", ["finance-approver"], "approve", "ok", DIGEST)]
+    assert (level, text) == (
+        FlashLevel.REFUSED,
+        f"refused: {why} (reload the task to see it as it is now)",
+    )
+
+
+def test_a_decision_the_page_cannot_bind_or_the_actor_may_not_make_sends_nothing() -> None:
+    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.DECIDED, 200))
+    assert decisions.decide("t1", APPROVER, "approve", "", "") == (
+        FlashLevel.REFUSED,
+        "the page carried no operation digest; reload the task",
+    )
+    assert decisions.decide("t1", APPROVER, "maybe", DIGEST, "") == (
+        FlashLevel.REFUSED,
+        "decision must be 'approve' or 'reject'",
+    )
+    assert decisions.decide("t1", AUDITOR, "approve", DIGEST, "") == (
+        FlashLevel.REFUSED,
+        "actor 'bob' holds none of the roles of task t1 (finance-approver)",
+    )
+    assert decisions.decide("t2", APPROVER, "approve", DIGEST, "") == (
+        FlashLevel.REFUSED,
+        "no human task has this id",
+    )
+    assert desk.calls == []
