@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -51,6 +52,23 @@ def demo(
     console = Console(highlight=False, width=None)
     code = run_demo(load_settings(), size, console)
     raise typer.Exit(code)
+
+
+invoices_app = typer.Typer(help="The invoice pipeline (docs/invoice-pipeline.md).")
+
+
+@invoices_app.command("submit")
+def invoices_submit(
+    files: Annotated[list[Path], typer.Argument(help="Invoice files (UTF-8 text).")],
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for each run to end (0: do not wait).")
+    ] = 0.0,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """Start one invoice_pipeline run per file (a file already received joins its run)."""
+    from ops.invoices.invoice_submit import submit_files
+
+    submit_files(files, wait, json_)
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
@@ -266,3 +284,4 @@ def register(app: typer.Typer) -> None:
     app.command("dev")(dev)
     app.command("bench")(bench)
     app.command("demo")(demo)
+    app.add_typer(invoices_app, name="invoices")

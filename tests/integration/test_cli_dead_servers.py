@@ -64,6 +64,7 @@ ONE_SHOT: dict[str, list[str]] = {
     "dev": [],
     "bench": ["--light-only", "--runs", "1"],
     "demo": [],
+    "invoices submit": ["ops/demo_data/invoices/inv-2026-0001-auto.txt"],
 }
 #: Services: they wait for their servers (a broker lost while running is survived, docs/
 #: operations.md), so they are checked for quiet, redacted logs instead (below).

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from orchestrator.examples.invoice_pipeline import app as pipeline_app
 from orchestrator.examples.invoice_pipeline.pipeline_models import ApprovalSla, submission
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.trust.human_task_tokens import TaskTokens
+from tests.integration.test_connector import request, signed, start_connector
 from tests.support import assert_sound_history, histories, wait_until
 
 APP = "orchestrator.examples.invoice_pipeline:app"
@@ -188,3 +191,40 @@ def test_every_branch_ends_as_its_sample_says_with_one_effect_per_posting(settin
         (done,) = [e for e in events[wf] if e.type == "ActivityCompleted"][:1]
         record = json.loads(done.payload.result_json)["llm"]
         assert len(record["calls"]) == 2, record["calls"]
+
+
+def test_a_file_received_three_ways_is_one_run_and_one_posting(settings, services, pipeline):
+    """Intake (docs/invoice-pipeline.md): the same file as two signed webhook deliveries
+    (distinct event ids) and by ``keel invoices submit`` starts one run, posted once;
+    a delivery sent again is deduplicated by the connector; an unsigned one is refused."""
+    client, _, _, _, (ledger, _) = pipeline
+    secret = secrets.token_hex(24)
+    _, url = start_connector(services, "--app", APP, KEEL_WEBHOOK_INVOICES_SECRETS=secret)
+    path = SAMPLES / "inv-2026-0003-auto.txt"
+    upload = {"file_name": path.name, "document": path.read_text()}
+    answers = []
+    for event_id in ("upload-1", "upload-1", "upload-2"):
+        body = json.dumps({"id": event_id, **upload}).encode()
+        answers.append(request("POST", f"{url}/webhooks/invoices", body, signed(body, secret))[0])
+    assert answers == [202, 200, 202]
+    body = json.dumps({"id": "upload-3", **upload}).encode()
+    unsigned = request(
+        "POST", f"{url}/webhooks/invoices", body, {"Content-Type": "application/json"}
+    )
+    assert unsigned[0] == 401
+    wf, _ = submission(path.name, path.read_text())
+    assert client.wait(wf, 60)["output"]["outcome"] == "posted"
+    cli = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "invoices", "submit", str(path), "--json"],
+        env=settings.child_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == {"file": str(path), "workflow_id": wf, "status": "joined"}
+    starts = [e for e in histories(settings)[wf] if e.type == "WorkflowStarted"]
+    assert len(starts) == 1
+    postings = [p for p in ledger.ledger()["postings"] if p["extra"]["invoice_id"] == wf]
+    assert len(postings) == 1

@@ -1,4 +1,4 @@
-"""The committed sample invoices are ``ops.invoice_samples``' output, and they hold what
+"""The committed sample invoices are ``ops.invoices.invoice_samples``' output, and they hold what
 the pipeline's rules expect of each scenario."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ops.invoice_samples import Scenario, samples, write
+from ops.invoices.invoice_samples import Scenario, samples, write
 from orchestrator.examples.invoice_pipeline import pipeline_rules as rules
 
 COMMITTED = Path(__file__).resolve().parents[3] / "ops" / "demo_data" / "invoices"

@@ -1,7 +1,7 @@
 """The invoice pipeline's sample data: invoice files, what each should end in, and the
 scripted model's answers (docs/invoice-pipeline.md, "Sample data").
 
-``python -m ops.invoice_samples --out ops/demo_data/invoices`` writes them: one text file
+``python -m ops.invoices.invoice_samples --out ops/demo_data/invoices`` writes them: one text file
 per invoice, ``manifest.json`` (per file: its scenario, the fields it holds and the
 outcome it must reach) and ``model_script.json`` (the answers of
 ``ops/fakes/openai_server.py``, matched by invoice number: valid extractions, malformed

@@ -1,0 +1,39 @@
+"""How invoices reach the pipeline: webhook source ``invoices`` on the connector.
+
+A sender (a mail gateway, a scanner, an upload form) POSTs each received file, signed
+with a secret in ``KEEL_WEBHOOK_INVOICES_SECRETS`` (docs/connector.md)::
+
+    {"id": "upload-17", "file_name": "inv-0042.txt", "document": "INVOICE\\n..."}
+
+The connector answers 202 once Kafka has the start. A delivery sent again (same ``id``)
+is deduplicated by the connector; the same file sent under another ``id`` starts a run
+with the same workflow id (the file's SHA-256), which joins the first: one run, one
+posting. ``keel invoices submit FILE...`` does the same for files on disk, without
+the connector.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator import Start
+from orchestrator.examples.invoice_pipeline.pipeline_app import app
+from orchestrator.examples.invoice_pipeline.pipeline_models import submission
+
+__all__ = ["INVOICES_SECRETS_ENV", "route_upload"]
+
+INVOICES_SECRETS_ENV = "KEEL_WEBHOOK_INVOICES_SECRETS"
+
+
+def route_upload(body: dict[str, Any]) -> Start:
+    """The start one uploaded file asks for (its SHA-256 is the workflow id)."""
+    workflow_id, input_obj = submission(str(body["file_name"]), str(body["document"]))
+    return Start("invoice_pipeline", workflow_id, input_obj)
+
+
+app.webhook(
+    "invoices",
+    secret_env=INVOICES_SECRETS_ENV,
+    event_id=lambda body: body["id"],
+    route=route_upload,
+)
