@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
-DEMO_SIZE ?= 300
+DEMO_SIZE ?=
 
 .PHONY: setup system-deps test unit test-browser demo down lint fmt bench clean
 
@@ -79,7 +79,7 @@ $(EVENT_READER): ops/event_reader/pom.xml $(wildcard ops/event_reader/src/main/j
 demo: setup
 	$(BIN)/keel infra up
 	$(BIN)/keel topics create
-	$(BIN)/keel demo --size $(DEMO_SIZE)
+	$(BIN)/keel demo $(if $(DEMO_SIZE),--size $(DEMO_SIZE))
 
 down:
 	$(BIN)/keel infra down

@@ -230,18 +230,26 @@ def _faults(invoices: int) -> dict[str, Any]:
     return {"drop_after_commit": max(1, invoices // 6), "status_500": 1, "dedupe": False}
 
 
-def run_demo(settings: Settings, size: int, console: Console) -> int:
-    """Run the batch and print the report; the exit code is 0 only if every invariant held."""
-    from orchestrator.client.client import KeelClient
-    from orchestrator.examples import app
+def fresh_prefix(settings: Settings, stem: str) -> tuple[Settings, Path]:
+    """A demo's own topic prefix (its topics created) and log folder."""
     from orchestrator.io.kafka.topics import create_topics
 
-    began = time.monotonic()
-    prefix = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    prefix = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     settings = settings.model_copy(update={"topic_prefix": prefix})
     log_dir = Path(settings.home) / "demo" / prefix
     log_dir.mkdir(parents=True, exist_ok=True)
     create_topics(settings)
+    return settings, log_dir
+
+
+def run_demo(settings: Settings, size: int, console: Console) -> int:
+    """Run the batch and print the report; the exit code is 0 only if every invariant held."""
+    from orchestrator.client.client import KeelClient
+    from orchestrator.examples import app
+
+    began = time.monotonic()
+    settings, log_dir = fresh_prefix(settings, "demo")
+    prefix = settings.topic_prefix
     batch = Batch(plan(size))
     procs = Processes(settings, log_dir)
     console.print(f"[bold]keel demo[/bold]: {size} runs on topic prefix [cyan]{prefix}[/cyan]")

@@ -135,8 +135,9 @@ _LARGE = [
 ]
 
 
-def samples() -> list[Sample]:
-    """The sample invoices, in a fixed order with fixed numbers."""
+def samples(extra: int = 0) -> list[Sample]:
+    """The sample invoices, in a fixed order with fixed numbers, and ``extra`` more clean
+    small ones after them (``keel demo --size``)."""
     out: list[Sample] = []
 
     def add(scenario: Scenario, supplier: str, currency: str, lines: Any, **kw: Any) -> None:
@@ -187,6 +188,9 @@ def samples() -> list[Sample]:
     for sample in out:
         if sample.scenario is Scenario.PAYMENT_FAILS:
             object.__setattr__(sample, "expected", "compensated")
+    for i in range(extra):
+        supplier, currency, lines = _SMALL[i % len(_SMALL)]
+        add(Scenario.AUTO, supplier, currency, [(d, a + i % 7) for d, a in lines])
     return out
 
 

@@ -1,4 +1,4 @@
-"""``keel demo`` end to end at a tiny size, against the real broker and Redis.
+"""``keel demo --basic`` (the three small workflows) end to end at a tiny size, against the real broker and Redis.
 
 The demo's own processes (ledger, orchestrator, worker) run and are stopped by the demo;
 this test reads its final tables, then checks the histories in ``keel.events`` itself.
@@ -37,7 +37,7 @@ def test_the_demo_runs_a_checked_batch_through_a_crash(servers, tmp_path):
         COLUMNS="200",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo", "--size", str(SIZE)],
+        [sys.executable, "-m", "orchestrator", "demo", "--basic", "--size", str(SIZE)],
         env=env,
         capture_output=True,
         text=True,

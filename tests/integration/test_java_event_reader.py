@@ -189,7 +189,7 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
 def test_the_java_reader_decodes_every_event_of_the_demo_with_typed_payloads(
     servers, tmp_path, reader_jar
 ):
-    """Issue 32's bar: ``keel demo`` (a batch through an orchestrator SIGKILL), then every
+    """Issue 32's bar: ``keel demo --basic`` (a batch through an orchestrator SIGKILL), then every
     record of its events topic decoded, each value with a published schema typed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update(
@@ -199,7 +199,7 @@ def test_the_java_reader_decodes_every_event_of_the_demo_with_typed_payloads(
         KEEL_PARTITIONS="4",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo", "--size", "12"],
+        [sys.executable, "-m", "orchestrator", "demo", "--basic", "--size", "12"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -5,6 +5,9 @@ with a secret in ``KEEL_WEBHOOK_INVOICES_SECRETS`` (docs/connector.md)::
 
     {"id": "upload-17", "file_name": "inv-0042.txt", "document": "INVOICE\\n..."}
 
+and may name the approval's SLA (``"sla": {"due_s", "escalate_after_s",
+"expires_after_s"}``, default a day, a day and three days).
+
 The connector answers 202 once Kafka has the start. A delivery sent again (same ``id``)
 is deduplicated by the connector; the same file sent under another ``id`` starts a run
 with the same workflow id (the file's SHA-256), which joins the first: one run, one
@@ -18,7 +21,7 @@ from typing import Any
 
 from orchestrator import Start
 from orchestrator.examples.invoice_pipeline.pipeline_app import app
-from orchestrator.examples.invoice_pipeline.pipeline_models import submission
+from orchestrator.examples.invoice_pipeline.pipeline_models import ApprovalSla, submission
 
 __all__ = ["INVOICES_SECRETS_ENV", "route_upload"]
 
@@ -27,7 +30,8 @@ INVOICES_SECRETS_ENV = "KEEL_WEBHOOK_INVOICES_SECRETS"
 
 def route_upload(body: dict[str, Any]) -> Start:
     """The start one uploaded file asks for (its SHA-256 is the workflow id)."""
-    workflow_id, input_obj = submission(str(body["file_name"]), str(body["document"]))
+    sla = ApprovalSla.model_validate(body["sla"]) if body.get("sla") is not None else None
+    workflow_id, input_obj = submission(str(body["file_name"]), str(body["document"]), sla)
     return Start("invoice_pipeline", workflow_id, input_obj)
 
 

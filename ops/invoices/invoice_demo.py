@@ -1,0 +1,334 @@
+"""``keel demo``: the invoice pipeline end to end, through a crash, checked from outside.
+
+It starts the fakes (ledger, accounts payable, the scripted model), an orchestrator, a
+worker and the connector on a fresh topic prefix, sends every sample invoice through the
+connector's signed webhook source (the first file three times), and acts like people
+through the connector's task API: approvers approve most large invoices, reject one,
+approve one from a stale page first (refused) and never answer one (escalated, then
+expired); clerks correct what the model could not read. The ledger drops answers after
+committing, accounts payable refuses one supplier's payments for good and fails a few
+notifications; the orchestrator and the worker are SIGKILLed and restarted halfway. Then
+``invoice_report`` reads every number from the event store and the fakes' own books.
+Every process it started is stopped by PID; Kafka and Redis stay up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from connectors.signing import signature_header
+from ops.demo_job import fresh_prefix
+from ops.fakes import serving
+from ops.fakes.ledger import LedgerClient
+from ops.fakes.openai_server import running as model_running
+from ops.fakes.payables import PayablesClient
+from ops.invoices.invoice_report import Books, report
+from ops.invoices.invoice_samples import Sample, Scenario, manifest, model_script, samples
+from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.settings import Settings
+
+__all__ = ["APP", "run_invoice_demo"]
+
+APP = "orchestrator.examples.invoice_pipeline:app"
+#: People, by role: each has a bearer token for the connector's task API.
+PEOPLE = {
+    "fiona": ["finance-approver"],
+    "lena": ["finance-lead"],
+    "carla": ["invoice-clerk"],
+    "otto": ["keel-operator"],
+}
+#: The SLA of the approval nobody answers: escalated after 3 s, expired after 8 s.
+SHORT_SLA = {"due_s": 2, "escalate_after_s": 3, "expires_after_s": 8}
+REFUSED_SUPPLIER = "Fjord Legal Partners"
+STARTED_BY = "keel demo"
+
+
+@dataclass
+class Stack:
+    """The demo's child processes (each stopped by PID) and the connector's address."""
+
+    settings: Settings
+    log_dir: Path
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    connector_url: str = ""
+
+    def start(self, role: str, *args: str) -> subprocess.Popen[bytes]:
+        n = sum(1 for name in self.procs if name.startswith(role))
+        log = (self.log_dir / f"{role}-{n}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", role, *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.procs[f"{role}-{n}"] = proc
+        return proc
+
+    def start_connector(self, max_s: float = 60) -> str:
+        n = sum(1 for name in self.procs if name.startswith("connector"))
+        proc = self.start("connector", "--port", "0")
+        log = self.log_dir / f"connector-{n}.log"
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("connector listening on "):
+                    self.connector_url = line.split()[3]
+                    return self.connector_url
+            time.sleep(0.1)
+        raise UnavailableError(f"the connector did not start; see {log}")
+
+    def kill(self, role: str) -> int:
+        """SIGKILL the newest process of ``role`` and start it again; its old pid."""
+        proc = next(p for n, p in reversed(self.procs.items()) if n.startswith(role))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.start(role)
+        return proc.pid
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@dataclass
+class Desk:
+    """People at the connector's task API, and what happened to their decisions."""
+
+    url: str
+    tokens: dict[str, str]
+    by_wf: dict[str, Sample]
+    decided: set[str] = field(default_factory=set)
+    stale_refused: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+    def _call(self, who: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.tokens[who]}")
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+    def decide(self, who: str, task: dict[str, Any], verdict: str, **extra: Any) -> Any:
+        body = {"decision": verdict, "reason": f"{verdict} by {who}"}
+        body["operation_digest"] = extra.pop("digest", task["operation_digest"])
+        status, answer = self._call(who, "POST", f"/tasks/{task['token']}/decision", body | extra)
+        return status, answer
+
+    def act(self) -> None:
+        """Look at each person's inbox once and decide what a person would."""
+        for who in ("fiona", "carla"):
+            status, inbox = self._call(who, "GET", "/tasks")
+            if status != 200:
+                continue
+            for task in inbox["tasks"]:
+                sample = self.by_wf.get(task["workflow_id"])
+                if sample is None or task["task_id"] in self.decided or not task.get("token"):
+                    continue
+                self._one(who, task, sample)
+
+    def _one(self, who: str, task: dict[str, Any], sample: Sample) -> None:
+        scenario = sample.scenario
+        if scenario is Scenario.EXPIRE:
+            return  # nobody answers: escalated, then expired
+        if scenario is Scenario.STALE and task["task_id"] not in self.stale_refused:
+            _, answer = self.decide(who, task, "approve", digest=hashlib.sha256(b"old").hexdigest())
+            self.stale_refused.append(task["task_id"])
+            if answer.get("status") != "refused":
+                self.refusals.append(f"a stale approval was not refused: {answer}")
+        if who == "carla":
+            if scenario is Scenario.UNKNOWN_SUPPLIER:
+                status, answer = self.decide(who, task, "reject")
+            else:
+                status, answer = self.decide(who, task, "approve", correction=_corrected(sample))
+        else:
+            verdict = "reject" if scenario is Scenario.REJECT else "approve"
+            status, answer = self.decide(who, task, verdict)
+        if answer.get("status") in ("decided", "repeated"):
+            self.decided.add(task["task_id"])
+        elif answer.get("status") != "pending":
+            self.refusals.append(f"{task['task_id']}: {status} {answer}")
+
+
+def _corrected(s: Sample) -> dict[str, Any]:
+    net = round(sum(a for _, a in s.lines), 2)
+    tax = round(net * s.tax_rate, 2)
+    fields = {k: v for k, v in s.fields().items() if k != "confidence"}
+    return fields | {"net": net, "tax": tax, "total": round(net + tax, 2)}
+
+
+def _upload(url: str, secret: str, event_id: str, sample: Sample) -> int:
+    body = json.dumps(
+        {"id": event_id, "file_name": sample.file_name, "document": sample.document()}
+        | ({"sla": SHORT_SLA} if sample.scenario is Scenario.EXPIRE else {})
+    ).encode()
+    req = urllib.request.Request(f"{url}/webhooks/invoices", data=body, method="POST")
+    req.add_header("Keel-Signature", signature_header([secret], int(time.time()), body))
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+@contextmanager
+def _fakes(items: list[Sample]) -> Iterator[tuple[str, str, str]]:
+    with ExitStack() as stack:
+        ledger = stack.enter_context(serving.running("ops.fakes.ledger", "ledger"))
+        payables = stack.enter_context(serving.running("ops.fakes.payables", "payables"))
+        model = stack.enter_context(model_running())
+        model.script(model_script(items)["responses"])
+        LedgerClient(ledger).set_faults(drop_after_commit=2)
+        PayablesClient(payables).set_faults(refuse_payments_to=[REFUSED_SUPPLIER], notify_500=3)
+        yield ledger, payables, model.api_root
+
+
+def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
+    """Run the batch and print the report; 0 only if every invariant held."""
+    began = time.monotonic()
+    settings, log_dir = fresh_prefix(settings, "invoices")
+    prefix = settings.topic_prefix
+    items = samples(extra=max(0, size - len(samples())))
+    tokens = {who: secrets.token_hex(24) for who in PEOPLE}
+    actors = {
+        who: {"token_sha256": hashlib.sha256(tokens[who].encode()).hexdigest(), "roles": roles}
+        for who, roles in PEOPLE.items()
+    }
+    (log_dir / "actors.json").write_text(json.dumps(actors))
+    people = log_dir / "people.json"  # the throwaway tokens, for the web UI's sign-in
+    people.touch(mode=0o600)
+    people.write_text(json.dumps(tokens))
+    hook_secret = secrets.token_hex(24)
+    console.print(
+        f"[bold]keel demo[/bold]: {len(items)} invoices through the invoice pipeline on topic "
+        f"prefix [cyan]{prefix}[/cyan]"
+    )
+    with _fakes(items) as (ledger_url, payables_url, model_url):
+        stack = Stack(
+            settings,
+            log_dir,
+            settings.child_environment(
+                KEEL_APP=APP,
+                KEEL_LOG_LEVEL="INFO",
+                KEEL_LEDGER_URL=ledger_url,
+                KEEL_PAYABLES_URL=payables_url,
+                KEEL_LLM_BASE_URL=model_url,
+                KEEL_TASK_TOKEN_SECRET=secrets.token_hex(32),
+                KEEL_ACTORS_FILE=str(log_dir / "actors.json"),
+                KEEL_WEBHOOK_INVOICES_SECRETS=hook_secret,
+            ),
+        )
+        try:
+            stack.start("orchestrator")
+            stack.start("worker")
+            url = stack.start_connector()
+            console.print(
+                f"started the ledger, accounts payable, the scripted model, an orchestrator, a "
+                f"worker and the connector ({url}); logs in {log_dir}",
+                soft_wrap=True,
+            )
+            run = _batch(stack, items, hook_secret, tokens, console)
+            books = Books(LedgerClient(ledger_url).ledger(), PayablesClient(payables_url).books())
+        finally:
+            stack.stop_all()
+    return report(console, settings, manifest(items), run, books, time.monotonic() - began)
+
+
+def _batch(
+    stack: Stack, items: list[Sample], secret: str, tokens: dict[str, str], console: Console
+) -> dict[str, Any]:
+    """Upload every file, act like people, crash halfway; what the demo itself saw."""
+    from orchestrator.client.client import KeelClient
+    from orchestrator.examples.invoice_pipeline import app
+    from orchestrator.examples.invoice_pipeline.pipeline_models import file_digest
+
+    client = KeelClient(stack.settings, app)
+    by_wf = {file_digest(s.document()): s for s in items}
+    later = [wf for wf, s in by_wf.items() if s.scenario is Scenario.DUPLICATE]
+    desk = Desk(stack.connector_url, tokens, by_wf)
+    uploads: list[int] = []
+    killed: dict[str, int] = {}
+    deadline = time.monotonic() + 150 + len(items)
+    try:
+        for i, s in enumerate(items):
+            if s.scenario is not Scenario.DUPLICATE:
+                uploads.append(_upload(stack.connector_url, secret, f"upload-{i}", s))
+        first = items[0]  # the same file twice more: a retried delivery and a re-upload
+        uploads.append(_upload(stack.connector_url, secret, "upload-0", first))
+        uploads.append(_upload(stack.connector_url, secret, "upload-0-again", first))
+        with Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            bar = progress.add_task("invoices ended", total=len(by_wf))
+            ended: set[str] = set()
+            while len(ended) < len(by_wf) and time.monotonic() < deadline:
+                desk.act()
+                rows = client.projection.statuses(list(by_wf))
+                ended = {wf for wf, st in zip(by_wf, rows, strict=True) if _done(st)}
+                progress.update(bar, completed=len(ended))
+                if not killed and len(ended) >= len(by_wf) // 2:
+                    for role in ("orchestrator", "worker"):
+                        killed[role] = stack.kill(role)
+                    progress.console.print(
+                        f"[red]SIGKILL[/red] orchestrator pid {killed['orchestrator']} and "
+                        f"worker pid {killed['worker']} with {len(by_wf) - len(ended)} "
+                        "invoices in flight; both restarted"
+                    )
+                for wf in later:
+                    original = next(
+                        w for w, s in by_wf.items() if s.number == by_wf[wf].number and w != wf
+                    )
+                    if original in ended and wf not in desk.decided:
+                        desk.decided.add(wf)  # uploaded once, after its original ended
+                        uploads.append(
+                            _upload(stack.connector_url, secret, "upload-dup", by_wf[wf])
+                        )
+                time.sleep(0.2)
+    finally:
+        client.close()
+    return {
+        "workflow_ids": list(by_wf),
+        "uploads": uploads,
+        "stale_refused": len(desk.stale_refused),
+        "desk_problems": desk.refusals,
+        "killed": killed,
+        "log_dir": str(stack.log_dir),
+    }
+
+
+def _done(status: str | None) -> bool:
+    return status in ("completed", "compensated", "failed", "compensation_failed", "cancelled")

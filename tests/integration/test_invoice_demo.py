@@ -1,0 +1,71 @@
+"""``keel demo`` (the main job: the invoice pipeline through a crash) at its smallest size,
+against the real broker and Redis. The demo checks its own invariants; this test reads
+its tables and then the demo's histories in ``keel.events`` itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from orchestrator.settings import Settings
+from tests.integration.test_demo import table_rows
+from tests.support import assert_sound_history, histories
+
+MANIFEST = Path(__file__).resolve().parents[2] / "ops" / "demo_data" / "invoices" / "manifest.json"
+
+
+def test_the_main_job_runs_the_invoice_pipeline_through_a_crash(servers, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
+        KEEL_REDIS_URL=servers.redis_url,
+        KEEL_HOME=str(tmp_path),
+        KEEL_PARTITIONS="4",
+        COLUMNS="200",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    expected = Counter(m["expected"] for m in json.loads(MANIFEST.read_text()))
+    rows = table_rows(out)
+    checks = {r[0]: r[1] for r in rows if len(r) == 2}
+    outcomes = {k: int(v) for k, v in checks.items() if k in expected}
+    assert outcomes == dict(expected)
+    assert checks["invoices (runs)"] == str(sum(expected.values()))
+    assert checks["duplicate effects (ledger and payables)"] == "0"
+    assert checks["reconciliation mismatches"] == "0"
+    assert checks["invariant violations"] == "0"
+    assert checks["SIGKILLs (orchestrator, worker)"] == "2"
+    assert checks["approvals refused as stale"] == "1"
+    assert checks["approvals escalated / expired"] == "1 / 1"
+    assert checks["repeated deliveries answered 200, nothing written"] == "1"
+    assert checks["re-uploads joined to their run"] == "1"
+    assert int(checks["settled by status query"]) == int(checks["unknown outcomes"]) >= 1
+    assert checks["compensations (posting reversed)"] == "1"
+
+    prefix = re.search(r"topic prefix (invoices-[\w-]+)", out)
+    assert prefix is not None, out
+    settings = Settings(
+        bootstrap_servers=servers.bootstrap_servers,
+        redis_url=servers.redis_url,
+        topic_prefix=prefix.group(1),
+        partitions=4,
+    )
+    by_wf = histories(settings)
+    assert len(by_wf) == sum(expected.values())
+    ends = Counter(events[-1].type for events in by_wf.values())
+    assert ends == {"WorkflowCompleted": len(by_wf) - 1, "WorkflowCompensated": 1}
+    for wf, events in by_wf.items():
+        assert_sound_history(wf, events)
