@@ -214,15 +214,22 @@ def dev(
     create_topics(settings)
     roles = ("orchestrator", "worker", "connector")
     extra = {"connector": ["--port", str(connector_port)]}
+    env = os.environ.copy()
+    sign_in = "sign in with a token of KEEL_ACTORS_FILE"
+    if not env.get("KEEL_ACTORS_FILE"):
+        actors, token = dev_actor(settings.home)
+        env["KEEL_ACTORS_FILE"] = str(actors)
+        sign_in = f"sign in as the demo approver '{DEV_ACTOR}' with the token {token}"
     children = [
         subprocess.Popen(
             [sys.executable, "-m", "orchestrator", role, "--app", app, *extra.get(role, [])],
-            env=os.environ.copy(),
+            env=env,
         )
         for role in roles
     ]
     pids = ", ".join(f"{r} pid {c.pid}" for r, c in zip(roles, children, strict=True))
     console.print(f"keel dev: {pids}; Ctrl-C stops them")
+    console.print(f"web UI: http://127.0.0.1:{connector_port}/ui ({sign_in})")
     try:
         while all(c.poll() is None for c in children):
             time.sleep(0.5)
@@ -234,6 +241,29 @@ def dev(
                 c.terminate()
         for c in children:
             c.wait(timeout=30)
+
+
+#: The local dev stack's one actor: it may approve, correct and act as an operator.
+DEV_ACTOR = "demo"
+DEV_ROLES = ["finance-approver", "finance-lead", "invoice-clerk", "keel-operator"]
+
+
+def dev_actor(home: Path) -> tuple[Path, str]:
+    """``keel dev``'s actors file and its one actor's token, made once under KEEL_HOME
+    (only the token's sha256 is in the actors file; the token file is 0600)."""
+    import hashlib
+    import secrets
+
+    folder = home / "dev"
+    folder.mkdir(parents=True, exist_ok=True)
+    actors, token_file = folder / "actors.json", folder / f"{DEV_ACTOR}.token"
+    if not token_file.exists():
+        token_file.touch(mode=0o600)
+        token_file.write_text(secrets.token_hex(24))
+    token = token_file.read_text().strip()
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    actors.write_text(json.dumps({DEV_ACTOR: {"token_sha256": digest, "roles": DEV_ROLES}}))
+    return actors, token
 
 
 def bench(

@@ -229,6 +229,12 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
     people.touch(mode=0o600)
     people.write_text(json.dumps(tokens))
     hook_secret = secrets.token_hex(24)
+    explore = log_dir / "explore.env"  # what a shell needs to look at this demo's runs
+    explore.touch(mode=0o600)
+    explore.write_text(
+        f"KEEL_TOPIC_PREFIX={prefix}\nKEEL_ACTORS_FILE={log_dir / 'actors.json'}\n"
+        f"KEEL_WEBHOOK_INVOICES_SECRETS={hook_secret}\n"
+    )
     console.print(
         f"[bold]keel demo[/bold]: {len(items)} invoices through the invoice pipeline on topic "
         f"prefix [cyan]{prefix}[/cyan]"
@@ -327,6 +333,7 @@ def _batch(
         "desk_problems": desk.refusals,
         "killed": killed,
         "log_dir": str(stack.log_dir),
+        "approver_token": tokens["fiona"],  # a throwaway local token, for the UI's sign-in
     }
 
 

@@ -169,7 +169,7 @@ def report(
     f = find(histories, expected, books)
     f.violations += run["desk_problems"]
     _tables(console, f, run, books, took_s)
-    _explore(console, settings, f, run)
+    _explore(console, f, run)
     return 0 if not f.violations else 1
 
 
@@ -235,16 +235,16 @@ def _classes(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "none"
 
 
-def _explore(console: Console, settings: Settings, f: Findings, run: dict[str, Any]) -> None:
+def _explore(console: Console, f: Findings, run: dict[str, Any]) -> None:
     console.print("\nExplore (Kafka and Redis stay up; `make down` stops them):")
-    lines = [f"export KEEL_TOPIC_PREFIX={settings.topic_prefix}"]
+    lines = [f"set -a; . {run['log_dir']}/explore.env; set +a    # its prefix, actors, secret"]
     for what, wf in sorted(f.example.items()):
         lines.append(f"keel workflow show {wf} {APP_OPTION}    # {what}")
     lines += [
         f"keel workflow list --name invoice_pipeline {APP_OPTION}",
-        f"KEEL_ACTORS_FILE={run['log_dir']}/actors.json keel connector {APP_OPTION}",
-        f"# then the web UI at http://127.0.0.1:8700/ui, signed in with a token from "
-        f"{run['log_dir']}/people.json (otto may act, fiona approve)",
+        f"keel connector {APP_OPTION}",
+        f"# then the web UI: http://127.0.0.1:8700/ui, signed in as the demo approver fiona "
+        f"with the token {run['approver_token']} (the others: {run['log_dir']}/people.json)",
     ]
     for line in lines:
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)

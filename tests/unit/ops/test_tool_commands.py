@@ -50,3 +50,23 @@ def test_the_product_imports_no_tool() -> None:
     # the entry point loads the tools' commands module, and only it: the stack, the bench
     # and the demo load when their command runs
     assert done.stdout.strip() == "['ops', 'ops.tool_commands']"
+
+
+def test_keel_dev_makes_one_demo_approver_and_keeps_its_token(tmp_path) -> None:
+    import hashlib
+    import json
+    import stat
+
+    from connectors.auth import Actors
+    from ops.tool_commands import DEV_ACTOR, dev_actor
+
+    actors_path, token = dev_actor(tmp_path)
+    again_path, again = dev_actor(tmp_path)
+    assert (again_path, again) == (actors_path, token) and len(token) == 48
+    token_file = tmp_path / "dev" / f"{DEV_ACTOR}.token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    stored = json.loads(actors_path.read_text())
+    assert token not in actors_path.read_text()
+    assert stored[DEV_ACTOR]["token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    actor = Actors.load(actors_path).authenticate(f"Bearer {token}")
+    assert actor is not None and "keel-operator" in actor.roles
