@@ -284,6 +284,7 @@ def _batch(
     desk = Desk(stack.connector_url, tokens, by_wf)
     uploads: list[int] = []
     killed: dict[str, int] = {}
+    sent_late: set[str] = set()
     deadline = time.monotonic() + 150 + len(items)
     try:
         for i, s in enumerate(items):
@@ -318,8 +319,8 @@ def _batch(
                     original = next(
                         w for w, s in by_wf.items() if s.number == by_wf[wf].number and w != wf
                     )
-                    if original in ended and wf not in desk.decided:
-                        desk.decided.add(wf)  # uploaded once, after its original ended
+                    if original in ended and wf not in sent_late:
+                        sent_late.add(wf)  # uploaded once, after its original ended
                         uploads.append(
                             _upload(stack.connector_url, secret, "upload-dup", by_wf[wf])
                         )

@@ -24,6 +24,7 @@ from orchestrator.domain.history.invariants import check_history
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityFailed,
+    ActivityTimedOut,
     CompensationStarted,
     HumanTaskDecided,
     HumanTaskEscalated,
@@ -99,9 +100,10 @@ def _fold(f: Findings, wf: str, events: list[Any]) -> None:
             if p.failure_class == "unknown":
                 f.unknown += 1
                 f.example.setdefault("unknown", wf)
+        elif isinstance(p, ActivityTimedOut):
+            f.unknown += 1  # a write that may have happened: its status query decides
         elif isinstance(p, ActivityCompleted) and "/query/" in p.activity_id:
-            if json.loads(p.result_json).get("found"):
-                f.settled_by_query += 1
+            f.settled_by_query += 1  # found (its result taken) or not (sent again)
         elif isinstance(p, CompensationStarted):
             f.compensations += 1
             f.example.setdefault("compensated", wf)
@@ -194,7 +196,7 @@ def _tables(console: Console, f: Findings, run: dict[str, Any], books: Books, to
         ("ledger postings", len(ledger["postings"])),
         ("duplicate effects (ledger and payables)", _duplicates(books)),
         ("retries by class", _classes(f.retries)),
-        ("unknown outcomes", f.unknown),
+        ("unknown outcomes (lost answers, timeouts)", f.unknown),
         ("settled by status query", f.settled_by_query),
         ("compensations (posting reversed)", f.compensations),
         ("approvals approved / rejected", f"{f.approvals['approved']} / {f.approvals['rejected']}"),

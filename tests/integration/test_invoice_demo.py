@@ -52,7 +52,12 @@ def test_the_main_job_runs_the_invoice_pipeline_through_a_crash(servers, tmp_pat
     assert checks["approvals escalated / expired"] == "1 / 1"
     assert checks["repeated deliveries answered 200, nothing written"] == "1"
     assert checks["re-uploads joined to their run"] == "1"
-    assert int(checks["settled by status query"]) == int(checks["unknown outcomes"]) >= 1
+    # the ledger drops two answers; a worker SIGKILL may add a timed-out posting
+    assert (
+        2
+        <= int(checks["settled by status query"])
+        <= int(checks["unknown outcomes (lost answers, timeouts)"])
+    )
     assert checks["compensations (posting reversed)"] == "1"
 
     prefix = re.search(r"topic prefix (invoices-[\w-]+)", out)

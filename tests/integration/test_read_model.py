@@ -192,7 +192,13 @@ def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
 
     after = client.start("parallel_checks", {"n": 2}, "after-poison")
     assert client.wait(after.workflow_id, 60)["output"] == {"result": 3 + 4 + 4}
-    view = client.show("healthy-1")
+    # the poison records sit on other partitions than after-poison's: the projector may
+    # reach them after that run ended, so wait (bounded) for the skip to be recorded
+    view = wait_until(
+        lambda: (v := client.show("healthy-1"))["projection_error"] and v,
+        30,
+        "the skipped event to be recorded on healthy-1",
+    )
     assert view["status"] == "completed"
     assert view["history"][-1]["seq"] == last_seq
     assert view["projection_error"].startswith(

@@ -193,7 +193,8 @@ def caught_up(r: Any, prefix: str, last_seq: dict[str, int]) -> bool:
 def refold(settings: Any, records: list[Any], prefix: str, batches: Any) -> dict[str, Any]:
     """Fold ``records`` into the read model of ``prefix`` in the given batching."""
     other = settings.model_copy(update={"topic_prefix": prefix})
-    store = RedisReadModelStore(store_client(settings), prefix, settings.redis)
+    definitions = rebuild_app.app.definitions  # as a projector's store gets its app's
+    store = RedisReadModelStore(store_client(settings), prefix, settings.redis, definitions)
     projector = Projector(other, rebuild_app.app, adapters=(None, store))  # type: ignore[arg-type]
     store.clear()
     try:

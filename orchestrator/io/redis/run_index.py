@@ -383,8 +383,11 @@ def _ended_at(events: Sequence[Envelope[Any] | str], fallback: int) -> int:
     """When the run ended: the recorded time of the terminal event among ``events``."""
     for e in reversed(events):
         if isinstance(e, str):
-            line = json.loads(e)
-            if line.get("type") in TERMINAL_EVENT_NAMES:
+            try:
+                line = json.loads(e)
+            except ValueError:
+                continue  # not an event's history line: no end in it
+            if isinstance(line, dict) and line.get("type") in TERMINAL_EVENT_NAMES:
                 return int(line["recorded_at"])
         elif e.type in TERMINAL_EVENT_NAMES:
             return e.recorded_at
