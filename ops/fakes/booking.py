@@ -260,19 +260,10 @@ def create_app() -> web.Application:
     return app
 
 
-class BookingClient(serving.ControlClient):
+class BookingClient(serving.BooksClient):
     """Synchronous stdlib client for tests (the books and the fault switches)."""
 
     name = "booking"
-
-    def books(self) -> dict[str, Any]:
-        return self._call("GET", "/books")  # type: ignore[no-any-return]
-
-    def set_faults(self, **switches: Any) -> dict[str, Any]:
-        return self._call("POST", "/faults", switches)  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        self._call("POST", "/reset", {})
 
 
 async def serve(host: str, port: int) -> None:

@@ -172,19 +172,10 @@ def create_app() -> web.Application:
     return app
 
 
-class PayablesClient(serving.ControlClient):
+class PayablesClient(serving.BooksClient):
     """Synchronous client for tests and demos."""
 
     name = "payables"
-
-    def books(self) -> dict[str, Any]:
-        return self._call("GET", "/books")  # type: ignore[no-any-return]
-
-    def set_faults(self, **switches: Any) -> dict[str, Any]:
-        return self._call("POST", "/faults", switches)  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        self._call("POST", "/reset", {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,3 +104,16 @@ class ControlClient:
             raise RuntimeError(
                 f"{self.name} {method} {path} answered {err.code}: {err.read()!r}"
             ) from None
+
+
+class BooksClient(ControlClient):
+    """The client of a fake that keeps ``/books`` and resets with ``/reset``."""
+
+    def books(self) -> dict[str, Any]:
+        return self._call("GET", "/books")  # type: ignore[no-any-return]
+
+    def set_faults(self, **switches: Any) -> dict[str, Any]:
+        return self._call("POST", "/faults", switches)  # type: ignore[no-any-return]
+
+    def reset(self) -> None:
+        self._call("POST", "/reset", {})

@@ -40,7 +40,14 @@ from ops.fakes.ledger import LedgerClient
 from ops.fakes.openai_server import running as model_running
 from ops.fakes.payables import PayablesClient
 from ops.invoices.invoice_report import Books, report
-from ops.invoices.invoice_samples import Sample, Scenario, manifest, model_script, samples
+from ops.invoices.invoice_samples import (
+    Sample,
+    Scenario,
+    corrected,
+    manifest,
+    model_script,
+    samples,
+)
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.settings import Settings
 
@@ -169,7 +176,7 @@ class Desk:
             if scenario is Scenario.UNKNOWN_SUPPLIER:
                 status, answer = self.decide(who, task, "reject")
             else:
-                status, answer = self.decide(who, task, "approve", correction=_corrected(sample))
+                status, answer = self.decide(who, task, "approve", correction=corrected(sample))
         else:
             verdict = "reject" if scenario is Scenario.REJECT else "approve"
             status, answer = self.decide(who, task, verdict)
@@ -177,13 +184,6 @@ class Desk:
             self.decided.add(task["task_id"])
         elif answer.get("status") != "pending":
             self.refusals.append(f"{task['task_id']}: {status} {answer}")
-
-
-def _corrected(s: Sample) -> dict[str, Any]:
-    net = round(sum(a for _, a in s.lines), 2)
-    tax = round(net * s.tax_rate, 2)
-    fields = {k: v for k, v in s.fields().items() if k != "confidence"}
-    return fields | {"net": net, "tax": tax, "total": round(net + tax, 2)}
 
 
 def _upload(url: str, secret: str, event_id: str, sample: Sample) -> int:

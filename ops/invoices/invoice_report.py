@@ -86,6 +86,7 @@ def find(histories: dict[str, list[Any]], expected: dict[str, str], books: Books
         if got != want:
             f.violations.append(f"{wf[:16]}…: ended {got}, expected {want}")
         f.violations += [f"{wf[:16]}…: {v}" for v in check_history(events)]
+        f.mismatches += got == "mismatch"
         _fold(f, wf, events)
     _check_books(f, expected, histories, books)
     return f
@@ -121,8 +122,6 @@ def _fold(f: Findings, wf: str, events: list[Any]) -> None:
         f.model_calls += u.calls
         f.tokens += u.total_tokens
         f.cost_usd += u.cost_usd
-    if _outcome(events) == "mismatch":
-        f.mismatches += 1
 
 
 def _check_books(

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Sample", "Scenario", "samples", "write"]
+__all__ = ["Sample", "Scenario", "corrected", "samples", "write"]
 
 
 class Scenario(StrEnum):
@@ -221,7 +221,7 @@ def model_script(items: list[Sample]) -> dict[str, Any]:
     return {"responses": responses}
 
 
-def _corrected(s: Sample) -> dict[str, Any]:
+def corrected(s: Sample) -> dict[str, Any]:
     """What a clerk enters for ``s``: its fields, amounts recomputed from its lines."""
     net = round(sum(a for _, a in s.lines), 2)
     tax = round(net * s.tax_rate, 2)
@@ -239,7 +239,7 @@ def manifest(items: list[Sample]) -> list[dict[str, Any]]:
             "invoice_number": s.number,
             "total": s.total,
             "currency": s.currency,
-            "correction": _corrected(s)
+            "correction": corrected(s)
             if s.scenario in (Scenario.CORRECT, Scenario.UNSURE, Scenario.BAD_TOTALS)
             else None,
         }

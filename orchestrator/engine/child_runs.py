@@ -52,6 +52,11 @@ _ENDED_AS = {
     WorkflowStatus.COMPENSATION_FAILED: "ChildWorkflowCompensationFailed",
 }
 _REPORTED = (ActivityStatus.COMPLETED, ActivityStatus.FAILED)
+#: The command (and its message-id tag) a still-running child gets, by parent-close policy.
+_STOPS: dict[ParentClosePolicy, tuple[str, type[CancelWorkflow] | type[TerminateWorkflow]]] = {
+    ParentClosePolicy.CANCEL: ("cancel", CancelWorkflow),
+    ParentClosePolicy.TERMINATE: ("terminate", TerminateWorkflow),
+}
 
 
 def is_child(activity_type: str) -> bool:
@@ -114,10 +119,8 @@ def abandoned_children(
         if policy == ParentClosePolicy.ABANDON:
             continue
         why = f"its parent '{after.workflow_id}' ({after.status}) stopped awaiting it"
-        stop = TerminateWorkflow(why) if policy == ParentClosePolicy.TERMINATE else None
-        tag = "terminate" if stop is not None else "cancel"
-        cmd = stop or CancelWorkflow(why)
-        out.append(_command(last, f"{tag}/{aid}", act.idempotency_key, cmd, now))
+        tag, stop = _STOPS[ParentClosePolicy(policy)]
+        out.append(_command(last, f"{tag}/{aid}", act.idempotency_key, stop(why), now))
     return out
 
 
