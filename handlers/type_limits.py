@@ -11,8 +11,8 @@ script, so two workers never both take the last slot, and the clock is Redis's o
   admission; a running attempt's lease is renewed every third of its lifetime by a
   thread (a sync handler may hold the event loop) and released when it ends.
 * **rate**: ``lim:rate:<type>`` holds each start as an interval, scored by its end: a
-  granted start lasts ``START_SLACK_MS`` (its call reaching the service), a reserved one
-  covers ``[T, T + RESERVATION_SLACK_MS + START_SLACK_MS]``. A start is placed where no
+  granted start lasts ``start_slack_ms`` (its call reaching the service), a reserved one
+  covers ``[T, T + RESERVATION_SLACK_MS + start_slack_ms]``. A start is placed where no
   window of ``per`` meets more than ``count`` intervals: at once if fewer than ``count``
   intervals end inside the last window, else at ``T`` = the ``count``-th latest end +
   ``per``, *reserved* for this idempotency key (``lim:rsv:<K>``). The re-dispatched
@@ -50,18 +50,23 @@ __all__ = [
     "LEASE_TTL_MS",
     "RESERVATION_SLACK_MS",
     "START_SLACK_MS",
+    "START_SLACK_SHARE",
     "Admission",
     "TypeLimiter",
     "TypeUsage",
     "read_usage",
+    "start_slack_ms",
 ]
 
 log = logging.getLogger("keel.worker.limits")
 
 #: A running attempt's lease lives this long unless renewed (every third of it).
 LEASE_TTL_MS = 30_000
-#: How long a granted start counts as starting: its call reaching the service.
+#: How long a granted start counts as starting (its call reaching the service): this, or
+#: a twentieth of the limit's window when that is longer (:func:`start_slack_ms`).
 START_SLACK_MS = 500
+#: The share of a rate's window a start counts as lasting, at least ``START_SLACK_MS``.
+START_SLACK_SHARE = 20
 #: How late after its slot a re-dispatched attempt may still take its reservation.
 RESERVATION_SLACK_MS = 3_000
 #: The wait of an attempt over ``max_concurrent``: uniform in this range (ms), times the
@@ -155,6 +160,17 @@ class Admission:
 FREE = Admission()
 
 
+def start_slack_ms(per_ms: int) -> int:
+    """How long a start of a rate of window ``per_ms`` counts as starting.
+
+    A fixed half second held 10/min only while every call reached the service within half
+    a second of its admission; a loaded machine (a worker's first call, its imports and
+    session) took longer, and the service saw 11 calls in one minute. A twentieth of the
+    window covers such delays where the window is long and costs at most 5% of its rate.
+    """
+    return max(START_SLACK_MS, per_ms // START_SLACK_SHARE)
+
+
 @dataclass(frozen=True, slots=True)
 class TypeUsage:
     """One limited type's use now (``keel workers``)."""
@@ -222,7 +238,7 @@ class TypeLimiter:
                 rate.per_ms if rate is not None else 0,
                 lease,
                 self.lease_ttl_ms,
-                START_SLACK_MS,
+                start_slack_ms(rate.per_ms) if rate is not None else START_SLACK_MS,
                 RESERVATION_SLACK_MS,
                 wait,
                 idempotency_key,

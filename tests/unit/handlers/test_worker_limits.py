@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.type_limits import Admission
+from handlers.type_limits import Admission, start_slack_ms
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.messages import CompleteActivity, FailActivity
 from tests.unit.handlers.test_worker_loop import Rig
@@ -76,3 +76,10 @@ def test_an_admitted_task_runs_and_gives_its_lease_back(tmp_path):
     assert calls == ["limited", "free"]
     assert [type(r.payload) for r in rig.reports()] == [CompleteActivity, CompleteActivity]
     assert rig.worker.limits.r.removed == [("keel:mem:lim:conc:limited", "wf/limited/1/1/x")]  # type: ignore[attr-defined]
+
+
+def test_a_start_counts_as_lasting_half_a_second_or_a_twentieth_of_its_window():
+    assert start_slack_ms(1_000) == 500  # 3/s: a twentieth (50 ms) would be too short
+    assert start_slack_ms(10_000) == 500
+    assert start_slack_ms(60_000) == 3_000  # 10/min: a call may reach the service 3 s late
+    assert start_slack_ms(3_600_000) == 180_000
