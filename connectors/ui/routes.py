@@ -6,12 +6,14 @@ the sign-in form and a POST is refused (403). Every POST carries the session's C
 (else 403), and answers with a redirect to a page that shows the outcome once (a flash),
 so a reload never repeats an action. Blocking reads and writes (Redis, Kafka) run in the
 default executor. Run and dead-letter actions need the actor role ``keel-operator``;
-decisions need one of the task's roles, as in the task API.
+decisions need one of the task's roles, as in the task API. A migration's dry run is a GET:
+it writes nothing (``keel workflow migrate --dry-run``), so it needs the role, not a token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -33,6 +35,7 @@ from connectors.ui.timeline import duration, timeline
 from orchestrator.application.app import KeelApp
 from orchestrator.client import dead_letters
 from orchestrator.client.client import KeelClient, parse_json
+from orchestrator.client.migration_requests import MigrationPlan, plan
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import Resolution
@@ -81,6 +84,12 @@ def page(fn: Page) -> Callable[[OperatorUi, web.Request], Awaitable[web.StreamRe
     return wrapped
 
 
+def pretty_json(value: Any) -> str:
+    """JSON for a ``<pre>``, as written (``tojson`` escapes ``<>&'`` as ``\\u00..`` for
+    scripts; the page's autoescape makes this safe in HTML)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 def _field(form: Any, name: str) -> str:
     value = form.get(name)
     return value if isinstance(value, str) else ""
@@ -98,6 +107,12 @@ class OperatorUi:
         self.client = client
         self.sessions = SessionStore()
         self.decisions = TaskDecisions(tasks)
+        #: A migration's dry run of one run (workflow id, target version, actor).
+        self.plan_migration: Callable[[str, int, str], MigrationPlan] = self._plan_migration
+
+    def _plan_migration(self, workflow_id: str, to_version: int, actor: str) -> MigrationPlan:
+        reason = f"dry run by {actor}, web UI"
+        return plan(self.settings, self.app, [workflow_id], to_version, actor, reason)[0]
 
     def application(self) -> web.Application:
         ui = web.Application(middlewares=[_security_headers])
@@ -110,6 +125,7 @@ class OperatorUi:
         env.filters["duration"] = duration
         env.filters["when"] = lambda t: iso_utc(int(t.timestamp() * 1000)) if t else ""
         env.filters["part"] = lambda text: quote(str(text), safe="")
+        env.filters["pretty"] = pretty_json
         r = ui.router
         r.add_get("", self.home)
         r.add_get("/", self.home)
@@ -118,6 +134,7 @@ class OperatorUi:
         r.add_post("/signout", self.signout)
         r.add_get("/runs", self.runs)
         r.add_get("/counts", self.counts)
+        r.add_get("/runs/{wf:.+}/migration", self.migration)  # before the run's own page
         r.add_get("/runs/{wf:.+}", self.run)
         r.add_post("/runs/{wf:.+}/signal", self.signal)
         r.add_post("/runs/{wf:.+}/cancel", self.cancel)
@@ -288,7 +305,35 @@ class OperatorUi:
             ),
             resolutions=tuple(Resolution),
             signals=signals,
+            versions=sorted(
+                v for (n, v) in self.app.definitions if n == view["name"] and v != view["version"]
+            ),
         )
+
+    @page
+    async def migration(self, request: web.Request, session: Session) -> web.StreamResponse:
+        """What migrating the run to ``?to_version=N`` would do: its mapping and the events
+        it would write, or why it would be refused, and where version N would have decided
+        the recorded history differently. Nothing is written."""
+        wf = request.match_info["wf"]
+        if OPERATOR_ROLE not in session.actor.roles:
+            return self.refusal(
+                request,
+                403,
+                f"actor '{session.actor.name}' lacks the role '{OPERATOR_ROLE}' "
+                "that a migration's dry run needs",
+            )
+        raw = request.query.get("to_version", "")
+        if not raw.isdigit() or int(raw) < 1:
+            return self.refusal(
+                request, 400, f"to_version must be a version >= 1, not {raw[:20]!r}"
+            )
+        try:
+            planned = await self._run(self.plan_migration, wf, int(raw), session.actor.name)
+        except KeelError as exc:
+            return self.refusal(request, 404 if isinstance(exc, NotFoundError) else 400, str(exc))
+        log.info("ui: '%s' dry-ran a migration of %s: %s", session.actor.name, wf, planned.outcome)
+        return self.render("migration.html", request, session, plan=planned)
 
     @page
     async def signal(self, request: web.Request, session: Session) -> web.StreamResponse:

@@ -9,6 +9,7 @@ health page. Each saves the screenshot docs/ui.md shows.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -111,7 +112,10 @@ def runs(stack) -> dict[str, Any]:
     client = stack.client
     for wf, supplier in SUPPLIERS.items():
         client.start(
-            "invoice_review", {"invoice_number": wf, "supplier": supplier, "amount": 1250.0}, wf
+            "invoice_review",
+            {"invoice_number": wf, "supplier": supplier, "amount": 1250.0},
+            wf,
+            version=1,  # v2 is deployed too: the migration's dry run shows moving a run to it
         )
     for wf in SUPPLIERS:
         wait_until(
@@ -407,3 +411,52 @@ def test_an_actor_without_the_roles_sees_no_task_and_may_not_act(browser, stack,
     assert status == 403
     assert "actor &#39;bob&#39; lacks the role &#39;keel-operator&#39; that a redrive needs" in body
     browser.delete_all_cookies()
+
+
+def test_a_migration_dry_run_shows_the_mapping_and_writes_nothing(browser, alice, stack, runs):
+    wf = "inv-ui-2026-0045"
+    stack.client.start(
+        "invoice_review",
+        {"invoice_number": wf, "supplier": "ACME Tools", "amount": 90.0},
+        wf,
+        version=1,
+    )
+    wait_until(lambda: (stack.client.projection.get(wf) or {}).get("state") == "approval", 90, wf)
+    before = stack.client.show(wf)["history"]
+    browser.get(f"{stack.url}/ui/runs/{wf}")
+    Select(browser.find_element(By.ID, "migrate-version")).select_by_visible_text("v2")
+    browser.find_element(By.CSS_SELECTOR, "#migrate-form button").click()
+    outcome = until(browser, lambda b: b.find_element(By.ID, "migration-outcome"), "the plan")
+    assert outcome.get_attribute("data-outcome") == "would_migrate"
+    assert outcome.text == (
+        "would migrate: invoice_review v1 state 'approval' → v2 state 'approval'"
+    )
+    v2 = ui_app.app.get("invoice_review", 2)
+    assert browser.find_element(By.ID, "migration-digest").text == v2.digest
+    events = browser.find_elements(By.CSS_SELECTOR, "#migration-events li")
+    written = [json.loads(e.text) for e in events]
+    assert [e["type"] for e in written] == [
+        "WorkflowMigrated",
+        "StateEntered",
+        "HumanTaskOpened",  # v2's task: the approver gets 1800 s
+        "TimerScheduled",
+    ]
+    assert (written[0]["actor"], written[0]["migration"], written[0]["to_state"]) == (
+        "alice",
+        "v1->v2",
+        "approval",
+    )
+    # v2 gives the approver 1800 s, not 3600: its task would have been opened differently
+    replay = browser.find_element(By.ID, "migration-replay")
+    assert replay.get_attribute("data-differs") == "yes"
+    assert "HumanTaskOpened" in browser.find_element(By.CSS_SELECTOR, ".io").text
+    shot(browser, "migration")
+    after = stack.client.show(wf)
+    assert after["version"] == 1 and after["history"] == before  # a dry run writes nothing
+
+    browser.get(f"{stack.url}/ui/runs/{CANCELLED}/migration?to_version=2")
+    outcome = until(browser, lambda b: b.find_element(By.ID, "migration-outcome"), "the refusal")
+    assert outcome.get_attribute("data-outcome") == "refused"
+    assert outcome.text == (
+        f"would be refused: workflow '{CANCELLED}' is cancelled; migration to version 2 refused"
+    )

@@ -13,6 +13,7 @@ from orchestrator import (
     HumanTask,
     KeelApp,
     LlmCall,
+    Migration,
     PromptTemplate,
     SearchAttribute,
     SearchKind,
@@ -94,10 +95,12 @@ def _done(outcome: str) -> Any:
     return output
 
 
-invoice_review = app.workflow(
-    WorkflowDefinition(
+def _review(version: int, due_s: int, migrations: list[Migration]) -> WorkflowDefinition:
+    """The review; v2 gives the approver half the time, and v1 runs waiting for the
+    approval may move to it (the browser test's migration dry run)."""
+    return WorkflowDefinition(
         "invoice_review",
-        1,
+        version,
         Invoice,
         [
             State(
@@ -113,7 +116,7 @@ invoice_review = app.workflow(
                     owner="finance-team",
                     operation=_operation,
                     evidence=_evidence,
-                    due=3600,
+                    due=due_s,
                     expires=7 * 24 * 3600,
                     on_approve="paid",
                     on_reject="rejected",
@@ -130,5 +133,9 @@ invoice_review = app.workflow(
             SearchAttribute("supplier", SearchKind.KEYWORD, lambda ctx: ctx.input.supplier),
             SearchAttribute("amount", SearchKind.NUMBER, lambda ctx: ctx.input.amount),
         ],
+        migrations=migrations,
     )
-)
+
+
+invoice_review = app.workflow(_review(1, 3600, []))
+invoice_review_v2 = app.workflow(_review(2, 1800, [Migration(1, states={"approval": "approval"})]))
