@@ -66,9 +66,19 @@ class Faults:
     status_500: int = 0
     down: bool = False
     dedupe: bool = True
+    #: ``POST /reversals`` answered 500 (nothing reversed) this many times: a compensation
+    #: that keeps failing (``keel evaluate``'s ``compensation_failure``).
+    reversals_fail: int = 0
 
 
-_INT_SWITCHES = {"delay_count", "drop_after_commit", "status_429", "status_500", "retry_after_s"}
+_INT_SWITCHES = {
+    "delay_count",
+    "drop_after_commit",
+    "status_429",
+    "status_500",
+    "retry_after_s",
+    "reversals_fail",
+}
 _BOOL_SWITCHES = {"down", "dedupe"}
 _FLOAT_SWITCHES = {"delay_s"}
 _SWITCHES = {f.name for f in fields(Faults)}
@@ -113,6 +123,9 @@ class LedgerState:
     calls: dict[str, int] = field(default_factory=dict)
     effects: dict[str, int] = field(default_factory=dict)
     reversals: dict[str, int] = field(default_factory=dict)
+    reversal_failures: int = 0
+    #: Requests to the service API (postings, status queries, reversals), answered or not.
+    requests: int = 0
     faults: Faults = field(default_factory=Faults)
     next_id: int = 1
     in_flight: int = 0
@@ -126,6 +139,8 @@ class LedgerState:
         self.calls.clear()
         self.effects.clear()
         self.reversals.clear()
+        self.reversal_failures = 0
+        self.requests = 0
         self.faults = Faults()
         self.next_id = 1
         self.peak_in_flight = self.in_flight
@@ -154,6 +169,8 @@ class LedgerState:
             "effects": dict(self.effects),
             "total_effects": sum(self.effects.values()),
             "reversals": dict(self.reversals),
+            "reversal_failures": self.reversal_failures,
+            "requests": self.requests,
             "peak_in_flight": self.peak_in_flight,
         }
 
@@ -165,8 +182,9 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-def _down() -> web.Response:
-    return _error(503, "ledger is down")
+def _down(retry_after_s: int) -> web.Response:
+    """503 with ``Retry-After``: an outage says when to ask again."""
+    return _error(503, "ledger is down", headers={"Retry-After": str(retry_after_s)})
 
 
 def _validate_posting(body: Any) -> tuple[str, float, dict[str, Any]]:
@@ -211,7 +229,7 @@ async def _post_posting(request: web.Request, state: LedgerState) -> web.StreamR
         async with state.lock:
             state.calls[key] = state.calls.get(key, 0) + 1
     if state.faults.down:
-        return _down()
+        return _down(state.faults.retry_after_s)
     if not key:
         return _error(400, f"missing {IDEMPOTENCY_HEADER} header")
     try:
@@ -222,7 +240,7 @@ async def _post_posting(request: web.Request, state: LedgerState) -> web.StreamR
     async with state.lock:
         faults = state.faults
         if faults.down:  # switched while the body was read
-            return _down()
+            return _down(state.faults.retry_after_s)
         if faults.status_429 > 0:
             faults.status_429 -= 1
             return _error(429, "rate limited", headers={"Retry-After": str(faults.retry_after_s)})
@@ -258,7 +276,7 @@ async def get_posting(request: web.Request) -> web.Response:
     """Status query: the posting committed for a key, or 404."""
     state = request.app[STATE]
     if state.faults.down:
-        return _down()
+        return _down(state.faults.retry_after_s)
     posting = state.by_key.get(request.match_info["key"])
     if posting is None:
         return _error(404, "not found")
@@ -269,7 +287,7 @@ async def post_reversal(request: web.Request) -> web.Response:
     """Reverse a posting, once: a repeated reversal answers the same, with no new effect."""
     state = request.app[STATE]
     if state.faults.down:
-        return _down()
+        return _down(state.faults.retry_after_s)
     try:
         body = await _read_json(request)
     except ValueError as exc:
@@ -278,6 +296,10 @@ async def post_reversal(request: web.Request) -> web.Response:
     if not isinstance(key, str) or not key:
         return _error(400, "key must be a non-empty string")
     async with state.lock:
+        if state.faults.reversals_fail > 0:
+            state.faults.reversals_fail -= 1
+            state.reversal_failures += 1
+            return _error(500, "reversal failed")
         posting = state.by_key.get(key)
         if posting is None:
             return _error(404, "not found")
@@ -321,9 +343,21 @@ async def post_reset(request: web.Request) -> web.Response:
     return web.json_response(state.snapshot())
 
 
+#: The service API's paths: every request to them is counted in ``requests`` (the books,
+#: the faults and reset are the tests' own doors, not the service's).
+_SERVICE_PATHS = ("/postings", "/reversals")
+
+
+@web.middleware
+async def _count_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    if request.path.startswith(_SERVICE_PATHS):
+        request.app[STATE].requests += 1
+    return await handler(request)  # type: ignore[no-any-return]
+
+
 def create_app() -> web.Application:
     """A fresh ledger application with empty state."""
-    app = web.Application()
+    app = web.Application(middlewares=[_count_requests])
     app[STATE] = LedgerState()
     app.router.add_post("/postings", post_posting)
     app.router.add_get("/postings/{key:.+}", get_posting)

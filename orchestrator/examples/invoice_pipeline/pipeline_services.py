@@ -65,8 +65,10 @@ async def _call(
             session.request(method, url, json=body, headers=headers) as resp,
         ):
             data = await resp.json(content_type=None) if resp.status < 500 else None
-            if resp.status == 429 or resp.status >= 500:
-                raise TransientError(f"{method} {url} answered {resp.status}")
+            if resp.status == 429 or resp.status >= 500:  # asks again after its Retry-After
+                raise TransientError(
+                    f"{method} {url} answered {resp.status}", _retry_after(resp.headers)
+                )
             return resp.status, data
     except aiohttp.ClientConnectorError as exc:
         raise TransientError(f"cannot connect to {url}: {exc}") from None
@@ -76,6 +78,15 @@ async def _call(
                 f"no answer to {method} {url} after sending it ({type(exc).__name__})"
             ) from None
         raise TransientError(f"{method} {url} failed: {exc!r}") from None
+
+
+def _retry_after(headers: Any) -> float | None:
+    """An answer's ``Retry-After`` in seconds (its number form), else None."""
+    value = headers.get("Retry-After", "")
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _refused(what: str, status: int, data: Any) -> PermanentError:

@@ -269,6 +269,7 @@ def test_faults_reject_bad_switches() -> None:
             "status_500": 0,
             "down": False,
             "dedupe": True,
+            "reversals_fail": 0,
         }
 
     run(scenario)
@@ -285,6 +286,8 @@ def test_reset_clears_postings_counters_and_faults() -> None:
             "effects": {},
             "total_effects": 0,
             "reversals": {},
+            "reversal_failures": 0,
+            "requests": 0,
             "peak_in_flight": 0,
         }
         assert (await (await client.get("/faults")).json())["status_500"] == 0
@@ -361,5 +364,22 @@ def test_a_reversal_is_one_effect_however_often_it_is_asked() -> None:
         assert (await bad.json())["error"] == "key must be a non-empty string"
         books = await ledger(client)
         assert books["reversals"] == {"k": 1} and books["effects"] == {"k": 1}
+
+    run(scenario)
+
+
+def test_reversals_fail_answers_500_and_reverses_nothing_until_spent() -> None:
+    async def scenario(client: TestClient) -> None:
+        await post(client, "k")
+        await faults(client, reversals_fail=2)
+        for _ in range(2):
+            resp = await client.post("/reversals", json={"key": "k"})
+            assert resp.status == 500 and (await resp.json())["error"] == "reversal failed"
+        books = await ledger(client)
+        assert books["reversals"] == {} and books["reversal_failures"] == 2
+        assert books["requests"] == 3  # the posting and two reversals, not the books' reads
+        resp = await client.post("/reversals", json={"key": "k"})
+        assert resp.status == 200 and (await resp.json())["reversed"] is True
+        assert (await ledger(client))["reversals"] == {"k": 1}
 
     run(scenario)
