@@ -211,3 +211,29 @@ def run_doc_block(settings, code: str, timeout_s: float = 120) -> list[str]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.splitlines()
+
+
+def run_keel(servers, home, *args: str, timeout_s: float = 400):
+    """``keel ARGS`` as a new user runs it: a fresh interpreter on the test's servers, with
+    ``KEEL_HOME`` ``home``, 4 partitions and none of this process's other ``KEEL_*``; the
+    finished process (stdout and stderr captured; a wide terminal for its tables)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env.update(
+        KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
+        KEEL_REDIS_URL=servers.redis_url,
+        KEEL_HOME=str(home),
+        KEEL_PARTITIONS="4",
+        COLUMNS="200",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -51,7 +51,17 @@ from ops.invoices.invoice_samples import (
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.settings import Settings
 
-__all__ = ["APP", "run_invoice_demo"]
+__all__ = [
+    "APP",
+    "Desk",
+    "FakeUrls",
+    "Stack",
+    "fakes_running",
+    "pipeline_stack",
+    "run_invoice_demo",
+    "upload",
+    "write_people",
+]
 
 APP = "orchestrator.examples.invoice_pipeline:app"
 #: People, by role: each has a bearer token for the connector's task API.
@@ -64,6 +74,9 @@ PEOPLE = {
 #: The SLA of the approval nobody answers: escalated after 3 s, expired after 8 s.
 SHORT_SLA = {"due_s": 2, "escalate_after_s": 3, "expires_after_s": 8}
 REFUSED_SUPPLIER = "Fjord Legal Partners"
+#: How often a stale approval still pending (the orchestrator SIGKILLed meanwhile) is
+#: sent again to learn its refusal: the task API keeps each answer for a repeat.
+STALE_ASKS = 4
 STARTED_BY = "keel demo"
 
 
@@ -133,6 +146,8 @@ class Desk:
     decided: set[str] = field(default_factory=set)
     stale_refused: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    #: Every decision sent: (who, the task's path, the body), to be sent again.
+    sent: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def _call(self, who: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -148,8 +163,13 @@ class Desk:
     def decide(self, who: str, task: dict[str, Any], verdict: str, **extra: Any) -> Any:
         body = {"decision": verdict, "reason": f"{verdict} by {who}"}
         body["operation_digest"] = extra.pop("digest", task["operation_digest"])
-        status, answer = self._call(who, "POST", f"/tasks/{task['token']}/decision", body | extra)
-        return status, answer
+        path = f"/tasks/{task['token']}/decision"
+        self.sent.append((who, path, body | extra))
+        return self._call(who, "POST", path, body | extra)
+
+    def repeat(self, who: str, path: str, body: dict[str, Any]) -> Any:
+        """Send a decision again, as a person's double click or a proxy's retry would."""
+        return self._call(who, "POST", path, body)
 
     def act(self) -> None:
         """Look at each person's inbox once and decide what a person would."""
@@ -169,6 +189,10 @@ class Desk:
             return  # nobody answers: escalated, then expired
         if scenario is Scenario.STALE and task["task_id"] not in self.stale_refused:
             _, answer = self.decide(who, task, "approve", digest=hashlib.sha256(b"old").hexdigest())
+            for _ in range(STALE_ASKS):  # no answer yet (a crash): the same request learns it
+                if answer.get("status") != "pending":
+                    break
+                _, answer = self.repeat(*self.sent[-1])
             self.stale_refused.append(task["task_id"])
             if answer.get("status") != "refused":
                 self.refusals.append(f"a stale approval was not refused: {answer}")
@@ -186,7 +210,7 @@ class Desk:
             self.refusals.append(f"{task['task_id']}: {status} {answer}")
 
 
-def _upload(url: str, secret: str, event_id: str, sample: Sample) -> int:
+def upload(url: str, secret: str, event_id: str, sample: Sample) -> int:
     body = json.dumps(
         {"id": event_id, "file_name": sample.file_name, "document": sample.document()}
         | ({"sla": SHORT_SLA} if sample.scenario is Scenario.EXPIRE else {})
@@ -201,16 +225,72 @@ def _upload(url: str, secret: str, event_id: str, sample: Sample) -> int:
         return int(err.code)
 
 
+#: The demo's faults: the ledger drops two answers after committing, accounts payable
+#: refuses one supplier's payments for good and fails three notifications.
+DEMO_LEDGER_FAULTS: dict[str, Any] = {"drop_after_commit": 2}
+DEMO_PAYABLES_FAULTS: dict[str, Any] = {"refuse_payments_to": [REFUSED_SUPPLIER], "notify_500": 3}
+
+
+@dataclass(frozen=True)
+class FakeUrls:
+    ledger: str
+    payables: str
+    model: str
+
+
 @contextmanager
-def _fakes(items: list[Sample]) -> Iterator[tuple[str, str, str]]:
+def fakes_running(
+    items: list[Sample],
+    ledger_faults: dict[str, Any],
+    payables_faults: dict[str, Any],
+    script: list[dict[str, Any]] | None = None,
+    model_faults: dict[str, Any] | None = None,
+) -> Iterator[FakeUrls]:
+    """The ledger, accounts payable and the model scripted for ``items`` (or with
+    ``script``), with faults set (the model's too, when given)."""
     with ExitStack() as stack:
         ledger = stack.enter_context(serving.running("ops.fakes.ledger", "ledger"))
         payables = stack.enter_context(serving.running("ops.fakes.payables", "payables"))
         model = stack.enter_context(model_running())
-        model.script(model_script(items)["responses"])
-        LedgerClient(ledger).set_faults(drop_after_commit=2)
-        PayablesClient(payables).set_faults(refuse_payments_to=[REFUSED_SUPPLIER], notify_500=3)
-        yield ledger, payables, model.api_root
+        model.script(model_script(items)["responses"] if script is None else script)
+        LedgerClient(ledger).set_faults(**ledger_faults)
+        PayablesClient(payables).set_faults(**payables_faults)
+        if model_faults:
+            model.set_faults(**model_faults)
+        yield FakeUrls(ledger, payables, model.api_root)
+
+
+def pipeline_stack(
+    settings: Settings, log_dir: Path, urls: FakeUrls, hook_secret: str, app: str = APP
+) -> Stack:
+    """The processes of the invoice pipeline (or another ``app`` on the same fakes) on
+    ``settings``' prefix, none started yet; the people's actors file is
+    ``log_dir/actors.json``."""
+    return Stack(
+        settings,
+        log_dir,
+        settings.child_environment(
+            KEEL_APP=app,
+            KEEL_LOG_LEVEL="INFO",
+            KEEL_LEDGER_URL=urls.ledger,
+            KEEL_PAYABLES_URL=urls.payables,
+            KEEL_LLM_BASE_URL=urls.model,
+            KEEL_TASK_TOKEN_SECRET=secrets.token_hex(32),
+            KEEL_ACTORS_FILE=str(log_dir / "actors.json"),
+            KEEL_WEBHOOK_INVOICES_SECRETS=hook_secret,
+        ),
+    )
+
+
+def write_people(log_dir: Path) -> dict[str, str]:
+    """Throwaway bearer tokens for ``PEOPLE``; their hashes in ``log_dir/actors.json``."""
+    tokens = {who: secrets.token_hex(24) for who in PEOPLE}
+    actors = {
+        who: {"token_sha256": hashlib.sha256(tokens[who].encode()).hexdigest(), "roles": roles}
+        for who, roles in PEOPLE.items()
+    }
+    (log_dir / "actors.json").write_text(json.dumps(actors))
+    return tokens
 
 
 def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
@@ -219,12 +299,7 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
     settings, log_dir = fresh_prefix(settings, "invoices")
     prefix = settings.topic_prefix
     items = samples(extra=max(0, size - len(samples())))
-    tokens = {who: secrets.token_hex(24) for who in PEOPLE}
-    actors = {
-        who: {"token_sha256": hashlib.sha256(tokens[who].encode()).hexdigest(), "roles": roles}
-        for who, roles in PEOPLE.items()
-    }
-    (log_dir / "actors.json").write_text(json.dumps(actors))
+    tokens = write_people(log_dir)
     people = log_dir / "people.json"  # the throwaway tokens, for the web UI's sign-in
     people.touch(mode=0o600)
     people.write_text(json.dumps(tokens))
@@ -239,21 +314,8 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
         f"[bold]keel demo[/bold]: {len(items)} invoices through the invoice pipeline on topic "
         f"prefix [cyan]{prefix}[/cyan]"
     )
-    with _fakes(items) as (ledger_url, payables_url, model_url):
-        stack = Stack(
-            settings,
-            log_dir,
-            settings.child_environment(
-                KEEL_APP=APP,
-                KEEL_LOG_LEVEL="INFO",
-                KEEL_LEDGER_URL=ledger_url,
-                KEEL_PAYABLES_URL=payables_url,
-                KEEL_LLM_BASE_URL=model_url,
-                KEEL_TASK_TOKEN_SECRET=secrets.token_hex(32),
-                KEEL_ACTORS_FILE=str(log_dir / "actors.json"),
-                KEEL_WEBHOOK_INVOICES_SECRETS=hook_secret,
-            ),
-        )
+    with fakes_running(items, DEMO_LEDGER_FAULTS, DEMO_PAYABLES_FAULTS) as urls:
+        stack = pipeline_stack(settings, log_dir, urls, hook_secret)
         try:
             stack.start("orchestrator")
             stack.start("worker")
@@ -264,7 +326,7 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
                 soft_wrap=True,
             )
             run = _batch(stack, items, hook_secret, tokens, console)
-            books = Books(LedgerClient(ledger_url).ledger(), PayablesClient(payables_url).books())
+            books = Books(LedgerClient(urls.ledger).ledger(), PayablesClient(urls.payables).books())
         finally:
             stack.stop_all()
     return report(console, settings, manifest(items), run, books, time.monotonic() - began)
@@ -289,10 +351,10 @@ def _batch(
     try:
         for i, s in enumerate(items):
             if s.scenario is not Scenario.DUPLICATE:
-                uploads.append(_upload(stack.connector_url, secret, f"upload-{i}", s))
+                uploads.append(upload(stack.connector_url, secret, f"upload-{i}", s))
         first = items[0]  # the same file twice more: a retried delivery and a re-upload
-        uploads.append(_upload(stack.connector_url, secret, "upload-0", first))
-        uploads.append(_upload(stack.connector_url, secret, "upload-0-again", first))
+        uploads.append(upload(stack.connector_url, secret, "upload-0", first))
+        uploads.append(upload(stack.connector_url, secret, "upload-0-again", first))
         with Progress(
             TextColumn("{task.description:<16}"),
             BarColumn(),
@@ -321,9 +383,7 @@ def _batch(
                     )
                     if original in ended and wf not in sent_late:
                         sent_late.add(wf)  # uploaded once, after its original ended
-                        uploads.append(
-                            _upload(stack.connector_url, secret, "upload-dup", by_wf[wf])
-                        )
+                        uploads.append(upload(stack.connector_url, secret, "upload-dup", by_wf[wf]))
                 time.sleep(0.2)
     finally:
         client.close()

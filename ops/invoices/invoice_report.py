@@ -32,11 +32,13 @@ from orchestrator.domain.model.messages import (
     HumanTaskOpened,
     WorkflowCompensated,
     WorkflowCompleted,
+    WorkflowFailed,
 )
+from orchestrator.domain.model.saga_messages import WorkflowCompensationFailed
 from orchestrator.records.llm_usage import usages_of
 from orchestrator.settings import Settings
 
-__all__ = ["Books", "Findings", "find", "report"]
+__all__ = ["Books", "Findings", "find", "outcome_of", "report"]
 
 APPROVAL_TASK = "approve_posting"
 APP_OPTION = "--app orchestrator.examples.invoice_pipeline:app"
@@ -67,12 +69,18 @@ class Findings:
     example: dict[str, str] = field(default_factory=dict)
 
 
-def _outcome(events: list[Any]) -> str:
+def outcome_of(events: list[Any]) -> str:
+    """A run's outcome: its output's ``outcome`` when it completed, else how it ended (a
+    terminal status), else the type of its last event (it has not ended)."""
     end = events[-1].payload if events else None
     if isinstance(end, WorkflowCompleted):
         return str(json.loads(end.output_json).get("outcome", "completed"))
     if isinstance(end, WorkflowCompensated):
         return "compensated"
+    if isinstance(end, WorkflowCompensationFailed):
+        return "compensation_failed"
+    if isinstance(end, WorkflowFailed):
+        return "failed"
     return "not ended" if end is None else type(end).__name__
 
 
@@ -81,7 +89,7 @@ def find(histories: dict[str, list[Any]], expected: dict[str, str], books: Books
     f = Findings()
     for wf, want in expected.items():
         events = [e for e in histories.get(wf, []) if e.payload.KIND == "event"]
-        got = _outcome(events)
+        got = outcome_of(events)
         f.outcomes[got] += 1
         if got != want:
             f.violations.append(f"{wf[:16]}…: ended {got}, expected {want}")

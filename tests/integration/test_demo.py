@@ -6,13 +6,10 @@ this test reads its final tables, then checks the histories in ``keel.events`` i
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 from orchestrator.domain.model.messages import SignalReceived, WorkflowCompleted
-from tests.support import assert_sound_history, histories
+from tests.support import assert_sound_history, histories, run_keel
 
 SIZE = 12  # 4 of each: reviews 0 and 3 approve after 2 signals, 1 rejects after 2, 2 at once
 KINDS = ("checks", "review", "invoice")
@@ -28,21 +25,7 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def test_the_demo_runs_a_checked_batch_through_a_crash(servers, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
-        KEEL_REDIS_URL=servers.redis_url,
-        KEEL_HOME=str(tmp_path),
-        KEEL_PARTITIONS="4",
-        COLUMNS="200",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo", "--basic", "--size", str(SIZE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_keel(servers, tmp_path, "demo", "--basic", "--size", str(SIZE), timeout_s=300)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     rows = table_rows(out)

@@ -5,37 +5,19 @@ its tables and then the demo's histories in ``keel.events`` itself."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 from orchestrator.settings import Settings
 from tests.integration.test_demo import table_rows
-from tests.support import assert_sound_history, histories
+from tests.support import assert_sound_history, histories, run_keel
 
 MANIFEST = Path(__file__).resolve().parents[2] / "ops" / "demo_data" / "invoices" / "manifest.json"
 
 
 def test_the_main_job_runs_the_invoice_pipeline_through_a_crash(servers, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    env.update(
-        KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
-        KEEL_REDIS_URL=servers.redis_url,
-        KEEL_HOME=str(tmp_path),
-        KEEL_PARTITIONS="4",
-        COLUMNS="200",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    done = run_keel(servers, tmp_path, "demo")
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     expected = Counter(m["expected"] for m in json.loads(MANIFEST.read_text()))
