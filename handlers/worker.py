@@ -68,7 +68,7 @@ from orchestrator.io.ports import (
 )
 from orchestrator.records.envelopes import now_ms, report_envelope
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.settings import Settings
+from orchestrator.settings import SeededBug, Settings
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import worker_metrics
 
@@ -155,6 +155,7 @@ class Worker:
         self.commits = 0
         self.commit_failures = 0
         self.reruns = 0
+        self._replayed = False  # the seeded bug's one replay (``_replay_all_once``)
         self.consumer_resets = 0
         self.last_commit_at: float | None = None
         self._resets: deque[float] = deque()
@@ -230,6 +231,8 @@ class Worker:
         except ConsumerReset as exc:
             self._recreate_consumer(exc)
             return True
+        if records and self._replay_all_once():
+            return True  # the seeded bug: this batch and every earlier task run again
         if not records:
             self.sink.poll()
             return True
@@ -241,6 +244,20 @@ class Worker:
         else:
             self.reruns += 1
             self._rewind(records)
+        return True
+
+    def _replay_all_once(self) -> bool:
+        """The test-only seeded bug ``reexecute_on_recovery`` (docs/evaluation.md): on its
+        first batch, a starting worker goes back to the start of its partitions, so every
+        task it or a worker before it ran runs again. True when it went back."""
+        if self.settings.test_seeded_bug is not SeededBug.REEXECUTE_ON_RECOVERY:
+            return False
+        if self._replayed or not self.assigned:
+            return False
+        log.warning("TEST ONLY: seeded bug: every task of partitions %s runs again", self.assigned)
+        for p in sorted(self.assigned):
+            self.intake.rewind(p, 0)
+        self._replayed = True
         return True
 
     def _close(self) -> None:

@@ -86,6 +86,17 @@ class SaslMechanism(StrEnum):
     SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
+class SeededBug(StrEnum):
+    """A bug ``KEEL_TEST_SEEDED_BUG`` seeds on purpose, for ``keel evaluate``'s test.
+
+    ``reexecute_on_recovery``: a worker that starts again runs every task of its
+    partitions again, and the orchestrator records a report of an attempt that already
+    completed as if it were new: a completed activity re-executed on recovery.
+    """
+
+    REEXECUTE_ON_RECOVERY = "reexecute_on_recovery"
+
+
 #: The Kafka client tuning settings (``fetch_wait_max_ms``, ``linger_ms``,
 #: ``batched_linger_ms``; docs/configuration.md): a child process inherits them.
 CLIENT_TUNING_VARIABLES = frozenset(
@@ -262,6 +273,11 @@ class Settings(BaseSettings):
         le=600,
         description="Test hook: seconds the connector pauses after Kafka's ack of a "
         "webhook, before marking it delivered (fault tests); 0 in production.",
+    )
+    test_seeded_bug: SeededBug | None = Field(
+        default=None,
+        description="Test hook: a bug seeded on purpose, for `keel evaluate` to prove its "
+        'verdict catches it (docs/evaluation.md, "A seeded bug"); never set in production.',
     )
     metrics_port: int = Field(
         default=0,

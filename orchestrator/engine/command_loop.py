@@ -50,7 +50,7 @@ from orchestrator.engine.child_runs import (
     is_child,
     parent_report,
 )
-from orchestrator.engine.command_checks import over_limits, reason_of
+from orchestrator.engine.command_checks import over_limits, reason_of, reopened
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
@@ -443,7 +443,8 @@ class CommandLoop:
         try:
             if type(cmd.payload) is DecideHumanTask:
                 self._check_proof(wf, cmd.payload)
-            new_state, events = ctx.decider.handle(state, taken, now)
+            seen = reopened(ctx.seeded_bug, state, cmd.payload)
+            new_state, events = ctx.decider.handle(seen, taken, now)
         except RunParked as exc:  # keep the command; record once why the run waits
             log.warning("command parked: %s", exc)
             kept = self._letter(rec, cmd, f"{PARKED}{exc}") if rec is not None else []

@@ -133,7 +133,10 @@ class Orchestrator:
             budget=RetryBudget(settings.retry_budget_per_s, settings.retry_budget_burst),
             stopping=self._stopping,
             finished_capacity=finished_capacity,
+            seeded_bug=settings.test_seeded_bug,
         )
+        if settings.test_seeded_bug is not None:
+            log.warning("TEST ONLY: seeded bug %s is on", settings.test_seeded_bug)
         if local_activities:
             self.ctx.local = LocalActivities(
                 app,
