@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 DEMO_SIZE ?=
 
-.PHONY: setup system-deps test unit test-browser demo down lint fmt bench clean
+.PHONY: setup system-deps test unit test-browser demo evaluate down lint fmt bench clean
 
 system-deps:
 	@missing=""; \
@@ -80,6 +80,13 @@ demo: setup
 	$(BIN)/keel infra up
 	$(BIN)/keel topics create
 	$(BIN)/keel demo $(if $(DEMO_SIZE),--size $(DEMO_SIZE))
+
+# The fault-injection evaluation (docs/evaluation.md): the invoice pipeline once without
+# a fault and once per fault class, judged from its histories; the report in evaluation/.
+EVAL_RUNS ?= 12
+evaluate: setup
+	$(BIN)/keel infra up
+	$(BIN)/keel evaluate --runs $(EVAL_RUNS) --out evaluation
 
 down:
 	$(BIN)/keel infra down

@@ -69,6 +69,62 @@ def demo(
     raise typer.Exit(run_invoice_demo(load_settings(), size or 0, console))
 
 
+def evaluate(
+    workflow: Annotated[
+        str, typer.Option(help="The workflow to evaluate (invoice_pipeline).")
+    ] = "invoice_pipeline",
+    runs: Annotated[
+        int, typer.Option(min=3, max=200, help="Runs per fault class (sample invoices).")
+    ] = 12,
+    faults: Annotated[
+        str,
+        typer.Option(
+            help="Fault classes, comma-separated: crash, response_loss, duplicate_callbacks, "
+            "compensation_failure, queue_full, old_schema (a fault-free batch always runs first)."
+        ),
+    ] = "crash,response_loss,duplicate_callbacks,compensation_failure,queue_full,old_schema",
+    variants: Annotated[
+        str,
+        typer.Option(
+            help="backbone (the pipeline), agent (the all-agent variant), or both, "
+            "comma-separated: the exit code judges the backbone."
+        ),
+    ] = "backbone,agent",
+    out: Annotated[Path, typer.Option(help="Where report.html, report.json and the plots go.")] = (
+        Path("evaluation")
+    ),
+    batch_timeout: Annotated[
+        float, typer.Option(min=10, max=3600, help="Seconds a batch may take at most.")
+    ] = 240.0,
+    seeded_bug: Annotated[
+        str | None,
+        typer.Option(hidden=True, help="Test only: a bug seeded in the processes."),
+    ] = None,
+) -> None:
+    """Run a workflow under injected faults and report what its histories show.
+
+    One batch per fault class, each on its own topic prefix and fakes, judged from event
+    histories and the fakes' own books (docs/evaluation.md). Needs Kafka and Redis:
+    `keel infra up` first. Exits 1 if any class fails its verdict.
+    """
+    from rich.console import Console
+
+    from ops.evaluation.evaluation_run import run_evaluation
+    from ops.evaluation.fault_plans import parse_faults, parse_variants
+    from orchestrator.domain.model.errors import InvalidInputError
+    from orchestrator.settings import SeededBug, load_settings
+
+    console = Console(highlight=False, width=None)
+    chosen, designs = parse_faults(faults), parse_variants(variants)
+    if seeded_bug is not None and seeded_bug not in {str(b) for b in SeededBug}:
+        raise InvalidInputError(f"unknown seeded bug {seeded_bug!r}; known: {', '.join(SeededBug)}")
+    bug = None if seeded_bug is None else SeededBug(seeded_bug)
+    settings = load_settings()
+    raise typer.Exit(
+        run_evaluation(settings, workflow, runs, chosen, designs, out, console, batch_timeout, bug)
+    )
+
+
 invoices_app = typer.Typer(help="The invoice pipeline (docs/invoice-pipeline.md).")
 
 
@@ -329,4 +385,5 @@ def register(app: typer.Typer) -> None:
     app.command("dev")(dev)
     app.command("bench")(bench)
     app.command("demo")(demo)
+    app.command("evaluate")(evaluate)
     app.add_typer(invoices_app, name="invoices")

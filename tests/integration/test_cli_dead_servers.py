@@ -64,6 +64,7 @@ ONE_SHOT: dict[str, list[str]] = {
     "dev": [],
     "bench": ["--light-only", "--runs", "1"],
     "demo": [],
+    "evaluate": ["--runs", "3", "--faults", "crash"],
     "invoices submit": ["ops/demo_data/invoices/inv-2026-0001-auto.txt"],
 }
 #: Services: they wait for their servers (a broker lost while running is survived, docs/

@@ -27,7 +27,7 @@ def test_the_tools_commands_come_from_their_entry_point() -> None:
     tools = {e.name: e.value for e in entry_points(group="keel.tools")}
     assert tools == {"ops": "ops.tool_commands:register"}
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
-    assert {"infra", "dev", "bench", "demo"} <= names
+    assert {"infra", "dev", "bench", "demo", "evaluate"} <= names
 
 
 def test_a_stopped_worker_is_gone_and_each_service_shows_its_prefix(tmp_path: Path) -> None:

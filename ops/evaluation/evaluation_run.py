@@ -1,0 +1,107 @@
+"""``keel evaluate``: the invoice process under each fault class, as the backbone
+(``invoice_pipeline``) and as one agent (``invoice_agent``), then the report
+(docs/evaluation.md).
+
+Each variant's fault-free batch runs first: its other batches' runs are compared with its
+run of the same input (the workflow id is the invoice file's SHA-256, so it is the same id
+on each batch's topic prefix). Exit 0 only when every class passes for the backbone: the
+agent is evaluated beside it, for comparison.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ops.evaluation.evaluation_report import class_metrics, write_report
+from ops.evaluation.fault_batch import BatchResult, evaluation_items, run_batch
+from ops.evaluation.fault_plans import FaultClass, Variant, plan_for
+from orchestrator.domain.model.errors import InvalidInputError, iso_utc
+from orchestrator.settings import SeededBug, Settings
+
+__all__ = ["WORKFLOWS", "run_evaluation"]
+
+#: The workflows ``keel evaluate`` knows how to feed, fake and judge.
+WORKFLOWS = ("invoice_pipeline",)
+
+
+def run_evaluation(
+    settings: Settings,
+    workflow: str,
+    runs: int,
+    faults: list[FaultClass],
+    variants: list[Variant],
+    out: Path,
+    console: Console,
+    batch_s: float = 240.0,
+    seeded_bug: SeededBug | None = None,
+) -> int:
+    """Run every variant's batch of every class, write the report to ``out``; 0 when
+    every class passed for the backbone (or for the only variant run)."""
+    if workflow not in WORKFLOWS:
+        raise InvalidInputError(
+            f"keel evaluate knows the workflow(s) {', '.join(WORKFLOWS)}, not {workflow!r}"
+        )
+    began, started = time.monotonic(), iso_utc(int(time.time() * 1000))
+    if seeded_bug is not None:
+        console.print(f"[red]TEST ONLY: the seeded bug {seeded_bug} is on[/red]")
+    items = evaluation_items(runs)
+    classes = []
+    for variant in variants:
+        batches: list[BatchResult] = []
+        for fault in faults:
+            plan = plan_for(fault, len(items))
+            batches.append(run_batch(settings, plan, variant, items, console, batch_s, seeded_bug))
+        baseline = next((b for b in batches if b.fault is FaultClass.NONE), None)
+        classes += [class_metrics(b, baseline) for b in batches]
+    judged = variants[0] if len(variants) == 1 else Variant.BACKBONE
+    meta = {
+        "workflow": workflow,
+        "runs": len(items),
+        "started": started,
+        "took_s": round(time.monotonic() - began, 1),
+        "faults": [str(f) for f in faults],
+        "variants": [str(v) for v in variants],
+        "judged": str(judged),
+        "seeded_bug": None if seeded_bug is None else str(seeded_bug),
+    }
+    html = write_report(out, classes, meta)
+    _summary(console, classes)
+    console.print(f"report: {html} (and report.json, the plots, beside it)", soft_wrap=True)
+    mine = [c for c in classes if c["variant"] == judged]
+    return 0 if all(c["verdict"] == "pass" for c in mine) else 1
+
+
+def _summary(console: Console, classes: list[dict]) -> None:
+    table = Table(title="keel evaluate", title_justify="left")
+    for col in (
+        "variant",
+        "fault",
+        "runs",
+        "ok",
+        "dup. effects",
+        "re-run",
+        "unknown",
+        "hits",
+        "verdict",
+    ):
+        table.add_column(col)
+    for c in classes:
+        table.add_row(
+            c["variant"],
+            c["fault"],
+            str(c["runs"]),
+            str(c["succeeded"]),
+            str(c["duplicate_effects"]),
+            str(c["re_executed_activities"]),
+            str(c["unknown_outcomes"]),
+            str(c["fault_hits"]),
+            c["verdict"],
+        )
+    console.print(table)
+    for c in classes:
+        for reason in c["verdict_reasons"]:
+            console.print(f"[red]{c['variant']} / {c['fault']}:[/red] {reason}", highlight=False)

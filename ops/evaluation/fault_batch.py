@@ -1,0 +1,384 @@
+"""One batch of ``keel evaluate``: one variant of the invoice process under one fault
+class, on a topic prefix and fakes of its own (docs/evaluation.md).
+
+The batch starts the fakes (with the class's switches, the model scripted for both
+variants), an orchestrator and a worker. The backbone (``invoice_pipeline``) gets the
+connector too: the invoices go through its signed webhook source, and people are played
+at its task API. The all-agent variant (``invoice_agent``) has no person to ask: its runs
+are started with the client. Then the fault is injected, the batch waits until every run
+ended (or its time is up), and every run's history and the fakes' books are read back.
+Every process it started is stopped by PID; Kafka and Redis stay up.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from ops.demo_job import fresh_prefix
+from ops.evaluation.fault_plans import FaultClass, FaultPlan, Variant
+from ops.evaluation.run_evidence import RunEvidence, evidence_of
+from ops.fakes.ledger import LedgerClient
+from ops.fakes.payables import PayablesClient
+from ops.invoices.agent_script import agent_input, both_scripts
+from ops.invoices.invoice_demo import Desk, fakes_running, pipeline_stack, upload, write_people
+from ops.invoices.invoice_report import Books
+from ops.invoices.invoice_samples import Sample, Scenario, samples
+from orchestrator.settings import SeededBug, Settings
+
+__all__ = ["BatchResult", "evaluation_items", "run_batch"]
+
+#: One of each scenario that ends on its own, then clean small invoices. (An expiring
+#: approval takes its SLA's seconds; a second file of one invoice must wait for the first.)
+_SCENARIOS = (
+    Scenario.PAYMENT_FAILS,
+    Scenario.APPROVE,
+    Scenario.REJECT,
+    Scenario.STALE,
+    Scenario.REPAIR,
+    Scenario.CORRECT,
+    Scenario.UNSURE,
+    Scenario.BAD_TOTALS,
+    Scenario.UNKNOWN_SUPPLIER,
+)
+#: Every model answer takes a quarter of a second, as a hosted model's would (at least):
+#: an agent's run of several calls is in flight long enough for a fault to find it.
+MODEL_LATENCY = {"latency_s": 0.25, "latency_count": 1_000_000}
+_ENDED = ("completed", "compensated", "failed", "compensation_failed", "cancelled")
+
+
+def evaluation_items(runs: int) -> list[Sample]:
+    """``runs`` sample invoices: the scenarios above first (as many as fit), then clean ones."""
+    pool = samples(extra=runs)
+    chosen: list[Sample] = []
+    for scenario in _SCENARIOS:
+        found = next((s for s in pool if s.scenario is scenario), None)
+        if found is not None and len(chosen) < runs:
+            chosen.append(found)
+    chosen += [s for s in pool if s.scenario is Scenario.AUTO][: runs - len(chosen)]
+    return chosen
+
+
+@dataclass
+class BatchResult:
+    """What one batch did, and what its histories and the fakes' books show."""
+
+    fault: FaultClass
+    variant: Variant
+    plan: FaultPlan
+    prefix: str
+    log_dir: str
+    #: Each run's sample scenario and the outcome it should end in.
+    scenarios: dict[str, str]
+    expected: dict[str, str]
+    evidence: dict[str, RunEvidence]
+    books: Books
+    #: Each delivery of an upload: (workflow id, wall-clock ms, the connector's status).
+    deliveries: list[tuple[str, int, int]] = field(default_factory=list)
+    decisions_sent: int = 0
+    decisions_repeated: int = 0
+    desk_problems: list[str] = field(default_factory=list)
+    killed_ms: int | None = None
+    #: Answers the ledger dropped after committing (its fault switch, spent).
+    answers_dropped: int = 0
+    #: The ledger's outage: (its first request, back up), wall-clock ms.
+    outage_ms: tuple[int, int] | None = None
+    #: When version 2 was deployed (old_schema), and the migrations' answers by outcome.
+    deployed_ms: int | None = None
+    migrations: dict[str, int] = field(default_factory=dict)
+    took_s: float = 0.0
+
+
+def run_batch(
+    settings: Settings,
+    plan: FaultPlan,
+    variant: Variant,
+    items: list[Sample],
+    console: Console,
+    max_s: float,
+    seeded_bug: SeededBug | None = None,
+) -> BatchResult:
+    """Run ``items`` through ``variant`` under ``plan`` (with a ``seeded_bug`` in the
+    processes, for the evaluation's own test); the evidence and the books."""
+    from orchestrator.examples.invoice_pipeline.pipeline_models import file_digest
+
+    began = time.monotonic()
+    stem = f"eval-{variant}-{plan.fault}".replace("_", "-")
+    settings, log_dir = fresh_prefix(settings, stem)
+    tokens = write_people(log_dir)
+    hook_secret = secrets.token_hex(24)
+    by_wf = {file_digest(s.document()): s for s in items}
+    expected = {wf: plan.expected.get(s.scenario, s.expected) for wf, s in by_wf.items()}
+    console.print(
+        f"[bold]{variant} / {plan.fault}[/bold]: {plan.what} ({len(items)} invoices, prefix "
+        f"[cyan]{settings.topic_prefix}[/cyan])",
+        soft_wrap=True,
+    )
+    script = both_scripts(items)
+    with fakes_running(
+        items, plan.ledger_faults, plan.payables_faults, script, MODEL_LATENCY
+    ) as urls:
+        stack = pipeline_stack(settings, log_dir, urls, hook_secret, variant.app)
+        if seeded_bug is not None:
+            stack.env["KEEL_TEST_SEEDED_BUG"] = str(seeded_bug)
+        try:
+            stack.start("orchestrator")
+            stack.start("worker")
+            if variant is Variant.BACKBONE:
+                stack.start_connector()
+            ledger = LedgerClient(urls.ledger)
+            seen = _drive(stack, plan, variant, by_wf, hook_secret, tokens, ledger, began + max_s)
+            books = Books(ledger.ledger(), PayablesClient(urls.payables).books())
+            left = ledger.faults()
+            seen["answers_dropped"] = (
+                plan.ledger_faults.get("drop_after_commit", 0) - left["drop_after_commit"]
+            )
+        finally:
+            stack.stop_all()
+    result = BatchResult(
+        plan.fault,
+        variant,
+        plan,
+        settings.topic_prefix,
+        str(log_dir),
+        {wf: str(s.scenario) for wf, s in by_wf.items()},
+        expected,
+        _evidence(settings, list(by_wf)),
+        books,
+        **seen,
+    )
+    result.took_s = time.monotonic() - began
+    return result
+
+
+def _drive(
+    stack: Any,
+    plan: FaultPlan,
+    variant: Variant,
+    by_wf: dict[str, Sample],
+    secret: str,
+    tokens: dict[str, str],
+    ledger: LedgerClient,
+    deadline: float,
+) -> dict[str, Any]:
+    """Deliver, act like people, inject; what the batch itself sent and saw."""
+    from orchestrator.application.app import load_app
+    from orchestrator.client.client import KeelClient
+
+    client = KeelClient(stack.settings, load_app(variant.app))
+    desk = Desk(stack.connector_url, tokens, by_wf)
+    #: Who starts the agent's runs: the client of the deployment the services run.
+    starters = {variant.app: client}
+
+    def deliver(wf: str, s: Sample, event_id: str) -> None:
+        if variant is Variant.BACKBONE:
+            status = upload(stack.connector_url, secret, event_id, s)
+        else:  # the same id again joins its run, as a repeated upload does
+            spec = stack.env["KEEL_APP"]
+            if spec not in starters:
+                starters[spec] = KeelClient(stack.settings, load_app(spec))
+            starters[spec].start(variant.workflow, agent_input(s), wf, confirm_timeout_s=None)
+            status = 202
+        deliveries.append((wf, _ms(), status))
+
+    deliveries: list[tuple[str, int, int]] = []
+    order = list(by_wf.items())
+    rounds = [[(wf, s, f"upload-{i}") for i, (wf, s) in enumerate(order)]]
+    later: list[tuple[str, Sample, str]] = []  # old_schema: delivered once v2 is deployed
+    if plan.deploy_at is not None:
+        cut = max(1, int(len(order) * plan.deploy_at))
+        rounds[0], later = rounds[0][:cut], rounds[0][cut:]
+    deployed_ms: int | None = None
+    migrations: dict[str, int] = {}
+    if plan.deliveries > 1:  # then out of order: a redelivery, and a re-upload (a new id)
+        rounds.append([(wf, s, f"upload-{i}") for i, (wf, s) in reversed(list(enumerate(order)))])
+        rounds.append([(wf, s, f"again-{i}") for i, (wf, s) in enumerate(order)][1::2])
+        rounds[-1] += [(wf, s, f"again-{i}") for i, (wf, s) in enumerate(order)][0::2]
+    killed_ms: int | None = None
+    people = variant is Variant.BACKBONE  # the agent asks nobody
+    outage: tuple[int, int] | None = None  # (first request, ledger up again), ms
+    outage_end_ms: int | None = None
+    repeated = 0
+    try:
+        for wf, s, event_id in rounds[0]:
+            deliver(wf, s, event_id)
+            if killed_ms is None and plan.kill_at is not None:
+                killed_ms = _kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+        pending = rounds[1:]
+        if plan.deploy_at is not None:  # the deployment strikes what the first half started
+            deployed_ms, migrations = _deployment(
+                stack, client, variant, rounds[0], later, people, deliver
+            )
+            desk.url = stack.connector_url
+        if pending:  # a redelivery of every upload at once, in reverse order
+            for wf, s, event_id in pending.pop(0):
+                deliver(wf, s, event_id)
+        ended: set[str] = set()
+        while (len(ended) < len(by_wf) or pending) and time.monotonic() < deadline:
+            if killed_ms is None and plan.kill_at is not None:
+                killed_ms = _kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+            if plan.outage_s is not None and outage_end_ms is None:
+                outage = _outage(ledger, plan.outage_s, outage)
+                outage_end_ms = outage[1] if outage is not None and outage[1] else None
+            if plan.deploy_at is not None and deployed_ms is None:
+                deployed_ms, migrations = _deployment(
+                    stack, client, variant, rounds[0], later, people, deliver
+                )
+                desk.url = stack.connector_url
+            rows = client.projection.statuses(list(by_wf))
+            ended = {wf for wf, st in zip(by_wf, rows, strict=True) if st in _ENDED}
+            # People answer only after a crash or a deployment has struck: their runs wait
+            # in flight for it.
+            struck = (plan.kill_at is None or killed_ms is not None) and (
+                plan.deploy_at is None or deployed_ms is not None
+            )
+            if people and struck:
+                desk.act()
+            if plan.deliveries > 1:
+                for who, path, body in desk.sent[repeated:]:
+                    desk.repeat(who, path, body)
+                repeated = len(desk.sent)
+            if pending:  # the next round of deliveries, while runs are in flight
+                for wf, s, event_id in pending.pop(0):
+                    deliver(wf, s, event_id)
+            time.sleep(0.2)
+    finally:
+        for starter in starters.values():
+            starter.close()
+    return {
+        "deliveries": deliveries,
+        "decisions_sent": len(desk.sent),
+        "decisions_repeated": repeated if plan.deliveries > 1 else 0,
+        "desk_problems": desk.refusals,
+        "killed_ms": killed_ms,
+        "outage_ms": outage,
+        "deployed_ms": deployed_ms,
+        "migrations": migrations,
+    }
+
+
+def _outage(
+    ledger: LedgerClient, outage_s: float, outage: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """The ledger's outage so far: (its first request, when it came back; 0 while it is
+    down), ending it ``outage_s`` after that first request."""
+    if outage is None:
+        if not ledger.ledger()["requests"]:
+            return None
+        outage = (_ms(), 0)
+    if _ms() - outage[0] >= outage_s * 1000:
+        ledger.set_faults(down=False)
+        return (outage[0], _ms())
+    return outage
+
+
+def _deployment(
+    stack: Any,
+    client: Any,
+    variant: Variant,
+    first: list[tuple[str, Sample, str]],
+    later: list[tuple[str, Sample, str]],
+    people: bool,
+    deliver: Any,
+) -> tuple[int | None, dict[str, int]]:
+    """Deploy version 2 once a run of the first half is in flight (and, with people, one
+    has ended), or once all of them have ended: then deliver the rest and migrate. When
+    it was deployed (None: not yet), and the migrations' answers."""
+    ids = [wf for wf, _, _ in first]
+    rows = client.projection.statuses(ids)
+    if not _in_flight(client, ids, need_ended=people) and not all(st in _ENDED for st in rows):
+        return None, {}
+    at = _deploy(stack, variant)
+    for wf, s, event_id in later:
+        deliver(wf, s, event_id)
+    return at, _migrate(stack.settings, variant)
+
+
+def _in_flight(client: Any, ids: list[str], *, need_ended: bool) -> bool:
+    """One of ``ids`` has started and not ended, and (``need_ended``) one has ended."""
+    rows = client.projection.statuses(ids)
+    ended = sum(st in _ENDED for st in rows)
+    live = sum(st is not None for st in rows) - ended
+    return live > 0 and (ended > 0 or not need_ended)
+
+
+def _deploy(stack: Any, variant: Variant) -> int:
+    """Stop the services (SIGTERM, as a deployment does) and start them on the next
+    deployment; when it began."""
+    at = _ms()
+    roles = sorted({name.rsplit("-", 1)[0] for name, p in stack.procs.items() if p.poll() is None})
+    for proc in stack.procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in stack.procs.values():
+        proc.wait(timeout=60)
+    stack.env["KEEL_APP"] = variant.next_app
+    for role in roles:
+        if role == "connector":
+            stack.start_connector()
+        else:
+            stack.start(role)
+    return at
+
+
+def _migrate(settings: Settings, variant: Variant) -> dict[str, int]:
+    """Migrate the runs of version 1 waiting where version 2 maps them, as an operator
+    would (``keel workflow migrate --name W --from-version 1 --to-version 2 --state S``);
+    the answers by outcome."""
+    from orchestrator.application.app import load_app
+    from orchestrator.client.client import KeelClient
+    from orchestrator.client.migration_requests import select, send
+
+    app = load_app(variant.next_app)
+    v2 = app.get(variant.workflow, 2)
+    if 1 not in v2.migrations:
+        return {}
+    client = KeelClient(settings, app)
+    try:
+        ids = sorted(
+            {wf for state in v2.migrations[1].states for wf in select(client, v2.name, 1, state)}
+        )
+        outcomes = send(client, ids, 2, "keel evaluate", "v2 deployed mid-flight", 60.0)
+    finally:
+        client.close()
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[str(o.outcome)] = counts.get(str(o.outcome), 0) + 1
+    return counts
+
+
+def _kill_in_flight(
+    stack: Any, client: Any, ids: list[str], share: float, need_ended: bool
+) -> int | None:
+    """SIGKILL (and restart) the orchestrator and the worker once ``share`` of the runs
+    have started and one has not ended, and (``need_ended``) one has: the crash then finds
+    runs in flight with work behind them, completed activities a recovery must not run
+    again. The time of the kill, else None."""
+    rows = client.projection.statuses(ids)
+    started = sum(st is not None for st in rows)
+    ended = sum(st in _ENDED for st in rows)
+    live = started - ended
+    if not live or (need_ended and not ended) or started < len(ids) * share:
+        return None
+    at = _ms()
+    for role in ("orchestrator", "worker"):
+        stack.kill(role)
+    return at
+
+
+def _evidence(settings: Settings, ids: list[str]) -> dict[str, RunEvidence]:
+    from orchestrator.client.history_io import read_topic_history
+
+    envelopes: dict[str, list[Any]] = {wf: [] for wf in ids}
+    for env in read_topic_history(settings, ids, commands=False):
+        envelopes[env.workflow_id].append(env)
+    return {wf: evidence_of(wf, envs) for wf, envs in envelopes.items()}
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,109 @@
+"""``keel evaluate``'s plots (matplotlib, PNG), embedded in ``report.html`` as data URIs so
+the report reads offline as one file; the PNGs are written beside it too."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_all"]
+
+
+def plot_all(out: Path, classes: list[dict[str, Any]]) -> dict[str, str]:
+    """Write each plot to ``out``; {name: data URI} for the HTML."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display
+    plots = {
+        "latency.png": _latency(classes),
+        "outcomes.png": _outcomes(classes),
+        "cost.png": _cost(classes),
+        "backlog.png": _backlog(classes),
+    }
+    uris = {}
+    for name, png in plots.items():
+        (out / name).write_bytes(png)
+        uris[name] = "data:image/png;base64," + base64.b64encode(png).decode()
+    return uris
+
+
+def _label(c: dict[str, Any]) -> str:
+    return f"{c['fault']}\n({c['variant']})"
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _latency(classes: list[dict[str, Any]]) -> bytes:
+    """End-to-end time per fault class: mean, p50, p95 and max of the runs that ended."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.1 * len(classes)), 3.8))
+    names = [_label(c) for c in classes]
+    for i, key in enumerate(("p50", "mean", "p95", "max")):
+        xs = [j + (i - 1.5) * 0.2 for j in range(len(names))]
+        ax.bar(xs, [c["end_to_end_s"][key] for c in classes], width=0.2, label=key)
+    ax.set_xticks(range(len(names)), names, rotation=0, fontsize=7)
+    ax.set_ylabel("seconds, start to end")
+    ax.set_title("End-to-end time by fault class")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _outcomes(classes: list[dict[str, Any]]) -> bytes:
+    """Runs per outcome, stacked, per fault class."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.1 * len(classes)), 3.8))
+    names = [_label(c) for c in classes]
+    kinds = sorted({k for c in classes for k in c["outcomes"]})
+    bottom = [0] * len(classes)
+    for kind in kinds:
+        values = [c["outcomes"].get(kind, 0) for c in classes]
+        ax.bar(names, values, bottom=bottom, label=kind)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylabel("runs")
+    ax.set_title("Outcomes by fault class")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=8, ncols=2)
+    return _png(fig)
+
+
+def _cost(classes: list[dict[str, Any]]) -> bytes:
+    """Model cost per successful task, per fault class."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.1 * len(classes)), 3.4))
+    names = [_label(c) for c in classes]
+    ax.bar(names, [c["cost_per_successful_task_usd"] or 0.0 for c in classes])
+    ax.set_ylabel("USD per successful run")
+    ax.set_title("Model cost per successful task")
+    ax.tick_params(axis="x", labelsize=7)
+    return _png(fig)
+
+
+def _backlog(classes: list[dict[str, Any]]) -> bytes:
+    """Runs waiting for a retry over time, one line per batch (from the histories)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    for c in classes:
+        series = c["queue_backlog"]["series"]
+        if series and any(n for _, n in series):
+            ax.step([t for t, _ in series], [n for _, n in series], where="post", label=_label(c))
+    ax.set_xlabel("seconds since the batch's first run started")
+    ax.set_ylabel("runs waiting for a retry")
+    ax.set_title("Backlog over time")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return _png(fig)
