@@ -69,10 +69,30 @@ def demo(
     raise typer.Exit(run_invoice_demo(load_settings(), size or 0, console))
 
 
+#: ``keel evaluate``'s fault classes unless --faults says: every one for the invoice
+#: pipeline; for a workflow of your own (--app), the ones it can be put under.
+EVALUATE_FAULTS = (
+    "crash,response_loss,duplicate_callbacks,compensation_failure,queue_full,old_schema"
+)
+OWN_APP_FAULTS = "crash,duplicate_callbacks"
+
+
 def evaluate(
     workflow: Annotated[
-        str, typer.Option(help="The workflow to evaluate (invoice_pipeline).")
+        str, typer.Option(help="The workflow to evaluate (invoice_pipeline, or one of --app).")
     ] = "invoice_pipeline",
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="MODULE:ATTR of your own application (with --inputs): its workflow under "
+            "crash and duplicate_callbacks.",
+        ),
+    ] = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(help="With --app: the runs' inputs, a JSON array or JSON lines."),
+    ] = None,
     runs: Annotated[
         int, typer.Option(min=3, max=200, help="Runs per fault class (sample invoices).")
     ] = 12,
@@ -82,7 +102,7 @@ def evaluate(
             help="Fault classes, comma-separated: crash, response_loss, duplicate_callbacks, "
             "compensation_failure, queue_full, old_schema (a fault-free batch always runs first)."
         ),
-    ] = "crash,response_loss,duplicate_callbacks,compensation_failure,queue_full,old_schema",
+    ] = EVALUATE_FAULTS,
     variants: Annotated[
         str,
         typer.Option(
@@ -120,6 +140,18 @@ def evaluate(
         raise InvalidInputError(f"unknown seeded bug {seeded_bug!r}; known: {', '.join(SeededBug)}")
     bug = None if seeded_bug is None else SeededBug(seeded_bug)
     settings = load_settings()
+    if app is not None or inputs is not None:
+        from ops.evaluation.app_batch import load_inputs
+        from ops.evaluation.evaluation_run import run_own_evaluation
+
+        if app is None or inputs is None:
+            raise InvalidInputError("a workflow of your own needs both --app and --inputs")
+        if faults == EVALUATE_FAULTS:
+            chosen = parse_faults(OWN_APP_FAULTS)
+        values = load_inputs(inputs, runs)
+        raise typer.Exit(
+            run_own_evaluation(settings, app, workflow, values, chosen, out, console, batch_timeout)
+        )
     raise typer.Exit(
         run_evaluation(settings, workflow, runs, chosen, designs, out, console, batch_timeout, bug)
     )

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ops.evaluation.app_batch import OWN_FAULTS, OWN_VARIANT, run_app_batch
 from ops.evaluation.evaluation_report import class_metrics, write_report
 from ops.evaluation.fault_batch import BatchResult, evaluation_items, run_batch
 from ops.evaluation.fault_plans import FaultClass, Variant, plan_for
 from orchestrator.domain.model.errors import InvalidInputError, iso_utc
 from orchestrator.settings import SeededBug, Settings
 
-__all__ = ["WORKFLOWS", "run_evaluation"]
+__all__ = ["WORKFLOWS", "run_evaluation", "run_own_evaluation"]
 
 #: The workflows ``keel evaluate`` knows how to feed, fake and judge.
 WORKFLOWS = ("invoice_pipeline",)
@@ -43,7 +45,8 @@ def run_evaluation(
     every class passed for the backbone (or for the only variant run)."""
     if workflow not in WORKFLOWS:
         raise InvalidInputError(
-            f"keel evaluate knows the workflow(s) {', '.join(WORKFLOWS)}, not {workflow!r}"
+            f"keel evaluate knows the workflow(s) {', '.join(WORKFLOWS)}, not {workflow!r}; "
+            "for a workflow of your own give --app and --inputs"
         )
     began, started = time.monotonic(), iso_utc(int(time.time() * 1000))
     if seeded_bug is not None:
@@ -57,15 +60,65 @@ def run_evaluation(
             batches.append(run_batch(settings, plan, variant, items, console, batch_s, seeded_bug))
         baseline = next((b for b in batches if b.fault is FaultClass.NONE), None)
         classes += [class_metrics(b, baseline) for b in batches]
-    judged = variants[0] if len(variants) == 1 else Variant.BACKBONE
+    judged = str(variants[0] if len(variants) == 1 else Variant.BACKBONE)
+    meta = {"variants": [str(v) for v in variants], "runs": len(items), "judged": judged}
+    return _finish(out, console, workflow, classes, meta, faults, began, started, seeded_bug)
+
+
+def run_own_evaluation(
+    settings: Settings,
+    spec: str,
+    workflow: str,
+    inputs: list[Any],
+    faults: list[FaultClass],
+    out: Path,
+    console: Console,
+    batch_s: float = 240.0,
+) -> int:
+    """``--app``: the workflow of the application ``spec`` over ``inputs``, under the
+    classes of ``OWN_FAULTS`` (the fault-free batch first: it sets each run's expected
+    outcome); the report in ``out``; 0 when every class passed."""
+    from orchestrator.application.app import load_app
+
+    load_app(spec).get(workflow)  # an unknown app or workflow is refused before any batch
+    unusable = [str(f) for f in faults if f not in OWN_FAULTS]
+    if unusable:
+        raise InvalidInputError(
+            f"fault class(es) {', '.join(unusable)} need Keel's fakes of the invoice pipeline; "
+            f"a workflow of your own is evaluated under {', '.join(OWN_FAULTS)}"
+        )
+    began, started = time.monotonic(), iso_utc(int(time.time() * 1000))
+    batches: list[BatchResult] = []
+    for fault in faults:
+        expected = batches[0].expected if batches else None
+        plan = plan_for(fault, len(inputs))
+        batches.append(
+            run_app_batch(settings, plan, spec, workflow, inputs, expected, console, batch_s)
+        )
+    classes = [class_metrics(b, batches[0]) for b in batches]
+    meta = {"variants": [OWN_VARIANT], "runs": len(inputs), "judged": OWN_VARIANT, "app": spec}
+    return _finish(out, console, workflow, classes, meta, faults, began, started, None)
+
+
+def _finish(
+    out: Path,
+    console: Console,
+    workflow: str,
+    classes: list[dict[str, Any]],
+    meta: dict[str, Any],
+    faults: list[FaultClass],
+    began: float,
+    started: str,
+    seeded_bug: SeededBug | None,
+) -> int:
+    """Write the report, print the summary; 0 when the judged variant passed every class."""
+    judged = meta["judged"]
     meta = {
+        **meta,
         "workflow": workflow,
-        "runs": len(items),
         "started": started,
         "took_s": round(time.monotonic() - began, 1),
         "faults": [str(f) for f in faults],
-        "variants": [str(v) for v in variants],
-        "judged": str(judged),
         "seeded_bug": None if seeded_bug is None else str(seeded_bug),
     }
     html = write_report(out, classes, meta)
@@ -95,7 +148,7 @@ def _summary(console: Console, classes: list[dict]) -> None:
             c["fault"],
             str(c["runs"]),
             str(c["succeeded"]),
-            str(c["duplicate_effects"]),
+            "n/a" if c["duplicate_effects"] is None else str(c["duplicate_effects"]),
             str(c["re_executed_activities"]),
             str(c["unknown_outcomes"]),
             str(c["fault_hits"]),

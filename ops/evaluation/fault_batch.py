@@ -31,7 +31,7 @@ from ops.invoices.invoice_report import Books
 from ops.invoices.invoice_samples import Sample, Scenario, samples
 from orchestrator.settings import SeededBug, Settings
 
-__all__ = ["BatchResult", "evaluation_items", "run_batch"]
+__all__ = ["ENDED", "BatchResult", "evaluation_items", "evidence", "kill_in_flight", "run_batch"]
 
 #: One of each scenario that ends on its own, then clean small invoices. (An expiring
 #: approval takes its SLA's seconds; a second file of one invoice must wait for the first.)
@@ -49,7 +49,7 @@ _SCENARIOS = (
 #: Every model answer takes a quarter of a second, as a hosted model's would (at least):
 #: an agent's run of several calls is in flight long enough for a fault to find it.
 MODEL_LATENCY = {"latency_s": 0.25, "latency_count": 1_000_000}
-_ENDED = ("completed", "compensated", "failed", "compensation_failed", "cancelled")
+ENDED = ("completed", "compensated", "failed", "compensation_failed", "cancelled", "terminated")
 
 
 def evaluation_items(runs: int) -> list[Sample]:
@@ -69,15 +69,20 @@ class BatchResult:
     """What one batch did, and what its histories and the fakes' books show."""
 
     fault: FaultClass
-    variant: Variant
+    #: The design evaluated (``backbone``, ``agent``; ``own``: a workflow of ``--app``),
+    #: its workflow and the application the processes ran.
+    variant: str
+    workflow: str
+    app: str
     plan: FaultPlan
     prefix: str
     log_dir: str
-    #: Each run's sample scenario and the outcome it should end in.
+    #: Each run's sample scenario (or input number) and the outcome it should end in.
     scenarios: dict[str, str]
     expected: dict[str, str]
     evidence: dict[str, RunEvidence]
-    books: Books
+    #: The fakes' own books (None: the workflow's external systems are not Keel's fakes).
+    books: Books | None
     #: Each delivery of an upload: (workflow id, wall-clock ms, the connector's status).
     deliveries: list[tuple[str, int, int]] = field(default_factory=list)
     decisions_sent: int = 0
@@ -142,13 +147,15 @@ def run_batch(
             stack.stop_all()
     result = BatchResult(
         plan.fault,
-        variant,
+        str(variant),
+        variant.workflow,
+        variant.app,
         plan,
         settings.topic_prefix,
         str(log_dir),
         {wf: str(s.scenario) for wf, s in by_wf.items()},
         expected,
-        _evidence(settings, list(by_wf)),
+        evidence(settings, list(by_wf), variant.app),
         books,
         **seen,
     )
@@ -208,7 +215,7 @@ def _drive(
         for wf, s, event_id in rounds[0]:
             deliver(wf, s, event_id)
             if killed_ms is None and plan.kill_at is not None:
-                killed_ms = _kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+                killed_ms = kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
         pending = rounds[1:]
         if plan.deploy_at is not None:  # the deployment strikes what the first half started
             deployed_ms, migrations = _deployment(
@@ -221,7 +228,7 @@ def _drive(
         ended: set[str] = set()
         while (len(ended) < len(by_wf) or pending) and time.monotonic() < deadline:
             if killed_ms is None and plan.kill_at is not None:
-                killed_ms = _kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+                killed_ms = kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
             if plan.outage_s is not None and outage_end_ms is None:
                 outage = _outage(ledger, plan.outage_s, outage)
                 outage_end_ms = outage[1] if outage is not None and outage[1] else None
@@ -231,7 +238,7 @@ def _drive(
                 )
                 desk.url = stack.connector_url
             rows = client.projection.statuses(list(by_wf))
-            ended = {wf for wf, st in zip(by_wf, rows, strict=True) if st in _ENDED}
+            ended = {wf for wf, st in zip(by_wf, rows, strict=True) if st in ENDED}
             # People answer only after a crash or a deployment has struck: their runs wait
             # in flight for it.
             struck = (plan.kill_at is None or killed_ms is not None) and (
@@ -291,7 +298,7 @@ def _deployment(
     it was deployed (None: not yet), and the migrations' answers."""
     ids = [wf for wf, _, _ in first]
     rows = client.projection.statuses(ids)
-    if not _in_flight(client, ids, need_ended=people) and not all(st in _ENDED for st in rows):
+    if not _in_flight(client, ids, need_ended=people) and not all(st in ENDED for st in rows):
         return None, {}
     at = _deploy(stack, variant)
     for wf, s, event_id in later:
@@ -302,7 +309,7 @@ def _deployment(
 def _in_flight(client: Any, ids: list[str], *, need_ended: bool) -> bool:
     """One of ``ids`` has started and not ended, and (``need_ended``) one has ended."""
     rows = client.projection.statuses(ids)
-    ended = sum(st in _ENDED for st in rows)
+    ended = sum(st in ENDED for st in rows)
     live = sum(st is not None for st in rows) - ended
     return live > 0 and (ended > 0 or not need_ended)
 
@@ -352,7 +359,7 @@ def _migrate(settings: Settings, variant: Variant) -> dict[str, int]:
     return counts
 
 
-def _kill_in_flight(
+def kill_in_flight(
     stack: Any, client: Any, ids: list[str], share: float, need_ended: bool
 ) -> int | None:
     """SIGKILL (and restart) the orchestrator and the worker once ``share`` of the runs
@@ -361,7 +368,7 @@ def _kill_in_flight(
     again. The time of the kill, else None."""
     rows = client.projection.statuses(ids)
     started = sum(st is not None for st in rows)
-    ended = sum(st in _ENDED for st in rows)
+    ended = sum(st in ENDED for st in rows)
     live = started - ended
     if not live or (need_ended and not ended) or started < len(ids) * share:
         return None
@@ -371,13 +378,34 @@ def _kill_in_flight(
     return at
 
 
-def _evidence(settings: Settings, ids: list[str]) -> dict[str, RunEvidence]:
+#: How long the history may lag the read model after a batch: a SIGKILLed orchestrator's
+#: open transaction holds ``read_committed`` readers at it until the broker aborts it
+#: (``transaction.timeout.ms``, 10 s; a restart under a new instance id cannot fence it).
+SETTLE_S = 20.0
+
+
+def evidence(settings: Settings, ids: list[str], app: str) -> dict[str, RunEvidence]:
+    """Each run's evidence from ``keel.events``, read once the history shows every run
+    the read model saw end (at most ``SETTLE_S``)."""
+    from orchestrator.application.app import load_app
+    from orchestrator.client.client import KeelClient
     from orchestrator.client.history_io import read_topic_history
 
-    envelopes: dict[str, list[Any]] = {wf: [] for wf in ids}
-    for env in read_topic_history(settings, ids, commands=False):
-        envelopes[env.workflow_id].append(env)
-    return {wf: evidence_of(wf, envs) for wf, envs in envelopes.items()}
+    client = KeelClient(settings, load_app(app))
+    try:
+        rows = client.projection.statuses(ids)
+    finally:
+        client.close()
+    seen_ended = {wf for wf, st in zip(ids, rows, strict=True) if st in ENDED}
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        envelopes: dict[str, list[Any]] = {wf: [] for wf in ids}
+        for env in read_topic_history(settings, ids, commands=False):
+            envelopes[env.workflow_id].append(env)
+        runs = {wf: evidence_of(wf, envs) for wf, envs in envelopes.items()}
+        if all(runs[wf].ended for wf in seen_ended) or time.monotonic() > deadline:
+            return runs
+        time.sleep(1.0)
 
 
 def _ms() -> int:
