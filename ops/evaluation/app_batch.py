@@ -23,10 +23,11 @@ from typing import Any
 from rich.console import Console
 
 from ops.demo_job import fresh_prefix
-from ops.evaluation.fault_batch import ENDED, BatchResult, evidence, kill_in_flight
+from ops.evaluation.fault_batch import BatchResult, evidence, kill_in_flight
 from ops.evaluation.fault_plans import FaultClass, FaultPlan
 from ops.invoices.invoice_demo import Stack
 from orchestrator.domain.model.errors import InvalidInputError
+from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import Settings
 
 __all__ = ["OWN_FAULTS", "OWN_VARIANT", "load_inputs", "run_app_batch"]
@@ -110,14 +111,15 @@ def run_app_batch(
                 client.start(workflow, value, wf, confirm_timeout_s=None)
                 deliveries.append((wf, int(time.time() * 1000), 202))
                 if killed_ms is None and plan.kill_at is not None:
-                    killed_ms = kill_in_flight(stack, client, ids, plan.kill_at, False)
+                    rows = client.projection.statuses(ids)
+                    killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
             if n == 0:
                 time.sleep(0.2)  # the repeats arrive while the first starts are in flight
         while len(ended) < len(ids) and time.monotonic() < began + max_s:
-            if killed_ms is None and plan.kill_at is not None:
-                killed_ms = kill_in_flight(stack, client, ids, plan.kill_at, False)
             rows = client.projection.statuses(ids)
-            ended = {wf for wf, st in zip(ids, rows, strict=True) if st in ENDED}
+            if killed_ms is None and plan.kill_at is not None:
+                killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+            ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
             time.sleep(0.2)
     finally:
         client.close()

@@ -16,36 +16,34 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ops.bench_rig import _percentile
 from ops.evaluation.fault_batch import BatchResult
 from ops.evaluation.fault_plans import FaultClass
 from ops.evaluation.run_evidence import RunEvidence
-from ops.invoices.invoice_report import Books
+from ops.invoices.invoice_report import Books, duplicate_effects
 
 __all__ = ["class_metrics", "write_report"]
 
 
 def _dist(values: list[float]) -> dict[str, float]:
+    """n, mean, nearest-rank p50 and p95 (``keel bench``'s), and max of ``values``."""
     if not values:
         return {"n": 0, "mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
-    ordered = sorted(values)
     return {
-        "n": len(ordered),
-        "mean": round(statistics.fmean(ordered), 3),
-        "p50": round(ordered[len(ordered) // 2], 3),
-        "p95": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 3),
-        "max": round(ordered[-1], 3),
+        "n": len(values),
+        "mean": round(statistics.fmean(values), 3),
+        "p50": round(_percentile(values, 0.5), 3),
+        "p95": round(_percentile(values, 0.95), 3),
+        "max": round(max(values), 3),
     }
 
 
 def _duplicates(books: Books | None) -> int | None:
+    """Effects made twice (the books' own count), and postings past one per invoice."""
     if books is None:
         return None  # not Keel's fakes: their books are the workflow owner's to check
     per_run = Counter(p["extra"].get("invoice_id") for p in books.ledger["postings"])
-    return (
-        sum(n - 1 for n in books.ledger["effects"].values() if n > 1)
-        + sum(n - 1 for n in books.payables["effects"].values() if n > 1)
-        + sum(n - 1 for n in per_run.values() if n > 1)
-    )
+    return duplicate_effects(books) + sum(n - 1 for n in per_run.values() if n > 1)
 
 
 def _hits(batch: BatchResult) -> tuple[int, int, str]:
@@ -117,7 +115,7 @@ def backlog(batch: BatchResult, step_ms: int = 250) -> dict[str, Any]:
 def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str, Any]:
     """The metrics and the verdict of one fault class (``baseline``: the fault-free batch)."""
     evs = batch.evidence
-    ok = [wf for wf, ev in evs.items() if ev.outcome == batch.expected[wf]]
+    ok = {wf for wf, ev in evs.items() if ev.outcome == batch.expected[wf]}
     states: dict[str, list[float]] = {}
     activities: dict[str, list[float]] = {}
     for ev in evs.values():
@@ -131,13 +129,14 @@ def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str,
     for ev in evs.values():
         retries.update(ev.retries)
     hit, fired, hit_how = _hits(batch)
-    failed_runs = [_failed(batch, wf, ev, baseline) for wf, ev in evs.items()]
+    courses = _courses(batch, baseline)
+    failed_runs = [_failed(batch, wf, ev, baseline, courses) for wf, ev in evs.items()]
     failures = [f for f in failed_runs if f is not None]
-    recovery = _recovery(batch, baseline)
+    recovery = _recovery(batch, courses)
     compensated = sum(ev.compensations > 0 for ev in evs.values())
-    wrong = [ev for wf, ev in evs.items() if ev.outcome != batch.expected[wf]]
+    wrong = [ev for wf, ev in evs.items() if wf not in ok]
     metrics: dict[str, Any] = {
-        "variant": str(batch.variant),
+        "variant": batch.variant,
         "workflow": batch.workflow,
         "fault": str(batch.fault),
         "what": batch.plan.what,
@@ -198,8 +197,24 @@ def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str,
     return metrics
 
 
+def _courses(batch: BatchResult, baseline: BatchResult | None) -> dict[str, str]:
+    """How each run that ended went otherwise than the fault-free run of its input
+    (``RunEvidence.differs_from``; "" when it went the same way), by workflow id."""
+    if baseline is None:
+        return {}
+    return {
+        wf: ev.differs_from(baseline.evidence[wf])
+        for wf, ev in batch.evidence.items()
+        if ev.ended and wf in baseline.evidence
+    }
+
+
 def _failed(
-    batch: BatchResult, wf: str, ev: RunEvidence, baseline: BatchResult | None
+    batch: BatchResult,
+    wf: str,
+    ev: RunEvidence,
+    baseline: BatchResult | None,
+    courses: dict[str, str],
 ) -> dict[str, Any] | None:
     """A run that failed the class: where it stopped and why, and how to look at it."""
     problems = []
@@ -209,9 +224,8 @@ def _failed(
         problems.append(f"ended {ev.outcome}, expected {batch.expected[wf]}")
     if ev.re_executed:
         problems.append(f"re-executed {', '.join(ev.re_executed)}")
-    base = baseline.evidence.get(wf) if baseline is not None else None
     same_end = baseline is not None and baseline.expected.get(wf) == batch.expected[wf]
-    if base is not None and same_end and ev.ended and (diff := ev.differs_from(base)):
+    if same_end and (diff := courses.get(wf)):
         problems.append(f"went another way than without the fault: {diff}")
     problems += ev.violations[:3]
     if not problems:
@@ -228,7 +242,7 @@ def _failed(
     }
 
 
-def _recovery(batch: BatchResult, baseline: BatchResult | None) -> list[dict[str, Any]]:
+def _recovery(batch: BatchResult, courses: dict[str, str]) -> list[dict[str, Any]]:
     """After a crash, each run in flight: the node it was at, and whether it went on from
     there (the fault-free run's way, with no completed activity run again)."""
     at = batch.killed_ms
@@ -238,9 +252,8 @@ def _recovery(batch: BatchResult, baseline: BatchResult | None) -> list[dict[str
     for wf, ev in batch.evidence.items():
         if not ev.in_flight_at(at):
             continue
-        base = baseline.evidence.get(wf) if baseline is not None else None
         after = [s for ms, s in ev.path if ms > at]
-        differs = ev.differs_from(base) if base is not None and ev.ended else ""
+        differs = courses.get(wf, "")
         out.append(
             {
                 "workflow_id": wf,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +30,10 @@ from ops.invoices.agent_script import agent_input, both_scripts
 from ops.invoices.invoice_demo import Desk, fakes_running, pipeline_stack, upload, write_people
 from ops.invoices.invoice_report import Books
 from ops.invoices.invoice_samples import Sample, Scenario, samples
+from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import SeededBug, Settings
 
-__all__ = ["ENDED", "BatchResult", "evaluation_items", "evidence", "kill_in_flight", "run_batch"]
+__all__ = ["BatchResult", "evaluation_items", "evidence", "kill_in_flight", "run_batch"]
 
 #: One of each scenario that ends on its own, then clean small invoices. (An expiring
 #: approval takes its SLA's seconds; a second file of one invoice must wait for the first.)
@@ -49,7 +51,6 @@ _SCENARIOS = (
 #: Every model answer takes a quarter of a second, as a hosted model's would (at least):
 #: an agent's run of several calls is in flight long enough for a fault to find it.
 MODEL_LATENCY = {"latency_s": 0.25, "latency_count": 1_000_000}
-ENDED = ("completed", "compensated", "failed", "compensation_failed", "cancelled", "terminated")
 
 
 def evaluation_items(runs: int) -> list[Sample]:
@@ -195,6 +196,7 @@ def _drive(
 
     deliveries: list[tuple[str, int, int]] = []
     order = list(by_wf.items())
+    ids = list(by_wf)
     rounds = [[(wf, s, f"upload-{i}") for i, (wf, s) in enumerate(order)]]
     later: list[tuple[str, Sample, str]] = []  # old_schema: delivered once v2 is deployed
     if plan.deploy_at is not None:
@@ -215,30 +217,29 @@ def _drive(
         for wf, s, event_id in rounds[0]:
             deliver(wf, s, event_id)
             if killed_ms is None and plan.kill_at is not None:
-                killed_ms = kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+                rows = client.projection.statuses(ids)
+                killed_ms = kill_in_flight(stack, rows, plan.kill_at, people)
         pending = rounds[1:]
-        if plan.deploy_at is not None:  # the deployment strikes what the first half started
-            deployed_ms, migrations = _deployment(
-                stack, client, variant, rounds[0], later, people, deliver
-            )
-            desk.url = stack.connector_url
         if pending:  # a redelivery of every upload at once, in reverse order
             for wf, s, event_id in pending.pop(0):
                 deliver(wf, s, event_id)
         ended: set[str] = set()
-        while (len(ended) < len(by_wf) or pending) and time.monotonic() < deadline:
+        while (len(ended) < len(ids) or pending) and time.monotonic() < deadline:
+            rows = client.projection.statuses(ids)
             if killed_ms is None and plan.kill_at is not None:
-                killed_ms = kill_in_flight(stack, client, list(by_wf), plan.kill_at, people)
+                killed_ms = kill_in_flight(stack, rows, plan.kill_at, people)
             if plan.outage_s is not None and outage_end_ms is None:
                 outage = _outage(ledger, plan.outage_s, outage)
                 outage_end_ms = outage[1] if outage is not None and outage[1] else None
             if plan.deploy_at is not None and deployed_ms is None:
-                deployed_ms, migrations = _deployment(
-                    stack, client, variant, rounds[0], later, people, deliver
-                )
-                desk.url = stack.connector_url
-            rows = client.projection.statuses(list(by_wf))
-            ended = {wf for wf, st in zip(by_wf, rows, strict=True) if st in ENDED}
+                first = rows[: len(rounds[0])]  # the deployment strikes what they started
+                if _deployable(first, people):
+                    deployed_ms = _deploy(stack, variant)
+                    desk.url = stack.connector_url
+                    for wf, s, event_id in later:
+                        deliver(wf, s, event_id)
+                    migrations = _migrate(stack.settings, variant)
+            ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
             # People answer only after a crash or a deployment has struck: their runs wait
             # in flight for it.
             struck = (plan.kill_at is None or killed_ms is not None) and (
@@ -284,34 +285,17 @@ def _outage(
     return outage
 
 
-def _deployment(
-    stack: Any,
-    client: Any,
-    variant: Variant,
-    first: list[tuple[str, Sample, str]],
-    later: list[tuple[str, Sample, str]],
-    people: bool,
-    deliver: Any,
-) -> tuple[int | None, dict[str, int]]:
+def _progress(rows: list[str | None]) -> tuple[int, int]:
+    """How many of the runs (their read-model statuses) have started, and ended."""
+    return sum(st is not None for st in rows), sum(st in TERMINAL_STATUSES for st in rows)
+
+
+def _deployable(rows: list[str | None], people: bool) -> bool:
     """Deploy version 2 once a run of the first half is in flight (and, with people, one
-    has ended), or once all of them have ended: then deliver the rest and migrate. When
-    it was deployed (None: not yet), and the migrations' answers."""
-    ids = [wf for wf, _, _ in first]
-    rows = client.projection.statuses(ids)
-    if not _in_flight(client, ids, need_ended=people) and not all(st in ENDED for st in rows):
-        return None, {}
-    at = _deploy(stack, variant)
-    for wf, s, event_id in later:
-        deliver(wf, s, event_id)
-    return at, _migrate(stack.settings, variant)
-
-
-def _in_flight(client: Any, ids: list[str], *, need_ended: bool) -> bool:
-    """One of ``ids`` has started and not ended, and (``need_ended``) one has ended."""
-    rows = client.projection.statuses(ids)
-    ended = sum(st in ENDED for st in rows)
-    live = sum(st is not None for st in rows) - ended
-    return live > 0 and (ended > 0 or not need_ended)
+    has ended), or once all of them have ended."""
+    started, ended = _progress(rows)
+    in_flight = started > ended and (ended > 0 or not people)
+    return in_flight or ended == len(rows)
 
 
 def _deploy(stack: Any, variant: Variant) -> int:
@@ -353,24 +337,18 @@ def _migrate(settings: Settings, variant: Variant) -> dict[str, int]:
         outcomes = send(client, ids, 2, "keel evaluate", "v2 deployed mid-flight", 60.0)
     finally:
         client.close()
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        counts[str(o.outcome)] = counts.get(str(o.outcome), 0) + 1
-    return counts
+    return dict(Counter(str(o.outcome) for o in outcomes))
 
 
 def kill_in_flight(
-    stack: Any, client: Any, ids: list[str], share: float, need_ended: bool
+    stack: Any, rows: list[str | None], share: float, need_ended: bool
 ) -> int | None:
     """SIGKILL (and restart) the orchestrator and the worker once ``share`` of the runs
-    have started and one has not ended, and (``need_ended``) one has: the crash then finds
-    runs in flight with work behind them, completed activities a recovery must not run
-    again. The time of the kill, else None."""
-    rows = client.projection.statuses(ids)
-    started = sum(st is not None for st in rows)
-    ended = sum(st in ENDED for st in rows)
-    live = started - ended
-    if not live or (need_ended and not ended) or started < len(ids) * share:
+    (``rows``: their read-model statuses) have started and one has not ended, and
+    (``need_ended``) one has: the crash then finds runs in flight with work behind them,
+    completed activities a recovery must not run again. The time of the kill, else None."""
+    started, ended = _progress(rows)
+    if started == ended or (need_ended and not ended) or started < len(rows) * share:
         return None
     at = _ms()
     for role in ("orchestrator", "worker"):
@@ -396,7 +374,7 @@ def evidence(settings: Settings, ids: list[str], app: str) -> dict[str, RunEvide
         rows = client.projection.statuses(ids)
     finally:
         client.close()
-    seen_ended = {wf for wf, st in zip(ids, rows, strict=True) if st in ENDED}
+    seen_ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
     deadline = time.monotonic() + SETTLE_S
     while True:
         envelopes: dict[str, list[Any]] = {wf: [] for wf in ids}

@@ -17,6 +17,7 @@ from typing import Any
 
 from ops.invoices.invoice_report import outcome_of
 from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.lifecycle.activities import QUERY_SEP
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
@@ -37,9 +38,6 @@ from orchestrator.domain.model.vocabulary import FailureClass
 from orchestrator.records.llm_usage import usages_of
 
 __all__ = ["RunEvidence", "evidence_of"]
-
-#: A status query's activity id holds this: it settles an unknown outcome, it is no node.
-QUERY_MARK = "/query/"
 
 
 @dataclass
@@ -69,8 +67,7 @@ class RunEvidence:
     cost_usd: float = 0.0
     #: Each human task decided or expired: (wait in s, SLA in s or 0, breached).
     human: list[tuple[float, float, bool]] = field(default_factory=list)
-    #: Where it stopped: its last state, and the reason when it did not complete.
-    stopped_at: str = ""
+    #: Why it did not complete (a failed run's reason).
     reason: str = ""
     #: The last failed attempt: its activity type, error type and message.
     last_failure: str = ""
@@ -83,6 +80,11 @@ class RunEvidence:
     @property
     def duration_s(self) -> float:
         return (self.ended_ms - self.started_ms) / 1000 if self.ended else 0.0
+
+    @property
+    def stopped_at(self) -> str:
+        """Where it stopped (or is): its last state."""
+        return self.path[-1][1] if self.path else ""
 
     @property
     def diagnosable(self) -> bool:
@@ -155,7 +157,7 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
                 ev.re_executed.append(p.activity_id)
             scheduled[(p.activity_id, p.attempt)] = (p.activity_type, at)
         elif isinstance(p, ActivityCompleted):
-            if QUERY_MARK in p.activity_id:
+            if QUERY_SEP in p.activity_id:  # a status query settles an outcome: no node
                 ev.settled_by_query += 1
                 continue
             ev.completed[p.activity_id] += 1
@@ -188,10 +190,9 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
         elif isinstance(p, WorkflowFailed | WorkflowCompensationFailed):
             ev.reason = p.reason
     ev.retry_waits += [(since, end.recorded_at) for since in waiting.values()]
-    bounds = [at for at, _ in ev.path] + [ev.ended_ms if ev.ended else end.recorded_at]
+    bounds = [at for at, _ in ev.path] + [end.recorded_at]
     for (at, state), until in zip(ev.path, bounds[1:], strict=True):
         ev.state_s[state] = ev.state_s.get(state, 0.0) + (until - at) / 1000
-    ev.stopped_at = ev.path[-1][1] if ev.path else ""
     for u in usages_of(events, {}):
         ev.model_calls += u.calls
         ev.tokens += u.total_tokens

@@ -49,6 +49,7 @@ from ops.invoices.invoice_samples import (
     samples,
 )
 from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -367,7 +368,7 @@ def _batch(
             while len(ended) < len(by_wf) and time.monotonic() < deadline:
                 desk.act()
                 rows = client.projection.statuses(list(by_wf))
-                ended = {wf for wf, st in zip(by_wf, rows, strict=True) if _done(st)}
+                ended = {wf for wf, st in zip(by_wf, rows, strict=True) if st in TERMINAL_STATUSES}
                 progress.update(bar, completed=len(ended))
                 if not killed and len(ended) >= len(by_wf) // 2:
                     for role in ("orchestrator", "worker"):
@@ -396,7 +397,3 @@ def _batch(
         "log_dir": str(stack.log_dir),
         "approver_token": tokens["fiona"],  # a throwaway local token, for the UI's sign-in
     }
-
-
-def _done(status: str | None) -> bool:
-    return status in ("completed", "compensated", "failed", "compensation_failed", "cancelled")

@@ -38,7 +38,7 @@ from orchestrator.domain.model.saga_messages import WorkflowCompensationFailed
 from orchestrator.records.llm_usage import usages_of
 from orchestrator.settings import Settings
 
-__all__ = ["Books", "Findings", "find", "outcome_of", "report"]
+__all__ = ["Books", "Findings", "duplicate_effects", "find", "outcome_of", "report"]
 
 APPROVAL_TASK = "approve_posting"
 APP_OPTION = "--app orchestrator.examples.invoice_pipeline:app"
@@ -201,7 +201,7 @@ def _tables(console: Console, f: Findings, run: dict[str, Any], books: Books, to
         ("re-uploads joined to their run", joined),
         ("ledger calls deduplicated by key", deduped_calls),
         ("ledger postings", len(ledger["postings"])),
-        ("duplicate effects (ledger and payables)", _duplicates(books)),
+        ("duplicate effects (ledger and payables)", duplicate_effects(books)),
         ("retries by class", _classes(f.retries)),
         ("unknown outcomes (lost answers, timeouts)", f.unknown),
         ("settled by status query", f.settled_by_query),
@@ -234,7 +234,8 @@ def _tables(console: Console, f: Findings, run: dict[str, Any], books: Books, to
         )
 
 
-def _duplicates(books: Books) -> int:
+def duplicate_effects(books: Books) -> int:
+    """Effects past the first under one key, in the ledger's and accounts payable's books."""
     return sum(n - 1 for n in books.ledger["effects"].values() if n > 1) + sum(
         n - 1 for n in books.payables["effects"].values() if n > 1
     )

@@ -443,7 +443,7 @@ class CommandLoop:
         try:
             if type(cmd.payload) is DecideHumanTask:
                 self._check_proof(wf, cmd.payload)
-            seen = reopened(ctx.seeded_bug, state, cmd.payload)
+            seen = state if ctx.seeded_bug is None else reopened(ctx.seeded_bug, state, cmd.payload)
             new_state, events = ctx.decider.handle(seen, taken, now)
         except RunParked as exc:  # keep the command; record once why the run waits
             log.warning("command parked: %s", exc)

@@ -33,6 +33,21 @@ METRICS = {
 }  # fmt: skip
 
 
+def _sound_batch(servers, prefix: str, runs: int) -> dict[str, list]:
+    """A batch's histories, read back from its prefix: ``runs`` of them, each sound."""
+    settings = Settings(
+        bootstrap_servers=servers.bootstrap_servers,
+        redis_url=servers.redis_url,
+        topic_prefix=prefix,
+        partitions=4,
+    )
+    found = histories(settings)
+    assert len(found) == runs
+    for wf, events in found.items():
+        assert_sound_history(wf, events)
+    return found
+
+
 def test_every_fault_class_hits_in_flight_runs_and_the_pipeline_recovers(servers, tmp_path):
     out = tmp_path / "report"
     args = ["evaluate", "--runs", "9", "--faults", ",".join(FAULTS), "--out", str(out)]
@@ -88,16 +103,7 @@ def test_every_fault_class_hits_in_flight_runs_and_the_pipeline_recovers(servers
     for c in report["classes"]:
         if c["variant"] != "backbone":
             continue
-        settings = Settings(
-            bootstrap_servers=servers.bootstrap_servers,
-            redis_url=servers.redis_url,
-            topic_prefix=c["prefix"],
-            partitions=4,
-        )
-        runs = histories(settings)
-        assert len(runs) == 9
-        for wf, events in runs.items():
-            assert_sound_history(wf, events)
+        runs = _sound_batch(servers, c["prefix"], 9)
         if c["fault"] == "crash":
             spanning = [
                 wf
@@ -157,13 +163,4 @@ def test_a_workflow_of_your_own_is_evaluated_from_its_inputs_under_crash_and_dup
     assert all(r["node_at_fault"] == "sleep" for r in classes["crash"]["recovery"])
     assert classes["duplicate_callbacks"]["deliveries"] == 4 * 3
     for c in report["classes"]:
-        settings = Settings(
-            bootstrap_servers=servers.bootstrap_servers,
-            redis_url=servers.redis_url,
-            topic_prefix=c["prefix"],
-            partitions=4,
-        )
-        runs = histories(settings)
-        assert len(runs) == 4  # a repeated start joined its run
-        for wf, events in runs.items():
-            assert_sound_history(wf, events)
+        _sound_batch(servers, c["prefix"], 4)  # 4 runs: a repeated start joined its run
