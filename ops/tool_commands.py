@@ -74,7 +74,6 @@ def demo(
 EVALUATE_FAULTS = (
     "crash,response_loss,duplicate_callbacks,compensation_failure,queue_full,old_schema"
 )
-OWN_APP_FAULTS = "crash,duplicate_callbacks"
 
 
 def evaluate(
@@ -86,7 +85,7 @@ def evaluate(
         typer.Option(
             "--app",
             help="MODULE:ATTR of your own application (with --inputs): its workflow under "
-            "crash and duplicate_callbacks.",
+            "every class but old_schema that can strike it.",
         ),
     ] = None,
     inputs: Annotated[
@@ -146,11 +145,10 @@ def evaluate(
 
         if app is None or inputs is None:
             raise InvalidInputError("a workflow of your own needs both --app and --inputs")
-        if faults == EVALUATE_FAULTS:
-            chosen = parse_faults(OWN_APP_FAULTS)
+        asked = None if faults == EVALUATE_FAULTS else chosen  # None: what can strike it
         values = load_inputs(inputs, runs)
         raise typer.Exit(
-            run_own_evaluation(settings, app, workflow, values, chosen, out, console, batch_timeout)
+            run_own_evaluation(settings, app, workflow, values, asked, out, console, batch_timeout)
         )
     raise typer.Exit(
         run_evaluation(settings, workflow, runs, chosen, designs, out, console, batch_timeout, bug)

@@ -213,16 +213,19 @@ def run_doc_block(settings, code: str, timeout_s: float = 120) -> list[str]:
     return done.stdout.splitlines()
 
 
-def run_keel(servers, home, *args: str, timeout_s: float = 400):
+def run_keel(servers, home, *args: str, timeout_s: float = 400, env: dict | None = None):
     """``keel ARGS`` as a new user runs it: a fresh interpreter on the test's servers, with
-    ``KEEL_HOME`` ``home``, 4 partitions and none of this process's other ``KEEL_*``; the
-    finished process (stdout and stderr captured; a wide terminal for its tables)."""
+    ``KEEL_HOME`` ``home``, 4 partitions and none of this process's other ``KEEL_*`` (but
+    ``env``'s); the finished process (stdout and stderr captured; a wide terminal for its
+    tables)."""
     import os
     import subprocess
     import sys
 
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update(
+        extra,
         KEEL_BOOTSTRAP_SERVERS=servers.bootstrap_servers,
         KEEL_REDIS_URL=servers.redis_url,
         KEEL_HOME=str(home),

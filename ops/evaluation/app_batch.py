@@ -1,14 +1,16 @@
-"""``keel evaluate --app M:A --workflow W --inputs FILE``: a workflow of your own under the
-fault classes that need nothing of it but its application (docs/evaluation.md, "Your own
-workflow").
+"""``keel evaluate --app M:A --workflow W --inputs FILE``: a workflow of your own under
+every fault class but ``old_schema`` (docs/evaluation.md, "Your own workflow").
 
 Its runs are started with the client from the inputs (a JSON array, or one JSON value a
 line), one run per input, each under a workflow id derived from the input and its place,
 so a run in a fault batch has the same id as the fault-free run of the same input. Keel
-cannot fake your external systems or play your people, so the classes are the ones that
-strike Keel itself: ``crash`` (the orchestrator and the worker SIGKILLed with runs in
-flight) and ``duplicate_callbacks`` (every start sent three times, out of order). A run
-should end as the fault-free run of its input did; a run waiting for a person is not
+cannot fake your external systems or play your people: ``crash`` (the orchestrator and
+the worker SIGKILLed with runs in flight) and ``duplicate_callbacks`` (every start sent
+three times, out of order) strike Keel itself; ``response_loss``, ``queue_full`` and
+``compensation_failure`` are injected at your handlers by the worker's application,
+``ops/evaluation/fault_app.py``, which also keeps the book of their calls. A run should
+end as the fault-free run of its input did (a compensated one, under
+``compensation_failure``, ``compensation_failed``); a run waiting for a person is not
 answered, and fails the batch by not ending.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -23,18 +27,84 @@ from typing import Any
 from rich.console import Console
 
 from ops.demo_job import fresh_prefix
+from ops.evaluation.fault_app import (
+    APP_VARIABLE,
+    BOOK_VARIABLE,
+    FAULT_VARIABLE,
+    WORKFLOW_VARIABLE,
+    FaultBook,
+    Roles,
+    roles_of,
+)
 from ops.evaluation.fault_batch import BatchResult, evidence, kill_in_flight
-from ops.evaluation.fault_plans import FaultClass, FaultPlan
+from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClass, FaultPlan
 from ops.invoices.invoice_demo import Stack
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import Settings
 
-__all__ = ["OWN_FAULTS", "OWN_VARIANT", "load_inputs", "run_app_batch"]
+__all__ = [
+    "OWN_FAULTS",
+    "OWN_VARIANT",
+    "load_inputs",
+    "own_plan",
+    "run_app_batch",
+    "striking_faults",
+]
 
-#: The classes a workflow of your own is evaluated under.
-OWN_FAULTS = (FaultClass.NONE, FaultClass.CRASH, FaultClass.DUPLICATE_CALLBACKS)
+#: The classes a workflow of your own is evaluated under (``old_schema`` needs a next
+#: version of it, with its migrations: ``ops/evaluation/next_deployment.py`` has the
+#: invoice pipeline's).
+OWN_FAULTS = (
+    FaultClass.NONE,
+    FaultClass.CRASH,
+    FaultClass.RESPONSE_LOSS,
+    FaultClass.DUPLICATE_CALLBACKS,
+    FaultClass.COMPENSATION_FAILURE,
+    FaultClass.QUEUE_FULL,
+)
 OWN_VARIANT = "own"
+#: The application the batch's processes run: yours, its handlers wrapped.
+FAULT_APP = "ops.evaluation.fault_app:app"
+
+_OWN_WHAT = {
+    FaultClass.RESPONSE_LOSS: "every third first attempt of a write (a step with a status query, "
+    "on_unknown=retry, or a @side_effect handler) returns, then its answer is lost",
+    FaultClass.QUEUE_FULL: f"every write fails as a downstream down for {OUTAGE_S:.0f} s from "
+    f"the first write (503, Retry-After {OUTAGE_RETRY_AFTER_S} s), paced by its retries",
+    FaultClass.COMPENSATION_FAILURE: "every compensation keeps failing, past its retries",
+    FaultClass.DUPLICATE_CALLBACKS: "every start sent three times: at once, in reverse order "
+    "and interleaved",
+}
+
+
+def striking_faults(roles: Roles) -> dict[FaultClass, str]:
+    """Each fault class, and why it cannot strike a workflow of these ``roles`` ("": it can)."""
+    return {
+        FaultClass.NONE: "",
+        FaultClass.CRASH: "",
+        FaultClass.DUPLICATE_CALLBACKS: "",
+        FaultClass.RESPONSE_LOSS: "" if roles.writes else _NO_WRITE,
+        FaultClass.QUEUE_FULL: "" if roles.writes else _NO_WRITE,
+        FaultClass.COMPENSATION_FAILURE: ""
+        if roles.compensations
+        else "no step declares a compensation",
+        FaultClass.OLD_SCHEMA: "it needs a next version of the workflow and its migrations, "
+        "which Keel has only for the invoice pipeline",
+    }
+
+
+_NO_WRITE = (
+    "no write: no step declares a status query or on_unknown=retry, and no handler is @side_effect"
+)
+
+
+def own_plan(plan: FaultPlan) -> FaultPlan:
+    """``plan`` as injected into a workflow of your own (what it says it does)."""
+    what = _OWN_WHAT.get(plan.fault)
+    if what is None:
+        return plan
+    return FaultPlan(plan.fault, what, kill_at=plan.kill_at, deliveries=plan.deliveries)
 
 
 def load_inputs(path: Path, runs: int) -> list[Any]:
@@ -62,9 +132,11 @@ def load_inputs(path: Path, runs: int) -> list[Any]:
     return [inputs[i % len(inputs)] for i in range(max(runs, len(inputs)))]
 
 
-def _run_id(workflow: str, i: int, value: Any) -> str:
-    digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
-    return f"eval-{workflow}-{i:04d}-{digest}"
+def _run_id(workflow: str, batch: str, i: int, value: Any) -> str:
+    """A run's id: new to your systems in every batch (``batch``), so the idempotency keys
+    its activities send them are too; the input's place and digest say which it ran."""
+    digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+    return f"eval-{workflow}-{batch}-{i:04d}-{digest}"
 
 
 def run_app_batch(
@@ -73,30 +145,41 @@ def run_app_batch(
     spec: str,
     workflow: str,
     inputs: list[Any],
-    expected: dict[str, str] | None,
+    baseline: BatchResult | None,
     console: Console,
     max_s: float,
 ) -> BatchResult:
-    """Run ``workflow`` of the application ``spec`` over ``inputs`` under ``plan``.
-    ``expected``: each run's outcome in the fault-free batch (None: this is that batch)."""
+    """Run ``workflow`` of the application ``spec`` over ``inputs`` under ``plan``, each
+    run compared with ``baseline``'s run of its input (None: this is the fault-free batch)."""
     from orchestrator.application.app import load_app
     from orchestrator.client.client import KeelClient
 
     if plan.fault not in OWN_FAULTS:
-        raise InvalidInputError(
-            f"fault class {plan.fault} needs Keel's fakes of the invoice pipeline; a workflow "
-            f"of your own is evaluated under {', '.join(OWN_FAULTS)}"
-        )
+        raise InvalidInputError(f"fault class {plan.fault} cannot strike a workflow of your own")
+    plan = own_plan(plan)
     began = time.monotonic()
     settings, log_dir = fresh_prefix(settings, f"eval-own-{plan.fault}".replace("_", "-"))
-    ids = [_run_id(workflow, i, v) for i, v in enumerate(inputs)]
+    tag = secrets.token_hex(3)
+    ids = [_run_id(workflow, tag, i, v) for i, v in enumerate(inputs)]
     console.print(
         f"[bold]{workflow} / {plan.fault}[/bold]: {plan.what} ({len(ids)} runs, prefix "
         f"[cyan]{settings.topic_prefix}[/cyan])",
         soft_wrap=True,
     )
-    stack = Stack(settings, log_dir, settings.child_environment(KEEL_APP=spec))
-    client = KeelClient(settings, load_app(spec))
+    user_app = load_app(spec)
+    book_key = f"keel-eval:{settings.topic_prefix}"
+    env = settings.child_environment(
+        **_app_environment(settings),
+        KEEL_APP=FAULT_APP,
+        **{
+            APP_VARIABLE: spec,
+            WORKFLOW_VARIABLE: workflow,
+            FAULT_VARIABLE: str(plan.fault),
+            BOOK_VARIABLE: book_key,
+        },
+    )
+    stack = Stack(settings, log_dir, env)
+    client = KeelClient(settings, user_app)
     deliveries: list[tuple[str, int, int]] = []
     killed_ms: int | None = None
     rounds = [list(zip(ids, inputs, strict=True))]
@@ -125,7 +208,15 @@ def run_app_batch(
         client.close()
         stack.stop_all()
     runs = evidence(settings, ids, spec)
-    own = {wf: ev.outcome if ev.ended else "ended" for wf, ev in runs.items()}
+    labels = {wf: f"input {i + 1}" for i, wf in enumerate(ids)}
+    expected = {wf: ev.outcome if ev.ended else "ended" for wf, ev in runs.items()}
+    same_input: dict[str, str] = {}
+    if baseline is not None:
+        first = {label: wf for wf, label in baseline.scenarios.items()}
+        same_input = {wf: first[label] for wf, label in labels.items()}
+        expected = {wf: baseline.expected[same_input[wf]] for wf in ids}
+        if plan.fault is FaultClass.COMPENSATION_FAILURE:
+            expected = {wf: _UNDONE.get(e, e) for wf, e in expected.items()}
     result = BatchResult(
         plan.fault,
         OWN_VARIANT,
@@ -134,12 +225,50 @@ def run_app_batch(
         plan,
         settings.topic_prefix,
         str(log_dir),
-        {wf: f"input {i + 1}" for i, wf in enumerate(ids)},
-        dict(own if expected is None else expected),
+        labels,
+        expected,
         runs,
         None,
         deliveries=deliveries,
         killed_ms=killed_ms,
+        baseline_ids=same_input,
     )
+    _read_book(result, FaultBook(settings.redis, book_key), roles_of(user_app, workflow))
     result.took_s = time.monotonic() - began
     return result
+
+
+#: Under ``compensation_failure`` a run the fault-free batch compensated cannot be undone.
+_UNDONE = {"compensated": "compensation_failed"}
+
+
+def _read_book(result: BatchResult, book: FaultBook, roles: Roles) -> None:
+    """What the handlers' book says: effects made twice (``@side_effect`` handlers that
+    returned twice for one key), calls your systems saw again under one key, how often
+    the fault fired and, under ``queue_full``, the outage."""
+    try:
+        calls = book.calls_returned()
+        fired = book.times_fired()
+        outage = book.outage_ms()
+    finally:
+        book.close()
+    again = {(kind, key): n for (kind, key), n in calls.items() if n > 1}
+    result.effects_twice = sum(
+        n - 1 for (kind, _), n in again.items() if kind in roles.side_effects
+    )
+    result.calls_repeated = sum(n - 1 for (kind, _), n in again.items())
+    match result.fault:
+        case FaultClass.RESPONSE_LOSS:
+            result.answers_dropped = fired
+        case FaultClass.COMPENSATION_FAILURE:
+            result.compensations_refused = fired
+        case FaultClass.QUEUE_FULL:
+            result.outage_ms = outage
+
+
+def _app_environment(settings: Settings) -> dict[str, str]:
+    """Your application's own ``KEEL_*`` variables (``KEEL_BOOKING_URL``, say): passed on
+    to the batch's processes, which get no other ``KEEL_*`` of this one's but their
+    settings' (``Settings.child_environment``)."""
+    mine = {f"KEEL_{name.upper()}" for name in type(settings).model_fields}
+    return {k: v for k, v in os.environ.items() if k.startswith("KEEL_") and k not in mine}

@@ -20,7 +20,7 @@ from ops.bench_rig import _percentile
 from ops.evaluation.fault_batch import BatchResult
 from ops.evaluation.fault_plans import FaultClass
 from ops.evaluation.run_evidence import RunEvidence
-from ops.invoices.invoice_report import Books, duplicate_effects
+from ops.invoices.invoice_report import duplicate_effects
 
 __all__ = ["class_metrics", "write_report"]
 
@@ -38,10 +38,12 @@ def _dist(values: list[float]) -> dict[str, float]:
     }
 
 
-def _duplicates(books: Books | None) -> int | None:
-    """Effects made twice (the books' own count), and postings past one per invoice."""
+def _duplicates(batch: BatchResult) -> int | None:
+    """Effects made twice (the books' own count), and postings past one per invoice; for
+    a workflow of your own, its ``@side_effect`` handlers' (``fault_app``'s book)."""
+    books = batch.books
     if books is None:
-        return None  # not Keel's fakes: their books are the workflow owner's to check
+        return batch.effects_twice
     per_run = Counter(p["extra"].get("invoice_id") for p in books.ledger["postings"])
     return duplicate_effects(books) + sum(n - 1 for n in per_run.values() if n > 1)
 
@@ -72,10 +74,10 @@ def _hits(batch: BatchResult) -> tuple[int, int, str]:
         case FaultClass.QUEUE_FULL:
             down = batch.outage_ms
             if down is None:
-                return 0, 0, "runs that waited for a retry while the ledger was down"
+                return 0, 0, "runs that waited for a retry while the downstream was down"
             end = down[1] or 2**62
             n = sum(any(a < end and b > down[0] for a, b in ev.retry_waits) for ev in runs)
-            return n, 1, "runs that waited for a retry while the ledger was down"
+            return n, 1, "runs that waited for a retry while the downstream was down"
         case FaultClass.OLD_SCHEMA:
             at = batch.deployed_ms
             n = (
@@ -86,7 +88,10 @@ def _hits(batch: BatchResult) -> tuple[int, int, str]:
             return n, int(at is not None), "runs of v1 in flight when v2 was deployed"
         case FaultClass.COMPENSATION_FAILURE:
             n = sum(ev.compensations_failed > 0 for ev in runs)
-            fired = 0 if batch.books is None else batch.books.ledger["reversal_failures"]
+            books = batch.books
+            fired = (
+                batch.compensations_refused if books is None else books.ledger["reversal_failures"]
+            )
             return n, fired, "runs whose compensation failed"
     return 0, 0, "no fault injected"
 
@@ -151,7 +156,8 @@ def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str,
         "node_failures": sum(retries.values()),
         "retries_by_class": dict(retries),
         "attempts": sum(ev.attempts for ev in evs.values()),
-        "duplicate_effects": _duplicates(batch.books),
+        "duplicate_effects": _duplicates(batch),
+        "calls_repeated_same_key": batch.calls_repeated,
         "re_executed_activities": sum(len(ev.re_executed) for ev in evs.values()),
         "unknown_outcomes": sum(ev.unknown for ev in evs.values()),
         "settled_by_status_query": sum(ev.settled_by_query for ev in evs.values()),
@@ -163,6 +169,7 @@ def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str,
             else None
         ),
         "end_to_end_s": _dist([ev.duration_s for ev in evs.values() if ev.ended]),
+        "end_to_end_runs_s": sorted(round(ev.duration_s, 3) for ev in evs.values() if ev.ended),
         "wait_per_state_s": {k: _dist(v) for k, v in sorted(states.items())},
         "execution_per_activity_s": {k: _dist(v) for k, v in sorted(activities.items())},
         "model_calls": sum(ev.model_calls for ev in evs.values()),
@@ -203,9 +210,9 @@ def _courses(batch: BatchResult, baseline: BatchResult | None) -> dict[str, str]
     if baseline is None:
         return {}
     return {
-        wf: ev.differs_from(baseline.evidence[wf])
+        wf: ev.differs_from(baseline.evidence[batch.baseline_id(wf)])
         for wf, ev in batch.evidence.items()
-        if ev.ended and wf in baseline.evidence
+        if ev.ended and batch.baseline_id(wf) in baseline.evidence
     }
 
 
@@ -224,7 +231,9 @@ def _failed(
         problems.append(f"ended {ev.outcome}, expected {batch.expected[wf]}")
     if ev.re_executed:
         problems.append(f"re-executed {', '.join(ev.re_executed)}")
-    same_end = baseline is not None and baseline.expected.get(wf) == batch.expected[wf]
+    same_end = (
+        baseline is not None and baseline.expected.get(batch.baseline_id(wf)) == batch.expected[wf]
+    )
     if same_end and (diff := courses.get(wf)):
         problems.append(f"went another way than without the fault: {diff}")
     problems += ev.violations[:3]

@@ -17,8 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ops.evaluation.app_batch import OWN_FAULTS, OWN_VARIANT, run_app_batch
+from ops.evaluation.app_batch import OWN_FAULTS, OWN_VARIANT, run_app_batch, striking_faults
 from ops.evaluation.evaluation_report import class_metrics, write_report
+from ops.evaluation.fault_app import roles_of
 from ops.evaluation.fault_batch import BatchResult, evaluation_items, run_batch
 from ops.evaluation.fault_plans import FaultClass, Variant, plan_for
 from orchestrator.domain.model.errors import InvalidInputError, iso_utc
@@ -70,30 +71,32 @@ def run_own_evaluation(
     spec: str,
     workflow: str,
     inputs: list[Any],
-    faults: list[FaultClass],
+    faults: list[FaultClass] | None,
     out: Path,
     console: Console,
     batch_s: float = 240.0,
 ) -> int:
-    """``--app``: the workflow of the application ``spec`` over ``inputs``, under the
-    classes of ``OWN_FAULTS`` (the fault-free batch first: it sets each run's expected
-    outcome); the report in ``out``; 0 when every class passed."""
+    """``--app``: the workflow of the application ``spec`` over ``inputs``, under
+    ``faults`` (None: every class of ``OWN_FAULTS`` that can strike it), the fault-free
+    batch first (it sets each run's expected outcome); the report in ``out``; 0 when
+    every class passed. A class that cannot strike the workflow is refused, saying why."""
     from orchestrator.application.app import load_app
 
-    load_app(spec).get(workflow)  # an unknown app or workflow is refused before any batch
-    unusable = [str(f) for f in faults if f not in OWN_FAULTS]
+    user_app = load_app(spec)
+    user_app.get(workflow)  # an unknown app or workflow is refused before any batch
+    strikes = striking_faults(roles_of(user_app, workflow))
+    if faults is None:
+        faults = [f for f in OWN_FAULTS if not strikes[f]]
+    unusable = [f"{f} ({strikes[f]})" for f in faults if strikes[f]]
     if unusable:
-        raise InvalidInputError(
-            f"fault class(es) {', '.join(unusable)} need Keel's fakes of the invoice pipeline; "
-            f"a workflow of your own is evaluated under {', '.join(OWN_FAULTS)}"
-        )
+        raise InvalidInputError(f"fault class(es) cannot strike {workflow}: {'; '.join(unusable)}")
     began, started = time.monotonic(), iso_utc(int(time.time() * 1000))
     batches: list[BatchResult] = []
     for fault in faults:
-        expected = batches[0].expected if batches else None
+        baseline = batches[0] if batches else None
         plan = plan_for(fault, len(inputs))
         batches.append(
-            run_app_batch(settings, plan, spec, workflow, inputs, expected, console, batch_s)
+            run_app_batch(settings, plan, spec, workflow, inputs, baseline, console, batch_s)
         )
     classes = [class_metrics(b, batches[0]) for b in batches]
     meta = {"variants": [OWN_VARIANT], "runs": len(inputs), "judged": OWN_VARIANT, "app": spec}

@@ -94,10 +94,25 @@ class BatchResult:
     answers_dropped: int = 0
     #: The ledger's outage: (its first request, back up), wall-clock ms.
     outage_ms: tuple[int, int] | None = None
+    #: Reversals refused by a compensation's handler (``compensation_failure`` of
+    #: ``--app``; the ledger's books count the invoice pipeline's).
+    compensations_refused: int = 0
+    #: From the handlers' book of a workflow of your own (``ops/evaluation/fault_app.py``):
+    #: effects made twice (``@side_effect`` handlers that returned twice for one key) and
+    #: every call that returned again under one key (None: the fakes' books apply).
+    effects_twice: int | None = None
+    calls_repeated: int | None = None
     #: When version 2 was deployed (old_schema), and the migrations' answers by outcome.
     deployed_ms: int | None = None
     migrations: dict[str, int] = field(default_factory=dict)
     took_s: float = 0.0
+    #: Each run's fault-free run of the same input, where its workflow id differs (a
+    #: workflow of your own: every batch's ids are new to your systems).
+    baseline_ids: dict[str, str] = field(default_factory=dict)
+
+    def baseline_id(self, wf: str) -> str:
+        """The workflow id of the fault-free run of ``wf``'s input."""
+        return self.baseline_ids.get(wf, wf)
 
 
 def run_batch(

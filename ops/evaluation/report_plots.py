@@ -45,18 +45,20 @@ def _png(fig: Any) -> bytes:
 
 
 def _latency(classes: list[dict[str, Any]]) -> bytes:
-    """End-to-end time per fault class: mean, p50, p95 and max of the runs that ended."""
+    """End-to-end time per fault class: each run that ended a dot, over a box of its
+    quartiles (whiskers to the farthest run within 1.5 box lengths)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(7.5, 1.1 * len(classes)), 3.8))
     names = [_label(c) for c in classes]
-    for i, key in enumerate(("p50", "mean", "p95", "max")):
-        xs = [j + (i - 1.5) * 0.2 for j in range(len(names))]
-        ax.bar(xs, [c["end_to_end_s"][key] for c in classes], width=0.2, label=key)
-    ax.set_xticks(range(len(names)), names, rotation=0, fontsize=7)
+    runs = [c["end_to_end_runs_s"] or [0.0] for c in classes]
+    ax.boxplot(runs, showfliers=False, widths=0.5)
+    for i, times in enumerate(runs, 1):
+        spread = [i + 0.18 * ((k % 5) - 2) / 2 for k in range(len(times))]
+        ax.scatter(spread, times, s=9, alpha=0.6, zorder=3)
+    ax.set_xticks(range(1, len(names) + 1), names, rotation=0, fontsize=7)
     ax.set_ylabel("seconds, start to end")
-    ax.set_title("End-to-end time by fault class")
-    ax.legend(fontsize=8)
+    ax.set_title("End-to-end time by fault class (a dot per run that ended)")
     return _png(fig)
 
 

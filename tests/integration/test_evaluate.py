@@ -134,33 +134,3 @@ def test_a_seeded_bug_that_reexecutes_completed_work_on_recovery_fails_the_verdi
     )
     assert any(not r["recovered_at_node"] and r["re_executed"] for r in crash["recovery"])
     assert "completed activity(ies) ran again" in done.stdout
-
-
-def test_a_workflow_of_your_own_is_evaluated_from_its_inputs_under_crash_and_duplicates(
-    servers, tmp_path
-):
-    """``--app --inputs``: timer_demo runs (in flight on their timers when the crash
-    strikes) end as their fault-free runs did, every start sent three times joins its run."""
-    inputs = tmp_path / "timers.jsonl"
-    inputs.write_text('{"seconds": 2}\n{"seconds": 3}\n')
-    out = tmp_path / "report"
-    args = ["evaluate", "--app", "orchestrator.examples:app", "--workflow", "timer_demo"]
-    args += ["--inputs", str(inputs), "--runs", "4", "--out", str(out)]
-    done = run_keel(servers, tmp_path, *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads((out / "report.json").read_text())
-    assert (report["verdict"], report["app"], report["workflow"]) == (
-        "pass",
-        "orchestrator.examples:app",
-        "timer_demo",
-    )
-    classes = {c["fault"]: c for c in report["classes"]}
-    assert list(classes) == ["none", "crash", "duplicate_callbacks"]
-    for c in classes.values():
-        assert (c["runs"], c["succeeded"], c["duplicate_effects"]) == (4, 4, None), c
-        assert c["outcomes"] == {"completed": 4}
-    assert classes["crash"]["fault_hits"] > 0
-    assert all(r["node_at_fault"] == "sleep" for r in classes["crash"]["recovery"])
-    assert classes["duplicate_callbacks"]["deliveries"] == 4 * 3
-    for c in report["classes"]:
-        _sound_batch(servers, c["prefix"], 4)  # 4 runs: a repeated start joined its run

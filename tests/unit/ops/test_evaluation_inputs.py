@@ -44,18 +44,14 @@ def test_inputs_are_a_json_array_or_json_lines_repeated_up_to_the_runs(tmp_path)
         load_inputs(tmp_path / "missing.jsonl", 1)
 
 
-def test_a_workflow_of_your_own_is_refused_the_classes_that_need_the_invoice_fakes(
+def test_a_workflow_of_your_own_is_refused_the_classes_that_cannot_strike_it(
     tmp_path,
 ) -> None:
     from ops.evaluation.evaluation_run import run_evaluation, run_own_evaluation
     from ops.evaluation.fault_plans import Variant, parse_faults
 
-    faults = parse_faults("crash,response_loss,old_schema")
-    with pytest.raises(
-        InvalidInputError,
-        match="fault class\\(es\\) response_loss, old_schema need Keel's fakes of the invoice "
-        "pipeline; a workflow of your own is evaluated under none, crash, duplicate_callbacks",
-    ):
+    faults = parse_faults("crash,response_loss,compensation_failure,old_schema")
+    with pytest.raises(InvalidInputError) as refused:
         run_own_evaluation(
             None,  # type: ignore[arg-type]  # refused before any server is asked
             "orchestrator.examples:app",
@@ -65,5 +61,12 @@ def test_a_workflow_of_your_own_is_refused_the_classes_that_need_the_invoice_fak
             tmp_path,
             None,  # type: ignore[arg-type]
         )
+    assert str(refused.value) == (
+        "fault class(es) cannot strike timer_demo: response_loss (no write: no step declares "
+        "a status query or on_unknown=retry, and no handler is @side_effect); "
+        "compensation_failure (no step declares a compensation); old_schema (it needs a next "
+        "version of the workflow and its migrations, which Keel has only for the invoice "
+        "pipeline)"
+    )
     with pytest.raises(InvalidInputError, match="for a workflow of your own give --app"):
         run_evaluation(None, "timer_demo", 3, faults, [Variant.BACKBONE], tmp_path, None)  # type: ignore[arg-type]

@@ -1,0 +1,95 @@
+"""``keel evaluate --app --inputs`` on workflows of your own (docs/evaluation.md, "Your
+own workflow"), against the real broker and Redis: ``timer_demo`` under the faults that
+strike Keel itself, and ``travel_booking`` against the booking service (a real process)
+under the faults its worker injects at its handlers, judged from histories and checked
+here against the booking service's own books. The batches' histories are read back and
+checked."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from orchestrator.domain.model.keys import parse_idempotency_key
+from tests.integration.test_evaluate import _sound_batch
+from tests.sagas_support import booking, booking_url, trip  # noqa: F401
+from tests.support import run_keel
+
+
+def test_a_workflow_of_your_own_is_evaluated_from_its_inputs_under_crash_and_duplicates(
+    servers, tmp_path
+):
+    """``--app --inputs``: timer_demo runs (in flight on their timers when the crash
+    strikes) end as their fault-free runs did, every start sent three times joins its run;
+    the classes that need a write or a compensation are not chosen for it."""
+    inputs = tmp_path / "timers.jsonl"
+    inputs.write_text('{"seconds": 2}\n{"seconds": 3}\n')
+    out = tmp_path / "report"
+    args = ["evaluate", "--app", "orchestrator.examples:app", "--workflow", "timer_demo"]
+    args += ["--inputs", str(inputs), "--runs", "4", "--out", str(out)]
+    done = run_keel(servers, tmp_path, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert (report["verdict"], report["app"], report["workflow"]) == (
+        "pass",
+        "orchestrator.examples:app",
+        "timer_demo",
+    )
+    classes = {c["fault"]: c for c in report["classes"]}
+    assert list(classes) == ["none", "crash", "duplicate_callbacks"]
+    for c in classes.values():
+        assert (c["runs"], c["succeeded"], c["duplicate_effects"]) == (4, 4, 0), c
+        assert c["outcomes"] == {"completed": 4}
+    assert classes["crash"]["fault_hits"] > 0
+    assert all(r["node_at_fault"] == "sleep" for r in classes["crash"]["recovery"])
+    assert classes["duplicate_callbacks"]["deliveries"] == 4 * 3
+    for c in report["classes"]:
+        _sound_batch(servers, c["prefix"], 4)  # 4 runs: a repeated start joined its run
+
+
+def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_failing(
+    servers,
+    tmp_path,
+    booking,  # noqa: F811
+):
+    """travel_booking: two trips booked, one declined card undone, in every batch. A lost
+    answer is settled by ``booking_status``; an outage of the booking service is waited
+    out within the write retries; a cancellation that keeps failing ends the declined
+    trip ``compensation_failed``. The booking service's books: every run reserved its
+    hotel and flight once, under keys new to it in each batch."""
+    inputs = tmp_path / "trips.json"
+    inputs.write_text(json.dumps([trip(1), trip(2), trip(3, declined=True)]))
+    out = tmp_path / "report"
+    args = ["evaluate", "--app", "orchestrator.examples:app", "--workflow", "travel_booking"]
+    args += ["--inputs", str(inputs), "--runs", "3", "--out", str(out)]
+    args += ["--faults", "response_loss,compensation_failure,queue_full"]
+    done = run_keel(servers, tmp_path, *args, env={"KEEL_BOOKING_URL": booking.base_url})
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    classes = {c["fault"]: c for c in report["classes"]}
+    assert list(classes) == ["none", "response_loss", "compensation_failure", "queue_full"]
+    assert report["verdict"] == "pass", [c["verdict_reasons"] for c in report["classes"]]
+    for fault, c in classes.items():
+        undone = "compensation_failed" if fault == "compensation_failure" else "compensated"
+        assert c["outcomes"] == {"completed": 2, undone: 1}, c
+        assert (c["duplicate_effects"], c["re_executed_activities"]) == (0, 0), c
+        assert c["history_violations"] == 0
+    lost = classes["response_loss"]
+    assert lost["fault_fired"] >= 1 and lost["fault_hits"] >= 1
+    assert lost["unknown_outcomes"] == lost["settled_by_status_query"] >= 1
+    stuck = classes["compensation_failure"]
+    assert (stuck["fault_hits"], stuck["compensations_failed"]) == (1, 1)
+    assert stuck["fault_fired"] >= 2  # a cancellation, retried, failed each time
+    outage = classes["queue_full"]
+    assert outage["queue_backlog"]["outage_s"] == 3.0 and outage["fault_hits"] >= 1
+    assert outage["retries_by_class"]["transient"] >= 2
+
+    books = booking.books()
+    per_run = Counter(
+        (parse_idempotency_key(r["key"])[0], r["kind"]) for r in books["reservations"].values()
+    )
+    assert len(per_run) == 4 * 3 * 2 and set(per_run.values()) == {1}, per_run
+    assert len(books["live"]) == 4 * 2 * 2 + 2  # the one run compensation could not undo
+    assert len(books["charges"]) == 4 * 2
+    for c in report["classes"]:
+        _sound_batch(servers, c["prefix"], 3)
