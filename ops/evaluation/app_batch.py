@@ -38,6 +38,7 @@ from ops.evaluation.fault_app import (
 )
 from ops.evaluation.fault_batch import BatchResult, evidence, kill_in_flight
 from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClass, FaultPlan
+from ops.evaluation.lag_sampler import LagSampler
 from ops.invoices.invoice_demo import Stack
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
@@ -186,24 +187,25 @@ def run_app_batch(
     if plan.deliveries > 1:  # the same starts again, in reverse order, then once more
         rounds += [rounds[0][::-1], rounds[0][1::2] + rounds[0][0::2]]
     try:
-        stack.start("orchestrator")
-        stack.start("worker")
-        ended: set[str] = set()
-        for n, batch in enumerate(rounds):
-            for wf, value in batch:
-                client.start(workflow, value, wf, confirm_timeout_s=None)
-                deliveries.append((wf, int(time.time() * 1000), 202))
+        with LagSampler(settings) as lag:
+            stack.start("orchestrator")
+            stack.start("worker")
+            ended: set[str] = set()
+            for n, batch in enumerate(rounds):
+                for wf, value in batch:
+                    client.start(workflow, value, wf, confirm_timeout_s=None)
+                    deliveries.append((wf, int(time.time() * 1000), 202))
+                    if killed_ms is None and plan.kill_at is not None:
+                        rows = client.projection.statuses(ids)
+                        killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+                if n == 0:
+                    time.sleep(0.2)  # the repeats arrive while the first starts are in flight
+            while len(ended) < len(ids) and time.monotonic() < began + max_s:
+                rows = client.projection.statuses(ids)
                 if killed_ms is None and plan.kill_at is not None:
-                    rows = client.projection.statuses(ids)
                     killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
-            if n == 0:
-                time.sleep(0.2)  # the repeats arrive while the first starts are in flight
-        while len(ended) < len(ids) and time.monotonic() < began + max_s:
-            rows = client.projection.statuses(ids)
-            if killed_ms is None and plan.kill_at is not None:
-                killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
-            ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
-            time.sleep(0.2)
+                ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
+                time.sleep(0.2)
     finally:
         client.close()
         stack.stop_all()
@@ -232,6 +234,7 @@ def run_app_batch(
         deliveries=deliveries,
         killed_ms=killed_ms,
         baseline_ids=same_input,
+        kafka_lag=lag.samples,
     )
     _read_book(result, FaultBook(settings.redis, book_key), roles_of(user_app, workflow))
     result.took_s = time.monotonic() - began

@@ -98,23 +98,38 @@ def _hits(batch: BatchResult) -> tuple[int, int, str]:
 
 def backlog(batch: BatchResult, step_ms: int = 250) -> dict[str, Any]:
     """Runs waiting for a retry over the batch, from their histories: its peak, and
-    the series (seconds since the first run started, runs waiting)."""
+    the series (seconds since the first run started, runs waiting); beside it, Kafka's
+    consumer lag over the same time."""
     evs = [ev for ev in batch.evidence.values() if ev.started_ms]
     waits = [w for ev in evs for w in ev.retry_waits]
     if not evs:
-        return {"peak": 0, "series": []}
+        return {"peak": 0, "series": [], "kafka_lag": _kafka_lag(batch, 0)}
     first = min(ev.started_ms for ev in evs)
     last = max(ev.ended_ms or ev.started_ms for ev in evs)
     series = []
     for t in range(first, last + step_ms, step_ms):
         series.append([round((t - first) / 1000, 2), sum(a <= t < b for a, b in waits)])
     out: dict[str, Any] = {"peak": max(n for _, n in series), "series": series}
+    out["kafka_lag"] = _kafka_lag(batch, first)
     if batch.outage_ms is not None and batch.outage_ms[1]:
         up = batch.outage_ms[1]
         drained = max((b for a, b in waits if a <= up), default=up)
         out["outage_s"] = round((up - batch.outage_ms[0]) / 1000, 2)
         out["drained_s_after_outage"] = round(max(0, drained - up) / 1000, 2)
     return out
+
+
+def _kafka_lag(batch: BatchResult, first_ms: int) -> dict[str, Any]:
+    """Kafka's consumer lag over the batch (``lag_sampler``): its peak per topic and
+    group, and the series (seconds since the first run started, records by topic and
+    group) from the first run's start on."""
+    kept = [(ms, lag) for ms, lag in batch.kafka_lag if ms >= first_ms]
+    names = sorted({n for _, lag in kept for n in lag})
+    series = [
+        [round((ms - first_ms) / 1000, 2), {n: lag.get(n, 0) for n in names}] for ms, lag in kept
+    ]
+    peak = {n: max(lag.get(n, 0) for _, lag in kept) for n in names}
+    return {"peak": peak, "series": series}
 
 
 def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str, Any]:

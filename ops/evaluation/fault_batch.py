@@ -23,6 +23,7 @@ from rich.console import Console
 
 from ops.demo_job import fresh_prefix
 from ops.evaluation.fault_plans import FaultClass, FaultPlan, Variant
+from ops.evaluation.lag_sampler import LagSampler
 from ops.evaluation.run_evidence import RunEvidence, evidence_of
 from ops.fakes.ledger import LedgerClient
 from ops.fakes.payables import PayablesClient
@@ -109,6 +110,8 @@ class BatchResult:
     #: Each run's fault-free run of the same input, where its workflow id differs (a
     #: workflow of your own: every batch's ids are new to your systems).
     baseline_ids: dict[str, str] = field(default_factory=dict)
+    #: Kafka's consumer lag over the batch: (wall-clock ms, {topic <- group: records}).
+    kafka_lag: list[tuple[int, dict[str, int]]] = field(default_factory=list)
 
     def baseline_id(self, wf: str) -> str:
         """The workflow id of the fault-free run of ``wf``'s input."""
@@ -148,17 +151,20 @@ def run_batch(
         if seeded_bug is not None:
             stack.env["KEEL_TEST_SEEDED_BUG"] = str(seeded_bug)
         try:
-            stack.start("orchestrator")
-            stack.start("worker")
-            if variant is Variant.BACKBONE:
-                stack.start_connector()
-            ledger = LedgerClient(urls.ledger)
-            seen = _drive(stack, plan, variant, by_wf, hook_secret, tokens, ledger, began + max_s)
+            with LagSampler(settings) as lag:
+                stack.start("orchestrator")
+                stack.start("worker")
+                if variant is Variant.BACKBONE:
+                    stack.start_connector()
+                ledger = LedgerClient(urls.ledger)
+                deadline = began + max_s
+                seen = _drive(stack, plan, variant, by_wf, hook_secret, tokens, ledger, deadline)
             books = Books(ledger.ledger(), PayablesClient(urls.payables).books())
             left = ledger.faults()
             seen["answers_dropped"] = (
                 plan.ledger_faults.get("drop_after_commit", 0) - left["drop_after_commit"]
             )
+            seen["kafka_lag"] = lag.samples
         finally:
             stack.stop_all()
     result = BatchResult(

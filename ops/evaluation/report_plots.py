@@ -20,6 +20,7 @@ def plot_all(out: Path, classes: list[dict[str, Any]]) -> dict[str, str]:
         "outcomes.png": _outcomes(classes),
         "cost.png": _cost(classes),
         "backlog.png": _backlog(classes),
+        "kafka_lag.png": _kafka_lag(classes),
     }
     uris = {}
     for name, png in plots.items():
@@ -108,4 +109,27 @@ def _backlog(classes: list[dict[str, Any]]) -> bytes:
     ax.set_title("Backlog over time")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _kafka_lag(classes: list[dict[str, Any]]) -> bytes:
+    """Records Kafka holds for the batch's consumers (every topic and group summed) over
+    time: a panel per variant, a line per fault class's batch."""
+    import matplotlib.pyplot as plt
+
+    variants = list(dict.fromkeys(c["variant"] for c in classes))
+    fig, axes = plt.subplots(
+        len(variants), 1, figsize=(8.5, 2.6 * len(variants)), sharex=True, squeeze=False
+    )
+    for ax, variant in zip(axes[:, 0], variants, strict=True):
+        for c in classes:
+            series = c["queue_backlog"]["kafka_lag"]["series"]
+            if c["variant"] == variant and series:
+                totals = [sum(lag.values()) for _, lag in series]
+                ax.plot([t for t, _ in series], totals, ".-", label=c["fault"], lw=1.2, ms=3)
+        ax.set_title(f"Kafka consumer lag over time: {variant}", fontsize=9)
+        ax.set_ylabel("records not committed", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[-1, 0].set_xlabel("seconds since the batch's first run started")
     return _png(fig)

@@ -92,7 +92,11 @@ def test_every_fault_class_hits_in_flight_runs_and_the_pipeline_recovers(servers
     assert old["started_on"].get("1", 0) > 0 and old["started_on"].get("2", 0) > 0, old
     assert old["migrated"] == old["migrations_answered"].get("migrated", 0), old
     assert agent["old_schema"]["versions"]["started_on"].get("2", 0) > 0
-    for png in ("latency.png", "outcomes.png", "cost.png", "backlog.png"):
+    for name, c in classes.items():  # Kafka's view: the orchestrator's and workers' groups
+        lag = c["queue_backlog"]["kafka_lag"]
+        assert lag["series"], name
+        assert {"commands <- orchestrator", "activity-tasks <- workers"} <= set(lag["peak"])
+    for png in ("latency.png", "outcomes.png", "cost.png", "backlog.png", "kafka_lag.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
     assert 'id="verdict">pass<' in html and "data:image/png;base64," in html

@@ -74,6 +74,7 @@ def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_
         assert c["outcomes"] == {"completed": 2, undone: 1}, c
         assert (c["duplicate_effects"], c["re_executed_activities"]) == (0, 0), c
         assert c["history_violations"] == 0
+        assert c["queue_backlog"]["kafka_lag"]["series"], fault
     lost = classes["response_loss"]
     assert lost["fault_fired"] >= 1 and lost["fault_hits"] >= 1
     assert lost["unknown_outcomes"] == lost["settled_by_status_query"] >= 1
