@@ -85,7 +85,7 @@ def evaluate(
         typer.Option(
             "--app",
             help="MODULE:ATTR of your own application (with --inputs): its workflow under "
-            "every class but old_schema that can strike it.",
+            "every class that can strike it.",
         ),
     ] = None,
     inputs: Annotated[

@@ -1,12 +1,15 @@
 """``keel evaluate --app M:A --workflow W --inputs FILE``: a workflow of your own under
-every fault class but ``old_schema`` (docs/evaluation.md, "Your own workflow").
+every fault class that can strike it (docs/evaluation.md, "Your own workflow").
 
 Its runs are started with the client from the inputs (a JSON array, or one JSON value a
 line), one run per input, each under a workflow id derived from the input and its place,
 so a run in a fault batch has the same id as the fault-free run of the same input. Keel
 cannot fake your external systems or play your people: ``crash`` (the orchestrator and
 the worker SIGKILLed with runs in flight) and ``duplicate_callbacks`` (every start sent
-three times, out of order) strike Keel itself; ``response_loss``, ``queue_full`` and
+three times, out of order) strike Keel itself, and so does ``old_schema`` (half the runs
+start on your latest version N; then N+1, its states with a migration from N at every
+wait, is deployed: the services restart on it, the runs waiting migrate, the rest start
+on N+1); ``response_loss``, ``queue_full`` and
 ``compensation_failure`` are injected at your handlers by the worker's application,
 ``ops/evaluation/fault_app.py``, which also keeps the book of their calls. A run should
 end as the fault-free run of its input did (a compensated one, under
@@ -30,15 +33,24 @@ from ops.demo_job import fresh_prefix
 from ops.evaluation.fault_app import (
     APP_VARIABLE,
     BOOK_VARIABLE,
+    DEPLOYED_VARIABLE,
     FAULT_VARIABLE,
     WORKFLOW_VARIABLE,
     FaultBook,
     Roles,
     roles_of,
 )
-from ops.evaluation.fault_batch import BatchResult, evidence, kill_in_flight
+from ops.evaluation.fault_batch import (
+    BatchResult,
+    deploy,
+    deployable,
+    evidence,
+    kill_in_flight,
+    migrate_waiting,
+)
 from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClass, FaultPlan
 from ops.evaluation.lag_sampler import LagSampler
+from ops.evaluation.next_version import deployed
 from ops.invoices.invoice_demo import Stack
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
@@ -53,9 +65,7 @@ __all__ = [
     "striking_faults",
 ]
 
-#: The classes a workflow of your own is evaluated under (``old_schema`` needs a next
-#: version of it, with its migrations: ``ops/evaluation/next_deployment.py`` has the
-#: invoice pipeline's).
+#: The classes a workflow of your own is evaluated under, in order.
 OWN_FAULTS = (
     FaultClass.NONE,
     FaultClass.CRASH,
@@ -63,6 +73,7 @@ OWN_FAULTS = (
     FaultClass.DUPLICATE_CALLBACKS,
     FaultClass.COMPENSATION_FAILURE,
     FaultClass.QUEUE_FULL,
+    FaultClass.OLD_SCHEMA,
 )
 OWN_VARIANT = "own"
 #: The application the batch's processes run: yours, its handlers wrapped.
@@ -76,6 +87,9 @@ _OWN_WHAT = {
     FaultClass.COMPENSATION_FAILURE: "every compensation keeps failing, past its retries",
     FaultClass.DUPLICATE_CALLBACKS: "every start sent three times: at once, in reverse order "
     "and interleaved",
+    FaultClass.OLD_SCHEMA: "half the runs start on your latest version; then the next (its "
+    "states, with a migration at every wait) is deployed: the services restart on it, the "
+    "runs waiting there migrate, the rest start on it",
 }
 
 
@@ -90,8 +104,7 @@ def striking_faults(roles: Roles) -> dict[FaultClass, str]:
         FaultClass.COMPENSATION_FAILURE: ""
         if roles.compensations
         else "no step declares a compensation",
-        FaultClass.OLD_SCHEMA: "it needs a next version of the workflow and its migrations, "
-        "which Keel has only for the invoice pipeline",
+        FaultClass.OLD_SCHEMA: "",
     }
 
 
@@ -105,7 +118,13 @@ def own_plan(plan: FaultPlan) -> FaultPlan:
     what = _OWN_WHAT.get(plan.fault)
     if what is None:
         return plan
-    return FaultPlan(plan.fault, what, kill_at=plan.kill_at, deliveries=plan.deliveries)
+    return FaultPlan(
+        plan.fault,
+        what,
+        kill_at=plan.kill_at,
+        deliveries=plan.deliveries,
+        deploy_at=plan.deploy_at,
+    )
 
 
 def load_inputs(path: Path, runs: int) -> list[Any]:
@@ -181,29 +200,49 @@ def run_app_batch(
     )
     stack = Stack(settings, log_dir, env)
     client = KeelClient(settings, user_app)
+    from_version = user_app.get(workflow).version
     deliveries: list[tuple[str, int, int]] = []
     killed_ms: int | None = None
+    deployed_ms: int | None = None
+    migrations: dict[str, int] = {}
     rounds = [list(zip(ids, inputs, strict=True))]
+    later: list[tuple[str, Any]] = []  # old_schema: started once the next version is deployed
+    if plan.deploy_at is not None:
+        cut = max(1, int(len(ids) * plan.deploy_at))
+        rounds[0], later = rounds[0][:cut], rounds[0][cut:]
     if plan.deliveries > 1:  # the same starts again, in reverse order, then once more
         rounds += [rounds[0][::-1], rounds[0][1::2] + rounds[0][0::2]]
+
+    def start(batch: list[tuple[str, Any]]) -> None:
+        nonlocal killed_ms
+        for wf, value in batch:
+            client.start(workflow, value, wf, confirm_timeout_s=None)
+            deliveries.append((wf, int(time.time() * 1000), 202))
+            if killed_ms is None and plan.kill_at is not None:
+                rows = client.projection.statuses(ids)
+                killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+
     try:
         with LagSampler(settings) as lag:
             stack.start("orchestrator")
             stack.start("worker")
             ended: set[str] = set()
             for n, batch in enumerate(rounds):
-                for wf, value in batch:
-                    client.start(workflow, value, wf, confirm_timeout_s=None)
-                    deliveries.append((wf, int(time.time() * 1000), 202))
-                    if killed_ms is None and plan.kill_at is not None:
-                        rows = client.projection.statuses(ids)
-                        killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+                start(batch)
                 if n == 0:
                     time.sleep(0.2)  # the repeats arrive while the first starts are in flight
-            while len(ended) < len(ids) and time.monotonic() < began + max_s:
+            while (len(ended) < len(ids) or later) and time.monotonic() < began + max_s:
                 rows = client.projection.statuses(ids)
                 if killed_ms is None and plan.kill_at is not None:
                     killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+                if later and deployable(rows[: len(rounds[0])], False):
+                    deployed_ms = deploy(stack, {DEPLOYED_VARIABLE: "1"})
+                    next_app = deployed(user_app, workflow)
+                    client.close()
+                    client = KeelClient(settings, next_app)
+                    start(later)
+                    later = []
+                    migrations = migrate_waiting(settings, next_app, workflow, from_version)
                 ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
                 time.sleep(0.2)
     finally:
@@ -235,6 +274,9 @@ def run_app_batch(
         killed_ms=killed_ms,
         baseline_ids=same_input,
         kafka_lag=lag.samples,
+        deployed_ms=deployed_ms,
+        from_version=from_version,
+        migrations=migrations,
     )
     _read_book(result, FaultBook(settings.redis, book_key), roles_of(user_app, workflow))
     result.took_s = time.monotonic() - began

@@ -79,13 +79,13 @@ def _hits(batch: BatchResult) -> tuple[int, int, str]:
             n = sum(any(a < end and b > down[0] for a, b in ev.retry_waits) for ev in runs)
             return n, 1, "runs that waited for a retry while the downstream was down"
         case FaultClass.OLD_SCHEMA:
-            at = batch.deployed_ms
+            at, v = batch.deployed_ms, batch.from_version
             n = (
                 0
                 if at is None
-                else sum(ev.in_flight_at(at) and ev.versions[:1] == [1] for ev in runs)
+                else sum(ev.in_flight_at(at) and ev.versions[:1] == [v] for ev in runs)
             )
-            return n, int(at is not None), "runs of v1 in flight when v2 was deployed"
+            return n, int(at is not None), f"runs of v{v} in flight when v{v + 1} was deployed"
         case FaultClass.COMPENSATION_FAILURE:
             n = sum(ev.compensations_failed > 0 for ev in runs)
             books = batch.books

@@ -5,9 +5,11 @@ inject the batch's fault where Keel has no fake of your external system.
 The batch starts the orchestrator and the worker with ``--app
 ops.evaluation.fault_app:app`` and names, in their environment, your application
 (``KEEL_EVAL_APP``), the workflow (``KEEL_EVAL_WORKFLOW``), the fault class
-(``KEEL_EVAL_FAULT``) and the Redis key the book is kept under (``KEEL_EVAL_BOOK``). The
-definitions are yours, unchanged (the orchestrator decides as it would); only the worker
-calls the wrapped handlers. Kept in Redis, so the book survives a SIGKILLed worker:
+(``KEEL_EVAL_FAULT``) and the Redis key the book is kept under (``KEEL_EVAL_BOOK``);
+under ``old_schema``, once the batch deploys the next version, ``KEEL_EVAL_DEPLOYED``
+adds it (``ops/evaluation/next_version.py``). The definitions are yours, unchanged (the
+orchestrator decides as it would); only the worker calls the wrapped handlers. Kept in
+Redis, so the book survives a SIGKILLed worker:
 
 * every call that returned, by activity type and idempotency key (a ``@side_effect``
   handler that returned twice for one key made its effect twice);
@@ -32,6 +34,7 @@ from typing import Any
 
 from handlers.sdk.markers import has_side_effect
 from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClass
+from ops.evaluation.next_version import deployed
 from orchestrator import OnUnknown, OutcomeUnknownError, TransientError, activity
 from orchestrator.application.app import ActivityHandler, KeelApp, load_app
 from orchestrator.io.redis.read_model import redis_client
@@ -42,6 +45,7 @@ __all__ = ["FaultBook", "Roles", "app", "roles_of", "wrapped_app"]
 #: The worker's application and what it is told by the batch (environment variables).
 APP_VARIABLE, WORKFLOW_VARIABLE = "KEEL_EVAL_APP", "KEEL_EVAL_WORKFLOW"
 FAULT_VARIABLE, BOOK_VARIABLE = "KEEL_EVAL_FAULT", "KEEL_EVAL_BOOK"
+DEPLOYED_VARIABLE = "KEEL_EVAL_DEPLOYED"
 #: ``response_loss`` loses the answer of every ``LOSE_EVERY``-th first attempt of a write.
 LOSE_EVERY = 3
 _SEP = "\x1f"
@@ -197,9 +201,11 @@ def _from_environment() -> KeelApp:
     settings = Settings()
     book = FaultBook(settings.redis, os.environ[BOOK_VARIABLE])
     fault = FaultClass(os.environ[FAULT_VARIABLE])
-    return wrapped_app(
-        load_app(os.environ[APP_VARIABLE]), os.environ[WORKFLOW_VARIABLE], fault, book
-    )
+    workflow = os.environ[WORKFLOW_VARIABLE]
+    user_app = load_app(os.environ[APP_VARIABLE])
+    if os.environ.get(DEPLOYED_VARIABLE):
+        user_app = deployed(user_app, workflow)
+    return wrapped_app(user_app, workflow, fault, book)
 
 
 #: What ``--app ops.evaluation.fault_app:app`` names in a batch's processes.

@@ -17,7 +17,7 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -34,7 +34,19 @@ from ops.invoices.invoice_samples import Sample, Scenario, samples
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import SeededBug, Settings
 
-__all__ = ["BatchResult", "evaluation_items", "evidence", "kill_in_flight", "run_batch"]
+if TYPE_CHECKING:
+    from orchestrator.application.app import KeelApp
+
+__all__ = [
+    "BatchResult",
+    "deploy",
+    "deployable",
+    "evaluation_items",
+    "evidence",
+    "kill_in_flight",
+    "migrate_waiting",
+    "run_batch",
+]
 
 #: One of each scenario that ends on its own, then clean small invoices. (An expiring
 #: approval takes its SLA's seconds; a second file of one invoice must wait for the first.)
@@ -103,8 +115,10 @@ class BatchResult:
     #: every call that returned again under one key (None: the fakes' books apply).
     effects_twice: int | None = None
     calls_repeated: int | None = None
-    #: When version 2 was deployed (old_schema), and the migrations' answers by outcome.
+    #: When the next version was deployed (old_schema), the version runs were started on
+    #: before it, and the migrations' answers by outcome.
     deployed_ms: int | None = None
+    from_version: int = 1
     migrations: dict[str, int] = field(default_factory=dict)
     took_s: float = 0.0
     #: Each run's fault-free run of the same input, where its workflow id differs (a
@@ -254,12 +268,13 @@ def _drive(
                 outage_end_ms = outage[1] if outage is not None and outage[1] else None
             if plan.deploy_at is not None and deployed_ms is None:
                 first = rows[: len(rounds[0])]  # the deployment strikes what they started
-                if _deployable(first, people):
-                    deployed_ms = _deploy(stack, variant)
+                if deployable(first, people):
+                    deployed_ms = deploy(stack, {"KEEL_APP": variant.next_app})
                     desk.url = stack.connector_url
                     for wf, s, event_id in later:
                         deliver(wf, s, event_id)
-                    migrations = _migrate(stack.settings, variant)
+                    next_app = load_app(variant.next_app)
+                    migrations = migrate_waiting(stack.settings, next_app, variant.workflow, 1)
             ended = {wf for wf, st in zip(ids, rows, strict=True) if st in TERMINAL_STATUSES}
             # People answer only after a crash or a deployment has struck: their runs wait
             # in flight for it.
@@ -311,17 +326,17 @@ def _progress(rows: list[str | None]) -> tuple[int, int]:
     return sum(st is not None for st in rows), sum(st in TERMINAL_STATUSES for st in rows)
 
 
-def _deployable(rows: list[str | None], people: bool) -> bool:
-    """Deploy version 2 once a run of the first half is in flight (and, with people, one
-    has ended), or once all of them have ended."""
+def deployable(rows: list[str | None], people: bool) -> bool:
+    """Deploy the next version once a run of the first half is in flight (and, with
+    people, one has ended), or once all of them have ended."""
     started, ended = _progress(rows)
     in_flight = started > ended and (ended > 0 or not people)
     return in_flight or ended == len(rows)
 
 
-def _deploy(stack: Any, variant: Variant) -> int:
-    """Stop the services (SIGTERM, as a deployment does) and start them on the next
-    deployment; when it began."""
+def deploy(stack: Any, env: dict[str, str]) -> int:
+    """Stop the services (SIGTERM, as a deployment does) and start them again with
+    ``env`` (the next deployment's application); when it began."""
     at = _ms()
     roles = sorted({name.rsplit("-", 1)[0] for name, p in stack.procs.items() if p.poll() is None})
     for proc in stack.procs.values():
@@ -329,7 +344,7 @@ def _deploy(stack: Any, variant: Variant) -> int:
             proc.send_signal(signal.SIGTERM)
     for proc in stack.procs.values():
         proc.wait(timeout=60)
-    stack.env["KEEL_APP"] = variant.next_app
+    stack.env.update(env)
     for role in roles:
         if role == "connector":
             stack.start_connector()
@@ -338,24 +353,36 @@ def _deploy(stack: Any, variant: Variant) -> int:
     return at
 
 
-def _migrate(settings: Settings, variant: Variant) -> dict[str, int]:
-    """Migrate the runs of version 1 waiting where version 2 maps them, as an operator
-    would (``keel workflow migrate --name W --from-version 1 --to-version 2 --state S``);
-    the answers by outcome."""
-    from orchestrator.application.app import load_app
+def migrate_waiting(
+    settings: Settings, app: KeelApp, workflow: str, from_version: int
+) -> dict[str, int]:
+    """Migrate the runs of ``from_version`` waiting where ``app``'s latest version of
+    ``workflow`` maps them, as an operator would (``keel workflow migrate --name W
+    --from-version N --to-version N+1 --state S``); the answers by outcome."""
     from orchestrator.client.client import KeelClient
     from orchestrator.client.migration_requests import select, send
 
-    app = load_app(variant.next_app)
-    v2 = app.get(variant.workflow, 2)
-    if 1 not in v2.migrations:
+    target = app.get(workflow)
+    migration = target.migrations.get(from_version)
+    if migration is None:
         return {}
     client = KeelClient(settings, app)
     try:
         ids = sorted(
-            {wf for state in v2.migrations[1].states for wf in select(client, v2.name, 1, state)}
+            {
+                wf
+                for state in migration.states
+                for wf in select(client, workflow, from_version, state)
+            }
         )
-        outcomes = send(client, ids, 2, "keel evaluate", "v2 deployed mid-flight", 60.0)
+        outcomes = send(
+            client,
+            ids,
+            target.version,
+            "keel evaluate",
+            "the next version deployed mid-flight",
+            60.0,
+        )
     finally:
         client.close()
     return dict(Counter(str(o.outcome) for o in outcomes))

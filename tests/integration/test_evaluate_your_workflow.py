@@ -16,14 +16,15 @@ from tests.sagas_support import booking, booking_url, trip  # noqa: F401
 from tests.support import run_keel
 
 
-def test_a_workflow_of_your_own_is_evaluated_from_its_inputs_under_crash_and_duplicates(
+def test_a_workflow_of_your_own_is_evaluated_under_crash_duplicates_and_its_next_version(
     servers, tmp_path
 ):
     """``--app --inputs``: timer_demo runs (in flight on their timers when the crash
-    strikes) end as their fault-free runs did, every start sent three times joins its run;
+    strikes) end as their fault-free runs did, every start sent three times joins its run,
+    and the runs of v1 asleep when v2 is deployed migrate at their timer and end on v2;
     the classes that need a write or a compensation are not chosen for it."""
     inputs = tmp_path / "timers.jsonl"
-    inputs.write_text('{"seconds": 2}\n{"seconds": 3}\n')
+    inputs.write_text('{"seconds": 5}\n{"seconds": 8}\n')
     out = tmp_path / "report"
     args = ["evaluate", "--app", "orchestrator.examples:app", "--workflow", "timer_demo"]
     args += ["--inputs", str(inputs), "--runs", "4", "--out", str(out)]
@@ -36,13 +37,22 @@ def test_a_workflow_of_your_own_is_evaluated_from_its_inputs_under_crash_and_dup
         "timer_demo",
     )
     classes = {c["fault"]: c for c in report["classes"]}
-    assert list(classes) == ["none", "crash", "duplicate_callbacks"]
+    assert list(classes) == ["none", "crash", "duplicate_callbacks", "old_schema"]
     for c in classes.values():
         assert (c["runs"], c["succeeded"], c["duplicate_effects"]) == (4, 4, 0), c
         assert c["outcomes"] == {"completed": 4}
     assert classes["crash"]["fault_hits"] > 0
     assert all(r["node_at_fault"] == "sleep" for r in classes["crash"]["recovery"])
     assert classes["duplicate_callbacks"]["deliveries"] == 4 * 3
+    old = classes["old_schema"]
+    assert old["fault_hits"] == 2 and old["fault_fired"] == 1, old["fault_hits"]
+    assert old["what"].startswith("half the runs start on your latest version; then the next")
+    assert old["versions"] == {
+        "started_on": {"1": 2, "2": 2},
+        "migrated": 2,
+        "ended_on": {"2": 4},
+        "migrations_answered": {"migrated": 2},
+    }
     for c in report["classes"]:
         _sound_batch(servers, c["prefix"], 4)  # 4 runs: a repeated start joined its run
 

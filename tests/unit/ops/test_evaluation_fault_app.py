@@ -125,6 +125,7 @@ def test_writes_compensations_and_side_effects_are_told_apart() -> None:
         FaultClass.NONE,
         FaultClass.CRASH,
         FaultClass.DUPLICATE_CALLBACKS,
+        FaultClass.OLD_SCHEMA,
     ]
 
 
@@ -181,3 +182,23 @@ def test_compensation_failure_fails_every_compensation_and_nothing_else() -> Non
             _in_activity(app.handlers["cancel"].fn, "cancel", "k1", attempt)
     assert _in_activity(app.handlers["book"].fn, "book", "k2") == {"booking": "B1"}
     assert calls == ["book"] and book.fired_n == 2
+
+
+def test_old_schema_deploys_your_latest_version_again_as_the_next_migrated_at_its_waits() -> None:
+    """``old_schema`` of a workflow of your own: version N+1 is N's states, with a
+    migration from N at every state that waits (none: runs of N finish on N); built in
+    the client and in each service, it is the same definition (one digest)."""
+    from ops.evaluation.next_version import deployed, wait_states
+    from orchestrator.examples import app as examples
+
+    timers = examples.get("timer_demo")
+    assert wait_states(timers) == {"sleep": "sleep"}
+    one, two = deployed(examples, "timer_demo"), deployed(examples, "timer_demo")
+    nxt = one.get("timer_demo")
+    assert nxt.version == timers.version + 1 and list(nxt.states) == list(timers.states)
+    assert dict(nxt.migrations[timers.version].states) == {"sleep": "sleep"}
+    assert nxt.digest == two.get("timer_demo").digest != timers.digest
+    assert one.get("timer_demo", timers.version).digest == timers.digest
+    assert one.handlers == examples.handlers
+    trip = deployed(_user_app([]), "trip").get("trip")
+    assert (trip.version, trip.migrations) == (2, {})  # no wait: runs of v1 finish on v1

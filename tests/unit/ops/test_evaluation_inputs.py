@@ -64,9 +64,7 @@ def test_a_workflow_of_your_own_is_refused_the_classes_that_cannot_strike_it(
     assert str(refused.value) == (
         "fault class(es) cannot strike timer_demo: response_loss (no write: no step declares "
         "a status query or on_unknown=retry, and no handler is @side_effect); "
-        "compensation_failure (no step declares a compensation); old_schema (it needs a next "
-        "version of the workflow and its migrations, which Keel has only for the invoice "
-        "pipeline)"
+        "compensation_failure (no step declares a compensation)"
     )
     with pytest.raises(InvalidInputError, match="for a workflow of your own give --app"):
         run_evaluation(None, "timer_demo", 3, faults, [Variant.BACKBONE], tmp_path, None)  # type: ignore[arg-type]
