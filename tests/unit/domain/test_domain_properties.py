@@ -267,6 +267,7 @@ class World:
         self.records: dict[str, list[Record]] = {w: [] for w in WIDS}
         self.t = T0
         self.n = 0
+        self.resolved = 0  # the operator's resolutions so far: each in turn
 
     def envelope(self, wid: str, payload: Any) -> Envelope[Any]:
         self.n += 1
@@ -368,8 +369,9 @@ class World:
                 usual = ("redrive",) if act.status == "dead_lettered" else RESOLUTIONS
                 if data.draw(st.integers(0, 9), label="odd") >= 8:  # refused or unusual
                     resolution = data.draw(st.sampled_from(["redrive", "found", "bogus"]))
-                else:  # rotate, so every resolution is reached
-                    resolution = usual[self.n % len(usual)]
+                else:  # in turn, so every resolution is reached whatever the draws
+                    resolution = usual[self.resolved % len(usual)]
+                    self.resolved += 1
                 if resolution == "redrive":
                     payload = RedriveActivity(act.activity_id)
                 else:
@@ -635,12 +637,17 @@ def test_property_generator_reaches_interesting_outcomes() -> None:
         max_examples=120,
         deadline=None,
         suppress_health_check=list(HealthCheck),
-        derandomize=True,  # the same examples every run: this guard never flakes
+        derandomize=True,
         database=None,
     )
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        world = World(focus=data.draw(st.booleans(), label="focus"))
+        # Mostly focused worlds: the operator's paths are the rarest to reach, and each
+        # world's resolutions begin at a drawn one (so each is reached about as often).
+        # derandomize alone does not make this guard deterministic: Hypothesis draws
+        # differently after other tests ran in the process (pytest-xdist's order).
+        world = World(focus=data.draw(st.integers(0, 3), label="focus") > 0)
+        world.resolved = data.draw(st.integers(0, len(RESOLUTIONS) - 1), label="resolution")
         for _ in range(60):
             world.step(data)
         for wid in WIDS:
