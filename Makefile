@@ -48,20 +48,22 @@ define test-stage
 	exit $$rc
 endef
 
-# Four stages, fastest first: unit (pure, in-process), integration (one real Kafka broker
+# Four stages, fastest first: unit (pure, in-process; UNIT_WORKERS pytest-xdist workers,
+# a test file to a worker), integration (one real Kafka broker
 # and Redis for the stage, shared by INTEGRATION_WORKERS pytest-xdist workers, a test file
 # to a worker; each test has its own topic prefix), fault (a three-broker cluster,
 # processes SIGKILLed: one at a time), browser (the web UI in Debian's headless Chromium,
 # against a real stack; it saves docs/ui/*.png).
 INTEGRATION_WORKERS ?= 2
+UNIT_WORKERS ?= 2
 test: setup
-	$(call test-stage,unit)
+	$(call test-stage,unit,-n $(UNIT_WORKERS) --dist loadfile)
 	$(call test-stage,integration,-n $(INTEGRATION_WORKERS) --dist loadfile)
 	$(call test-stage,fault)
 	$(call test-stage,browser)
 
 unit: $(BIN)/keel
-	$(call test-stage,unit)
+	$(call test-stage,unit,-n $(UNIT_WORKERS) --dist loadfile)
 
 test-browser: system-deps $(BIN)/keel
 	$(call test-stage,browser)

@@ -95,10 +95,12 @@ def test_make_test_runs_the_three_stages_in_order_and_ci_runs_it_after_lint() ->
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ntest: setup\n", 1)[1].split("\n\n", 1)[0]
     calls = [line.strip() for line in recipe.splitlines()]
-    # each stage is one directory, in order; only the integration stage runs in parallel
+    # each stage is one directory, in order; unit and integration run in parallel (a test
+    # file to a worker), fault and browser one test at a time
     stages = [call.removeprefix("$(call test-stage,").rstrip(")").split(",")[0] for call in calls]
     assert stages == list(LAYERS)
-    assert calls[0] == "$(call test-stage,unit)" and calls[2] == "$(call test-stage,fault)"
+    assert calls[0] == "$(call test-stage,unit,-n $(UNIT_WORKERS) --dist loadfile)"
+    assert calls[2] == "$(call test-stage,fault)"
     assert calls[3] == "$(call test-stage,browser)"
     assert calls[1] == "$(call test-stage,integration,-n $(INTEGRATION_WORKERS) --dist loadfile)"
     assert all((TESTS / layer).is_dir() for layer in LAYERS)
