@@ -2,19 +2,19 @@
 every fault class that can strike it (docs/evaluation.md, "Your own workflow").
 
 Its runs are started with the client from the inputs (a JSON array, or one JSON value a
-line), one run per input, each under a workflow id derived from the input and its place,
-so a run in a fault batch has the same id as the fault-free run of the same input. Keel
-cannot fake your external systems or play your people: ``crash`` (the orchestrator and
-the worker SIGKILLed with runs in flight) and ``duplicate_callbacks`` (every start sent
-three times, out of order) strike Keel itself, and so does ``old_schema`` (half the runs
-start on your latest version N; then N+1, its states with a migration from N at every
-wait, is deployed: the services restart on it, the runs waiting migrate, the rest start
-on N+1); ``response_loss``, ``queue_full`` and
-``compensation_failure`` are injected at your handlers by the worker's application,
-``ops/evaluation/fault_app.py``, which also keeps the book of their calls. A run should
-end as the fault-free run of its input did (a compensated one, under
-``compensation_failure``, ``compensation_failed``); a run waiting for a person is not
-answered, and fails the batch by not ending.
+line), one run per input, each under a workflow id new to your systems in every batch
+(``_run_id``), and compared with the fault-free run of the same input. Keel cannot fake
+your external systems or play your people: ``crash`` (the orchestrator and the worker
+SIGKILLed during a call the worker holds for it, of a run with a call behind it) and
+``duplicate_callbacks`` (every start sent three times, out of order) strike Keel itself,
+and so does ``old_schema`` (half the runs start on your latest version N, with no worker
+yet; then N+1, its states with a migration from N at every wait, is deployed: the
+orchestrator restarts on it and the worker starts, the runs waiting migrate, the rest
+start on N+1); ``response_loss``, ``queue_full`` and ``compensation_failure`` are
+injected at your handlers by the worker's application, ``ops/evaluation/fault_app.py``,
+which also keeps the book of their calls. A run should end as the fault-free run of its
+input did (a compensated one, under ``compensation_failure``, ``compensation_failed``);
+a run waiting for a person is not answered, and fails the batch by not ending.
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ OWN_VARIANT = "own"
 FAULT_APP = "ops.evaluation.fault_app:app"
 
 _OWN_WHAT = {
+    FaultClass.CRASH: "the orchestrator and the worker SIGKILLed (and restarted) during a call "
+    "of a run with a call behind it (without activities: once half the runs are in flight)",
     FaultClass.RESPONSE_LOSS: "every third first attempt of a write (a step with a status query, "
     "on_unknown=retry, or a @side_effect handler) returns, then its answer is lost",
     FaultClass.QUEUE_FULL: f"every write fails as a downstream down for {OUTAGE_S:.0f} s from "
@@ -87,9 +89,10 @@ _OWN_WHAT = {
     FaultClass.COMPENSATION_FAILURE: "every compensation keeps failing, past its retries",
     FaultClass.DUPLICATE_CALLBACKS: "every start sent three times: at once, in reverse order "
     "and interleaved",
-    FaultClass.OLD_SCHEMA: "half the runs start on your latest version; then the next (its "
-    "states, with a migration at every wait) is deployed: the services restart on it, the "
-    "runs waiting there migrate, the rest start on it",
+    FaultClass.OLD_SCHEMA: "half the runs start on your latest version, with no worker yet; "
+    "then the next (its states, with a migration at every wait) is deployed: the "
+    "orchestrator restarts on it and the worker starts, the runs waiting there migrate, "
+    "the rest start on it",
 }
 
 
@@ -213,19 +216,28 @@ def run_app_batch(
     if plan.deliveries > 1:  # the same starts again, in reverse order, then once more
         rounds += [rounds[0][::-1], rounds[0][1::2] + rounds[0][0::2]]
 
-    def start(batch: list[tuple[str, Any]]) -> None:
+    book = FaultBook(settings.redis, book_key)
+    # crash: with activities, when a call is held (fault_app); else once runs are in flight
+    steps = any(d.steps_by_name for (n, _), d in user_app.definitions.items() if n == workflow)
+
+    def strike(rows: list[str | None]) -> None:
         nonlocal killed_ms
+        if killed_ms is None and plan.kill_at is not None and (not steps or book.held()):
+            killed_ms = kill_in_flight(stack, rows, 0.0 if steps else plan.kill_at, False)
+
+    def start(batch: list[tuple[str, Any]]) -> None:
         for wf, value in batch:
             client.start(workflow, value, wf, confirm_timeout_s=None)
             deliveries.append((wf, int(time.time() * 1000), 202))
-            if killed_ms is None and plan.kill_at is not None:
-                rows = client.projection.statuses(ids)
-                killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+            strike(client.projection.statuses(ids))
 
     try:
         with LagSampler(settings) as lag:
             stack.start("orchestrator")
-            stack.start("worker")
+            if plan.deploy_at is None:
+                stack.start("worker")
+            # else the worker comes with the deployment: the first runs' activities wait
+            # for it, so they are in flight on version N however fast your steps are
             ended: set[str] = set()
             for n, batch in enumerate(rounds):
                 start(batch)
@@ -233,10 +245,10 @@ def run_app_batch(
                     time.sleep(0.2)  # the repeats arrive while the first starts are in flight
             while (len(ended) < len(ids) or later) and time.monotonic() < began + max_s:
                 rows = client.projection.statuses(ids)
-                if killed_ms is None and plan.kill_at is not None:
-                    killed_ms = kill_in_flight(stack, rows, plan.kill_at, False)
+                strike(rows)
                 if later and deployable(rows[: len(rounds[0])], False):
                     deployed_ms = deploy(stack, {DEPLOYED_VARIABLE: "1"})
+                    stack.start("worker")
                     next_app = deployed(user_app, workflow)
                     client.close()
                     client = KeelClient(settings, next_app)
@@ -278,7 +290,7 @@ def run_app_batch(
         from_version=from_version,
         migrations=migrations,
     )
-    _read_book(result, FaultBook(settings.redis, book_key), roles_of(user_app, workflow))
+    _read_book(result, book, roles_of(user_app, workflow))
     result.took_s = time.monotonic() - began
     return result
 

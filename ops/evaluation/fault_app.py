@@ -19,7 +19,10 @@ Redis, so the book survives a SIGKILLed worker:
 * ``queue_full``: every write fails as a downstream answering 503 with ``Retry-After: 1``
   for ``OUTAGE_S`` from the first write's call (``TransientError``, the handler not called);
 * ``compensation_failure``: every compensation keeps failing (``TransientError``), past
-  its retries.
+  its retries;
+* ``crash``: one call of a run that already has a call behind it is held (at most
+  ``HOLD_S``) and named in the book: the batch SIGKILLs the orchestrator and the worker
+  during it, so the crash finds that run in flight however fast your steps are.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ FAULT_VARIABLE, BOOK_VARIABLE = "KEEL_EVAL_FAULT", "KEEL_EVAL_BOOK"
 DEPLOYED_VARIABLE = "KEEL_EVAL_DEPLOYED"
 #: ``response_loss`` loses the answer of every ``LOSE_EVERY``-th first attempt of a write.
 LOSE_EVERY = 3
+#: ``crash`` holds a call this long at most, waiting for the SIGKILL.
+HOLD_S = 20.0
 _SEP = "\x1f"
 
 
@@ -102,6 +107,16 @@ class FaultBook:
             self._r.set(f"{self.key}:lost:{digest}", "1", nx=True, ex=3600)
         )
 
+    def ran(self, workflow_id: str) -> None:
+        """A call of ``workflow_id``'s returned: its run has work behind it."""
+        self._r.sadd(f"{self.key}:ran", workflow_id)
+
+    def hold(self, workflow_id: str) -> bool:
+        """Whether to hold this call: the first of a run with work behind it, once a batch."""
+        return bool(self._r.sismember(f"{self.key}:ran", workflow_id)) and bool(
+            self._r.set(f"{self.key}:held", workflow_id, nx=True, ex=3600)
+        )
+
     def outage_from_ms(self) -> int:
         """The outage's start: the first write's call (shared by every worker, restarts too)."""
         now = int(time.time() * 1000)
@@ -118,6 +133,10 @@ class FaultBook:
             out[kind, key] = int(count)
         return out
 
+    def held(self) -> str | None:
+        """The run whose call is held (``crash``), if one is."""
+        return self._r.get(f"{self.key}:held")  # type: ignore[return-value]
+
     def times_fired(self) -> int:
         return int(self._r.get(f"{self.key}:fired") or 0)
 
@@ -133,6 +152,9 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
     """``(before, after)`` hooks of one activity type under ``fault``."""
 
     def before() -> None:
+        if fault is FaultClass.CRASH and book.hold(activity().workflow_id):
+            book.fired()
+            time.sleep(HOLD_S)  # the batch SIGKILLs this worker meanwhile
         down = fault is FaultClass.QUEUE_FULL and kind in roles.writes
         if down and time.time() * 1000 < book.outage_from_ms() + OUTAGE_S * 1000:
             book.fired()
@@ -146,6 +168,8 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
     def after() -> None:
         ctx = activity()
         book.returned(kind, ctx.idempotency_key)
+        if fault is FaultClass.CRASH:
+            book.ran(ctx.workflow_id)
         if (
             fault is FaultClass.RESPONSE_LOSS
             and kind in roles.writes

@@ -46,7 +46,7 @@ def test_a_workflow_of_your_own_is_evaluated_under_crash_duplicates_and_its_next
     assert classes["duplicate_callbacks"]["deliveries"] == 4 * 3
     old = classes["old_schema"]
     assert old["fault_hits"] == 2 and old["fault_fired"] == 1, old["fault_hits"]
-    assert old["what"].startswith("half the runs start on your latest version; then the next")
+    assert old["what"].startswith("half the runs start on your latest version, with no worker")
     assert old["versions"] == {
         "started_on": {"1": 2, "2": 2},
         "migrated": 2,
@@ -57,13 +57,14 @@ def test_a_workflow_of_your_own_is_evaluated_under_crash_duplicates_and_its_next
         _sound_batch(servers, c["prefix"], 4)  # 4 runs: a repeated start joined its run
 
 
-def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_failing(
+def test_your_writes_survive_a_crash_lost_answers_an_outage_and_failing_compensations(
     servers,
     tmp_path,
     booking,  # noqa: F811
 ):
-    """travel_booking: two trips booked, one declined card undone, in every batch. A lost
-    answer is settled by ``booking_status``; an outage of the booking service is waited
+    """travel_booking: two trips booked, one declined card undone, in every batch. The
+    crash strikes while the worker holds a call of a run with a reservation behind it; a
+    lost answer is settled by ``booking_status``; an outage of the booking service is waited
     out within the write retries; a cancellation that keeps failing ends the declined
     trip ``compensation_failed``. The booking service's books: every run reserved its
     hotel and flight once, under keys new to it in each batch."""
@@ -72,12 +73,12 @@ def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_
     out = tmp_path / "report"
     args = ["evaluate", "--app", "orchestrator.examples:app", "--workflow", "travel_booking"]
     args += ["--inputs", str(inputs), "--runs", "3", "--out", str(out)]
-    args += ["--faults", "response_loss,compensation_failure,queue_full"]
+    args += ["--faults", "crash,response_loss,compensation_failure,queue_full"]
     done = run_keel(servers, tmp_path, *args, env={"KEEL_BOOKING_URL": booking.base_url})
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     classes = {c["fault"]: c for c in report["classes"]}
-    assert list(classes) == ["none", "response_loss", "compensation_failure", "queue_full"]
+    assert list(classes) == ["none", "crash", "response_loss", "compensation_failure", "queue_full"]
     assert report["verdict"] == "pass", [c["verdict_reasons"] for c in report["classes"]]
     for fault, c in classes.items():
         undone = "compensation_failed" if fault == "compensation_failure" else "compensated"
@@ -85,6 +86,9 @@ def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_
         assert (c["duplicate_effects"], c["re_executed_activities"]) == (0, 0), c
         assert c["history_violations"] == 0
         assert c["queue_backlog"]["kafka_lag"]["series"], fault
+    crash = classes["crash"]  # during a call the worker held, of a run with a call behind it
+    assert crash["fault_fired"] == 1 and crash["fault_hits"] >= 1, crash["recovery"]
+    assert all(r["node_at_fault"] and r["recovered_at_node"] for r in crash["recovery"])
     lost = classes["response_loss"]
     assert lost["fault_fired"] >= 1 and lost["fault_hits"] >= 1
     assert lost["unknown_outcomes"] == lost["settled_by_status_query"] >= 1
@@ -99,8 +103,8 @@ def test_your_writes_lose_answers_queue_behind_an_outage_and_compensations_keep_
     per_run = Counter(
         (parse_idempotency_key(r["key"])[0], r["kind"]) for r in books["reservations"].values()
     )
-    assert len(per_run) == 4 * 3 * 2 and set(per_run.values()) == {1}, per_run
-    assert len(books["live"]) == 4 * 2 * 2 + 2  # the one run compensation could not undo
-    assert len(books["charges"]) == 4 * 2
+    assert len(per_run) == 5 * 3 * 2 and set(per_run.values()) == {1}, per_run
+    assert len(books["live"]) == 5 * 2 * 2 + 2  # the one run compensation could not undo
+    assert len(books["charges"]) == 5 * 2
     for c in report["classes"]:
         _sound_batch(servers, c["prefix"], 3)

@@ -64,9 +64,20 @@ class MemoryBook:
         self.writes = 0
         self.lost: set[str] = set()
         self.outage_from: int | None = None
+        self.runs_with_work: set[str] = set()
+        self.held_run: str | None = None
 
     def returned(self, activity_type: str, idempotency_key: str) -> None:
         self.returned_calls.append((activity_type, idempotency_key))
+
+    def ran(self, workflow_id: str) -> None:
+        self.runs_with_work.add(workflow_id)
+
+    def hold(self, workflow_id: str) -> bool:
+        if workflow_id not in self.runs_with_work or self.held_run is not None:
+            return False
+        self.held_run = workflow_id
+        return True
 
     def fired(self) -> None:
         self.fired_n += 1
@@ -86,11 +97,11 @@ class MemoryBook:
         return self.outage_from
 
 
-def _in_activity(fn: Any, kind: str, key: str, attempt: int = 1) -> Any:
+def _in_activity(fn: Any, kind: str, key: str, attempt: int = 1, wf: str = "wf") -> Any:
     """Call ``fn`` as the worker does: inside the activity's context."""
     from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 
-    ctx = ActivityContext("wf", "a1", kind, attempt, 1, key, 0, lambda _: None)
+    ctx = ActivityContext(wf, "a1", kind, attempt, 1, key, 0, lambda _: None)
     token = set_current(ctx)
     try:
         out = fn({"trip": "T"})
@@ -133,7 +144,7 @@ def test_every_call_that_returns_is_in_the_book_and_the_handlers_stay_what_they_
     from handlers.sdk.markers import has_side_effect
 
     calls: list[str] = []
-    app, book = _wrapped("crash", calls)
+    app, book = _wrapped("none", calls)
     assert _in_activity(app.handlers["book"].fn, "book", "k1") == {"booking": "B1"}
     assert _in_activity(app.handlers["cancel"].fn, "cancel", "k2") == {"cancelled": True}
     assert app.handlers["cancel"].is_async and has_side_effect(app.handlers["mail"].fn)
@@ -202,3 +213,22 @@ def test_old_schema_deploys_your_latest_version_again_as_the_next_migrated_at_it
     assert one.handlers == examples.handlers
     trip = deployed(_user_app([]), "trip").get("trip")
     assert (trip.version, trip.migrations) == (2, {})  # no wait: runs of v1 finish on v1
+
+
+def test_crash_holds_the_first_call_of_a_run_with_work_behind_it_once_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch SIGKILLs the worker during the held call (here the hold is 0 s): a run
+    whose first call is in flight has nothing behind it, so the hold waits for a second."""
+    import ops.evaluation.fault_app as fault_app
+
+    monkeypatch.setattr(fault_app, "HOLD_S", 0.0)
+    calls: list[str] = []
+    app, book = _wrapped("crash", calls)
+    _in_activity(app.handlers["book"].fn, "book", "k1", wf="w1")
+    _in_activity(app.handlers["book"].fn, "book", "k2", wf="w2")
+    assert (book.held_run, book.fired_n) == (None, 0)
+    _in_activity(app.handlers["look"].fn, "look", "k3", wf="w2")
+    assert (book.held_run, book.fired_n) == ("w2", 1)
+    _in_activity(app.handlers["look"].fn, "look", "k4", wf="w1")
+    assert (book.held_run, book.fired_n, calls) == ("w2", 1, ["book", "book", "look", "look"])
