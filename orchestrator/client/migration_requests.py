@@ -9,8 +9,10 @@ learns what the orchestrator decided (docs/versioning.md, "Migrate").
 * :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
   the operator checked) and watches two places until one answers, as a human-task
   decision does (:mod:`orchestrator.client.human_task_decisions`): the run's history in the
-  read model (``WorkflowMigrated`` → migrated) and ``keel.dlq`` (the refused command's
-  letter → refused, with the orchestrator's reason).
+  read model (``WorkflowMigrated`` → migrated) and the orchestrator's refusals
+  (``CommandRefused`` → refused, with its reason). A run that ends first records no
+  refusal (docs/versioning.md, "Migrate"): its end is the answer (refused, as the
+  orchestrator refuses a finished run), not a wait for the timeout.
 """
 
 from __future__ import annotations
@@ -187,20 +189,29 @@ def send(
         for wid, payload in payloads:
             before = len(client.projection.history(wid))
             sent[wid] = (client.send(wid, payload), before)
-        return _await(client, watch, sent, timeout_s)
+        return _await(client, watch, sent, to_version, timeout_s)
     finally:
         watch.close()
 
 
 def _await(
-    client: KeelClient, watch: RefusalWatch, sent: dict[str, tuple[str, int]], timeout_s: float
+    client: KeelClient,
+    watch: RefusalWatch,
+    sent: dict[str, tuple[str, int]],
+    to_version: int,
+    timeout_s: float,
 ) -> list[MigrationOutcome]:
+    """Each run's answer: ``WorkflowMigrated`` in its history, the orchestrator's refusal,
+    or the run's end without one (a finished run records no refusal: it is refused, as
+    the orchestrator refuses it, without waiting for ``timeout_s``)."""
     done: dict[str, MigrationOutcome] = {}
     deadline = time.monotonic() + timeout_s
     while len(done) < len(sent):
         for wid, (mid, before) in sent.items():
             if wid in done:
                 continue
+            # the status before the history: a run seen ended has its whole history there
+            status = (client.projection.get(wid) or {}).get("status")
             recorded = [
                 h
                 for h in client.projection.history(wid)[before:]
@@ -210,6 +221,9 @@ def _await(
                 done[wid] = MigrationOutcome(wid, Outcome.MIGRATED, mid, event=recorded[0])
             elif mid in watch.letters:
                 done[wid] = MigrationOutcome(wid, Outcome.REFUSED, mid, watch.letters[mid])
+            elif status in TERMINAL_STATUSES:
+                reason = f"workflow '{wid}' is {status}; migration to version {to_version} refused"
+                done[wid] = MigrationOutcome(wid, Outcome.REFUSED, mid, reason)
         if len(done) == len(sent):
             break
         if time.monotonic() > deadline:

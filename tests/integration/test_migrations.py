@@ -121,6 +121,13 @@ def test_a_waiting_run_migrates_to_v2_and_an_unmapped_one_is_refused(settings, s
     assert finished["status"] == "completed"
     assert finished["output"] == {"path": "v2", "ticket": 101, "priority": "urgent"}
 
+    # a finished run records no refusal: its end is the answer, at once, not a timeout
+    late = _keel(services, "workflow", "migrate", "tk-wait", "--to-version", "2", "--timeout", "90")
+    assert late.returncode == 1, late.stdout + late.stderr
+    assert late.stdout.strip() == (
+        "refused: tk-wait: workflow 'tk-wait' is completed; migration to version 2 refused"
+    )
+
     # the unmapped run is refused by the orchestrator, with its reason
     refused = _keel(services, "workflow", "migrate", "tk-hold", "--to-version", "2")
     assert refused.returncode == 1, refused.stdout + refused.stderr
