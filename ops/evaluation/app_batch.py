@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,13 +122,7 @@ def own_plan(plan: FaultPlan) -> FaultPlan:
     what = _OWN_WHAT.get(plan.fault)
     if what is None:
         return plan
-    return FaultPlan(
-        plan.fault,
-        what,
-        kill_at=plan.kill_at,
-        deliveries=plan.deliveries,
-        deploy_at=plan.deploy_at,
-    )
+    return replace(plan, what=what)
 
 
 def load_inputs(path: Path, runs: int) -> list[Any]:

@@ -27,6 +27,7 @@ Redis, so the book survives a SIGKILLed worker:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import os
@@ -149,12 +150,16 @@ class FaultBook:
 
 
 def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Callable[..., Any]:
-    """``(before, after)`` hooks of one activity type under ``fault``."""
+    """The wrapper of one activity type's handler under ``fault``."""
 
-    def before() -> None:
+    def held() -> bool:
+        """Whether this call is the one ``crash`` holds for the batch's SIGKILL."""
         if fault is FaultClass.CRASH and book.hold(activity().workflow_id):
             book.fired()
-            time.sleep(HOLD_S)  # the batch SIGKILLs this worker meanwhile
+            return True
+        return False
+
+    def before() -> None:
         down = fault is FaultClass.QUEUE_FULL and kind in roles.writes
         if down and time.time() * 1000 < book.outage_from_ms() + OUTAGE_S * 1000:
             book.fired()
@@ -185,6 +190,8 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
 
             @functools.wraps(fn)
             async def run_async(arg: Any) -> Any:
+                if held():
+                    await asyncio.sleep(HOLD_S)  # the batch SIGKILLs this worker meanwhile
                 before()
                 out = await fn(arg)
                 after()
@@ -194,6 +201,8 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
 
         @functools.wraps(fn)
         def run(arg: Any) -> Any:
+            if held():
+                time.sleep(HOLD_S)  # the batch SIGKILLs this worker meanwhile
             before()
             out = fn(arg)
             after()
