@@ -20,6 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from orchestrator.redaction import clip
+
 __all__ = ["error_answer", "json_answer", "json_errors", "read_body", "standard_json"]
 
 log = logging.getLogger("keel.connector")
@@ -83,7 +85,7 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
                     return error_answer(413, f"body is larger than the limit of {limit:,} bytes")
                 chunks.append(chunk)
     except TimeoutError:
-        log.info("%s %s: 408 after %d body bytes", request.method, request.path, received)
+        log.info("%s %s: 408 after %d body bytes", request.method, clip(request.path), received)
         answer = error_answer(408, f"the body did not arrive within {timeout_s:g} s of the headers")
         answer.force_close()
         return answer
@@ -104,5 +106,5 @@ async def json_errors(
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
         return error_answer(exc.status, exc.reason, **allow)
     except Exception as exc:
-        log.exception("%s %s: unexpected error", request.method, request.path)
+        log.exception("%s %s: unexpected error", request.method, clip(request.path))
         return error_answer(500, f"internal error ({type(exc).__name__}); see the connector's log")

@@ -43,7 +43,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.payload_schemas import BindingKey, Slot, TypedPayloads, TypedValue
-from orchestrator.settings import Settings
+from orchestrator.settings import load_settings
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -527,7 +527,7 @@ class Codec:
 def default_codec() -> Codec:
     """The process-wide codec (parsed once): Keel's schemas, with the application's
     payload schemas from ``KEEL_SCHEMA_DIRS`` when set (docs/event-log.md)."""
-    return Codec(payload_dirs=Settings().schema_dirs)
+    return Codec(payload_dirs=load_settings().schema_dirs)
 
 
 def bench(n: int = 20000, codec: Codec | None = None) -> dict[str, float]:

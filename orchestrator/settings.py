@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import (
     Field,
@@ -23,9 +24,10 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from orchestrator.domain.model.errors import ConfigError
+from orchestrator.redaction import clip, mask_servers, redact
 
 #: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
 #: all with one replication policy (docs/operations.md).
@@ -37,28 +39,10 @@ SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password
 MIN_SECRET_CHARS = 32
 #: The levels ``KEEL_LOG_LEVEL`` may name (any case).
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-# ``user:password@`` in a URL or a bootstrap server, and ``password=`` in a query string.
-_USERINFO = re.compile(r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@,;]*):[^\s/,]*@")
-_QUERY_SECRET = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pass|secret|token)=)[^&\s]*")
-# A Kafka client's password: a librdkafka property (``sasl.password=...``, or in a config
-# dict's repr) or the variable that carries it.
-_PROPERTY_SECRET = re.compile(
-    r"(?i)(?P<key>\b(?:(?:sasl|ssl\.key|ssl\.keystore|ssl\.truststore)\.password['\"]?\s*[:=]"
-    r"\s*|KEEL_KAFKA_SASL_PASSWORD=))(?:(?P<q>['\"])(?:(?!(?P=q)).)*(?P=q)|[^\s,;}]*)"
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with every password in a URL, a host list or a Kafka client property
-    (``sasl.password``, ``KEEL_KAFKA_SASL_PASSWORD=``) replaced by ``***``.
-
-    Applied to every message Keel prints or logs (settings errors, CLI errors, the JSON
-    logs), so ``KEEL_REDIS_URL=redis://:s3cret@host`` never reaches a terminal or a file.
-    """
-    text = _USERINFO.sub(lambda m: f"{m.group('user')}:***@", text)
-    text = _PROPERTY_SECRET.sub(lambda m: f"{m.group('key')}{m['q'] or ''}***{m['q'] or ''}", text)
-    return _QUERY_SECRET.sub(lambda m: f"{m.group('key')}***", text)
+#: The largest TCP port.
+MAX_PORT = 65_535
+#: The schemes a Redis URL may have (redis-py's).
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class KafkaSecurityProtocol(StrEnum):
@@ -190,8 +174,11 @@ class Settings(BaseSettings):
     admin_timeout_s: float = Field(
         default=15.0, gt=0, le=600, description="Bound on any admin call to Kafka."
     )
-    gc_thresholds: tuple[
-        Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
+    gc_thresholds: Annotated[
+        tuple[
+            Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
+        ],
+        NoDecode,
     ] = Field(
         default=(100_000, 50, 1_000),
         description=(
@@ -318,6 +305,17 @@ class Settings(BaseSettings):
             return tuple(Path(part) for part in value.split(os.pathsep) if part.strip())
         return value
 
+    @field_validator("gc_thresholds", mode="before")
+    @classmethod
+    def _gc_thresholds_json(cls, value: object) -> object:
+        # parsed here, not by pydantic-settings, whose error is a traceback naming no value
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError("must be a JSON array of three integers, e.g. [700, 10, 10]") from None
+
     @field_validator("trace_file", mode="before")
     @classmethod
     def _empty_trace_file_is_none(cls, value: object) -> object:
@@ -336,13 +334,15 @@ class Settings(BaseSettings):
         for server in filter(None, (s.strip() for s in value.split(","))):
             if "@" in server:  # Kafka takes no credentials here; librdkafka would log them
                 raise ValueError(
-                    f"{redact(server)!r} holds credentials, which Kafka does not take in a "
-                    "bootstrap server: give host:port, and KEEL_KAFKA_SASL_USERNAME and "
+                    f"{mask_servers(server)!r} holds credentials, which Kafka does not take in "
+                    "a bootstrap server: give host:port, and KEEL_KAFKA_SASL_USERNAME and "
                     "KEEL_KAFKA_SASL_PASSWORD (docs/operations.md)"
                 )
             host, sep, port = server.rpartition(":")
             if not sep or not host or not port.isdigit():
-                raise ValueError(f"{server!r} is not host:port")
+                raise ValueError(f"{clip(server)!r} is not host:port")
+            if not 1 <= int(port) <= MAX_PORT:
+                raise ValueError(f"{clip(server)!r}: the port must be 1 to {MAX_PORT}")
         return value
 
     @field_validator("kafka_broker_properties")
@@ -395,9 +395,9 @@ class Settings(BaseSettings):
 
     @field_validator("redis_url")
     @classmethod
-    def _redis_scheme(cls, value: str) -> str:
-        if value and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+    def _redis_url_parses(cls, value: str) -> str:
+        if value:
+            check_redis_url(value)
         return value
 
     @cached_property
@@ -496,15 +496,68 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:  # a value its source could not even read
+        raise ConfigError(redact(f"invalid setting: {exc}")) from None
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             if not err["loc"]:  # a rule across settings: its message names the variables
                 problems.append(err["msg"].removeprefix("Value error, "))
                 continue
-            field = ".".join(str(p) for p in err["loc"])
+            field, *within = (str(p) for p in err["loc"])
             value = err.get("input")
             secret = field.lower() in SECRET_FIELDS
-            shown = "" if isinstance(value, dict) or secret else f"={value}"
+            if field == "bootstrap_servers" and isinstance(value, str):
+                value = mask_servers(value)
+            shown = (
+                f" (item {'.'.join(within)})"  # of a JSON value: the item, not the whole
+                if within
+                else ""
+                if isinstance(value, dict) or secret
+                else f"={clip(str(value))}"
+            )
             problems.append(f"KEEL_{field.upper()}{shown}: {err['msg']}")
         raise ConfigError(redact("invalid setting " + "; ".join(problems))) from None
+
+
+#: The query arguments of a Redis URL redis-py reads as numbers (``parse_url``).
+_REDIS_NUMBER_ARGUMENTS: dict[str, type[int] | type[float]] = {
+    "db": int,
+    "socket_read_size": int,
+    "max_connections": int,
+    "health_check_interval": int,
+    "ssl_min_version": int,
+    "socket_timeout": float,
+    "socket_connect_timeout": float,
+    "timeout": float,
+}
+
+
+def check_redis_url(url: str) -> None:
+    """Refuse a Redis URL that redis-py would fail on at its first use, with a
+    ``ValueError`` naming the part (its own is a traceback, e.g. "Port could not be cast")."""
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in REDIS_SCHEMES:
+        raise ValueError("must start with redis://, rediss:// or unix://")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a malformed [IPv6] host
+        raise ValueError(f"is not a URL: {exc}") from None
+    if scheme == "unix":
+        if not parts.path:
+            raise ValueError("a unix:// URL needs the socket's path, e.g. unix:///run/redis.sock")
+    else:
+        address = parts.netloc.rpartition("@")[2].rpartition("]")[2]  # past userinfo, [IPv6]
+        _, colon, port = address.partition(":")
+        if colon and not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
+            raise ValueError(f"the port {clip(port)!r} is not a number from 1 to {MAX_PORT}")
+        db = unquote(parts.path).replace("/", "")
+        if db and not (db.isascii() and db.isdigit()):
+            raise ValueError(f"the database {clip(db)!r} (the path) is not a number")
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name in _REDIS_NUMBER_ARGUMENTS:
+            for value in values:
+                try:
+                    _REDIS_NUMBER_ARGUMENTS[name](value)
+                except ValueError:
+                    raise ValueError(f"?{name}={clip(value)!r} is not a number") from None

@@ -40,6 +40,7 @@ from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFo
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import Resolution
 from orchestrator.records.envelopes import now_ms
+from orchestrator.redaction import clip
 from orchestrator.settings import Settings
 
 __all__ = ["OPERATOR_ROLE", "OperatorUi", "mount"]
@@ -174,7 +175,8 @@ class OperatorUi:
 
     def refusal(self, request: web.Request, status: int, reason: str) -> web.Response:
         """A refused request as a page of its own (the reason, and where to go on)."""
-        log.info("ui %s %s: %d: %s", request.method, request.path, status, reason)
+        # a path is the requester's to make long: quoted clipped (issue 44)
+        log.info("ui %s %s: %d: %s", request.method, clip(request.path), status, clip(reason))
         session = self.sessions.get(request.cookies.get(COOKIE))
         return self.render("refused.html", request, session, status, reason=reason, code=status)
 

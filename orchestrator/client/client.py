@@ -49,6 +49,7 @@ from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.records.envelopes import command_envelope, now_ms
 from orchestrator.records.read_model_rows import announced_row
+from orchestrator.redaction import clip
 from orchestrator.settings import Settings, redact
 from orchestrator.telemetry import tracing
 from orchestrator.trust.sealing import SealKeys, load_seal_keys, sensitive_paths
@@ -420,7 +421,7 @@ class KeelClient:
         check_workflow_id(workflow_id)
         found = self.projection.get(workflow_id)
         if found is None:
-            raise NotFoundError(f"workflow '{workflow_id}' does not exist; {what} refused")
+            raise NotFoundError(f"workflow '{clip(workflow_id)}' does not exist; {what} refused")
         if found["status"] in TERMINAL_STATUSES:
             raise CommandRejected(f"workflow '{workflow_id}' is {found['status']}; {what} refused")
         return found
@@ -495,7 +496,7 @@ class KeelClient:
         check_workflow_id(workflow_id)
         found = self.projection.get(workflow_id)
         if found is None:
-            raise NotFoundError(f"workflow '{workflow_id}' does not exist; resolve refused")
+            raise NotFoundError(f"workflow '{clip(workflow_id)}' does not exist; resolve refused")
         if found["status"] != "needs_attention":
             raise CommandRejected(
                 f"workflow '{workflow_id}' is {found['status']}, not needs_attention; "
@@ -509,7 +510,7 @@ class KeelClient:
     def show(self, workflow_id: str) -> dict[str, Any]:
         found = self.projection.get(workflow_id)
         if found is None:
-            raise NotFoundError(f"workflow '{workflow_id}' does not exist")
+            raise NotFoundError(f"workflow '{clip(workflow_id)}' does not exist")
         history = self.projection.history(workflow_id)
         return {
             "workflow_id": workflow_id,

@@ -189,8 +189,8 @@ def test_credentials_in_a_bootstrap_server_are_refused_and_masked(
     )
     assert done.returncode == 1
     assert done.stderr.strip() == (
-        "error: invalid setting KEEL_BOOTSTRAP_SERVERS=alice:***@127.0.0.1:9092: Value error, "
-        "'alice:***@127.0.0.1:9092' holds credentials, which Kafka does not take in a bootstrap "
+        "error: invalid setting KEEL_BOOTSTRAP_SERVERS=***@127.0.0.1:9092: Value error, "
+        "'***@127.0.0.1:9092' holds credentials, which Kafka does not take in a bootstrap "
         "server: give host:port, and KEEL_KAFKA_SASL_USERNAME and KEEL_KAFKA_SASL_PASSWORD "
         "(docs/operations.md)"
     )

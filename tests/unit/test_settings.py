@@ -193,3 +193,86 @@ def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
     monkeypatch.setenv("KEEL_STATUS_INTERVAL_S", "0")
     with pytest.raises(ConfigError, match="KEEL_STATUS_INTERVAL_S=0: Input should be greater"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        (
+            "KEEL_REDIS_URL",
+            "redis://127.0.0.1:notaport/0",
+            "KEEL_REDIS_URL=redis://127.0.0.1:notaport/0: Value error, the port 'notaport' is "
+            "not a number from 1 to 65535",
+        ),
+        (
+            "KEEL_REDIS_URL",
+            "redis://:pw@h:70000/0",
+            "KEEL_REDIS_URL=redis://:***@h:70000/0: Value error, the port '70000' is not a "
+            "number from 1 to 65535",
+        ),
+        (
+            "KEEL_REDIS_URL",
+            "redis://h:6379/zero",
+            "KEEL_REDIS_URL=redis://h:6379/zero: Value error, the database 'zero' (the path) is "
+            "not a number",
+        ),
+        (
+            "KEEL_REDIS_URL",
+            "rediss://h/0?socket_timeout=soon",
+            "KEEL_REDIS_URL=rediss://h/0?socket_timeout=soon: Value error, "
+            "?socket_timeout='soon' is not a number",
+        ),
+        (
+            "KEEL_REDIS_URL",
+            "unix://",
+            "KEEL_REDIS_URL=unix://: Value error, a unix:// URL needs the socket's path, e.g. "
+            "unix:///run/redis.sock",
+        ),
+        (
+            "KEEL_GC_THRESHOLDS",
+            "not json",
+            "KEEL_GC_THRESHOLDS=not json: Value error, must be a JSON array of three integers, "
+            "e.g. [700, 10, 10]",
+        ),
+        ("KEEL_GC_THRESHOLDS", "[700, 10]", "KEEL_GC_THRESHOLDS (item 2): Field required"),
+        (
+            "KEEL_BOOTSTRAP_SERVERS",
+            "b1:9092,b2:0",
+            "KEEL_BOOTSTRAP_SERVERS=b1:9092,b2:0: Value error, 'b2:0': the port must be 1 to 65535",
+        ),
+        (
+            "KEEL_BOOTSTRAP_SERVERS",
+            "S3cr3t@b1:9092",
+            "KEEL_BOOTSTRAP_SERVERS=***@b1:9092: Value error, '***@b1:9092' holds credentials, "
+            "which Kafka does not take in a bootstrap server: give host:port, and "
+            "KEEL_KAFKA_SASL_USERNAME and KEEL_KAFKA_SASL_PASSWORD (docs/operations.md)",
+        ),
+        (
+            "KEEL_BOOTSTRAP_SERVERS",
+            "user%3AS3cr3t@b1:9092",
+            "KEEL_BOOTSTRAP_SERVERS=***@b1:9092: Value error, '***@b1:9092' holds credentials, "
+            "which Kafka does not take in a bootstrap server: give host:port, and "
+            "KEEL_KAFKA_SASL_USERNAME and KEEL_KAFKA_SASL_PASSWORD (docs/operations.md)",
+        ),
+    ],
+)
+def test_every_url_port_and_json_knob_is_checked_at_load(monkeypatch, var, value, expected):
+    """Issue 44: these failed later, as tracebacks (``Port could not be cast``, a
+    ``SettingsError``), or printed the credential."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == f"invalid setting {expected}"
+    assert "S3cr3t" not in str(info.value)
+
+
+def test_good_redis_urls_and_thresholds_load(monkeypatch):
+    for url in (
+        "redis://[::1]:6379/0",
+        "rediss://:pw@h/1?db=2&socket_timeout=0.5",
+        "unix:///r.sock",
+    ):
+        monkeypatch.setenv("KEEL_REDIS_URL", url)
+        assert load_settings().redis_url == url
+    monkeypatch.setenv("KEEL_GC_THRESHOLDS", "[700, 10, 10]")
+    assert load_settings().gc_thresholds == (700, 10, 10)

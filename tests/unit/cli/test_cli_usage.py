@@ -173,3 +173,27 @@ def test_a_dead_server_is_one_error_line_never_a_traceback(args, server):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: "), result.stderr
     assert server in last, last
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        (
+            "KEEL_REDIS_URL",
+            "redis://127.0.0.1:notaport/0",
+            "error: invalid setting KEEL_REDIS_URL=redis://127.0.0.1:notaport/0: Value error, "
+            "the port 'notaport' is not a number from 1 to 65535",
+        ),
+        (
+            "KEEL_GC_THRESHOLDS",
+            "not json",
+            "error: invalid setting KEEL_GC_THRESHOLDS=not json: Value error, must be a JSON "
+            "array of three integers, e.g. [700, 10, 10]",
+        ),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_the_config_error_status(var, value, message):
+    """Issue 44: both were tracebacks (``Port could not be cast``, ``SettingsError``)."""
+    result = keel("workflow", "list", **{var: value})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == message

@@ -124,3 +124,51 @@ def test_sessions_expire_and_tokens_compare_whole() -> None:
     assert same_token(session.csrf, session.csrf)
     assert not same_token(session.csrf[:-1], session.csrf)
     assert not same_token(None, session.csrf) and not same_token("", session.csrf)
+
+
+def test_unauthenticated_posts_with_long_paths_do_not_stall_the_connector() -> None:
+    """Issue 44: 20 concurrent ``POST /ui/runs/<8,000 chars>/cancel`` without a session made
+    ``/healthz`` wait 11.6 s, the refusal's log line redacted in quadratic time. The path is
+    now logged clipped, and redacted in linear time."""
+    import io
+    import logging
+
+    from orchestrator.telemetry.logs import JsonFormatter
+
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("keel.connector.ui")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def main() -> float:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.add_subapp("/ui", _ui().application())
+        async with TestClient(TestServer(app)) as client:
+            path = "/ui/runs/" + "w" * 8_000 + "/cancel"
+            posts = [asyncio.create_task(client.post(path, data={"csrf": "x"})) for _ in range(20)]
+            await asyncio.sleep(0)
+            start = time.perf_counter()
+            health = await client.get("/healthz")
+            waited = time.perf_counter() - start
+            assert health.status == 200
+            assert {(await p).status for p in posts} == {403}
+            return waited
+
+    try:
+        waited = asyncio.run(main())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    assert waited < 1.0
+    logged = lines.getvalue().splitlines()
+    assert len(logged) == 20
+    assert (
+        "ui POST /ui/runs/" + "w" * 191 + "... (8,016 characters): 403: sign in first"
+    ) in logged[0]
