@@ -9,6 +9,7 @@ query) with the next fire times computed from the spec here.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,7 +17,12 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from orchestrator.application.app import KeelApp
-from orchestrator.domain.model.errors import CommandRejected, NotFoundError, WorkflowIdConflictError
+from orchestrator.domain.model.errors import (
+    CommandRejected,
+    InvalidInputError,
+    NotFoundError,
+    WorkflowIdConflictError,
+)
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.schedules.definition import (
     CONTROL_SIGNAL,
@@ -26,7 +32,10 @@ from orchestrator.schedules.definition import (
 )
 from orchestrator.schedules.planning import ControlOp
 from orchestrator.schedules.spec import (
+    DAY_MS,
     DEFAULT_CATCHUP_MS,
+    MAX_CATCHUP_MS,
+    MAX_EVERY_MS,
     Overlap,
     ScheduleSpec,
     check_schedule_name,
@@ -120,7 +129,7 @@ def build_spec(
     if isinstance(every, str):
         every_ms = parse_every(every)
     elif every is not None:
-        every_ms = round(float(every) * 1000)
+        every_ms = _ms(every, MAX_EVERY_MS, "every")
     try:
         return ScheduleSpec(
             name=name,
@@ -131,12 +140,23 @@ def build_spec(
             every_ms=every_ms,
             timezone=timezone,
             overlap=Overlap(overlap),
-            catchup_window_ms=round(catchup_window_s * 1000),
+            catchup_window_ms=_ms(catchup_window_s, MAX_CATCHUP_MS, "the catch-up window"),
         )
     except ValidationError as exc:
         raise spec_error(exc) from None
     except ValueError as exc:  # an unknown overlap policy
         raise spec_error(exc) from None
+
+
+def _ms(seconds: float, most_ms: int, what: str) -> int:
+    """``seconds`` as milliseconds; refused past ``most_ms`` (or not finite) before
+    ``round`` could overflow, so a huge duration is one line at create, not a failed run."""
+    value = float(seconds)
+    if not math.isfinite(value) or value * 1000 > most_ms:
+        raise InvalidInputError(
+            f"{what} must be at most {most_ms // DAY_MS:,} days, got {seconds!r}"
+        )
+    return round(value * 1000)
 
 
 class ScheduleClient:

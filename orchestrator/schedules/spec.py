@@ -18,9 +18,13 @@ from croniter import croniter
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from orchestrator.domain.model.errors import InvalidInputError
+from orchestrator.domain.model.limits import MAX_DURATION_MS
+from orchestrator.redaction import clip
 
 __all__ = [
+    "DAY_MS",
     "MAX_CATCHUP_MS",
+    "MAX_EVERY_MS",
     "MIN_CATCHUP_MS",
     "MIN_EVERY_MS",
     "Overlap",
@@ -34,16 +38,23 @@ __all__ = [
     "tick_run_id",
 ]
 
+#: One day.
+DAY_MS = 86_400_000
 #: The shortest interval (``--every``): ticks are named to the second.
 MIN_EVERY_MS = 1000
+#: The longest: a tick waits on a durable timer, and no timer is longer (docs/limits.md).
+MAX_EVERY_MS = MAX_DURATION_MS
 #: The catch-up window's bounds: a tick the schedule reaches later than this is missed.
 MIN_CATCHUP_MS = 1000
-MAX_CATCHUP_MS = 366 * 24 * 3600 * 1000
+MAX_CATCHUP_MS = 366 * DAY_MS
 DEFAULT_CATCHUP_MS = 60_000
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@=+-]{0,99}")
 _EVERY_RE = re.compile(r"\s*(\d+)\s*(ms|s|m|h|d)\s*")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS}
+_MAX_EVERY_DAYS = MAX_EVERY_MS // DAY_MS
+#: More digits than this are past ``MAX_EVERY_MS`` in any unit (and never parsed as a number).
+_MAX_EVERY_DIGITS = len(str(MAX_EVERY_MS))
 
 
 class Overlap(StrEnum):
@@ -78,7 +89,10 @@ def parse_every(text: str) -> int:
     m = _EVERY_RE.fullmatch(text)
     if m is None:
         raise InvalidInputError(f"--every must look like 2s, 5m, 1h or 1d, got {text!r}"[:200])
-    ms = int(m.group(1)) * _UNIT_MS[m.group(2)]
+    digits = m.group(1).lstrip("0") or "0"
+    ms = int(digits) * _UNIT_MS[m.group(2)] if len(digits) <= _MAX_EVERY_DIGITS else None
+    if ms is None or ms > MAX_EVERY_MS:
+        raise InvalidInputError(f"--every must be at most {_MAX_EVERY_DAYS:,}d, got {clip(text)!r}")
     if ms < MIN_EVERY_MS or ms % 1000:
         raise InvalidInputError(f"--every must be whole seconds, at least 1s, got {text!r}")
     return ms
@@ -132,6 +146,8 @@ class ScheduleSpec(BaseModel):
                 )
         elif self.every_ms is not None and (self.every_ms < MIN_EVERY_MS or self.every_ms % 1000):
             raise ValueError("every must be whole seconds, at least 1s")
+        elif self.every_ms is not None and self.every_ms > MAX_EVERY_MS:
+            raise ValueError(f"every must be at most {_MAX_EVERY_DAYS:,} days")
         if not MIN_CATCHUP_MS <= self.catchup_window_ms <= MAX_CATCHUP_MS:
             raise ValueError("the catch-up window must be between 1 second and 366 days")
         return self

@@ -197,3 +197,20 @@ def test_a_bad_setting_is_one_line_and_the_config_error_status(var, value, messa
     result = keel("workflow", "list", **{var: value})
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == message
+
+
+def test_a_schedule_interval_past_the_timer_limit_is_refused_at_create():
+    """Issue 44: it exited 0, then the schedule's run failed and was listed deleted."""
+    result = keel(
+        "schedules",
+        "create",
+        "X",
+        "--workflow",
+        "parallel_checks",
+        "--every",
+        "99999999999999999999d",
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (
+        "error: --every must be at most 3,660d, got '99999999999999999999d'"
+    )

@@ -89,3 +89,36 @@ def test_the_newest_fire_times_of_a_span_for_an_interval_and_a_cron() -> None:
     start, end = ms("2026-12-03T10:00:00+00:00"), ms("2026-12-03T11:00:00+00:00")
     assert newest_fire_times(cron, start, end, 3) == fire_times(cron, start, end, 100)[-3:]
     assert newest_fire_times(cron, start, end, 3)[-1] == end  # the end itself counts
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"every": "99999999999999999999d"},
+            "--every must be at most 3,660d, got '99999999999999999999d'",
+        ),
+        ({"every": "3661d"}, "--every must be at most 3,660d, got '3661d'"),
+        ({"every": float("inf")}, "every must be at most 3,660 days, got inf"),
+        ({"every": 1e30}, "every must be at most 3,660 days, got 1e+30"),
+        (
+            {"every": "2s", "catchup_window_s": float("nan")},
+            "invalid schedule: the catch-up window must be at most 366 days, got nan",
+        ),
+    ],
+)
+def test_a_duration_past_the_timer_limit_is_refused_at_create(kwargs: dict, message: str) -> None:
+    """Issue 44: ``--every 99999999999999999999d`` was accepted, then its run failed arming
+    a timer longer than any timer may be (docs/limits.md) and the schedule was deleted."""
+    with pytest.raises(InvalidInputError) as info:
+        build_spec("s", "w", **kwargs)
+    assert str(info.value) == message
+    assert build_spec("s", "w", every="3660d").every_ms == 3660 * 86_400_000
+
+
+def test_a_huge_count_of_digits_is_refused_without_parsing_it() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        parse_every("9" * 5000 + "s")
+    assert str(info.value) == (
+        "--every must be at most 3,660d, got '" + "9" * 200 + "... (5,001 characters)'"
+    )
