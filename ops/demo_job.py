@@ -32,6 +32,7 @@ from rich.table import Table
 
 from ops.demo_checks import Expectation, Findings, Kind, check
 from ops.fakes.ledger import LedgerClient
+from orchestrator.cli.output import styled
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
@@ -252,7 +253,9 @@ def run_demo(settings: Settings, size: int, console: Console) -> int:
     prefix = settings.topic_prefix
     batch = Batch(plan(size))
     procs = Processes(settings, log_dir)
-    console.print(f"[bold]keel demo[/bold]: {size} runs on topic prefix [cyan]{prefix}[/cyan]")
+    console.print(
+        styled(("keel demo", "bold"), f": {size} runs on topic prefix ", (prefix, "cyan"))
+    )
     tail = EventTail(settings)
     client = KeelClient(settings, app)
     try:
@@ -336,8 +339,10 @@ def _crash_and_restart(batch: Batch, procs: Processes, console: Console) -> None
     os.kill(orch.pid, signal.SIGKILL)
     orch.wait(timeout=30)
     console.print(
-        f"[red]SIGKILL[/red] orchestrator pid {orch.pid} with {batch.in_flight_at_kill} "
-        "runs in flight"
+        styled(
+            ("SIGKILL", "red"),
+            f" orchestrator pid {orch.pid} with {batch.in_flight_at_kill} runs in flight",
+        )
     )
     instance = procs.settings.topic_prefix + "-orchestrator"
     orch = procs.start("orchestrator", KEEL_INSTANCE_ID=instance)
@@ -421,12 +426,15 @@ def _report(console: Console, batch: Batch, f: Findings, prefix: str, took_s: fl
     console.print(table)
 
     for problem in f.violations[:20]:
-        console.print(f"[red]violation:[/red] {problem}", markup=True, highlight=False)
+        console.print(styled(("violation:", "red"), f" {problem}"), highlight=False)
     if f.ok:
         console.print(
-            "[green]every invariant held[/green]: each run ended exactly once with a contiguous "
-            "history that keeps keel workflow verify's invariants, and the ledger holds one "
-            "posting per idempotency key",
+            styled(
+                ("every invariant held", "green"),
+                ": each run ended exactly once with a contiguous history that keeps keel "
+                "workflow verify's invariants, and the ledger holds one posting per idempotency "
+                "key",
+            ),
             soft_wrap=True,
         )
     example = f.reconciled_runs[0] if f.reconciled_runs else "invoice-0000"

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_console, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from ops.local import StackStatus
 
 __all__ = ["register"]
@@ -55,11 +57,9 @@ def demo(
     worker are SIGKILLed halfway. Needs Kafka and Redis: `keel infra up` first, or
     KEEL_BOOTSTRAP_SERVERS and KEEL_REDIS_URL. Exits 1 if any invariant failed.
     """
-    from rich.console import Console
-
     from orchestrator.settings import load_settings
 
-    console = Console(highlight=False, width=None)
+    console = new_console(highlight=False, width=None)
     if basic:
         from ops.demo_job import run_demo
 
@@ -126,14 +126,12 @@ def evaluate(
     histories and the fakes' own books (docs/evaluation.md). Needs Kafka and Redis:
     `keel infra up` first. Exits 1 if any class fails its verdict.
     """
-    from rich.console import Console
-
     from ops.evaluation.evaluation_run import run_evaluation
     from ops.evaluation.fault_plans import parse_faults, parse_variants
     from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.settings import SeededBug, load_settings
 
-    console = Console(highlight=False, width=None)
+    console = new_console(highlight=False, width=None)
     chosen, designs = parse_faults(faults), parse_variants(variants)
     if seeded_bug is not None and seeded_bug not in {str(b) for b in SeededBug}:
         raise InvalidInputError(f"unknown seeded bug {seeded_bug!r}; known: {', '.join(SeededBug)}")
@@ -185,7 +183,7 @@ def _print_status(status: StackStatus, as_json: bool, headline: str | None = Non
         return
     table = new_table("role", "node", "pid", "port", "healthy")
     for p in status.processes:
-        mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
+        mark = styled(("yes", "green") if p.healthy else ("no", "red"))
         table.add_row(p.role, str(p.node_id or "-"), str(p.pid), str(p.port), mark)
     console.print(table)
     console.print(f"KEEL_BOOTSTRAP_SERVERS={redact(status.bootstrap_servers)}", markup=False)
@@ -211,12 +209,12 @@ def up(
     _print_status(status, json_, headline)
 
 
-def _verdict(row: dict[str, Any]) -> str:
+def _verdict(row: dict[str, Any]) -> Text:
     if row["gone"]:
-        return f"gone (last report {row['age_s']:.0f}s ago)"
+        return styled(f"gone (last report {row['age_s']:.0f}s ago)")
     if row["problems"]:
-        return "[red]" + escape("; ".join(row["problems"])) + "[/red]"
-    return "[green]ok[/green]"
+        return styled(("; ".join(row["problems"]), "red"))
+    return styled(("ok", "green"))
 
 
 def _print_services(rows: list[dict[str, Any]]) -> None:
@@ -229,9 +227,9 @@ def _print_services(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         commit = r.get("last_commit_age_s")
         table.add_row(
-            escape(r["file"]),
-            escape(str(r.get("topic_prefix", "-"))),
-            escape(str(r.get("assigned_partitions", "-"))),
+            r["file"],
+            str(r.get("topic_prefix", "-")),
+            str(r.get("assigned_partitions", "-")),
             "-" if commit is None else f"{commit:.1f}s ago",
             str(r.get("producer_resets", 0)),
             str(r.get("stalled_calls", 0)),
@@ -377,8 +375,6 @@ def bench(
     ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
-    from rich.console import Console
-
     from ops.bench import run_bench
     from ops.bench_restart import run_finished, run_recovery
     from ops.local import LocalStack
@@ -387,7 +383,7 @@ def bench(
     settings = load_settings()
     if not settings.bootstrap_servers:
         LocalStack(settings).up()
-    err = Console(stderr=True, highlight=False)
+    err = new_console(stderr=True, highlight=False)
     if recovery is not None:
         result = run_recovery(settings, recovery, lambda m: err.print(m), keep_topics)
     elif finished is not None:

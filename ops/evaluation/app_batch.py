@@ -53,6 +53,7 @@ from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClas
 from ops.evaluation.lag_sampler import LagSampler
 from ops.evaluation.next_version import deployed
 from ops.invoices.invoice_demo import Stack
+from orchestrator.cli.output import styled
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import Settings
@@ -180,8 +181,12 @@ def run_app_batch(
     tag = secrets.token_hex(3)
     ids = [_run_id(workflow, tag, i, v) for i, v in enumerate(inputs)]
     console.print(
-        f"[bold]{workflow} / {plan.fault}[/bold]: {plan.what} ({len(ids)} runs, prefix "
-        f"[cyan]{settings.topic_prefix}[/cyan])",
+        styled(
+            (f"{workflow} / {plan.fault}", "bold"),
+            f": {plan.what} ({len(ids)} runs, prefix ",
+            (settings.topic_prefix, "cyan"),
+            ")",
+        ),
         soft_wrap=True,
     )
     user_app = load_app(spec)

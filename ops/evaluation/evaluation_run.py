@@ -22,6 +22,7 @@ from ops.evaluation.evaluation_report import class_metrics, write_report
 from ops.evaluation.fault_app import roles_of
 from ops.evaluation.fault_batch import BatchResult, evaluation_items, run_batch
 from ops.evaluation.fault_plans import FaultClass, Variant, plan_for
+from orchestrator.cli.output import styled
 from orchestrator.domain.model.errors import InvalidInputError, iso_utc
 from orchestrator.settings import SeededBug, Settings
 
@@ -51,7 +52,7 @@ def run_evaluation(
         )
     began, started = time.monotonic(), iso_utc(int(time.time() * 1000))
     if seeded_bug is not None:
-        console.print(f"[red]TEST ONLY: the seeded bug {seeded_bug} is on[/red]")
+        console.print(styled((f"TEST ONLY: the seeded bug {seeded_bug} is on", "red")))
     items = evaluation_items(runs)
     classes = []
     for variant in variants:
@@ -160,4 +161,6 @@ def _summary(console: Console, classes: list[dict]) -> None:
     console.print(table)
     for c in classes:
         for reason in c["verdict_reasons"]:
-            console.print(f"[red]{c['variant']} / {c['fault']}:[/red] {reason}", highlight=False)
+            console.print(
+                styled((f"{c['variant']} / {c['fault']}:", "red"), f" {reason}"), highlight=False
+            )

@@ -31,6 +31,7 @@ from ops.invoices.agent_script import agent_input, both_scripts
 from ops.invoices.invoice_demo import Desk, fakes_running, pipeline_stack, upload, write_people
 from ops.invoices.invoice_report import Books
 from ops.invoices.invoice_samples import Sample, Scenario, samples
+from orchestrator.cli.output import styled
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import SeededBug, Settings
 
@@ -153,8 +154,12 @@ def run_batch(
     by_wf = {file_digest(s.document()): s for s in items}
     expected = {wf: plan.expected.get(s.scenario, s.expected) for wf, s in by_wf.items()}
     console.print(
-        f"[bold]{variant} / {plan.fault}[/bold]: {plan.what} ({len(items)} invoices, prefix "
-        f"[cyan]{settings.topic_prefix}[/cyan])",
+        styled(
+            (f"{variant} / {plan.fault}", "bold"),
+            f": {plan.what} ({len(items)} invoices, prefix ",
+            (settings.topic_prefix, "cyan"),
+            ")",
+        ),
         soft_wrap=True,
     )
     script = both_scripts(items)

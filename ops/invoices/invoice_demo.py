@@ -48,6 +48,7 @@ from ops.invoices.invoice_samples import (
     model_script,
     samples,
 )
+from orchestrator.cli.output import styled
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.settings import Settings
@@ -312,8 +313,11 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
         f"KEEL_WEBHOOK_INVOICES_SECRETS={hook_secret}\n"
     )
     console.print(
-        f"[bold]keel demo[/bold]: {len(items)} invoices through the invoice pipeline on topic "
-        f"prefix [cyan]{prefix}[/cyan]"
+        styled(
+            ("keel demo", "bold"),
+            f": {len(items)} invoices through the invoice pipeline on topic prefix ",
+            (prefix, "cyan"),
+        )
     )
     with fakes_running(items, DEMO_LEDGER_FAULTS, DEMO_PAYABLES_FAULTS) as urls:
         stack = pipeline_stack(settings, log_dir, urls, hook_secret)
@@ -374,9 +378,12 @@ def _batch(
                     for role in ("orchestrator", "worker"):
                         killed[role] = stack.kill(role)
                     progress.console.print(
-                        f"[red]SIGKILL[/red] orchestrator pid {killed['orchestrator']} and "
-                        f"worker pid {killed['worker']} with {len(by_wf) - len(ended)} "
-                        "invoices in flight; both restarted"
+                        styled(
+                            ("SIGKILL", "red"),
+                            f" orchestrator pid {killed['orchestrator']} and "
+                            f"worker pid {killed['worker']} with {len(by_wf) - len(ended)} "
+                            "invoices in flight; both restarted",
+                        )
                     )
                 for wf in later:
                     original = next(

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli.output import styled
 from orchestrator.domain.history.invariants import check_history
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
@@ -224,12 +225,15 @@ def _tables(console: Console, f: Findings, run: dict[str, Any], books: Books, to
         table.add_row(name, str(value))
     console.print(table)
     for problem in f.violations[:20]:
-        console.print(f"[red]violation:[/red] {problem}", highlight=False)
+        console.print(styled(("violation:", "red"), f" {problem}"), highlight=False)
     if not f.violations:
         console.print(
-            "[green]every invariant held[/green]: each invoice ended as its sample says, "
-            "the ledger holds one posting per posted invoice (the refused payment's reversed), "
-            "accounts payable one payment per standing posting, and every history is sound",
+            styled(
+                ("every invariant held", "green"),
+                ": each invoice ended as its sample says, the ledger holds one posting per "
+                "posted invoice (the refused payment's reversed), accounts payable one payment "
+                "per standing posting, and every history is sound",
+            ),
             soft_wrap=True,
         )
 

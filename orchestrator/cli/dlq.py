@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 dlq_app = typer.Typer(
@@ -45,12 +45,12 @@ def list_(
             why = f": {x.closing.reason}" if x.closing.reason else ""
             state = f"{x.state} {shown_time(x.closing.at)}{by}{why}"
         table.add_row(
-            escape(x.id),
+            x.id,
             x.kind,
-            escape(state),
-            escape(x.workflow_id[:200]),
+            state,
+            x.workflow_id[:200],
             shown_time(x.recorded_at),
-            escape(x.reason),
+            x.reason,
         )
     console.print(table)
     for closed in (LetterState.REDRIVEN, LetterState.DISCARDED):
@@ -67,7 +67,7 @@ def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
     from orchestrator.client.dead_letters import redrive as do_redrive
     from orchestrator.settings import load_settings
 
-    console.print(escape(do_redrive(load_settings(), letter_id)))
+    console.print(do_redrive(load_settings(), letter_id))
 
 
 @dlq_app.command("discard")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 if TYPE_CHECKING:
@@ -183,8 +183,8 @@ def show(
         table.add_row(
             str(h["seq"]),
             _when(h["recorded_at"]),
-            escape(h["type"]),
-            escape(text if len(text) <= 100 else text[:97] + "..."),
+            h["type"],
+            text if len(text) <= 100 else text[:97] + "...",
         )
     console.print(table)
 

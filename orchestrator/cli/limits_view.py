@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 console = LazyConsole(highlight=False, soft_wrap=True)
@@ -46,7 +46,7 @@ def workers(
         )
         return
     if not rows:
-        console.print(f"no activity type of {escape(app)} declares a limit")
+        console.print(f"no activity type of {app} declares a limit")
         return
     table = new_table(
         "activity type", "max concurrent", "running", "rate limit", "started", "reserved", "next"
@@ -54,7 +54,7 @@ def workers(
     for u in rows:
         rate = u.limits.rate
         table.add_row(
-            escape(u.activity_type),
+            u.activity_type,
             str(u.limits.max_concurrent or "-"),
             str(u.running) if u.limits.max_concurrent else "-",
             str(rate) if rate else "-",

@@ -1,7 +1,8 @@
 """Terminal output for the commands, with rich imported on first use.
 
 The service commands (``keel orchestrator``, ``worker``, ``projector``) print nothing
-through these, so their start-up does not load rich (orchestrator/cli/__init__.py).
+through these, so their start-up does not load rich (orchestrator/cli/__init__.py). Every
+console prints strings as written: markup and emoji are off (``PLAIN``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+
+#: No console reads a printed string as rich markup or emoji codes: ids, names, reasons and
+#: errors are other people's text, and ``[red]`` or ``:fire:`` in one prints as written
+#: (issue 44). Style comes from :func:`styled` instead.
+PLAIN: dict[str, Any] = {"markup": False, "emoji": False}
+
+
+def new_console(**options: Any) -> Console:
+    """A :class:`rich.console.Console` with these options, markup and emoji off."""
+    from rich.console import Console
+
+    return Console(**{**options, **PLAIN})
 
 
 class LazyConsole:
-    """A :class:`rich.console.Console` with these options, made when it first prints."""
+    """A console (:func:`new_console`) with these options, made when it first prints; no
+    print turns markup or emoji back on."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
@@ -23,20 +39,19 @@ class LazyConsole:
     @property
     def console(self) -> Console:
         if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(**self._options)
+            self._console = new_console(**self._options)
         return self._console
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        self.console.print(*objects, **kwargs)
+        self.console.print(*objects, **{**kwargs, **PLAIN})
 
 
-def escape(text: str) -> str:
-    """``text`` with rich markup escaped, so ``[/bold]`` prints as text."""
-    from rich.markup import escape as rich_escape
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text whose ``(text, style)`` parts are styled and whose plain parts print as written:
+    ``styled(("diverged:", "red"), f" {label}")``."""
+    from rich.text import Text
 
-    return rich_escape(text)
+    return Text.assemble(*parts)
 
 
 def new_table(*headers: str) -> Table:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 if TYPE_CHECKING:
@@ -103,10 +103,10 @@ def list_(
     table = new_table("name", "state", "timing", "workflow", "overlap", "next fire", "started")
     for i in found:
         table.add_row(
-            escape(i.name),
+            i.name,
             i.state,
-            escape(i.timing),
-            escape(str(i.spec["workflow"])),
+            i.timing,
+            str(i.spec["workflow"]),
             str(i.spec["overlap"]),
             i.next_fires[0] if i.next_fires else "-",
             str(i.started),
@@ -154,8 +154,8 @@ def _print_info(info: ScheduleInfo) -> None:
             table.add_row(
                 r["tick"],
                 str(r["outcome"]),
-                escape(str(r.get("workflow_id") or "-")),
-                escape(str(r.get("detail") or "")),
+                str(r.get("workflow_id") or "-"),
+                str(r.get("detail") or ""),
             )
         console.print(table)
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape
+from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 schemas_app = typer.Typer(help="Avro schemas of keel.events, for readers in other languages.")
@@ -50,7 +50,7 @@ def export(
     plan = plan_export(declared, published, schema_fingerprint)
     if check:
         for path in plan.new:
-            console.print(f"unpublished: {escape(path)}")
+            console.print(f"unpublished: {path}")
         if plan.new:
             console.print(f"{len(plan.new)} model(s) changed: keel schemas export --out {out}")
             raise typer.Exit(1)
@@ -71,7 +71,7 @@ def export(
         target.write_text(text, encoding="utf-8")
         written += 1
     for path in plan.new:
-        console.print(f"new version: {escape(path)}")
+        console.print(f"new version: {path}")
     for d in plan.untyped:
-        console.print(f"stays JSON: {d.binding.fullname} ({escape(d.model)}): {escape(d.reason)}")
-    console.print(f"{written} written, {kept} already there: {escape(str(out))}")
+        console.print(f"stays JSON: {d.binding.fullname} ({d.model}): {d.reason}")
+    console.print(f"{written} written, {kept} already there: {out}")

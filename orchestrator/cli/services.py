@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
@@ -295,11 +295,11 @@ def projections_status(
             datetime.fromtimestamp(when / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if when else "-"
         )
         table.add_row(
-            escape(str(p.get("instance"))),
+            str(p.get("instance")),
             "yes" if p.get("alive") else "no",
             str(p.get("applied", 0)),
             str(p.get("skipped", 0)),
             shown,
-            escape(str(p.get("last_error") or "-")),
+            str(p.get("last_error") or "-"),
         )
     console.print(table)

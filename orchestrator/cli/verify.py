@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table, styled
 
 if TYPE_CHECKING:
     from orchestrator.client.history_io import Verification
@@ -86,16 +86,23 @@ def _print(report: Verification, json_: bool, *, proofs_verified: bool) -> None:
     if report.violations:
         table = new_table("workflow", "seq", "rule", "violation")
         for v in report.violations:
-            table.add_row(escape(v.workflow_id), str(v.seq), str(v.rule), escape(v.message))
+            table.add_row(v.workflow_id, str(v.seq), str(v.rule), v.message)
         console.print(table)
     if not proofs_verified:
         console.print(
-            "[dim]human decisions' proofs checked for form only: no task-token key here "
-            "(KEEL_TASK_TOKEN_SECRET or KEEL_TASK_TOKEN_SECRET_FILE)[/dim]"
+            styled(
+                (
+                    "human decisions' proofs checked for form only: no task-token key here "
+                    "(KEEL_TASK_TOKEN_SECRET or KEEL_TASK_TOKEN_SECRET_FILE)",
+                    "dim",
+                )
+            )
         )
     n = len(report.violations)
     colour = "red" if n else "green"
     console.print(
-        f"{report.workflows} workflows, {report.events} events, "
-        f"[{colour}]{n} violation{'' if n == 1 else 's'}[/{colour}]"
+        styled(
+            f"{report.workflows} workflows, {report.events} events, ",
+            (f"{n} violation{'' if n == 1 else 's'}", colour),
+        )
     )

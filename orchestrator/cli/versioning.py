@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _print(reports: list[RunReport], source: str) -> None:
     table = new_table("workflow", "version", "runs", "identical", "diverged", "in-place edits")
     for (name, version), rs in sorted(by_def.items()):
         table.add_row(
-            escape(name or "?"),
+            name or "?",
             str(version),
             str(len(rs)),
             str(sum(r.ok for r in rs)),
@@ -91,33 +91,41 @@ def _print(reports: list[RunReport], source: str) -> None:
         )
     console.print(table)
     for r in reports:
-        label = f"{escape(r.workflow_id)} ({escape(r.name)} v{r.version})"
+        label = f"{r.workflow_id} ({r.name} v{r.version})"
         if r.digest_changed:
             console.print(
-                f"[yellow]edited in place:[/yellow] {label}: digest {r.recorded_digest[:12]} "
-                f"recorded, {r.current_digest[:12]} now (same version)"
+                styled(
+                    ("edited in place:", "yellow"),
+                    f" {label}: digest {r.recorded_digest[:12]} "
+                    f"recorded, {r.current_digest[:12]} now (same version)",
+                )
             )
         if r.folded_only:
-            kinds = ", ".join(escape(t) for t in r.folded_types)
+            kinds = ", ".join(r.folded_types)
             console.print(
-                f"[dim]folded only:[/dim] {label}: {r.folded_only} group(s) opened by {kinds} "
-                "(no command to decide again; checked by folding)"
+                styled(
+                    ("folded only:", "dim"),
+                    f" {label}: {r.folded_only} group(s) opened by {kinds} "
+                    "(no command to decide again; checked by folding)",
+                )
             )
         d = r.divergence
         if d is None:
             continue
         console.print(
-            f"[red]diverged:[/red] {label} at seq {d.seq}"
-            + (f" deciding {escape(d.command)}" if d.command else "")
+            styled(
+                ("diverged:", "red"),
+                f" {label} at seq {d.seq}" + (f" deciding {d.command}" if d.command else ""),
+            )
         )
         if d.note:
-            console.print(f"  {escape(d.note)}")
-        console.print(f"  expected: {escape(_event(d.expected))}")
-        console.print(f"  got:      {escape(_event(d.got))}")
+            console.print(f"  {d.note}")
+        console.print(f"  expected: {_event(d.expected)}")
+        console.print(f"  got:      {_event(d.got)}")
     total = len(reports)
     bad = sum(not r.ok for r in reports)
-    verdict = "[red]DIVERGED[/red]" if bad else "[green]identical[/green]"
-    console.print(f"{verdict}: {total - bad}/{total} runs from {escape(source)} replay identically")
+    verdict = ("DIVERGED", "red") if bad else ("identical", "green")
+    console.print(styled(verdict, f": {total - bad}/{total} runs from {source} replay identically"))
 
 
 def _event(d: dict[str, Any] | None) -> str:

@@ -1,7 +1,7 @@
 """``keel workflow start | show | list | query | signal | cancel | migrate | verify``.
 
 Every string that came from a user or the read model (ids, names, states, reasons,
-history details) is escaped before it reaches rich markup, so ``[/bold]`` is just text.
+history details) prints as written: no console reads markup or emoji (cli/output.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from orchestrator.cli.migrate import migrate
-from orchestrator.cli.output import LazyConsole, escape, new_table
+from orchestrator.cli.output import LazyConsole, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 from orchestrator.cli.verify import verify
 
@@ -44,10 +44,6 @@ def _client(app: str) -> KeelClient:
 
     configure_tracing("keel-cli")
     return KeelClient(load_settings(), service_app(app))
-
-
-def _text(value: object) -> str:
-    return escape(str(value))
 
 
 @workflow_app.command("start")
@@ -121,8 +117,12 @@ def show(
         typer.echo(json.dumps(view))
         return
     console.print(
-        f"[bold]{_text(view['workflow_id'])}[/bold]  {_text(view['name'])} v{view['version']}  "
-        f"status=[bold]{_text(view['status'])}[/bold]  state={_text(view['state'])}"
+        styled(
+            (str(view["workflow_id"]), "bold"),
+            f"  {view['name']} v{view['version']}  status=",
+            (str(view["status"]), "bold"),
+            f"  state={view['state']}",
+        )
     )
     if view["output"] is not None:
         console.print(f"output: {json.dumps(view['output'])}", markup=False)
@@ -156,7 +156,7 @@ def show(
     table = new_table("seq", "time (UTC)", "event", "details")
     for h in view["history"]:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
-        table.add_row(str(h["seq"]), when, _text(h["type"]), _text(_summary(h["data"])))
+        table.add_row(str(h["seq"]), when, str(h["type"]), _summary(h["data"]))
     console.print(table)
 
 
@@ -247,13 +247,13 @@ def list_(
     for r in page.rows:
         shown = r.as_dict()
         table.add_row(
-            _text(r.workflow_id),
-            _text(r.name),
+            r.workflow_id,
+            r.name,
             str(r.version),
-            _text(r.status),
+            str(r.status),
             _when(shown["started_at"]),
             _when(shown["ended_at"]),
-            _text(" ".join(f"{k}={json.dumps(v)}" for k, v in shown["attributes"].items())),
+            " ".join(f"{k}={json.dumps(v)}" for k, v in shown["attributes"].items()),
         )
     console.print(table)
     typer.echo(f"{len(page.rows)} of {page.total} run(s)")

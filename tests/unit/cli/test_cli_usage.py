@@ -214,3 +214,11 @@ def test_a_schedule_interval_past_the_timer_limit_is_refused_at_create():
     assert result.stderr.strip() == (
         "error: --every must be at most 3,660d, got '99999999999999999999d'"
     )
+
+
+def test_an_error_line_prints_markup_and_emoji_codes_as_written():
+    """Issue 44: an id holding ``:fire:`` printed an emoji (``err_console`` read emoji codes)."""
+    result = keel("workflow", "start", ":fire:[bold]x")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: unknown workflow ':fire:[bold]x'; known workflows: ")
+    assert "\N{FIRE}" not in result.stderr
