@@ -18,8 +18,9 @@ from typing import Any
 from orchestrator.application.app import KeelApp
 from orchestrator.application.webhook_sources import RouteError
 from orchestrator.domain.model.errors import InvalidInputError, UnknownWorkflowError
-from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.model.vocabulary import WorkflowStatus
+from orchestrator.records.fast_json import loads_input
 
 __all__ = ["MAX_BODY_BYTES", "message_id", "parse_body", "signal_refusal"]
 
@@ -35,14 +36,15 @@ def message_id(source: str, event_id: str) -> str:
 
 def parse_body(body: bytes, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The JSON object in ``body``, within the limits and the input rule of docs/limits.md
-    (no ``NaN``, ``Infinity``, overflowing number or lone surrogate); RouteError with the
-    reason else. Decision bodies are read by it too (connectors/human_task_api.py)."""
+    (no ``NaN``, ``Infinity``, overflowing number or lone surrogate) and no key twice in one
+    object (``loads_input``); RouteError with the reason else. Decision bodies are read by
+    it too (connectors/human_task_api.py)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouteError(f"body is not UTF-8: invalid byte at position {exc.start}") from None
     try:
-        value = loads_bounded(text, "body", limit)
+        value = loads_input(text, "body", limit)
     except json.JSONDecodeError as exc:
         raise RouteError(
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

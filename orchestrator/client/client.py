@@ -34,7 +34,7 @@ from orchestrator.domain.model.errors import (
     UnavailableError,
 )
 from orchestrator.domain.model.ids import check_workflow_id
-from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.model.messages import (
     CancelWorkflow,
     ResolveActivity,
@@ -48,6 +48,7 @@ from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.records.envelopes import command_envelope, now_ms
+from orchestrator.records.fast_json import loads_input
 from orchestrator.records.read_model_rows import announced_row
 from orchestrator.redaction import clip
 from orchestrator.settings import Settings, redact
@@ -92,8 +93,10 @@ def read_json_arg(value: str, what: str) -> Any:
 
 
 def parse_json(text: str | bytes, what: str) -> Any:
+    """JSON given to Keel (the CLI's and the UI's): ``loads_input``'s rules (the limits, no
+    key twice in one object), one ``InvalidInputError`` line else."""
     try:
-        return loads_bounded(text, what)
+        return loads_input(text, what)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -24,7 +24,9 @@ from typing import Any
 
 import orjson
 
+from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, loads_bounded
+from orchestrator.redaction import clip
 
 
 def dumps(value: Any) -> str:
@@ -88,6 +90,32 @@ def loads_within_limits(text: str, what: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return loads_bounded(text, what)
+
+
+def loads_input(text: str | bytes, what: str, limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """JSON from outside Keel (a webhook or decision body, a CLI argument, a UI form):
+    ``loads_bounded``'s rules, and no object holding one key twice.
+
+    Readers disagree on a repeated key (Python's keeps the last, others the first), so a
+    body could mean ``reject`` to one check and ``approve`` to the next: it is refused
+    (``InvalidInputError``) instead, at every edge, before anything is sent. Records Keel
+    wrote are read as they always were (``loads_bounded``): an old event stays readable.
+    """
+    value = loads_bounded(text, what, limit)
+    if ("{" in text) if isinstance(text, str) else (b"{" in text):  # else no object
+        json.loads(text, object_pairs_hook=_unique_keys(what), parse_int=str, parse_float=str)
+    return value
+
+
+def _unique_keys(what: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise InvalidInputError(f"{what} holds the key {clip(key)!r} twice in one object")
+            seen.add(key)
+
+    return pairs
 
 
 #: 19 digits or more may be an integer past 64 bits.

@@ -222,3 +222,10 @@ def test_an_error_line_prints_markup_and_emoji_codes_as_written():
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("error: unknown workflow ':fire:[bold]x'; known workflows: ")
     assert "\N{FIRE}" not in result.stderr
+
+
+def test_json_input_holding_a_key_twice_is_refused_before_anything_is_sent():
+    """Issue 44: the last of two keys won; another reader would take the first."""
+    result = keel("workflow", "start", "parallel_checks", "--input", '{"n": 1, "n": 2}')
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == "error: --input holds the key 'n' twice in one object"

@@ -94,3 +94,34 @@ def test_a_short_task_token_key_is_refused_without_showing_it(monkeypatch) -> No
         load_settings()
     assert "KEEL_TASK_TOKEN_SECRET" in str(exc.value)
     assert "hunter2" not in str(exc.value)
+
+
+def test_a_decision_body_holding_a_key_twice_is_refused_not_read_as_its_last() -> None:
+    """Issue 44: ``{"decision": "reject", "decision": "approve"}`` was approved (the last key
+    won), though a reader keeping the first would read a rejection."""
+    import asyncio
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from connectors.human_task_api import _read_decision
+
+    async def decide(request: web.Request) -> web.StreamResponse:
+        read = await _read_decision(request, 5.0)
+        return read if isinstance(read, web.StreamResponse) else web.json_response(list(read))
+
+    async def main() -> list[tuple[int, object]]:
+        app = web.Application()
+        app.router.add_post("/decide", decide)
+        digest = "ab" * 32
+        bodies = [
+            f'{{"decision": "reject", "decision": "approve", "operation_digest": "{digest}"}}',
+            f'{{"decision": "approve", "operation_digest": "{digest}"}}',
+        ]
+        async with TestClient(TestServer(app)) as client:
+            answers = [await client.post("/decide", data=body) for body in bodies]
+            return [(a.status, await a.json()) for a in answers]
+
+    refused, approved = asyncio.run(main())
+    assert refused == (400, {"error": "body holds the key 'decision' twice in one object"})
+    assert approved == (200, ["approve", "", "ab" * 32, None])

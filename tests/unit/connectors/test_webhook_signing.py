@@ -146,6 +146,10 @@ def test_the_message_id_is_a_function_of_source_and_event_id_only():
         (b"[1]", "body must be a JSON object, got an array"),
         (b"\xff{}", "body is not UTF-8: invalid byte at position 0"),
         (b"[" * 70 + b"]" * 70, "body nests deeper than 64 levels of arrays and objects"),
+        (
+            b'{"id": 1, "data": {"amount": 5, "amount": 500}}',
+            "body holds the key 'amount' twice in one object",
+        ),
     ],
 )
 def test_bodies_that_are_not_a_json_object_are_refused_with_the_reason(body, reason):

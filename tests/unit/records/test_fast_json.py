@@ -151,3 +151,25 @@ def test_commands_travel_as_the_text_redis_py_would_send() -> None:
 def test_an_argument_json_cannot_carry_exactly_is_refused(value: object) -> None:
     with pytest.raises(TypeError):
         fast_json.dumps_commands([("SET", "k", value)])
+
+
+def test_input_from_outside_refuses_a_key_twice_in_any_object() -> None:
+    """Issue 44: readers disagree on a repeated key, so an edge refuses it (the records
+    Keel wrote are still read by ``loads_bounded``, which keeps the last)."""
+    from orchestrator.domain.model.errors import InvalidInputError
+    from orchestrator.domain.model.limits import loads_bounded
+    from orchestrator.records.fast_json import loads_input
+
+    assert loads_input('{"a": [{"b": 1}, {"b": 2}], "c": {"b": 3}}', "x") == {
+        "a": [{"b": 1}, {"b": 2}],
+        "c": {"b": 3},
+    }
+    for text, key in (
+        ('{"decision": "reject", "decision": "approve"}', "decision"),
+        (b'[{"n": {"x": 1, "x": 2}}]', "x"),
+        ('{"\\u0061": 1, "a": 2}', "a"),  # the same key, escaped once
+    ):
+        with pytest.raises(InvalidInputError) as info:
+            loads_input(text, "--input")
+        assert str(info.value) == f"--input holds the key '{key}' twice in one object"
+    assert loads_bounded('{"a": 1, "a": 2}', "x") == {"a": 2}

@@ -87,6 +87,13 @@ def test_a_bad_resolution_is_refused_on_the_page_and_sends_nothing() -> None:
         assert answer.status == 303
         [(level, text)] = session.take_flashes()
         assert level is FlashLevel.REFUSED and text.startswith("the result is not valid JSON")
+        answer, session = await _post(
+            client, ui, OPERATOR, "/ui/runs/w/resolve", activity_id="a", resolution="found",
+            result='{"posting_id": "P-1", "posting_id": "P-2"}',
+        )  # fmt: skip
+        assert session.take_flashes() == [
+            (FlashLevel.REFUSED, "the result holds the key 'posting_id' twice in one object")
+        ]
         _, session = await _post(
             client, ui, OPERATOR, "/ui/runs/w/resolve", activity_id="a", resolution="maybe"
         )
