@@ -28,8 +28,10 @@ COOKIE = "keel_ui_session"
 PRE_COOKIE = "keel_ui_signin"
 #: How long a session lasts from its sign-in.
 SESSION_TTL_S = 8 * 3600
-#: Sessions kept at most (the oldest are dropped first).
-MAX_SESSIONS = 10_000
+#: Sessions one actor keeps at most: a new sign-in beyond it ends that actor's oldest. The
+#: cap is per actor, so however often one actor signs in, no other actor is signed out; the
+#: store holds at most this many per configured actor.
+MAX_SESSIONS_PER_ACTOR = 32
 
 
 class FlashLevel(StrEnum):
@@ -67,18 +69,27 @@ def same_token(presented: str | None, expected: str) -> bool:
 
 
 class SessionStore:
-    """Sessions by the sha256 of their id, each with its expiry."""
+    """Sessions by the sha256 of their id, each with its expiry, at most
+    ``MAX_SESSIONS_PER_ACTOR`` per actor."""
 
     def __init__(self, ttl_s: float = SESSION_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._sessions: dict[str, Session] = {}
+        #: Each actor's session keys, oldest first (a dict as an ordered set).
+        self._by_actor: dict[str, dict[str, None]] = {}
 
     def create(self, actor: Actor) -> tuple[str, Session]:
-        """A new session for ``actor``: ``(session id for the cookie, session)``."""
+        """A new session for ``actor``: ``(session id for the cookie, session)``; the actor's
+        oldest session ends if it has ``MAX_SESSIONS_PER_ACTOR`` already."""
         self._purge()
+        mine = list(self._by_actor.get(actor.name, ()))
+        for oldest in mine[: max(0, len(mine) - MAX_SESSIONS_PER_ACTOR + 1)]:
+            self._drop(oldest)
         session_id = secrets.token_urlsafe(32)
         session = Session(actor, secrets.token_urlsafe(32), time.time() + self.ttl_s)
-        self._sessions[_key(session_id)] = session
+        key = _key(session_id)
+        self._sessions[key] = session
+        self._by_actor.setdefault(actor.name, {})[key] = None
         return session_id, session
 
     def get(self, session_id: str | None) -> Session | None:
@@ -90,17 +101,24 @@ class SessionStore:
         if session is None:
             return None
         if session.expires_at <= time.time():
-            del self._sessions[key]
+            self._drop(key)
             return None
         return session
 
     def end(self, session_id: str | None) -> None:
         if session_id:
-            self._sessions.pop(_key(session_id), None)
+            self._drop(_key(session_id))
+
+    def _drop(self, key: str) -> None:
+        session = self._sessions.pop(key, None)
+        if session is None:
+            return
+        mine = self._by_actor.get(session.actor.name, {})
+        mine.pop(key, None)
+        if not mine:
+            self._by_actor.pop(session.actor.name, None)
 
     def _purge(self) -> None:
         now = time.time()
         for key in [k for k, s in self._sessions.items() if s.expires_at <= now]:
-            del self._sessions[key]
-        while len(self._sessions) >= MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
+            self._drop(key)

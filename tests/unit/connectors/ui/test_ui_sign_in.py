@@ -172,3 +172,21 @@ def test_unauthenticated_posts_with_long_paths_do_not_stall_the_connector() -> N
     assert (
         "ui POST /ui/runs/" + "w" * 191 + "... (8,016 characters): 403: sign in first"
     ) in logged[0]
+
+
+def test_sessions_are_capped_per_actor_so_one_actor_signing_in_often_evicts_only_its_own() -> None:
+    """Issue 44: one actor signing in 10,000 times dropped every other actor's session (the
+    cap was global, oldest first)."""
+    from connectors.ui.sessions import MAX_SESSIONS_PER_ACTOR
+
+    store = SessionStore()
+    bob = Actor("bob", ("keel-operator",), hash_token("bob-bearer-token-0123456789"))
+    bob_id, bob_session = store.create(bob)
+    alice_ids = [store.create(ALICE)[0] for _ in range(10_000)]
+    assert store.get(bob_id) is bob_session
+    live = [i for i in alice_ids if store.get(i) is not None]
+    assert live == alice_ids[-MAX_SESSIONS_PER_ACTOR:]
+    store.end(live[0])
+    assert store.get(live[0]) is None
+    assert store.get(store.create(ALICE)[0]) is not None and store.get(live[1]) is not None
+    assert store.get(bob_id) is bob_session
