@@ -27,7 +27,7 @@ _QUERY_KEY = re.compile(r"(?i)[?&;](?:password|passwd|pass|secret|token)=")
 #: A Kafka client's password property (``sasl.password``, or in a config dict's repr) and
 #: the variable that carries it.
 _PROPERTY_KEY = re.compile(
-    r"(?i)\b(?:sasl|ssl\.key|ssl\.keystore|ssl\.truststore)\.password|KEEL_KAFKA_SASL_PASSWORD"
+    r"(?i)\b(?:sasl|ssl\.key|ssl\.keystore|ssl\.truststore)\.password|KEEL_KAFKA_SASL_PASSWORD="
 )
 #: A query or property value ends at these (or at a space).
 _QUERY_END = "&"
@@ -113,7 +113,7 @@ def _mask_values(text: str, key: re.Pattern[str], ends: str, *, assigned: bool) 
     unclosed: set[str] = set()  # quotes with no closing one further on: never looked up again
     while (match := key.search(text, search_from)) is not None:
         pos = match.end()
-        if assigned:
+        if assigned and not match.group().endswith("="):  # ``VAR=`` has its value next
             if pos < len(text) and text[pos] in "'\"":
                 pos += 1
             pos = _skip_spaces(text, pos)

@@ -28,6 +28,7 @@ from orchestrator.redaction import clip, mask_servers, redact
         ('SSL.KEYSTORE.PASSWORD = "q";x', 'SSL.KEYSTORE.PASSWORD = "***";x'),
         ("sasl.password='unclosed rest", "sasl.password=*** rest"),
         ("KEEL_KAFKA_SASL_PASSWORD=hunter2 next", "KEEL_KAFKA_SASL_PASSWORD=*** next"),
+        ("KEEL_KAFKA_SASL_PASSWORD: only with SASL", "KEEL_KAFKA_SASL_PASSWORD: only with SASL"),
         ("mail alice@example.com", "mail alice@example.com"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
         ("10.0.0.1:9092,10.0.0.2:9092", "10.0.0.1:9092,10.0.0.2:9092"),
