@@ -178,3 +178,19 @@ def test_the_answer_is_a_plain_record() -> None:
         "seq": 9,
         "value": {"total": 30},
     }
+
+
+def test_a_100k_character_id_is_answered_in_milliseconds_and_quoted_clipped() -> None:
+    """Issue 44: ``keel workflow show <30k-char id>`` took 8.4 s (its error line was redacted
+    in quadratic time); the error quotes 200 characters and the id's length."""
+    import time
+
+    from orchestrator.cli import error_line
+
+    client = _client({})
+    start = time.perf_counter()
+    with pytest.raises(NotFoundError) as info:
+        client.show("a" * 100_000)
+    line = error_line(info.value)
+    assert time.perf_counter() - start < 0.5
+    assert line == f"error: workflow '{'a' * 200}... (100,000 characters)' does not exist"
