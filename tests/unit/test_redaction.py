@@ -71,7 +71,7 @@ def _seconds(text: str) -> float:
 def test_redaction_is_linear_in_the_texts_length(kind: str) -> None:
     make = ADVERSARIAL[kind]
     small, large = _seconds(make(10_000)), _seconds(make(100_000))
-    assert large < 0.5, f"{kind}: 100k characters took {large:.3f} s"
+    assert large < 1.0, f"{kind}: 100k characters took {large:.3f} s"  # quadratic: minutes
     # ten times the text: about ten times the time; quadratic would be a hundred
     assert large < 30 * max(small, 0.002), f"{kind}: {small:.4f} s -> {large:.4f} s"
 
