@@ -283,7 +283,7 @@ def _carry_deadline(d: Any, st: Any, deadline: tuple[str, int] | None) -> None:
     if str(purpose) != deadline[0]:
         return
     fresh = d.cmd.recorded_at + d.duration(value, what)
-    d.arm_timer(purpose, purpose.timer_id(f"{st.name}#{d.s.visit}"), min(deadline[1], fresh))
+    d.arm_timer(purpose, purpose.timer_id(d.s.visit_tag()), min(deadline[1], fresh))
 
 
 # -- the applier (registered by orchestrator.domain.lifecycle.evolve) ------------------------------

@@ -40,6 +40,7 @@ from orchestrator.domain.authoring.definitions import (
     Step,
     WorkflowDefinition,
 )
+from orchestrator.domain.lifecycle import run_scope
 from orchestrator.domain.model.errors import CommandRejected, HistoryError, LimitExceededError
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.keys import child_workflow_id, idempotency_key
@@ -215,13 +216,14 @@ def _report(d: Decision, activity_id: str, attempt: int) -> ActivityState | None
     Only the report of the attempt in flight is applied. A report of an attempt that
     timed out (its outcome being settled by a retry, a status query or an operator), a
     duplicate, or a stale one is dropped: exactly one outcome per (activity id, attempt)
-    enters history (docs/activities.md).
+    enters history (docs/activities.md). One of another run, or of an activity the run
+    never scheduled, is refused (``run_scope.own_activity``).
     """
     s = d.s
     if s.is_terminal:
         return None
-    act = s.activities.get(activity_id)
-    if act is None or act.status != _A.SCHEDULED or act.attempt != attempt:
+    act = run_scope.own_activity(d.s, d.cmd, activity_id)
+    if act.status != _A.SCHEDULED or act.attempt != attempt:
         return None
     return act
 
@@ -270,8 +272,8 @@ def on_heartbeat(d: Decision, p: HeartbeatActivity) -> None:
     s = d.s
     if s.is_terminal:
         return
-    act = s.activities.get(p.activity_id)
-    if act is None or act.status != _A.SCHEDULED or act.attempt != p.attempt:
+    act = run_scope.own_activity(s, d.cmd, p.activity_id)
+    if act.status != _A.SCHEDULED or act.attempt != p.attempt:
         return  # stale: the attempt ended, timed out or was never sent
     if act.last_heartbeat == d.cmd.message_id:
         return  # redelivered

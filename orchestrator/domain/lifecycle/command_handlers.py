@@ -42,6 +42,7 @@ from orchestrator.domain.lifecycle import (
     compensation,
     fan_out,
     human_tasks,
+    run_scope,
     run_stops,
     signals,
 )
@@ -164,6 +165,8 @@ def decide(
             d.advance()
         return d.finish()
     if isinstance(p, StartWorkflow):
+        if state is not None:  # a child id naming another run is refused
+            run_scope.check_child_start(state, p)
         return state, []
     what = describe_command(p)
     handler = HANDLERS.get(type(p))
@@ -437,7 +440,7 @@ class Decision:
 
     def _schedule_ready(self, st: State) -> None:
         s = self.s
-        prefix = f"{st.name}#{s.visit}/"
+        prefix = f"{s.visit_tag()}/"
         default_input: str | None = None
         for step in self.defn.step_order[st.name]:
             aid = prefix + step.name
@@ -486,7 +489,7 @@ class Decision:
             self.emit(WorkflowFailed(reason))
 
     def _arm_wait_timer(self, st: State) -> None:
-        base = f"{st.name}#{self.s.visit}"
+        base = self.s.visit_tag()
         now = self.cmd.recorded_at
         if isinstance(st.wait, TimerWait):
             delay = self._duration(st.wait.duration, "timer duration")
@@ -570,7 +573,7 @@ def _on_timer(d: Decision, p: FireTimer) -> None:
     s = d.s
     if s.is_terminal:
         return
-    timer = s.timers.get(p.timer_id)
+    timer = run_scope.due_timer(s, d.cmd, p.timer_id)
     if timer is None:
         return
     d.emit(TimerFired(p.timer_id))

@@ -132,7 +132,7 @@ def _started(
     p: FanOutStarted,
     env: Envelope[Any],
 ) -> None:
-    prefix = f"{n.current_state}#{n.visit}/{p.step}"
+    prefix = f"{n.visit_tag()}/{p.step}"
     _store(n, p.step, FanOutState(prefix, p.items, p.items_digest))
 
 
@@ -176,7 +176,7 @@ def _store(n: WorkflowState, step: str, fo: FanOutState) -> None:
         text = act.result_json if act is not None and act.status == _COMPLETED else None
         results.append(text or "null")
     n.record_result(step, "[" + ",".join(results) + "]", 0)
-    if fo.prefix == f"{n.current_state}#{n.visit}/{step}" and step in n.steps_remaining:
+    if fo.prefix == f"{n.visit_tag()}/{step}" and step in n.steps_remaining:
         remaining = n.mut_steps_remaining()
         remaining.discard(step)
         if not remaining:

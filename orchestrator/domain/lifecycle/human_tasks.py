@@ -192,7 +192,7 @@ def open_task(d: Decision) -> None:
             correction_schema_json=schema_json,
         )
     )
-    base = f"{st.name}#{s.visit}"
+    base = s.visit_tag()
     schedule: list[tuple[HumanTimer, int, Any]]
     schedule = [(HumanTimer.REMIND, i, r) for i, r in enumerate(task.reminders, 1)]
     schedule += [(HumanTimer.ESCALATE, i, e.after) for i, e in enumerate(task.escalations, 1)]

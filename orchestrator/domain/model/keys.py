@@ -21,6 +21,7 @@ __all__ = [
     "idempotency_key",
     "is_compensation",
     "parse_idempotency_key",
+    "visit_tag",
 ]
 
 _SEP = "/"
@@ -33,9 +34,19 @@ _CHILD_HASH_DIGITS = 32
 _MAX_CHILD_ID = 200
 
 
+def visit_tag(state: str, visit: int, run_base_seq: int = 0) -> str:
+    """The part of every activity and timer id that names one state visit of one run:
+    ``<state>#<visit>`` in a workflow's first run (ids as they always were), and
+    ``<state>#<visit>@<base>`` in a run a continue-as-new began, ``base`` being the seq of
+    its ``WorkflowContinuedAsNew``: visits restart at 1 in each run, the base never
+    repeats, so no id of one run is ever another run's (docs/workflows.md)."""
+    return f"{state}#{visit}@{run_base_seq}" if run_base_seq else f"{state}#{visit}"
+
+
 def child_workflow_id(parent_workflow_id: str, activity_id: str) -> str:
     """The derived workflow id of the child run an activity of a parent starts:
-    ``<parent>:<state>.<visit>.<step>[.<item>]``, within the id rule (docs/limits.md)."""
+    ``<parent>:<state>.<visit>[@<base>].<step>[.<item>]``, within the id rule
+    (docs/limits.md); run-scoped like the activity id (:func:`visit_tag`)."""
     tail = activity_id.replace("#", ".").replace("/", ".").replace("[", ".").rstrip("]")
     wid = f"{parent_workflow_id}:{tail}"
     if len(wid) <= _MAX_CHILD_ID:

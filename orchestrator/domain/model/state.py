@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.domain.model.keys import visit_tag
 from orchestrator.domain.model.limits import MAX_HISTORY_EVENTS
 from orchestrator.domain.model.state_parts import (
     ActivityState,
@@ -204,6 +205,17 @@ class WorkflowState:
     def has_seen(self, command_id: str) -> bool:
         """``command_id`` already wrote events: a recent command, or any signal."""
         return command_id in self.signal_commands or command_id in self.seen_commands
+
+    def visit_tag(self) -> str:
+        """The run-scoped tag of the current state visit's ids (``keys.visit_tag``); a
+        run continued before ids were run-scoped keeps its visit's untagged ids while an
+        activity of the visit is in flight under them, so no step is dispatched twice."""
+        state = self.current_state or ""
+        if self.run_base_seq:
+            legacy = f"{state}#{self.visit}"
+            if any(a.startswith(legacy + "/") for a in self.in_flight):
+                return legacy
+        return visit_tag(state, self.visit, self.run_base_seq)
 
     def needing_attention(self) -> list[str]:
         """Ids of the activities an operator must redrive or resolve, sorted."""

@@ -267,7 +267,11 @@ def test_heartbeats_arm_and_rearm_timers_and_a_missed_heartbeat_times_out() -> N
     # redelivered and stale heartbeats write nothing
     assert h.send_env(h.env(HeartbeatActivity(PAY, 1, "{}"), None, "hb-2")) == []
     assert h.send(HeartbeatActivity(PAY, 2, "{}")) == []
-    assert h.send(HeartbeatActivity("run#1/nope", 1, "{}")) == []
+    # one naming an activity the run never scheduled (another run's) is refused
+    assert rejected(h, HeartbeatActivity("run#1/nope", 1, "{}")) == (
+        "run 'run-1' of workflow 'wf-1' has no activity 'run#1/nope'; heartbeat of "
+        "activity 'run#1/nope' attempt 1 refused"
+    )
     # the missed heartbeat: a transient timeout, retried after a backoff
     events = h.send(FireTimer(f"{PAY}/timeout/heartbeat/1/2"), at=T0 + 16_000)
     assert events == [
@@ -855,7 +859,8 @@ def test_snapshot_round_trips_every_new_field() -> None:
         1,
         "hb-1",
     )
-    cmd = h2.env(FireTimer(f"{PAY}/timeout/heartbeat/1/1"), None, None)
+    hb_timer = f"{PAY}/timeout/heartbeat/1/1"
+    cmd = h2.env(FireTimer(hb_timer), h2.s.timers[hb_timer].fire_at, None)
     assert DECIDER.decide(restored, cmd) == DECIDER.decide(h2.s, cmd)
     # snapshots written before these fields existed still load
     old = json.loads(h2.s.to_json())

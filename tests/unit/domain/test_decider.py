@@ -569,7 +569,7 @@ def test_timer_wait_after_steps(decider: Decider) -> None:
         ActivityCompleted("first#1/a", 1, '{"k": 1}'),
         TimerScheduled("first#1/wait", T0 + 50 + 10_000, "wait"),
     ]
-    events = h.send(FireTimer("first#1/wait"))
+    events = h.send(FireTimer("first#1/wait"), at=T0 + 50 + 10_000)
     assert events == [
         TimerFired("first#1/wait"),
         StateEntered("z", 1),
@@ -586,8 +586,11 @@ def test_duplicate_and_stale_reports_write_nothing(decider: Decider) -> None:
     h = Harness(decider)
     h.start("three_step", {"n": 2})
     assert h.send(CompleteActivity("run#1/one", 2, '{"n": 3}')) == []  # stale attempt
-    assert h.send(CompleteActivity("run#9/one", 1, '{"n": 3}')) == []  # unknown activity
-    assert h.send(FailActivity("nope", 1, "permanent", "E", "m")) == []
+    # an activity this run never scheduled (another run's): refused, recorded by the engine
+    with pytest.raises(CommandRejected, match="has no activity 'run#9/one'; completion of"):
+        h.send(CompleteActivity("run#9/one", 1, '{"n": 3}'))
+    with pytest.raises(CommandRejected, match="has no activity 'nope'; failure of"):
+        h.send(FailActivity("nope", 1, "permanent", "E", "m"))
     assert len(h.send(CompleteActivity("run#1/one", 1, '{"n": 3}'))) == 2
     assert h.send(CompleteActivity("run#1/one", 1, '{"n": 3}')) == []  # duplicate
     assert h.send(FailActivity("run#1/one", 1, "transient", "E", "m")) == []
@@ -635,7 +638,7 @@ def test_transient_failure_retries_same_logical_attempt(decider: Decider) -> Non
     assert 0 <= delay2 <= 2000
     events = h.send(FailActivity("work#1/fetch", 2, "unknown", "Timeout", "after write"))
     assert events[1] == TimerScheduled("work#1/fetch/retry/2", h.t + delay2, "retry:work#1/fetch")
-    h.send(FireTimer("work#1/fetch/retry/2"))
+    h.send(FireTimer("work#1/fetch/retry/2"), at=h.t + delay2)
     events = h.send(FailActivity("work#1/fetch", 3, "transient", "HTTP503", "unavailable"))
     assert events == [
         ActivityFailed("work#1/fetch", 3, "transient", "HTTP503", "unavailable"),
@@ -847,5 +850,6 @@ def test_snapshot_round_trip(decider: Decider) -> None:
     assert restored.to_json() == h.state.to_json()
     assert restored.pending_timers() == h.state.pending_timers()
     # the restored state decides exactly like the original
-    cmd = h.cmd(FireTimer(h.state.pending_timers()[0][0]))
+    timer_id, fire_at = h.state.pending_timers()[0]
+    cmd = h.cmd(FireTimer(timer_id), at=fire_at)
     assert decider.decide(restored, cmd) == decider.decide(h.state, cmd)

@@ -57,6 +57,7 @@ LAYERS: dict[str, float] = {
     "search_attributes": 3.96,
     "steps": 3.97,
     "definitions": 4,
+    "run_scope": 4.5,
     "activities": 5,
     "signals": 5.3,
     "refusals": 5.3,
