@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.codec import DecodeError, default_codec
-from orchestrator.domain.history.invariants import HistoryChecker, Invariant, ProofCheck, Violation
+from orchestrator.domain.history.invariants import (
+    ChildLinks,
+    HistoryChecker,
+    Invariant,
+    ProofCheck,
+    Violation,
+)
 from orchestrator.domain.model.errors import HistoryError, InvalidInputError
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
 from orchestrator.io.kafka.clients import list_partitions, read_partitions
@@ -227,6 +233,7 @@ def verify_topic(
     codec = default_codec()
     wanted = None if workflow_ids is None else {w.encode() for w in workflow_ids}
     tracked: dict[str, _Tracked] = {}
+    links = ChildLinks()
     stray: list[Violation] = []
     out = Verification()
     starts = dict.fromkeys(_partitions(settings, topic), 0)
@@ -269,8 +276,11 @@ def verify_topic(
                 )
             )
         t.checker.feed(env)
+        links.feed(env)
     out.checked = list(tracked)
     for t in tracked.values():
         out.violations.extend(t.checker.finish())
+    if wanted is None:  # a child's start is another workflow's: checked over the whole topic
+        out.violations.extend(links.finish())
     out.violations.extend(stray)
     return out

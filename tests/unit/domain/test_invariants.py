@@ -16,6 +16,7 @@ from orchestrator.domain.history.invariants import (
     HistoryChecker,
     Invariant,
     Violation,
+    check_histories,
     check_history,
 )
 from orchestrator.domain.model.keys import idempotency_key
@@ -27,6 +28,8 @@ from orchestrator.domain.model.messages import (
     HumanTaskDecided,
     HumanTaskOpened,
     StateEntered,
+    TimerFired,
+    TimerScheduled,
     WorkflowCompleted,
     WorkflowContinuedAsNew,
     WorkflowFailed,
@@ -71,8 +74,8 @@ def _payloads() -> list[tuple[str, Any]]:
         (RUN1, _decided("task-1")),
         (RUN1, WorkflowContinuedAsNew(RUN2, "{}")),
         (RUN2, StateEntered("pay", 1)),
-        (RUN2, _scheduled("pay#1/pay", 2, 1)),  # the same activity id in the new run
-        (RUN2, ActivityCompleted("pay#1/pay", 1, "{}")),
+        (RUN2, _scheduled("pay#1@9/pay", 2, 1)),  # the new run's id: run-scoped (seq 9)
+        (RUN2, ActivityCompleted("pay#1@9/pay", 1, "{}")),
         (RUN2, WorkflowCompleted("{}")),
     ]
 
@@ -181,9 +184,116 @@ def test_an_attempt_completed_that_was_never_scheduled() -> None:
 def test_a_key_reused_by_the_next_run() -> None:
     """What continue-as-new did while its logical attempt counters restarted at 1."""
     p = _payloads()
-    p[10] = (RUN2, _scheduled("pay#1/pay", 1, 1))
+    p[10] = (RUN2, _scheduled("pay#1@9/pay", 1, 1))
     v = _only(check_history(_history(p)), Invariant.IDEMPOTENCY_KEY)
     assert v.seq == 11 and "(run 'run-1', seq 3)" in v.message
+
+
+# -- run scope (issue 44): what the code before run-scoped ids wrote ------------------------
+
+
+def test_an_activity_id_of_an_earlier_run_scheduled_again() -> None:
+    """Visits restarted at 1 after continue-as-new: run 2 reused run 1's activity id."""
+    p = _payloads()
+    p[10] = (RUN2, _scheduled("pay#1/pay", 2, 1))
+    p[11] = (RUN2, ActivityCompleted("pay#1/pay", 1, "{}"))
+    v = _only(check_history(_history(p)), Invariant.RUN_SCOPE)
+    assert (v.seq, v.message) == (
+        11,
+        "activity id 'pay#1/pay' of run 'run-2' was already that of run 'run-1' (seq 3)",
+    )
+
+
+def test_a_timer_id_of_an_earlier_run_armed_again_and_fired_early() -> None:
+    """Run 1's signal timeout left in the engine's heap fired run 2's timer of the same
+    id at run 1's deadline, before run 2's."""
+    p = _payloads()
+    p.insert(2, (RUN1, TimerScheduled("pay#1/timeout", 5_000, "timeout:go")))
+    p.insert(11, (RUN2, TimerScheduled("pay#1/timeout", 9_000, "timeout:go")))
+    p.insert(12, (RUN2, TimerFired("pay#1/timeout")))
+    h = _history(p)
+    h[12] = replace(h[12], recorded_at=5_000)
+    violations = check_history(h)
+    assert [(v.rule, v.seq, v.message) for v in violations] == [
+        (
+            Invariant.RUN_SCOPE,
+            12,
+            "timer id 'pay#1/timeout' of run 'run-2' was already that of run 'run-1' (seq 3)",
+        ),
+        (
+            Invariant.TIMER,
+            13,
+            "timer 'pay#1/timeout' fired at 5000, 4000 ms before it was due (9000)",
+        ),
+    ]
+
+
+def test_a_forged_timer_fire_is_early() -> None:
+    p = _payloads()
+    p.insert(2, (RUN1, TimerScheduled("pay#1/escalate", 86_400_000, "human:escalate:1")))
+    p.insert(3, (RUN1, TimerFired("pay#1/escalate")))
+    v = _only(check_history(_history(p)), Invariant.TIMER)
+    assert v.seq == 4 and "86398996 ms before it was due (86400000)" in v.message
+
+
+def test_a_report_of_an_earlier_run_applied_in_a_later_one() -> None:
+    """A handler's late report of run 1 completed run 2's attempt."""
+    h = _history()
+    h[11] = replace(h[11], causation_id="run-1/3/task/report/1")
+    v = _only(check_history(h), Invariant.RUN_SCOPE)
+    assert v.message == (
+        "ActivityCompleted of activity 'pay#1@9/pay' in run 'run-2' applies a report of run "
+        "'run-1' (caused by 'run-1/3/task/report/1')"
+    )
+
+
+def test_a_child_step_naming_the_parent_itself() -> None:
+    p = _payloads()
+    child = ActivityScheduled("pay#1/kid", "keel.child:kid", "kid", "{}", 1, 1, WF)
+    p.insert(6, (RUN1, child))
+    v = _only(check_history(_history(p)), Invariant.CHILD)
+    assert v.seq == 7
+    assert v.message == (
+        "child step 'pay#1/kid' names the parent itself as its child workflow id and was never told"
+    )
+    # the engine's answer (ChildWorkflowIdInUse): the step failed, the parent did not hang
+    p.insert(7, (RUN1, ActivityFailed("pay#1/kid", 1, "permanent", "ChildWorkflowIdInUse", "m")))
+    assert check_history(_history(p)) == []
+
+
+def _child_history(child_parent: tuple[str | None, str | None], settled: bool) -> list[Any]:
+    parent = _history(
+        [
+            (RUN1, WorkflowStarted("flow", 1, "digest", "{}")),
+            (RUN1, StateEntered("run", 1)),
+            (RUN1, ActivityScheduled("run#1/kid", "keel.child:kid", "kid", "{}", 1, 1, "k-1")),
+        ]
+        + ([(RUN1, ActivityFailed("run#1/kid", 1, "permanent", "E", "m"))] if settled else [])
+    )
+    started = WorkflowStarted("other", 1, "d", "{}", 0, *child_parent)
+    return [Envelope("c/1", "k-1", "c", 1, "WorkflowStarted", 1, started), *parent]
+
+
+@pytest.mark.parametrize(
+    ("child_parent", "by"),
+    [((None, None), "no parent"), (("wf-0", "a#1/kid"), "'wf-0' for 'a#1/kid'")],
+)
+def test_a_child_step_naming_a_run_that_is_not_its_child(
+    child_parent: tuple[str | None, str | None], by: str
+) -> None:
+    violations = check_histories(_child_history(child_parent, settled=False))
+    assert [(v.workflow_id, v.seq, v.rule, v.message) for v in violations] == [
+        (
+            WF,
+            3,
+            Invariant.CHILD,
+            f"child step 'run#1/kid' names workflow 'k-1', a run started by {by}: the step "
+            "waits for a child that is not its own",
+        )
+    ]
+    # told (the new code fails the step), or its own child: nothing to flag
+    assert check_histories(_child_history(child_parent, settled=True)) == []
+    assert check_histories(_child_history((WF, "run#1/kid"), settled=False)) == []
 
 
 def test_a_key_reused_by_another_activity() -> None:
