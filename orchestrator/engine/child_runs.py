@@ -11,7 +11,9 @@ was cancelled or left the state) is sent a ``CancelWorkflow``, or a
 ``"abandon"``. Each is a command record in the same transaction as the events that
 caused it, with a message id derived from them, so a crash before the commit sends
 nothing and a retried decision sends the same ids (a start of an existing id, a report
-of an ended attempt and a repeated cancel all write nothing).
+of an ended attempt and a repeated cancel all write nothing). A child start the child's
+partition refuses (its id names another run, ``run_scope.check_child_start``, or its
+input does not fit) becomes a permanent ``FailActivity`` of the parent's step.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
+from orchestrator.domain.lifecycle.run_scope import CHILD_ID_IN_USE
 from orchestrator.domain.model.keys import CHILD_ACTIVITY_PREFIX
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
@@ -40,7 +43,13 @@ from orchestrator.domain.model.vocabulary import (
 )
 from orchestrator.records.envelopes import command_envelope
 
-__all__ = ["abandoned_children", "child_start", "is_child", "parent_report"]
+__all__ = [
+    "abandoned_children",
+    "child_refused",
+    "child_start",
+    "is_child",
+    "parent_report",
+]
 
 DefinitionFor = Callable[[WorkflowState], WorkflowDefinition]
 #: The error type a parent's activity fails with, by how its child run ended.
@@ -90,6 +99,17 @@ def parent_report(child: WorkflowState, ev: Envelope[Any], now: int) -> Envelope
         message = f"child workflow '{child.workflow_id}' ended {child.status}: {reason}"
         report = FailActivity(activity_id, 1, FailureClass.PERMANENT, error, message)
     return _command(ev, "parent", parent, report, now)
+
+
+def child_refused(start: Envelope[Any], reason: str, in_use: bool, now: int) -> Envelope[Any]:
+    """The permanent ``FailActivity`` a parent's child step gets when its child's start
+    was refused (its id names another run: ``ChildWorkflowIdInUse``; else
+    ``ChildWorkflowStartRefused``): the step fails with the reason, the parent never hangs."""
+    p: StartWorkflow = start.payload
+    assert p.parent_workflow_id is not None and p.parent_activity_id is not None
+    error = CHILD_ID_IN_USE if in_use else "ChildWorkflowStartRefused"
+    report = FailActivity(p.parent_activity_id, 1, FailureClass.PERMANENT, error, reason)
+    return _command(start, "refused", p.parent_workflow_id, report, now)
 
 
 def abandoned_children(

@@ -11,7 +11,10 @@ goes wrong with one record (undecodable, null, misrouted, an invalid id, an even
 large to write, or any exception the decider raises) becomes a dead letter with the
 reason, and the batch goes on. A command the decider refuses is no poison: a live run
 records the refusal in its history (``CommandRefused``) and nothing goes to the dlq; only
-a refused start, which no run holds, is kept there (docs/activities.md, "Dead letters").
+a refused start, which no run holds, is kept there (docs/activities.md, "Dead letters"),
+and a refused child start fails the parent's step instead. A command only the engine
+issues (``run_scope.ENGINE_ONLY_COMMANDS``: a timer's fire) read from the commands topic
+is refused the same way, never decided.
 Nothing a record causes is appended before all of it is encoded and checked, so a
 failing record leaves no partial output.
 """
@@ -30,6 +33,7 @@ from opentelemetry.trace import SpanKind
 from orchestrator.codec import DecodeError
 from orchestrator.domain import CommandRejected
 from orchestrator.domain.lifecycle.missing_versions import PARKED, RunParked
+from orchestrator.domain.lifecycle.run_scope import engine_only_reason
 from orchestrator.domain.model.errors import KeelError
 from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.ids import check_workflow_id
@@ -46,6 +50,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.child_runs import (
     abandoned_children,
+    child_refused,
     child_start,
     is_child,
     parent_report,
@@ -376,6 +381,9 @@ class CommandLoop:
         state = overlay[wf][1] if wf in overlay else ps.get(wf)
         if state is None or timer_id not in state.timers:
             return []  # fired already, or its wait ended
+        if now < state.timers[timer_id].fire_at:  # an entry of an earlier arming: not due
+            ctx.timers.arm(p, wf, timer_id, state.timers[timer_id].fire_at)
+            return []
         purpose = str(state.timers[timer_id].purpose)
         if purpose.startswith("retry:"):
             act = state.activities.get(purpose[len("retry:") :])
@@ -441,6 +449,8 @@ class CommandLoop:
         taken = cmd if cmd.recorded_at == now else stamped(cmd, now)
         kept: list[Out] = []
         try:
+            if rec is not None and (forged := engine_only_reason(cmd.payload)) is not None:
+                raise CommandRejected(forged)  # e.g. a FireTimer: only the engine fires timers
             if type(cmd.payload) is DecideHumanTask:
                 self._check_proof(wf, cmd.payload)
             seen = state if ctx.seeded_bug is None else reopened(ctx.seeded_bug, state, cmd.payload)
@@ -452,6 +462,10 @@ class CommandLoop:
                 return kept, str(exc)
             new_state, events = exc.state, exc.events
         except CommandRejected as exc:
+            if type(cmd.payload) is StartWorkflow and cmd.payload.parent_workflow_id:
+                log.info("child start refused: %s", exc)  # the parent's step fails with it
+                refusal = child_refused(cmd, str(exc), state is not None, now)
+                return [self._command(refusal)], str(exc)
             if type(cmd.payload) is StartWorkflow:  # no run holds it: kept for an operator
                 log.info("start refused: %s", exc)
                 letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []

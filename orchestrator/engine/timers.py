@@ -29,7 +29,9 @@ class TimerHeap:
         return len(self._heap)
 
     def arm(self, partition: int, workflow_id: str, timer_id: str, fire_at: int) -> None:
-        """Index a timer once; arming the same (workflow, timer) again is a no-op."""
+        """Index a timer once; arming the same (workflow, timer) again is a no-op. An
+        entry may so hold an earlier arming's time: the loop fires a timer only at or
+        after the ``fire_at`` its run holds, and re-arms it at that time otherwise."""
         key = (workflow_id, timer_id)
         if key in self._armed:
             return
