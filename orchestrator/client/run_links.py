@@ -4,7 +4,8 @@ A child run's ``WorkflowStarted`` names its parent and the parent's activity awa
 it; a parent's ``ActivityScheduled`` of a child step (activity type ``keel.child:<name>``)
 carries the child's workflow id as its idempotency key. ``keel workflow show`` and
 ``KeelClient.show`` link both ways with these, and the read model gives each child's
-status.
+status; a child whose start was refused (its id names another run: the step failed with
+``ChildWorkflowIdInUse``) shows the refusal, which names that run's workflow, instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.domain.lifecycle.run_scope import CHILD_ID_IN_USE
 from orchestrator.domain.model.keys import CHILD_ACTIVITY_PREFIX
 
 __all__ = ["children_of", "parent_of"]
@@ -46,4 +48,15 @@ def children_of(
         and h["data"].get("attempt") == 1
     ]
     statuses = status_of([c["workflow_id"] for c in found]) if found else []
-    return [{**c, "status": st} for c, st in zip(found, statuses, strict=True)]
+    refused = {
+        h["data"]["activity_id"]: h["data"].get("message", "")
+        for h in history
+        if h["type"] == "ActivityFailed" and h["data"].get("error_type") == CHILD_ID_IN_USE
+    }
+    return [
+        # a refused start: the id's run is another's, its status is not this child's
+        {**c, "status": f"start refused: {refused[c['activity_id']]}"}
+        if c["activity_id"] in refused
+        else {**c, "status": st}
+        for c, st in zip(found, statuses, strict=True)
+    ]
