@@ -63,3 +63,38 @@ def test_verify_passes_real_runs_and_reports_a_forged_duplicate_seq(settings, se
     assert "repeats seq 2" in text.stdout
     assert f"no events in {topic}" in text.stdout  # verify-9 never ran
     assert "1 workflows, " in text.stdout and text.stdout.strip().endswith("3 violations")
+
+
+@pytest.mark.unsound_history  # the old code's history, written into the topic on purpose
+def test_verify_all_flags_the_run_scope_promises_the_old_code_broke(settings):
+    """Issue 44: ids, a report and a timer of run 1 applied in run 2, a forged timer fire,
+    child ids naming a finished run and the parent itself, as the code before run-scoped
+    ids wrote them (tests/unit/domain/histories/); ``verify --all`` flags each."""
+    from pathlib import Path
+
+    from orchestrator.client.history_io import read_history_file
+
+    fixture = Path(__file__).parents[1] / "unit/domain/histories/run_scope_old_code.jsonl"
+    old = read_history_file(fixture)
+    raw = Producer({"bootstrap.servers": settings.kafka_servers})
+    topic = settings.topic("events")
+    for env in old:
+        key = env.workflow_id.encode()
+        part = partition_for(key, settings.partitions)
+        raw.produce(topic, key=key, value=default_codec().encode(env), partition=part)
+    assert raw.flush(30) == 0
+
+    out = keel(settings, "workflow", "verify", "--all", "--json")
+    assert out.returncode == 1, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted((v["workflow_id"], v["seq"], v["rule"]) for v in doc["violations"]) == [
+        ("forged-old", 8, "timer"),
+        ("loop-old", 11, "run_scope"),
+        ("loop-old", 12, "idempotency_key"),
+        ("loop-old", 12, "run_scope"),
+        ("loop-old", 13, "run_scope"),
+        ("loop-old", 15, "run_scope"),
+        ("loop-old", 16, "timer"),
+        ("p-old", 3, "child"),
+        ("p-self-old", 3, "child"),
+    ]
