@@ -8,15 +8,18 @@ fire, and child ids naming a finished run and the parent itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.client.history_io import read_history_file
 from orchestrator.domain import Decider
 from orchestrator.domain.authoring.definitions import State, Step, WorkflowDefinition
 from orchestrator.domain.history.invariants import check_histories
+from orchestrator.domain.model.messages import CompleteActivity, Envelope
 from tests.unit.domain.test_run_scope import Count, kid, looper  # the definitions recorded
 
 OLD = Path(__file__).parent / "histories" / "run_scope_old_code.jsonl"
+T = 1_700_000_020_000
 
 
 DEFINITIONS = [kid, looper] + [
@@ -69,3 +72,27 @@ def test_the_new_code_still_folds_the_old_histories() -> None:
         events = [e for e in envelopes if e.workflow_id == wf]
         state = decider.fold(events)
         assert state is not None and state.seq == events[-1].seq
+
+
+def test_a_run_continued_by_the_old_code_keeps_its_visits_untagged_ids_in_flight() -> None:
+    """Upgraded mid-visit: run 2 of ``loop-old`` holds ``run#1/work`` and ``run#1/kid`` in
+    flight under the old ids; the new code completes them there and dispatches neither
+    again under the run-scoped ids (``WorkflowState.visit_tag``)."""
+    decider = Decider(DEFINITIONS)
+    events = [e for e in read_history_file(OLD) if e.workflow_id == "loop-old"][:12]
+    state = decider.fold(events)
+    assert state is not None and state.run_base_seq == 9
+    assert state.visit_tag() == "run#1"  # its visit's activities are in flight untagged
+    done = Envelope("w", "loop-old", state.run_id, 0, "CompleteActivity", T, None)
+    state, out = decider.handle(
+        state, replace(done, payload=CompleteActivity("run#1/work", 1, "{}")), T
+    )
+    assert [e.type for e in out] == ["ActivityCompleted"]  # nothing dispatched again
+    assert state is not None and state.visit_tag() == "run#1"
+    kid_done = replace(done, message_id="k", payload=CompleteActivity("run#1/kid", 1, "{}"))
+    state, out = decider.handle(state, kid_done, T)
+    assert [e.type for e in out] == ["ActivityCompleted", "TimerScheduled"]
+    # nothing of the visit is in flight any more: its wait's timer is run-scoped, never
+    # run 1's ``run#1/timeout``
+    assert out[1].payload.timer_id == "run#1@9/timeout"
+    assert state is not None and state.visit_tag() == "run#1@9"
