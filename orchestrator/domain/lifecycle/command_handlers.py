@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -42,6 +41,7 @@ from orchestrator.domain.lifecycle import (
     compensation,
     fan_out,
     human_tasks,
+    run_continues,
     run_scope,
     run_stops,
     signals,
@@ -60,7 +60,6 @@ from orchestrator.domain.lifecycle.missing_versions import (
     missing_version_reason,
 )
 from orchestrator.domain.lifecycle.refusals import describe_command
-from orchestrator.domain.lifecycle.run_starts import continued_run_id
 from orchestrator.domain.model.errors import (
     CommandRejected,
     HistoryError,
@@ -68,10 +67,14 @@ from orchestrator.domain.model.errors import (
     LimitExceededError,
     format_validation_error,
 )
-from orchestrator.domain.model.frozen_init import replace
 from orchestrator.domain.model.ids import check_workflow_id
 from orchestrator.domain.model.keys import is_compensation
-from orchestrator.domain.model.limits import MAX_HISTORY_EVENTS, MAX_REASON_CHARS, loads_bounded
+from orchestrator.domain.model.limits import (
+    MAX_HISTORY_EVENTS,
+    MAX_REASON_CHARS,
+    clip_reasons,
+    loads_bounded,
+)
 from orchestrator.domain.model.messages import (
     CancelWorkflow,
     CompleteActivity,
@@ -243,24 +246,6 @@ def _start_definition(
     return defn
 
 
-def _clip(payload: Any) -> Any:
-    """Reasons and messages recorded are cut to ``MAX_REASON_CHARS`` (docs/limits.md)."""
-    names = _CLIPPED.get(type(payload))
-    if names is None:
-        names = _CLIPPED[type(payload)] = tuple(
-            f.name for f in fields(payload) if f.name in ("reason", "message", "error_type")
-        )
-    long = {
-        name: getattr(payload, name)[: MAX_REASON_CHARS - 1] + "…"
-        for name in names
-        if len(getattr(payload, name)) > MAX_REASON_CHARS
-    }
-    return replace(payload, **long) if long else payload
-
-
-_CLIPPED: dict[type, tuple[str, ...]] = {}
-
-
 class Decision:
     """The events of one command, folded into a scratch state as they are emitted."""
 
@@ -309,7 +294,7 @@ class Decision:
                 f"the history reached {MAX_HISTORY_EVENTS:,} events, the limit per run "
                 "(a long-lived run should continue as new)"
             )
-        payload = _clip(payload)
+        payload = clip_reasons(payload)
         if (
             isinstance(payload, WorkflowFailed | WorkflowCancelled)
             and self.state is not None
@@ -517,10 +502,10 @@ class Decision:
         return None
 
     def _finish(self, st: State) -> bool:
-        """End the run by the state's terminal outcome; True when a new run began."""
+        """End the run by the state's terminal outcome; True when a new run began (False
+        too when the continue budget holds a continue-as-new: :mod:`.run_continues`)."""
         if st.continue_as_new is not None:
-            self._continue_as_new(st)
-            return True
+            return run_continues.continue_as_new(self, st)
         if st.complete is not None:
             value = self.call(st.complete, "output")
             model = self.defn.output_model
@@ -548,22 +533,6 @@ class Decision:
         else:
             self.emit(WorkflowFailed(f"state '{st.name}': no transition matched"))
         return False
-
-    def _continue_as_new(self, st: State) -> None:
-        """End this run and start the next one of the same workflow and definition."""
-        assert st.continue_as_new is not None
-        value = self.call(st.continue_as_new, "continue_as_new input")
-        input_json = self.use(value, canonical_json, "continue_as_new input is not JSON")
-        check_computed(input_json, f"state '{st.name}': continue_as_new input")
-        try:
-            self.defn.parse_input(input_json)
-        except InvalidInputError as exc:
-            raise UserCodeFailed(f"state '{st.name}': continue_as_new input: {exc}") from None
-        seq = self.s.seq + 1
-        new_run = continued_run_id(self.s.workflow_id, self.run_id, seq)
-        self.emit(WorkflowContinuedAsNew(new_run, input_json))
-        self.run_id = new_run
-        self.enter(self.defn.initial)
 
 
 # -- command handlers ---------------------------------------------------------------------

@@ -19,13 +19,17 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import fields
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.domain.model.errors import LimitExceededError
+from orchestrator.domain.model.frozen_init import replace
 
 __all__ = [
+    "CONTINUE_WINDOW_MS",
+    "MAX_CONTINUES_PER_WINDOW",
     "MAX_DURATION_MS",
     "MAX_FAN_OUT_ITEMS",
     "MAX_HISTORY_BYTES",
@@ -37,6 +41,7 @@ __all__ = [
     "check_duration_ms",
     "check_json_text",
     "check_payload_size",
+    "clip_reasons",
     "loads_bounded",
     "parse_json",
 ]
@@ -57,6 +62,11 @@ _CAREFUL = re.compile(
 )
 #: Events in one run's history; past it the run needs attention (continue-as-new instead).
 MAX_HISTORY_EVENTS = 50_000
+#: Continue-as-new budget of one workflow (docs/limits.md): at most this many
+#: ``WorkflowContinuedAsNew`` within any ``CONTINUE_WINDOW_MS`` of recorded time; one more
+#: waits on a durable timer until the oldest of them leaves the window.
+MAX_CONTINUES_PER_WINDOW = 100
+CONTINUE_WINDOW_MS = 60_000
 #: Encoded payload bytes of one run's history.
 MAX_HISTORY_BYTES = 64 * 1024 * 1024
 #: The longest durable timer or timeout: 10 years.
@@ -202,6 +212,25 @@ def check_duration_ms(ms: int | float, what: str) -> int:
             f"{what} is longer than the limit of {MAX_DURATION_MS // (24 * 3600 * 1000):,} days"
         )
     return int(ms)
+
+
+def clip_reasons(payload: Any) -> Any:
+    """``payload`` (an event) with its reason, message and error type cut to
+    ``MAX_REASON_CHARS``: free text a definition or a worker wrote stays bounded."""
+    names = _CLIPPED.get(type(payload))
+    if names is None:
+        names = _CLIPPED[type(payload)] = tuple(
+            f.name for f in fields(payload) if f.name in ("reason", "message", "error_type")
+        )
+    long = {
+        name: getattr(payload, name)[: MAX_REASON_CHARS - 1] + "…"
+        for name in names
+        if len(getattr(payload, name)) > MAX_REASON_CHARS
+    }
+    return replace(payload, **long) if long else payload
+
+
+_CLIPPED: dict[type, tuple[str, ...]] = {}
 
 
 #: Keel's built-in definitions' names start with this (``keel.schedule``, docs/schedules.md):

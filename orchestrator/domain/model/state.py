@@ -152,6 +152,9 @@ class WorkflowState:
     #: Seq of the event before this run's first (0 for a workflow's first run; a
     #: continued run starts after its ``WorkflowContinuedAsNew``).
     run_base_seq: int = 0
+    #: Recorded times of the workflow's latest continues as new within the continue
+    #: budget's window, oldest first, across its runs (docs/limits.md).
+    continue_times: tuple[int, ...] = ()
     #: Every signal payload received, by name, in arrival order.
     signals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Ids of the latest commands that wrote events (redelivery -> no events), oldest
@@ -417,6 +420,8 @@ class WorkflowState:
             d["effects"] = list(self.effects)
         if self.signal_commands:
             d["signal_commands"] = list(self.signal_commands)
+        if self.continue_times:
+            d["continue_times"] = list(self.continue_times)
         if self.fan_outs:
             d["fan_outs"] = {k: slots_dict(v) for k, v in self.fan_outs.items()}
         if self.parent_workflow_id is not None:
@@ -486,6 +491,7 @@ class WorkflowState:
             result_versions=dict(d.get("result_versions", {})),
             effects=tuple(d.get("effects", ())),
             signal_commands=dict.fromkeys(d.get("signal_commands", ())),
+            continue_times=tuple(d.get("continue_times", ())),
             compensation=compensation_from(d.get("compensation")),
             fan_outs={k: fan_out_from(v) for k, v in d.get("fan_outs", {}).items()},
             parent_workflow_id=d.get("parent", (None, None))[0],

@@ -236,6 +236,8 @@ class PurposeKind(StrEnum):
     RETRY = "retry"
     #: A human task's reminder, escalation or expiry.
     HUMAN = "human"
+    #: A continue-as-new held back by the workflow's continue budget (docs/limits.md).
+    CONTINUE = "continue"
     #: A purpose this version does not know (recorded, never acted on).
     OTHER = "other"
 
@@ -252,7 +254,7 @@ class TimerPurpose:
     """A timer's purpose, as recorded in ``TimerScheduled.purpose``.
 
     Wire forms: ``wait``; ``timeout:<signal>``; ``timeout:<kind>:<activity id>``;
-    ``retry:<activity id>``; ``human:<remind|escalate|expire>:<n>``. Signal names hold
+    ``retry:<activity id>``; ``human:<remind|escalate|expire>:<n>``; ``continue``. Signal names hold
     no ``:``, so a signal timeout and an activity timeout never read as each other.
     ``subject`` is the activity id, the signal name, the human timer's ordinal (``n``,
     1-based; ``0`` for the expiry) or (for ``OTHER``) the whole unknown text.
@@ -284,10 +286,16 @@ class TimerPurpose:
         return cls(PurposeKind.HUMAN, str(n), human=kind)
 
     @classmethod
+    def continue_as_new(cls) -> TimerPurpose:
+        return cls(PurposeKind.CONTINUE)
+
+    @classmethod
     def parse(cls, text: str) -> TimerPurpose:
         """The purpose ``text`` spells (``OTHER`` for anything else; never raises)."""
         if text == "wait":
             return cls.wait()
+        if text == "continue":
+            return cls.continue_as_new()
         if text.startswith(_HUMAN):
             kind, sep, n = text[len(_HUMAN) :].partition(":")
             if sep and kind in _HUMAN_TIMERS and n.isdigit():
@@ -307,6 +315,8 @@ class TimerPurpose:
         k = self.kind
         if k is PurposeKind.WAIT:
             return "wait"
+        if k is PurposeKind.CONTINUE:
+            return "continue"
         if k is PurposeKind.RETRY:
             return f"{_RETRY}{self.subject}"
         if k is PurposeKind.ACTIVITY_TIMEOUT:
@@ -323,11 +333,14 @@ class TimerPurpose:
         return self.kind in (PurposeKind.WAIT, PurposeKind.SIGNAL_TIMEOUT)
 
     def timer_id(self, base: str, suffix: str = "") -> str:
-        """The timer id: ``base`` is the state visit (``state#visit``) for a wait's timer,
-        else ignored; ``suffix`` tells attempts (and heartbeats) apart."""
+        """The timer id: ``base`` is the state visit (``state#visit``) for a wait's, a held
+        continue's or a human task's timer, else ignored; ``suffix`` tells attempts (and
+        heartbeats) apart."""
         k = self.kind
         if k is PurposeKind.WAIT:
             return f"{base}/wait"
+        if k is PurposeKind.CONTINUE:
+            return f"{base}/continue"
         if k is PurposeKind.SIGNAL_TIMEOUT:
             return f"{base}/timeout"
         if k is PurposeKind.RETRY:

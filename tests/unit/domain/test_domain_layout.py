@@ -67,6 +67,7 @@ LAYERS: dict[str, float] = {
     "fan_out": 5.6,
     "run_starts": 5.9,
     "run_stops": 5.9,
+    "run_continues": 5.95,
     "evolve": 6,
     "command_handlers": 7,
     "decider": 8,
