@@ -13,10 +13,14 @@ The order matters for side effects (docs/activities.md):
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
 import uuid
-from typing import Any, Protocol
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -90,6 +94,79 @@ class EffectBook(Protocol):
     def release(self, key: str, attempt: int | None = None) -> bool: ...
 
 
+T = TypeVar("T")
+
+
+class HandlerThreads:
+    """A worker's bounded pool for synchronous handlers, so they run side by side.
+
+    Called on the event loop, a sync handler would hold the whole batch (every other
+    task, every heartbeat) until it returns. A task takes a ``slot()`` before it starts
+    (its start report, its effect claim) and keeps it until its handler has returned, so
+    at most ``size`` sync handlers run at once, never more than the pool's threads, and
+    a task still waiting for a thread has claimed and reported nothing. Everything but
+    the handler (claims, reports, the sink) stays on ``loop``'s thread (``on_loop``).
+    """
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.size = size
+        self.loop = loop
+        self._slots = asyncio.Semaphore(size)
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="keel-handler")
+
+    def slot(self) -> asyncio.Semaphore:
+        return self._slots
+
+    async def run(self, fn: Callable[[Any], T], arg: Any) -> T:
+        """``fn(arg)`` on a pool thread, in a copy of the caller's context: the handler
+        sees its ``activity()`` and the task's span as it would on the loop."""
+        context = contextvars.copy_context()
+        return await self.loop.run_in_executor(self._pool, context.run, fn, arg)
+
+    def on_loop(self, fn: Callable[[str], None]) -> Callable[[str], None]:
+        """``fn`` run on the loop's thread whoever calls it (a sync handler's heartbeat).
+
+        The calling thread waits for it, so what ``fn`` raises (``Stopping``) reaches the
+        handler as it would on the loop; a loop no longer running raises ``Stopping``.
+        """
+
+        def call(arg: str) -> None:
+            try:
+                here = asyncio.get_running_loop() is self.loop
+            except RuntimeError:  # no loop runs in this thread
+                here = False
+            if here:
+                fn(arg)
+                return
+            done: Future[None] = Future()
+
+            def run() -> None:
+                try:
+                    fn(arg)
+                except Exception as exc:
+                    done.set_exception(exc)
+                else:
+                    done.set_result(None)
+
+            try:
+                self.loop.call_soon_threadsafe(run)
+            except RuntimeError:  # the loop is closed
+                raise Stopping("the worker stopped during a heartbeat") from None
+            while True:
+                try:
+                    done.result(timeout=1.0)
+                    return
+                except TimeoutError:
+                    if not self.loop.is_running():  # the batch was abandoned
+                        raise Stopping("the worker stopped during a heartbeat") from None
+
+        return call
+
+    def close(self) -> None:
+        """Let the threads go; a batch always waits for its handlers, so none is running."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class SupersededAttempt(Exception):
     """An old attempt whose activity has moved on: it must not run (its report is ignored)."""
 
@@ -106,8 +183,12 @@ async def execute(
     input_json: str,
     idempotency_key: str,
     attempt: int,
+    threads: HandlerThreads | None = None,
 ) -> str:
     """Run the handler for one task and return its result as JSON (see module doc).
+
+    A sync handler runs on ``threads`` when given (the worker), else inline (a local
+    step, already on its runner thread).
 
     Raises what the handler raised, ``ResultRefusedError`` for an unusable result,
     ``SupersededAttempt``/``OutcomeUnknownError`` from the claim and ``Stopping`` when
@@ -116,7 +197,7 @@ async def execute(
     handler = app.handler(activity_type)
     arg = parse_input(handler, input_json)
     if not has_side_effect(handler.fn):
-        return result_json(handler, await call(handler, arg), side_effect=False)
+        return result_json(handler, await call(handler, arg, threads), side_effect=False)
     token = uuid.uuid4().hex
     claim = await gate.call("claim", effects.begin, idempotency_key, attempt, token)
     if claim.outcome == ClaimOutcome.COMMITTED:
@@ -129,7 +210,7 @@ async def execute(
     if claim.outcome == ClaimOutcome.IN_DOUBT:
         raise OutcomeUnknownError(IN_DOUBT.format(attempt=attempt))
     try:
-        raw = await call(handler, arg)
+        raw = await call(handler, arg, threads)
     except Exception as exc:
         if classify(exc) != FailureClass.UNKNOWN:  # the handler says: nothing was written
             await _settle(gate, "release", effects.release, idempotency_key, attempt)
@@ -176,11 +257,12 @@ def parse_input(handler: ActivityHandler, input_json: str) -> Any:
     return handler.input_model.model_validate(raw) if handler.input_model else raw
 
 
-async def call(handler: ActivityHandler, arg: Any) -> Any:
-    result = handler.fn(arg)
+async def call(handler: ActivityHandler, arg: Any, threads: HandlerThreads | None = None) -> Any:
     if handler.is_async:
-        result = await result
-    return result
+        return await handler.fn(arg)
+    if threads is not None:
+        return await threads.run(handler.fn, arg)
+    return handler.fn(arg)
 
 
 def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str:

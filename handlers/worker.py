@@ -21,7 +21,10 @@ that hits a fatal error or a stalled call is recreated. Too many resets in a win
 exit with status 70 for a supervisor. The worker writes
 ``<KEEL_HOME>/status/worker-<instance>.json`` and a periodic ``health:`` log line.
 
-The async handlers of one batch run concurrently on the worker's event loop.
+The tasks of one batch run side by side (``_run_batch`` says which stay in order): async
+handlers on the worker's event loop, synchronous ones on its bounded pool of
+``KEEL_WORKER_THREADS`` threads (:class:`~handlers.execution.HandlerThreads`). Everything
+else (effect claims, reports, heartbeats, the sink) stays on the loop's thread.
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ from typing import Any
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.effects import EffectStore, RedisGate
-from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe, execute
+from handlers.execution import (
+    IN_DOUBT,
+    EffectBook,
+    HandlerThreads,
+    SupersededAttempt,
+    describe,
+    execute,
+)
 from handlers.llm.environment import use_environment
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
@@ -142,6 +152,7 @@ class Worker:
         # per-type limits (docs/limits.md): a type without any never asks Redis
         self.limits = TypeLimiter.from_url(settings.redis, settings.topic_prefix, self.redis_gate)
         self._loop = asyncio.new_event_loop()
+        self.threads = HandlerThreads(settings.worker_threads, self._loop)
         self._tracer = tracing.tracer()
         if adapters is None:
             adapters = self._kafka_adapters()
@@ -268,6 +279,7 @@ class Worker:
             self.sink.close()
         except Exception as exc:
             log.warning("closing the producer: %s", exc)
+        self.threads.close()
         self._loop.close()
 
     def _recreate_consumer(self, exc: Exception) -> None:
@@ -480,7 +492,18 @@ class Worker:
             self._dead_letter(rec, reason, task)
 
     async def _outcome(self, rec: Record, task: Envelope[Any]) -> CompleteActivity | FailActivity:
-        """Run the task's handler and turn what happened into the report to send."""
+        """Run the task's handler and turn what happened into the report to send.
+
+        A sync handler's task waits for a thread of the pool first, before it is admitted,
+        reports its start or claims its effect: until then it has not started.
+        """
+        handler = self.app.handlers.get(task.payload.activity_type)
+        if handler is None or handler.is_async:
+            return await self._attempt(rec, task)
+        async with self.threads.slot():
+            return await self._attempt(rec, task)
+
+    async def _attempt(self, rec: Record, task: Envelope[Any]) -> CompleteActivity | FailActivity:
         t: ActivityTask = task.payload
         beats = 0
 
@@ -504,7 +527,7 @@ class Worker:
             logical_attempt=t.logical_attempt,
             idempotency_key=t.idempotency_key,
             heartbeat_ms=t.heartbeat_ms,
-            _send=send_heartbeat,
+            _send=self.threads.on_loop(send_heartbeat),
         )
         # over a per-type limit: reported throttled, never waited for inside the batch
         admission = await self.limits.admit(self.app, t)
@@ -523,6 +546,7 @@ class Worker:
                 t.input_json,
                 t.idempotency_key,
                 t.attempt,
+                self.threads,
             )
         except Stopping:
             raise

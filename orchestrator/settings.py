@@ -234,6 +234,13 @@ class Settings(BaseSettings):
         description="How often each orchestrator and worker rewrites its status file "
         "<KEEL_HOME>/status/<process>-<instance>.json.",
     )
+    worker_threads: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Threads of a worker that run synchronous activity handlers side by "
+        "side: at most this many at once (async handlers run on its event loop).",
+    )
     fetch_wait_max_ms: int = Field(
         default=100,
         ge=0,

@@ -119,16 +119,26 @@ class Rig:
     def new_intake(self) -> MemoryGroupIntake:
         return MemoryGroupIntake(self.broker, self.settings.topic("activity-tasks"), GROUP)
 
-    def task(self, wf: str, activity: str, inp: Any, *, attempt: int = 1, raw=None) -> None:
+    def task(
+        self, wf: str, activity: str, inp: Any, *, attempt: int = 1, raw=None, item=None
+    ) -> None:
+        """A task of ``wf``; with ``item``, that item of a fan-out (its own id and key)."""
+        tag, n = ("", 1) if item is None else (f"[{item}]", item + 1)
         env: Envelope[Any] = Envelope(
-            message_id=f"task/{wf}/{activity}/{attempt}",
+            message_id=f"task/{wf}/{activity}{tag}/{attempt}",
             workflow_id=wf,
             run_id="r1",
             seq=0,
             type="ActivityTask",
             recorded_at=1,
             payload=ActivityTask(
-                "run#1/step", activity, "step", json.dumps(inp), 1, attempt, f"{wf}/{activity}/1"
+                f"run#1/step{tag}",
+                activity,
+                "step",
+                json.dumps(inp),
+                1,
+                attempt,
+                f"{wf}/{activity}/{n}",
             ),
         )
         self.broker.produce(self.tasks, codec.encode(env) if raw is None else raw, wf.encode())
