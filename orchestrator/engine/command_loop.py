@@ -16,7 +16,8 @@ and a refused child start fails the parent's step instead. A command only the en
 issues (``run_scope.ENGINE_ONLY_COMMANDS``: a timer's fire) read from the commands topic
 is refused the same way, never decided.
 Nothing a record causes is appended before all of it is encoded and checked, so a
-failing record leaves no partial output.
+failing record leaves no partial output (the records besides events, tasks, commands and
+dead letters, are built by :mod:`orchestrator.engine.batch_records`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -35,19 +35,24 @@ from orchestrator.domain import CommandRejected
 from orchestrator.domain.lifecycle.missing_versions import PARKED, RunParked
 from orchestrator.domain.lifecycle.run_scope import engine_only_reason
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.domain.model.frozen_init import fast_init
 from orchestrator.domain.model.ids import check_workflow_id
 from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityScheduled,
-    ActivityTask,
-    DeadLetter,
     DecideHumanTask,
     Envelope,
     FireTimer,
     StartWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState
+from orchestrator.engine.batch_records import (
+    Out,
+    activity_letter,
+    command_record,
+    intake_letter,
+    runtime_letter,
+    task_record,
+)
 from orchestrator.engine.child_runs import (
     abandoned_children,
     child_refused,
@@ -55,22 +60,18 @@ from orchestrator.engine.child_runs import (
     is_child,
     parent_report,
 )
-from orchestrator.engine.command_checks import over_limits, reason_of, reopened
+from orchestrator.engine.command_checks import Refusals, over_limits, reason_of, reopened
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
-from orchestrator.engine.refused_commands import Refusals
 from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.tail_records import armed_header
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedSink
 from orchestrator.io.handoff.committed_pipe import PipePublisher
-from orchestrator.io.kafka.clients import dead_letter
 from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
 from orchestrator.records.envelopes import (
     check_record_size,
-    dead_letter_envelope,
-    follow_up,
     now_ms,
     runtime_envelope,
     stamped,
@@ -83,19 +84,6 @@ __all__ = ["CommandLoop", "Out"]
 log = logging.getLogger("keel.orchestrator")
 
 Overlay = dict[str, tuple[int, WorkflowState]]
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Out:
-    """One record to append, fully encoded and checked."""
-
-    topic: str
-    value: bytes
-    key: bytes | None
-    partition: int | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    on_delivered: DeliveryCallback | None = None
 
 
 #: Rounds of local activities one batch runs (a chain of local steps is one round per
@@ -249,21 +237,8 @@ class CommandLoop:
         except Exception as exc:  # a report that breaks the decider: letter it, go on
             reason = reason_of(exc)
             log.error("local report of %s failed: %s", r.workflow_id, reason, exc_info=True)
-            self.ctx.stats.dead_letters += 1
-            letter = dead_letter_envelope(
-                message_id=f"dlq/{env.message_id}",
-                workflow_id=r.workflow_id,
-                run_id=r.run_id,
-                source_topic=self.ctx.topics.commands,
-                source_partition=r.partition,
-                source_offset=-1,
-                reason=f"local activity report failed: {reason}",
-                key=r.workflow_id.encode(),
-                value=self.ctx.codec.encode(env),
-                now=now,
-            )
-            key = r.workflow_id.encode()
-            return [Out(self.ctx.topics.dlq, self.ctx.codec.encode(letter), key)]
+            why = f"local activity report failed: {reason}"
+            return [runtime_letter(self.ctx, env, r.partition, why, now)]
 
     def _remote_task(self, r: LocalRun, now: int) -> Out:
         """A local step past the batch's rounds: its task goes to the workers after all."""
@@ -275,7 +250,7 @@ class CommandLoop:
             now,
             correlation_id=r.correlation_id,
         )
-        return self._task(ev, r.workflow_id.encode(), (), now)
+        return task_record(self.ctx, ev, r.workflow_id.encode(), (), now)
 
     def _emit(self, outs: list[Out]) -> None:
         for o in outs:
@@ -324,7 +299,7 @@ class CommandLoop:
                 exc_info=not isinstance(exc, KeelError),
             )
             reason = reason_of(exc)
-        return self._letter(rec, env, reason)
+        return intake_letter(self.ctx, rec, env, reason)
 
     def _admit(self, rec: Record) -> tuple[Envelope[Any] | None, str | None]:
         """The decoded command, or the reason it must be dead-lettered."""
@@ -359,20 +334,6 @@ class CommandLoop:
             return env, f"workflow '{wf}' is quarantined: {ps.quarantined[wf]}"
         return env, over_limits(env.payload)
 
-    def _letter(self, rec: Record, env: Envelope[Any] | None, reason: str | None) -> list[Out]:
-        """The dead letter of ``rec``; one that fits, even when the record is huge or odd."""
-        reason = reason or "unknown"
-        ctx = self.ctx
-        ctx.stats.dead_letters += 1
-        log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
-        try:
-            value = ctx.codec.encode(dead_letter(rec, reason, env))
-        except Exception:  # e.g. text the codec refuses: keep the letter, escape the text
-            safe = reason.encode("ascii", "backslashreplace").decode("ascii")
-            value = ctx.codec.encode(dead_letter(rec, safe, None))
-        key = rec.key[:1024] if rec.key is not None else None
-        return [Out(ctx.topics.dlq, check_record_size(value, "a dead letter"), key)]
-
     def _fire_timer(self, p: int, wf: str, timer_id: str, overlay: Overlay, now: int) -> list[Out]:
         ctx = self.ctx
         ps = ctx.partitions.get(p)
@@ -400,20 +361,7 @@ class CommandLoop:
         except Exception as exc:  # a timer of a broken run: letter it, keep going
             reason = reason_of(exc)
             log.error("timer %s of workflow %s failed: %s", timer_id, wf, reason, exc_info=True)
-            ctx.stats.dead_letters += 1
-            letter = dead_letter_envelope(
-                message_id=f"dlq/{env.message_id}",
-                workflow_id=wf,
-                run_id=state.run_id,
-                source_topic=ctx.topics.commands,
-                source_partition=p,
-                source_offset=-1,
-                reason=f"timer '{timer_id}' failed: {reason}",
-                key=wf.encode(),
-                value=ctx.codec.encode(env),
-                now=now,
-            )
-            return [Out(ctx.topics.dlq, ctx.codec.encode(letter), wf.encode())]
+            return [runtime_letter(ctx, env, p, f"timer '{timer_id}' failed: {reason}", now)]
 
     def _apply(
         self, p: int, cmd: Envelope[Any], overlay: Overlay, now: int, rec: Record | None
@@ -457,7 +405,7 @@ class CommandLoop:
             new_state, events = ctx.decider.handle(seen, taken, now)
         except RunParked as exc:  # keep the command; record once why the run waits
             log.warning("command parked: %s", exc)
-            kept = self._letter(rec, cmd, f"{PARKED}{exc}") if rec is not None else []
+            kept = intake_letter(ctx, rec, cmd, f"{PARKED}{exc}") if rec is not None else []
             if not exc.events:
                 return kept, str(exc)
             new_state, events = exc.state, exc.events
@@ -465,10 +413,12 @@ class CommandLoop:
             if type(cmd.payload) is StartWorkflow and cmd.payload.parent_workflow_id:
                 log.info("child start refused: %s", exc)  # the parent's step fails with it
                 refusal = child_refused(cmd, str(exc), state is not None, now)
-                return [self._command(refusal)], str(exc)
+                return [command_record(ctx, refusal)], str(exc)
             if type(cmd.payload) is StartWorkflow:  # no run holds it: kept for an operator
                 log.info("start refused: %s", exc)
-                letters = self._letter(rec, cmd, f"rejected: {exc}") if rec is not None else []
+                letters = (
+                    intake_letter(ctx, rec, cmd, f"rejected: {exc}") if rec is not None else []
+                )
                 return letters, str(exc)
             new_state, events = self._refusals.record(state, taken, now, str(exc))
             if not events:
@@ -507,19 +457,19 @@ class CommandLoop:
                 )
             )
             if isinstance(ev.payload, ActivityScheduled) and is_child(ev.payload.activity_type):
-                outs.append(self._command(child_start(definition_for, new_state, ev, now)))
+                outs.append(command_record(ctx, child_start(definition_for, new_state, ev, now)))
             elif isinstance(ev.payload, ActivityScheduled):
                 run = self._plan_local(p, new_state, ev)
                 if run is not None:
                     local.append(run)
                 else:
-                    outs.append(self._task(ev, key, headers, now))
+                    outs.append(task_record(ctx, ev, key, headers, now))
             elif isinstance(ev.payload, ActivityDeadLettered):
-                outs.append(self._activity_letter(ev, key, now))
+                outs.append(activity_letter(ctx, ev, key, now))
             elif (report := parent_report(new_state, ev, now)) is not None:
-                outs.append(self._command(report))
+                outs.append(command_record(ctx, report))
         stopped = abandoned_children(definition_for, state, new_state, events[-1], now)
-        outs.extend(self._command(cancel) for cancel in stopped)
+        outs.extend(command_record(ctx, cancel) for cancel in stopped)
         if sent and self._sent is not None:  # all encoded and checked: they will be sent
             self._sent.extend(sent)
         ctx.stats.events += len(events)
@@ -550,54 +500,6 @@ class CommandLoop:
             ev.correlation_id,
             ev.payload,
         )
-
-    def _task(
-        self, ev: Envelope[Any], key: bytes, headers: tuple[tuple[str, bytes], ...], now: int
-    ) -> Out:
-        s: ActivityScheduled = ev.payload
-        task = follow_up(
-            ev,
-            "task",
-            now,
-            ActivityTask(
-                s.activity_id,
-                s.activity_type,
-                s.step,
-                s.input_json,
-                s.logical_attempt,
-                s.attempt,
-                s.idempotency_key,
-                s.heartbeat_ms,
-                s.report_start,
-            ),
-        )
-        self.ctx.stats.tasks += 1
-        value = check_record_size(self.ctx.codec.encode(task), f"task {s.activity_id}")
-        return Out(self.ctx.topics.activity_tasks, value, key, None, headers)
-
-    def _command(self, cmd: Envelope[Any]) -> Out:
-        """A command another run is sent (docs/child-workflows.md), keyed by that run."""
-        value = check_record_size(self.ctx.codec.encode(cmd), f"command {cmd.message_id}")
-        return Out(self.ctx.topics.commands, value, cmd.workflow_id.encode())
-
-    def _activity_letter(self, ev: Envelope[Any], key: bytes, now: int) -> Out:
-        """An activity past its bounds: a keel.dlq record an operator can list and redrive."""
-        d: ActivityDeadLettered = ev.payload
-        reason = (
-            f"activity '{d.activity_id}' dead-lettered after {d.attempts} attempts: "
-            f"{d.error_type}: {d.message}"
-        )
-        letter = follow_up(
-            ev,
-            "dlq",
-            now,
-            DeadLetter(self.ctx.topics.events, -1, -1, reason, key, self.ctx.codec.encode(ev)),
-        )
-        self.ctx.stats.dead_letters += 1
-        value = check_record_size(
-            self.ctx.codec.encode(letter), f"the dead letter of {d.activity_id}"
-        )
-        return Out(self.ctx.topics.dlq, value, key)
 
     def _on_event_delivered(self, p: int, offset: int) -> None:
         if offset > self._txn_ends.get(p, -1):
