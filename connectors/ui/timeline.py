@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.domain.lifecycle.activities import QUERY_SEP
 from orchestrator.domain.model.errors import iso_utc
 from orchestrator.domain.model.keys import CHILD_ACTIVITY_PREFIX, is_compensation
-from orchestrator.domain.model.vocabulary import FailureClass
+from orchestrator.domain.model.vocabulary import FailureClass, PurposeKind, TimerPurpose
 
 __all__ = ["Entry", "EntryKind", "timeline"]
 
@@ -157,12 +157,13 @@ def _describe(
     if kind == "ActivityFailed":
         return _failed(d)
     if kind == "TimerScheduled":
-        purpose = str(d["purpose"])
-        title = (
-            f"retry timer for {purpose.removeprefix('retry:')}"
-            if purpose.startswith("retry:")
-            else f"timer {purpose}"
-        )
+        purpose = TimerPurpose.parse(str(d["purpose"]))
+        if purpose.kind is PurposeKind.RETRY:
+            title = f"retry timer for {purpose.subject}"
+        elif purpose.kind is PurposeKind.CONTINUE:  # docs/limits.md, "The continue budget"
+            title = "continue as new held by the continue budget"
+        else:
+            title = f"timer {purpose}"
         wait = duration(max(0, int(d["fire_at"]) - at))
         return EntryKind.TIMER, title, [("fires at", f"{iso_utc(int(d['fire_at']))} (in {wait})")]
     if kind == "TimerFired":

@@ -167,3 +167,23 @@ def test_the_runs_query_keeps_its_filter_in_the_links() -> None:
     )
     with pytest.raises(InvalidInputError, match="version: expected a number, got 'two'"):
         RunQuery(version="two").run_filter(25)
+
+
+def test_a_held_continue_says_the_continue_budget_holds_it() -> None:
+    held = [
+        _h(1, 1_000, "WorkflowStarted", name="loop", version=1, input={}),
+        _h(
+            2,
+            1_000,
+            "TimerScheduled",
+            timer_id="s#1@9/continue",
+            fire_at=61_000,
+            purpose="continue",
+        ),
+    ]
+    entry = timeline(held, {}, now_ms=2_000)[1]
+    assert (entry.kind, entry.title) == (
+        EntryKind.TIMER,
+        "continue as new held by the continue budget",
+    )
+    assert dict(entry.details)["fires at"].endswith("(in 1 min 0 s)")
