@@ -82,9 +82,10 @@ class SeededBug(StrEnum):
 
 
 #: The Kafka client tuning settings (``fetch_wait_max_ms``, ``linger_ms``,
-#: ``batched_linger_ms``; docs/configuration.md): a child process inherits them.
+#: ``batched_linger_ms``; docs/configuration.md) and its debug contexts (``kafka_debug``):
+#: a child process inherits them.
 CLIENT_TUNING_VARIABLES = frozenset(
-    {"KEEL_FETCH_WAIT_MAX_MS", "KEEL_LINGER_MS", "KEEL_BATCHED_LINGER_MS"}
+    {"KEEL_FETCH_WAIT_MAX_MS", "KEEL_LINGER_MS", "KEEL_BATCHED_LINGER_MS", "KEEL_KAFKA_DEBUG"}
 )
 
 
@@ -260,6 +261,13 @@ class Settings(BaseSettings):
         le=900_000,
         description="The linger of producers whose batches end in a commit or a flush (the "
         "orchestrator's transactions, the worker's reports, start_many).",
+    )
+    kafka_debug: str = Field(
+        default="",
+        pattern=r"^[a-z,]{0,200}$",
+        description="librdkafka debug contexts for every Kafka client of a service, e.g. "
+        "cgrp,eos,broker (coordinator lookups, transactions, connections); librdkafka "
+        "writes their lines to the process's stderr. Empty: none (docs/operations.md).",
     )
     connector_test_pause_after_ack_s: float = Field(
         default=0.0,

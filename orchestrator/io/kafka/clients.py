@@ -186,6 +186,16 @@ def security_config(settings: Settings) -> dict[str, str]:
     return out
 
 
+def debug_config(settings: Settings) -> dict[str, Any]:
+    """librdkafka's ``debug`` contexts when ``KEEL_KAFKA_DEBUG`` names some (none by
+    default). Their lines go to the process's stderr as librdkafka writes them (it masks
+    its own secret properties): routed through a Python logger, a line logged from one
+    of the client's threads during a call trips an assertion in confluent-kafka."""
+    if not settings.kafka_debug:
+        return {}
+    return {"debug": settings.kafka_debug, "logger": None}
+
+
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     return {
         "bootstrap.servers": settings.kafka_servers,
@@ -196,6 +206,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "compression.type": "lz4",
         "logger": client_log,
         **security_config(settings),
+        **debug_config(settings),
         **extra,
     }
 
@@ -293,6 +304,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "max.poll.interval.ms": 300000,
         "logger": client_log,
         **security_config(settings),
+        **debug_config(settings),
         **extra,
     }
 
