@@ -46,6 +46,28 @@ _quiet_client_log.propagate = False
 
 
 #: server.properties the local stack's layout depends on: never taken from the user.
+#: How fast a cluster of several brokers notices that one died (docs/operations.md, "Losing
+#: a broker"). Until the controller fences a dead broker, its partitions keep it as their
+#: leader and FindCoordinator keeps naming it as coordinator: every transaction that touches
+#: it waits. Kafka's defaults (a 9 s broker session, a 2 s controller fetch timeout and 1 s
+#: elections) made that 11-12 s when the active controller died; these make it ~2.5 s. The
+#: price: a broker that cannot heartbeat for 1 s (a long GC pause) is fenced and its
+#: leaderships move, then return once it heartbeats again. ``KEEL_KAFKA_BROKER_PROPERTIES``
+#: may set other values.
+FAILOVER_PROPERTIES: dict[str, int] = {
+    # ``down`` stops every node at once, and each broker's controlled shutdown needs a
+    # controller quorum to approve it: after a first "still waiting" answer a broker asks
+    # again only every heartbeat interval (2 s by default), by which time its peers'
+    # controllers may have left. Every 200 ms gets every approval while the quorum stands,
+    # and lets a 1 s session see five heartbeats.
+    "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 1000,
+    # a follower that heard nothing from the active controller for 1 s starts an election
+    "controller.quorum.fetch.timeout.ms": 1000,
+    "controller.quorum.election.timeout.ms": 500,
+    "controller.quorum.election.backoff.max.ms": 500,
+}
+
 TOPOLOGY_PROPERTIES = frozenset(
     {
         "process.roles",
@@ -326,12 +348,7 @@ class LocalStack:
             "share.coordinator.state.topic.min.isr": min_isr,
         }
         if n > 1:
-            # ``down`` stops every node at once, and each broker's controlled shutdown needs
-            # a controller quorum to approve it. After the first "still waiting" answer a
-            # broker asks again only every heartbeat interval (2 s by default), by which
-            # time its peers' controllers may have left and it would wait for a quorum that
-            # is gone. Asking every 200 ms gets every approval while the quorum stands.
-            lines["broker.heartbeat.interval.ms"] = 200
+            lines.update(FAILOVER_PROPERTIES)
         extra = broker_properties(self.settings.kafka_broker_properties)
         owned = sorted(set(extra) & TOPOLOGY_PROPERTIES)
         if owned:

@@ -199,6 +199,18 @@ class KafkaCommandIntake:
         self.consumer.close()
 
 
+#: How long ``send_offsets_to_transaction`` may take before its producer is given up and
+#: replaced (a new ``init_transactions`` fences it). A healthy call takes milliseconds;
+#: one whose group coordinator's broker died can hang for good in librdkafka (issues
+#: #5456 and #5511: a coordinator request waiting on a broker that left the metadata is
+#: never woken), and every batch waits behind it. Doubled after each such stall, up to
+#: ``CALL_GRACE_S``, so a coordinator that stays away costs a few replacements, not one
+#: every two seconds; back to this after a commit (docs/operations.md, "Losing a broker").
+OFFSETS_STALL_S = 1.0
+#: What a bounded call may overrun the timeout it passed the client before it is abandoned.
+STALL_GRACE_S = 0.5
+
+
 class KafkaEventLog:
     """Keel's topics through one transactional producer, recreated when it is unusable."""
 
@@ -218,6 +230,7 @@ class KafkaEventLog:
         self.txn_timeout_s = txn_timeout_s
         self.caller = BoundedCaller("keel-kafka-call", stopping)
         self.broker_errors = 0
+        self.offsets_stall_s = OFFSETS_STALL_S
         self._producer: Producer | None = None
         self._abandoned: list[Producer] = []  # kept alive: destroying one may block
 
@@ -244,15 +257,51 @@ class KafkaEventLog:
     def _count(self, exc: BaseException) -> None:
         self.broker_errors += 1
 
-    def _call(self, what: str, fn: Callable[[float], Any], *, in_doubt: bool = False) -> Any:
+    def _call(
+        self,
+        what: str,
+        fn: Callable[[float], Any],
+        *,
+        in_doubt: bool = False,
+        stall_s: float | None = None,
+    ) -> Any:
+        """``fn(timeout)`` retried as ``retry_call`` does; each try is abandoned (the
+        producer is then replaced) once it overruns its timeout by ``CALL_GRACE_S``, or,
+        with ``stall_s``, once it has taken ``stall_s`` (its timeout) and ``STALL_GRACE_S``."""
+
+        def attempt(rem: float) -> Any:
+            if stall_s is None:
+                return self.caller.call(what, lambda: fn(rem), rem + CALL_GRACE_S)
+            timeout = min(rem, stall_s)
+            return self.caller.call(what, lambda: fn(timeout), timeout + STALL_GRACE_S)
+
         return retry_call(
             what,
-            lambda rem: self.caller.call(what, lambda: fn(rem), rem + CALL_GRACE_S),
+            attempt,
             deadline_s=self.txn_timeout_s,
             stopping=self.stopping,
             on_retry=self._count,
             in_doubt=in_doubt,
         )
+
+    def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """The consumed offsets into the open transaction, within ``offsets_stall_s``."""
+        p = self.producer
+        try:
+            self._call(
+                "send_offsets_to_transaction",
+                lambda rem: p.send_offsets_to_transaction(offsets, group_metadata, rem),
+                stall_s=self.offsets_stall_s,
+            )
+        except CallStalled:
+            self.offsets_stall_s = min(CALL_GRACE_S, self.offsets_stall_s * 2)
+            raise
+
+    def commit_open(self) -> None:
+        """Commit the open transaction (its outcome is in doubt if this fails)."""
+        p = self.producer
+        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
+        self.offsets_stall_s = OFFSETS_STALL_S
 
     @staticmethod
     def _local(what: str, fn: Callable[[], Any]) -> Any:
@@ -297,17 +346,12 @@ class KafkaEventLog:
                 raise _txn_error("produce", exc) from exc
 
     def commit(self, offsets: Mapping[int, int]) -> None:
-        p = self.producer
         if offsets:
             assert self.intake is not None, "a log without an intake commits no offsets"
             tps = [TopicPartition(self.intake.topic, k, o) for k, o in offsets.items()]
-            meta = self.intake.group_metadata()
-            self._call(
-                "send_offsets_to_transaction",
-                lambda rem: p.send_offsets_to_transaction(tps, meta, rem),
-            )
-        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
-        p.poll(0)  # serve delivery reports (they keep events_end exact)
+            self.send_offsets(tps, self.intake.group_metadata())
+        self.commit_open()
+        self.producer.poll(0)  # serve delivery reports (they keep events_end exact)
 
     def abort(self) -> None:
         p = self.producer

@@ -100,6 +100,14 @@ PARTITIONER = "murmur2_random"
 #   saves the client's thread a wake-up per record and the broker requests
 #   (docs/performance.md at 6f66b40, "Throughput").
 
+#: How long a client waits at most between two attempts to reach a broker it lost. Each
+#: failed attempt is also when librdkafka asks again who leads a partition and who
+#: coordinates a group or a transaction, and its default backoff doubles up to 10 s: after
+#: a broker died, a producer learned of the new leaders and transaction coordinator 2-7 s
+#: after the cluster had moved them (docs/operations.md, "Losing a broker"). Half a second
+#: keeps that wait short; the cost is one refused connection a second per lost broker.
+RECONNECT_BACKOFF = {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
+
 
 def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
     raw: Any = msg.headers()
@@ -204,6 +212,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "linger.ms": settings.linger_ms,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
+        **RECONNECT_BACKOFF,
         "logger": client_log,
         **security_config(settings),
         **debug_config(settings),
@@ -302,6 +311,7 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
+        **RECONNECT_BACKOFF,
         "logger": client_log,
         **security_config(settings),
         **debug_config(settings),
@@ -311,7 +321,12 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
 
 def admin_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """An AdminClient's configuration: the servers and client security, then ``extra``."""
-    return {"bootstrap.servers": settings.kafka_servers, **security_config(settings), **extra}
+    return {
+        "bootstrap.servers": settings.kafka_servers,
+        **RECONNECT_BACKOFF,
+        **security_config(settings),
+        **extra,
+    }
 
 
 #: What one fetch of a rebuild's reader may take per partition. The client's default

@@ -63,11 +63,5 @@ class SagaLog(KafkaEventLog):
     """The transactional producer; commits the offsets of both topics it consumed."""
 
     def commit_batch(self, records: list[ClientMessage], feed: SagaFeed) -> None:
-        offsets = next_offsets(records)
-        meta = feed.group_metadata()
-        p = self.producer
-        self._call(
-            "send_offsets_to_transaction",
-            lambda rem: p.send_offsets_to_transaction(offsets, meta, rem),
-        )
-        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
+        self.send_offsets(next_offsets(records), feed.group_metadata())
+        self.commit_open()
