@@ -156,6 +156,19 @@ def remove_static_member(
     return bool(data["removed"])
 
 
+def lead_partition(
+    bootstrap: str, libs: Path, topic: str, partition: int, broker: int, timeout_s: float = 60
+) -> int:
+    """Make ``broker`` the leader of ``topic[partition]`` (it must hold a replica) and
+    return the leader then: the replicas reordered with ``broker`` first (no data moves),
+    then a preferred-leader election. On ``__consumer_offsets`` or ``__transaction_state``
+    (partition by :func:`coordinator_partition`) it places a coordinator, so a fault test
+    decides which roles the broker it kills holds.
+    """
+    args = ["lead", bootstrap, topic, str(partition), str(broker)]
+    return int(_admin_helper(libs, args, timeout_s)["leader"])
+
+
 def group_coordinator(bootstrap: str, group_id: str, timeout_s: float = 15) -> int | None:
     """The broker coordinating consumer group ``group_id`` (None while it has none)."""
     client = admin(bootstrap)  # must outlive the future: destroying it fails the request

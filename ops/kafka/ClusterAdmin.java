@@ -1,19 +1,29 @@
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.MemberToRemove;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.RemoveMembersFromConsumerGroupOptions;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.errors.ElectionNotNeededException;
 import org.apache.kafka.common.errors.UnknownMemberIdException;
 
 /**
  * What the Python admin client cannot do, through the Java Admin API, answered as one JSON line.
  *
- * <p>Runs with the broker's own jars ({@code ops/cluster.py} compiles it once). Two commands:
+ * <p>Runs with the broker's own jars ({@code ops/cluster.py} compiles it once). Three commands:
  *
  * <ul>
  *   <li>{@code roles BOOTSTRAP [--transactional-id ID]...} prints {@code {"controller": N,
@@ -23,6 +33,10 @@ import org.apache.kafka.common.errors.UnknownMemberIdException;
  *   <li>{@code remove-member BOOTSTRAP GROUP INSTANCE_ID} removes a static member from its group
  *       at once instead of after its session timeout, and prints {@code {"removed": true}}, or
  *       {@code {"removed": false}} when the group has no such member (LeaveGroup by instance id).
+ *   <li>{@code lead BOOTSTRAP TOPIC PARTITION BROKER} makes BROKER the partition's leader: its
+ *       replicas are reordered so BROKER comes first (a reassignment that moves no data), then a
+ *       preferred-leader election; prints {@code {"leader": N}}. On {@code __consumer_offsets} or
+ *       {@code __transaction_state} this places a group's or a transactional id's coordinator.
  * </ul>
  */
 public final class ClusterAdmin {
@@ -44,6 +58,11 @@ public final class ClusterAdmin {
       try (Admin admin = connect(args[1])) {
         System.out.println("{\"removed\":" + removeMember(admin, args[2], args[3]) + "}");
       }
+    } else if (args.length == 5 && args[0].equals("lead")) {
+      try (Admin admin = connect(args[1])) {
+        int leader = lead(admin, args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+        System.out.println("{\"leader\":" + leader + "}");
+      }
     } else {
       usage("unknown command");
     }
@@ -53,7 +72,8 @@ public final class ClusterAdmin {
     System.err.println(
         why
             + "; usage: ClusterAdmin roles BOOTSTRAP [--transactional-id ID]... | "
-            + "ClusterAdmin remove-member BOOTSTRAP GROUP INSTANCE_ID");
+            + "ClusterAdmin remove-member BOOTSTRAP GROUP INSTANCE_ID | "
+            + "ClusterAdmin lead BOOTSTRAP TOPIC PARTITION BROKER");
     System.exit(2);
   }
 
@@ -117,6 +137,66 @@ public final class ClusterAdmin {
       }
       throw e;
     }
+  }
+
+  private static TopicPartitionInfo describe(Admin admin, String topic, int partition)
+      throws Exception {
+    TopicDescription d =
+        admin
+            .describeTopics(List.of(topic))
+            .allTopicNames()
+            .get(TIMEOUT_MS, TimeUnit.MILLISECONDS)
+            .get(topic);
+    return d.partitions().get(partition);
+  }
+
+  private static int lead(Admin admin, String topic, int partition, int broker) throws Exception {
+    TopicPartition tp = new TopicPartition(topic, partition);
+    List<Integer> order = new ArrayList<>(List.of(broker));
+    for (Node replica : describe(admin, topic, partition).replicas()) {
+      if (replica.id() != broker) {
+        order.add(replica.id());
+      }
+    }
+    if (order.size() != describe(admin, topic, partition).replicas().size()) {
+      usage("broker " + broker + " holds no replica of " + tp);
+    }
+    admin
+        .alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(order))))
+        .all()
+        .get(TIMEOUT_MS, TimeUnit.MILLISECONDS);
+    long deadline = System.currentTimeMillis() + TIMEOUT_MS;
+    while (System.currentTimeMillis() < deadline) {
+      boolean moving =
+          !admin
+              .listPartitionReassignments(Set.of(tp))
+              .reassignments()
+              .get(TIMEOUT_MS, TimeUnit.MILLISECONDS)
+              .isEmpty();
+      if (!moving) {
+        try {
+          admin
+              .electLeaders(ElectionType.PREFERRED, Set.of(tp))
+              .partitions()
+              .get(TIMEOUT_MS, TimeUnit.MILLISECONDS)
+              .get(tp)
+              .ifPresent(
+                  e -> {
+                    if (!(e instanceof ElectionNotNeededException)) {
+                      throw new IllegalStateException(e);
+                    }
+                  });
+        } catch (IllegalStateException e) {
+          // the new order is not applied yet somewhere: try again below
+        }
+        int leader = describe(admin, topic, partition).leader().id();
+        if (leader == broker) {
+          return leader;
+        }
+      }
+      Thread.sleep(100);
+    }
+    return describe(admin, topic, partition).leader().id();
   }
 
   private static String quote(String s) {

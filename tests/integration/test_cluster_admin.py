@@ -1,8 +1,10 @@
 """The Java Admin API helper (``ops/cluster.py``) on the suite's real broker.
 
-The fault suite aims broker kills with ``cluster_roles`` and restarts an orchestrator
-under a new instance id with ``remove_static_member``; here both are checked against
-what the broker itself reports.
+The fault suite places coordinators with ``lead_partition`` and aims broker kills with
+``cluster_roles``; ``remove_static_member`` takes a retired orchestrator out of its group.
+Here each is checked against what the broker itself reports (on one broker: moving a
+leader to a broker without a replica is refused; the three-broker moves are checked by
+tests/fault/test_broker_loss.py, which reads every placed role back before a kill).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from ops.cluster import cluster_roles, remove_static_member
+from ops.cluster import ClusterInfoError, cluster_roles, lead_partition, remove_static_member
 from tests.conftest import KEEL_DIR
 
 LIBS = KEEL_DIR / "kafka-libs"
@@ -72,3 +74,13 @@ def test_cluster_roles_names_the_controller_and_a_transaction_coordinator(settin
     assert roles.transaction_coordinators == {tid: next(iter(brokers)), "never-used-id": None}
     compiled = list((LIBS.parent / "admin-helper").glob("*/ClusterAdmin.class"))
     assert compiled, "the helper was not compiled once next to the jars"
+
+
+def test_lead_partition_keeps_the_only_replica_and_refuses_a_broker_without_one(settings):
+    bootstrap = settings.bootstrap_servers
+    topic = settings.topic("commands")
+    (broker,) = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=20).brokers
+
+    assert lead_partition(bootstrap, LIBS, topic, 0, broker) == broker
+    with pytest.raises(ClusterInfoError, match=r"failed \(exit 2\): broker 99 holds no replica"):
+        lead_partition(bootstrap, LIBS, topic, 0, 99)
