@@ -20,19 +20,16 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.domain.history.invariants import Invariant, check_history
+from orchestrator.domain.history.outcomes import OutcomeFold, SettledBy, query_parent
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
-    ActivityCompleted,
-    ActivityFailed,
     ActivityScheduled,
     ActivityTimedOut,
     WorkflowCancelled,
     WorkflowCompleted,
     WorkflowFailed,
 )
-
-UNKNOWN = "unknown"  # the failure class of an activity whose outcome is not known
-NOT_STARTED = "schedule_to_start"  # the one timeout after which nothing was attempted
+from orchestrator.domain.model.vocabulary import TimeoutKind
 
 
 class Kind(StrEnum):
@@ -120,48 +117,23 @@ def _invariant_problems(events: Sequence[Any], shape_reported: bool) -> list[str
     ]
 
 
-def _outcome_unknown(p: Any) -> bool:
-    """An attempt whose write may or may not have happened: lost answer or a timeout."""
-    if isinstance(p, ActivityFailed):
-        return p.failure_class == UNKNOWN
-    return isinstance(p, ActivityTimedOut) and p.timeout != NOT_STARTED
-
-
 def _activity_counts(wf: str, events: Sequence[Any], findings: Findings) -> None:
-    """Retries, unknown outcomes and the status queries that settled them.
-
-    An attempt's outcome is unknown when it failed as ``unknown`` or timed out after it
-    started (whichever the orchestrator saw first; the other may follow). A status query
-    is an activity scheduled for the same step after that; it settles the write when it
-    answers ``found`` true or false.
-    """
-    step_of: dict[str, str] = {}  # activity id -> step
-    unknown: dict[str, str] = {}  # step -> the activity id whose outcome is unknown
-    seen: set[tuple[str, int]] = set()  # (activity id, attempt) already counted unknown
-    queries: dict[str, str] = {}  # query activity id -> the activity id it asks about
+    """Retries (a write's attempts after the first), timeouts after an attempt could
+    start, and the unknown outcomes and status-query settlements of
+    ``orchestrator.domain.history.outcomes`` (the count the metrics keep)."""
+    outcomes = OutcomeFold()
     for env in events:
         p = env.payload
+        outcomes.add(p)
         if isinstance(p, ActivityScheduled):
-            step_of[p.activity_id] = p.step
-            if p.step in unknown and p.activity_id != unknown[p.step]:
-                queries[p.activity_id] = unknown[p.step]
-            elif p.attempt > 1:
-                findings.retries += 1
-        elif _outcome_unknown(p):
-            findings.timeouts += isinstance(p, ActivityTimedOut)
-            if (p.activity_id, p.attempt) in seen:
-                continue  # the late report of an attempt that already timed out
-            seen.add((p.activity_id, p.attempt))
-            findings.unknown_outcomes += 1
-            unknown[step_of.get(p.activity_id, p.activity_id)] = p.activity_id
-        elif isinstance(p, ActivityCompleted) and p.activity_id in queries:
-            answer = json.loads(p.result_json)
-            if isinstance(answer, dict) and isinstance(answer.get("found"), bool):
-                findings.reconciled_by_query += 1
-                if wf not in findings.reconciled_runs:
-                    findings.reconciled_runs.append(wf)
-                asked = queries.pop(p.activity_id)
-                unknown = {s: a for s, a in unknown.items() if a != asked}
+            findings.retries += p.attempt > 1 and query_parent(p.activity_id) is None
+        elif isinstance(p, ActivityTimedOut):
+            findings.timeouts += p.timeout != TimeoutKind.SCHEDULE_TO_START
+    findings.unknown_outcomes += outcomes.unknown
+    settled = outcomes.settled[SettledBy.QUERY]
+    findings.reconciled_by_query += settled
+    if settled and wf not in findings.reconciled_runs:
+        findings.reconciled_runs.append(wf)
 
 
 def _posting_keys(events: Sequence[Any]) -> set[str]:

@@ -3,7 +3,8 @@
 Everything here is read from the run's recorded events, never from a log: how it ended,
 the states it went through, each activity completed (and any completed twice, or
 scheduled again after it completed: a re-execution), retries by failure class, unknown
-outcomes and the status queries that settled them, compensations and their result, the
+outcomes and the status queries that settled them (``orchestrator.domain.history.outcomes``,
+the count the metrics keep), compensations and their result, the
 time spent in each state and in each activity attempt, model tokens and cost, and each
 human task's wait against its SLA. The state a run was in at a given time is its node
 then: after a crash, the node it must recover at.
@@ -17,7 +18,7 @@ from typing import Any
 
 from ops.invoices.invoice_report import outcome_of
 from orchestrator.domain.history.invariants import check_history
-from orchestrator.domain.lifecycle.activities import QUERY_SEP
+from orchestrator.domain.history.outcomes import SettledBy, outcomes_of, query_parent
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,
@@ -137,6 +138,8 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
     opened: dict[str, tuple[int, int]] = {}
     waiting: dict[str, int] = {}  # activity id -> its failed attempt, no next one yet
     moved_to = ""  # a migration re-enters the state it maps to: no new node on the path
+    outcomes = outcomes_of(events)
+    ev.unknown, ev.settled_by_query = outcomes.unknown, outcomes.settled[SettledBy.QUERY]
     for e in events:
         p, at = e.payload, e.recorded_at
         if isinstance(p, WorkflowStarted):
@@ -157,8 +160,7 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
                 ev.re_executed.append(p.activity_id)
             scheduled[(p.activity_id, p.attempt)] = (p.activity_type, at)
         elif isinstance(p, ActivityCompleted):
-            if QUERY_SEP in p.activity_id:  # a status query settles an outcome: no node
-                ev.settled_by_query += 1
+            if query_parent(p.activity_id) is not None:  # a status query: no node
                 continue
             ev.completed[p.activity_id] += 1
             if ev.completed[p.activity_id] == 2 and p.activity_id not in ev.re_executed:
@@ -166,7 +168,6 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
             _timed(ev, scheduled.get((p.activity_id, p.attempt)), at)
         elif isinstance(p, ActivityFailed):
             ev.retries[p.failure_class] += 1
-            ev.unknown += p.failure_class == FailureClass.UNKNOWN
             of = scheduled.get((p.activity_id, p.attempt))
             _timed(ev, of, at)
             kind = of[0] if of is not None else p.activity_id
@@ -174,7 +175,6 @@ def evidence_of(workflow_id: str, envelopes: list[Any]) -> RunEvidence:
             if p.failure_class != FailureClass.PERMANENT:  # it waits for nothing
                 waiting.setdefault(p.activity_id, at)
         elif isinstance(p, ActivityTimedOut):
-            ev.unknown += 1
             ev.retries["timed_out"] += 1
         elif isinstance(p, CompensationStarted):
             ev.compensations += 1

@@ -22,10 +22,9 @@ from rich.table import Table
 
 from orchestrator.cli.output import styled
 from orchestrator.domain.history.invariants import check_history
+from orchestrator.domain.history.outcomes import OutcomeFold, SettledBy, Unknown
 from orchestrator.domain.model.messages import (
-    ActivityCompleted,
     ActivityFailed,
-    ActivityTimedOut,
     CompensationStarted,
     HumanTaskDecided,
     HumanTaskEscalated,
@@ -103,17 +102,13 @@ def find(histories: dict[str, list[Any]], expected: dict[str, str], books: Books
 
 def _fold(f: Findings, wf: str, events: list[Any]) -> None:
     opened: dict[str, int] = {}
+    outcomes = OutcomeFold()
     for e in events:
         p = e.payload
+        if isinstance(outcomes.add(p), Unknown):
+            f.example.setdefault("unknown", wf)
         if isinstance(p, ActivityFailed):
             f.retries[p.failure_class] += 1
-            if p.failure_class == "unknown":
-                f.unknown += 1
-                f.example.setdefault("unknown", wf)
-        elif isinstance(p, ActivityTimedOut):
-            f.unknown += 1  # a write that may have happened: its status query decides
-        elif isinstance(p, ActivityCompleted) and "/query/" in p.activity_id:
-            f.settled_by_query += 1  # found (its result taken) or not (sent again)
         elif isinstance(p, CompensationStarted):
             f.compensations += 1
             f.example.setdefault("compensated", wf)
@@ -127,6 +122,8 @@ def _fold(f: Findings, wf: str, events: list[Any]) -> None:
             f.approvals["escalated"] += 1
         elif isinstance(p, HumanTaskExpired) and p.task_id in opened:
             f.approvals["expired"] += 1
+    f.unknown += outcomes.unknown
+    f.settled_by_query += outcomes.settled[SettledBy.QUERY]  # found (taken) or not (sent again)
     for u in usages_of(events, {}):
         f.model_calls += u.calls
         f.tokens += u.total_tokens

@@ -21,6 +21,13 @@ from typing import Any
 
 import orjson
 
+from orchestrator.domain.history.outcomes import (
+    OutcomeFold,
+    Settled,
+    Unknown,
+    found_in,
+    query_parent,
+)
 from orchestrator.domain.model.keys import is_compensation
 from orchestrator.domain.model.messages import TERMINAL_EVENT_NAMES, Envelope
 from orchestrator.domain.model.state import WorkflowState
@@ -63,11 +70,6 @@ class Cause(StrEnum):
     HUMAN_TASK_EXPIRED = "human_task_expired"
 
 
-class Resolver(StrEnum):
-    QUERY = "query"
-    OPERATOR = "operator"
-
-
 class StepOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -83,7 +85,6 @@ TIMEOUT_CLASS = "timeout"
 #: The clock's mark of a run that began and has entered no state yet.
 _NO_STATE = ""
 EXPIRED = "expired"
-_QUERY_SEP = "/query/"
 #: The event types that move a metric; any other history line is not parsed at all.
 COUNTED_TYPES = frozenset(
     {
@@ -182,9 +183,23 @@ class _Batch:
         self.types: dict[str, str] = {}
         self.last_class: dict[str, str] = {}
         self.opened_at: dict[str, tuple[str, int, int]] = {}
+        self.outcomes = OutcomeFold(self.timed_out_before)
 
     def add(self, metric: Metric, *labels: str, value: float = 1) -> None:
         self.out.append(MetricUpdate(metric, (self.name, *labels), value))
+
+    def timed_out_before(self, activity_id: str, attempt: int) -> bool:
+        """Whether an attempt timed out in an earlier batch (the run's state knows)."""
+        act = self.state.activities.get(activity_id)
+        return act is not None and attempt in act.timed_out
+
+    def outcome(self, counted: Unknown | Settled | None) -> None:
+        """The metric of an unknown outcome, or of its settlement, the fold counted."""
+        if isinstance(counted, Unknown):
+            self.add(Metric.UNKNOWN_OUTCOMES, self.activity_type(counted.activity_id))
+        elif isinstance(counted, Settled):
+            kind = self.activity_type(counted.activity_id)
+            self.add(Metric.UNKNOWN_RESOLUTIONS, kind, counted.by, counted.resolution)
 
     def activity_type(self, activity_id: str) -> str:
         found = self.types.get(activity_id)
@@ -279,6 +294,8 @@ def _scheduled(b: _Batch, data: dict[str, Any], at_ms: int) -> None:
         return
     b.add(Metric.ACTIVITY_ATTEMPTS, kind)
     attempt = data.get("attempt")
+    if isinstance(attempt, int):
+        b.outcome(b.outcomes.scheduled(aid, attempt))
     if isinstance(attempt, int) and attempt > 1:
         before = b.last_class.get(aid)
         if before is None:
@@ -293,13 +310,17 @@ def _failed(b: _Batch, data: dict[str, Any], at_ms: int) -> None:
     b.last_class[aid] = cls
     kind = b.activity_type(aid)
     b.add(Metric.ACTIVITY_FAILURES, kind, cls)
-    if cls == FailureClass.UNKNOWN:
-        b.add(Metric.UNKNOWN_OUTCOMES, kind)
+    attempt = data.get("attempt")
+    if isinstance(attempt, int):
+        b.outcome(b.outcomes.failed(aid, attempt, cls))
 
 
 def _timed_out(b: _Batch, data: dict[str, Any], at_ms: int) -> None:
     aid = str(data.get("activity_id", ""))
     b.last_class[aid] = TIMEOUT_CLASS
+    attempt = data.get("attempt")
+    if isinstance(attempt, int):
+        b.outcomes.timed_out(aid, attempt)
     b.add(Metric.ACTIVITY_TIMEOUTS, b.activity_type(aid), str(data.get("timeout", "")))
 
 
@@ -311,18 +332,13 @@ def _completed(b: _Batch, data: dict[str, Any], at_ms: int) -> None:
     aid = str(data.get("activity_id", ""))
     if is_compensation(aid):
         b.add(Metric.COMPENSATION_STEPS, b.activity_type(aid), StepOutcome.SUCCEEDED)
-    elif _QUERY_SEP in aid:  # a status query answered: the unknown outcome is settled
-        result = data.get("result")
-        found = result.get("found") if isinstance(result, dict) else None
-        if isinstance(found, bool):
-            parent = aid[: aid.index(_QUERY_SEP)]
-            resolution = "found" if found else "not_found"
-            b.add(Metric.UNKNOWN_RESOLUTIONS, b.activity_type(parent), Resolver.QUERY, resolution)
+    elif query_parent(aid) is not None:  # a status query answered
+        b.outcome(b.outcomes.answered(aid, found_in(data.get("result"))))
 
 
 def _resolved(b: _Batch, data: dict[str, Any], at_ms: int) -> None:
-    kind = b.activity_type(str(data.get("activity_id", "")))
-    b.add(Metric.UNKNOWN_RESOLUTIONS, kind, Resolver.OPERATOR, str(data.get("resolution", "")))
+    aid = str(data.get("activity_id", ""))
+    b.outcome(b.outcomes.resolved(aid, str(data.get("resolution", ""))))
 
 
 def _task_opened(b: _Batch, data: dict[str, Any], at_ms: int) -> None:

@@ -4,6 +4,7 @@ and nothing guessed when a state's entry was not seen."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -240,6 +241,30 @@ def test_unknown_outcomes_and_how_they_were_settled() -> None:
         (Metric.ACTIVITY_TIMEOUTS, ("pay", "pay", "start_to_close")): 1,
         (Metric.ACTIVITY_DEAD_LETTERED, ("pay", "ship")): 1,
     }
+
+
+def test_a_timeout_answered_by_a_status_query_is_an_unknown_outcome_in_any_batch() -> None:
+    """The timeout and its query in one batch, or the query in the next (the run's state
+    then says the attempt timed out); a timeout retried without a query is no unknown."""
+    history = events(
+        (1_000, scheduled("a#1/pay", "pay", 1)),
+        (1_300, ActivityTimedOut("a#1/pay", 1, "start_to_close")),
+        (1_300, scheduled("a#1/pay/query/1", "pay.status", 1)),
+        (1_400, ActivityCompleted("a#1/pay/query/1", 1, '{"found": true}')),
+        (1_500, ActivityTimedOut("a#1/ship", 1, "start_to_close")),
+    )
+    pay = act("a#1/pay", "pay", ActivityStatus.COMPLETED, "unknown")
+    running = state(activities={"a#1/pay": replace(pay, timed_out=(1,))})
+    wanted = {
+        (Metric.UNKNOWN_OUTCOMES, ("pay", "pay")): 1,
+        (Metric.UNKNOWN_RESOLUTIONS, ("pay", "pay", "query", "found")): 1,
+    }
+    for split in (len(history), 2):
+        clock, got = StateClock(), []
+        for part in (history[:split], history[split:]):
+            got += batch_updates({WF: (running, lines(part), "running")}, clock)
+        outcomes = {k: v for k, v in totals(got).items() if k[0] in {m for m, _ in wanted}}
+        assert outcomes == wanted, split
 
 
 def _task(
