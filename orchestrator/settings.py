@@ -24,7 +24,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as _SourceError
 
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.redaction import clip, mask_servers, redact
@@ -511,7 +512,7 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
-    except SettingsError as exc:  # a value its source could not even read
+    except _SourceError as exc:  # a value its source could not even read
         raise ConfigError(redact(f"invalid setting: {exc}")) from None
     except ValidationError as exc:
         problems = []

@@ -214,6 +214,8 @@ def test_plaintext_leaves_every_client_config_as_it_was() -> None:
         "linger.ms": s.linger_ms,
         "partitioner": PARTITIONER,
         "compression.type": "lz4",
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
         "logger": client_log,
     }
     assert consumer_config(s, "t.g") == {
@@ -227,9 +229,15 @@ def test_plaintext_leaves_every_client_config_as_it_was() -> None:
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
         "logger": client_log,
     }
-    assert admin_config(s) == {"bootstrap.servers": "10.0.0.1:9092"}
+    assert admin_config(s) == {
+        "bootstrap.servers": "10.0.0.1:9092",
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+    }
 
 
 # -- validation -------------------------------------------------------------------------
