@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -52,7 +51,6 @@ __all__ = [
     "Codec",
     "DecodeError",
     "SchemaFile",
-    "bench",
     "default_codec",
     "default_schema_dir",
     "load_schema_files",
@@ -528,47 +526,3 @@ def default_codec() -> Codec:
     """The process-wide codec (parsed once): Keel's schemas, with the application's
     payload schemas from ``KEEL_SCHEMA_DIRS`` when set (docs/event-log.md)."""
     return Codec(payload_dirs=load_settings().schema_dirs)
-
-
-def bench(n: int = 20000, codec: Codec | None = None) -> dict[str, float]:
-    """Encode/decode throughput of a typical record (for ``keel bench``; not a test)."""
-    from orchestrator.domain.model.messages import ActivityScheduled
-
-    c = codec or default_codec()
-    env: Envelope[Any] = Envelope(
-        message_id="0192f1c4-6a1e-7b3c-9d2e-4f5a6b7c8d9e",
-        workflow_id="wf-ingest-000042",
-        run_id="run-0192f1c4-6a1e",
-        seq=17,
-        type="ActivityScheduled",
-        recorded_at=1_732_900_000_000,
-        payload=ActivityScheduled(
-            activity_id="act-embed-3",
-            activity_type="embed_documents",
-            step="embed",
-            input_json='{"doc_ids": ["d1", "d2", "d3"], "model": "small"}',
-            logical_attempt=1,
-            attempt=2,
-            idempotency_key="wf-ingest-000042/embed_documents/1",
-        ),
-        causation_id="0192f1c4-6a1e-7b3c-9d2e-000000000001",
-        correlation_id="wf-ingest-000042",
-        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-    )
-    data = c.encode(env)
-    assert c.decode(data) == c.decode_reference(data) == env
-    out: dict[str, float] = {"n": n, "bytes": len(data)}
-    for label, encode, decode in (
-        ("", c.encode, c.decode),
-        ("_fastavro", c.encode_reference, c.decode_reference),
-    ):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            encode(env)
-        t1 = time.perf_counter()
-        for _ in range(n):
-            decode(data)
-        t2 = time.perf_counter()
-        out[f"encodes_per_s{label}"] = n / (t1 - t0)
-        out[f"decodes_per_s{label}"] = n / (t2 - t1)
-    return out

@@ -422,12 +422,6 @@ class PartitionState:
         if dirty:
             self.dirty_quarantine.add(wf)
 
-    def live_states(self) -> Iterator[tuple[str, WorkflowState]]:
-        """Every live run's state (parses the unparsed and deferred ones; ``timers`` does
-        not); a run that cannot be parsed is quarantined and left out."""
-        self._materialize()
-        yield from self.live.items()
-
     def _materialize(self) -> None:
         for wf in list(self.unparsed):
             with contextlib.suppress(KeelError):

@@ -25,11 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.codec import DecodeError
-
-try:  # the package's name once the domain exports it; the decider module's until then
-    from orchestrator.domain import SUMMARY_EVENTS  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the domain layout
-    from orchestrator.domain.lifecycle.decider import SUMMARY_EVENTS
+from orchestrator.domain.lifecycle.decider import SUMMARY_EVENTS
 from orchestrator.domain.lifecycle.missing_versions import stand_in
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, WorkflowSnapshot
 from orchestrator.domain.model.state import TERMINAL_STATUSES, WorkflowState

@@ -430,10 +430,6 @@ class MemoryReadModel:
         return out
 
 
-def abortable(message: str = "injected abortable error") -> TxnAbortable:
-    return TxnAbortable(message)
-
-
 def _retriable(exc: BaseException) -> bool:
     """Whether the Kafka adapter would send a record failing with ``exc`` again
     (``broker_errors.classify``). Only a client's own exception can be retriable; a test

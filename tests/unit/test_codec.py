@@ -22,7 +22,6 @@ from orchestrator.codec import (
     MAGIC,
     Codec,
     DecodeError,
-    bench,
     default_codec,
     default_schema_dir,
     rabin_fingerprint,
@@ -410,11 +409,6 @@ def test_schema_dir_rejects_bad_files(tmp_path: Path) -> None:
 def test_empty_schema_dir(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"no keel.Envelope.v<N>.avsc schema found"):
         Codec(tmp_path)
-
-
-def test_bench_smoke() -> None:
-    r = bench(200)
-    assert r["n"] == 200 and r["encodes_per_s"] > 0 and r["decodes_per_s"] > 0
 
 
 def test_v2_signals_decode_under_v3_without_a_correlation(tmp_path: Path) -> None:
