@@ -77,6 +77,7 @@ from orchestrator.io.ports import (
     TaskIntake,
 )
 from orchestrator.records.envelopes import now_ms, report_envelope
+from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import SeededBug, Settings
 from orchestrator.telemetry import tracing
@@ -229,7 +230,7 @@ class Worker:
             # A Kafka call was abandoned mid-flight: its client may block interpreter
             # exit while destroying itself. The log is flushed; leave now.
             logging.shutdown()
-            os._exit(0 if self._stop.is_set() else 70)
+            os._exit(ExitCode.OK if self._stop.is_set() else ExitCode.RESTART)
 
     def step(self) -> bool:
         """One poll, and the batch it brought run, reported and committed (or rewound).
@@ -296,7 +297,7 @@ class Worker:
                 self.reset_window_s,
                 exc,
             )
-            raise SystemExit(70) from exc
+            raise SystemExit(ExitCode.RESTART) from exc
         log.warning("the task consumer is unusable (%s); joining the group again", exc)
         self.intake.recreate()
 

@@ -21,6 +21,7 @@ import typer
 
 from orchestrator.cli.output import LazyConsole, new_console, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -255,7 +256,7 @@ def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
         _print_status(current, False)
         _print_services(services)
     if not current.healthy or any(r["problems"] for r in services):
-        raise typer.Exit(3)
+        raise typer.Exit(ExitCode.UNHEALTHY)
 
 
 @infra_app.command("down")

@@ -1,12 +1,10 @@
 """The ``keel`` command line: one typer application, one sub-app per area.
 
-Exit status (docs/configuration.md, "Exit status"): 0 success; 1 an expected failure
-(a :class:`~orchestrator.domain.model.errors.KeelError`, or Kafka or Redis failing the
-command, printed as one line on stderr, with every URL password redacted); 2 a usage
-error (typer's usage text); 3 the thing asked about is not well (``workflow start
---wait`` ended otherwise than completed, ``infra status`` unhealthy); 4 ``workflow start``
-refused: its id names a run of another workflow or input (``WorkflowIdConflictError``);
-130 interrupted. Anything else is a bug and keeps its traceback.
+Exit status: :class:`~orchestrator.runtime.exit_codes.ExitCode`, one meaning per code
+(docs/configuration.md, "Exit status"). An expected failure (a
+:class:`~orchestrator.domain.model.errors.KeelError`, or Kafka or Redis failing the command)
+is one line on stderr, with every URL password redacted; anything else is a bug and keeps
+its traceback.
 
 Start-up carries only what the command run needs: the command modules import typer and
 the standard library at the top, rich on first output (``output.py``), and the runtime,
@@ -35,6 +33,7 @@ from orchestrator.cli import (
     workflow,
 )
 from orchestrator.cli.output import LazyConsole
+from orchestrator.runtime.exit_codes import ExitCode
 
 app = typer.Typer(
     name="keel",
@@ -75,9 +74,6 @@ _add_tools(app)
 
 err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
-#: Exit statuses of ``keel``.
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_WELL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
 
 def error_line(exc: BaseException) -> str:
     """The one line an expected failure prints: no newline, no password."""
@@ -86,11 +82,21 @@ def error_line(exc: BaseException) -> str:
     return "error: " + " ".join(redact(str(exc)).split())
 
 
-def _expected(exc: BaseException) -> bool:
-    """Whether ``exc`` is a :class:`KeelError` (imported here: only a failure pays for it)."""
-    from orchestrator.domain.model.errors import KeelError
+def exit_code_of(exc: BaseException) -> ExitCode | None:
+    """The exit status of an expected failure (a :class:`KeelError`; imported here: only a
+    failure pays for it), None for anything else: the kinds a script branches on have a
+    code of their own, every other kind is :attr:`ExitCode.FAILED`."""
+    from orchestrator.domain.model.errors import (
+        KeelError,
+        WaitTimeoutError,
+        WorkflowIdConflictError,
+    )
 
-    return isinstance(exc, KeelError)
+    if isinstance(exc, WorkflowIdConflictError):
+        return ExitCode.ID_CONFLICT
+    if isinstance(exc, WaitTimeoutError):
+        return ExitCode.PENDING
+    return ExitCode.FAILED if isinstance(exc, KeelError) else None
 
 
 def _server_failure(exc: BaseException) -> str | None:
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, prog_name="keel", standalone_mode=False)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted", markup=False)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(ExitCode.INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:  # usage errors: typer prints the usage and why
@@ -127,12 +133,13 @@ def main(argv: list[str] | None = None) -> None:
         server = _server_failure(exc)
         if server is not None:
             err_console.print(error_line(RuntimeError(server)), markup=False)
-            sys.exit(EXIT_ERROR)
-        if not _expected(exc):
+            sys.exit(ExitCode.FAILED)
+        code = exit_code_of(exc)
+        if code is None:
             raise
         err_console.print(error_line(exc), markup=False)
-        sys.exit(EXIT_ERROR)
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+        sys.exit(code)
+    sys.exit(code if isinstance(code, int) else ExitCode.OK)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import typer
 
 from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.io.redis.human_task_inbox import TasksView
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 human_tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
 console = LazyConsole(highlight=False, emoji=False)
 
-#: ``decide`` sent the decision but the orchestrator did not answer in time.
-EXIT_PENDING = 3
 _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -87,9 +86,9 @@ def _summary(evidence: Any) -> str:
 
 
 def inbox_lines(rows: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
-    """Each task in at most six lines of ``width`` columns: its id, what it decides, the
+    """Each task in at most seven lines of ``width`` columns: its id, what it decides, the
     evidence, when it is due, and the command that decides it (with the operation's digest,
-    which an approval must carry: docs/human-tasks.md)."""
+    which an approval must carry: docs/human-tasks.md), whose id is never cut."""
     out: list[str] = []
     for t in rows:
         if out:
@@ -104,12 +103,19 @@ def inbox_lines(rows: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
         out.append(_fit(f"{what} {t['level']})", width))
         out.append(_fit(f"  {_summary(t.get('evidence'))}", width))
         if t.get("status") == "open":
-            out.append(
-                _fit(f"  keel human-tasks decide {shlex.quote(task_id)} --actor YOU \\", width)
-            )
-            out.append("    --approve --operation-digest \\")
-            out.append(f"    {t.get('operation_digest') or '-'}")
+            out.extend(_decide_command(task_id, t.get("operation_digest") or "-", width))
     return out
+
+
+def _decide_command(task_id: str, digest: str, width: int) -> list[str]:
+    """The command that decides a task, never cut: it is there to be copied. An id too
+    long for the first line takes a line of its own (longer than ``width`` if it must)."""
+    head = f"  keel human-tasks decide {shlex.quote(task_id)} --actor YOU \\"
+    if len(head) <= width:
+        lines = [head]
+    else:
+        lines = ["  keel human-tasks decide \\", f"    {shlex.quote(task_id)} --actor YOU \\"]
+    return [*lines, "    --approve --operation-digest \\", f"    {digest}"]
 
 
 @human_tasks_app.command("list")
@@ -293,7 +299,7 @@ def decide(
         line = f"{outcome.status}: {d.get('decision')} by {d.get('actor')} ({body.get('task_id')})"
         console.print(line if outcome.reason is None else f"{line}: {outcome.reason}", markup=False)
     if outcome.http_status == 202:
-        raise typer.Exit(EXIT_PENDING)
+        raise typer.Exit(ExitCode.PENDING)
 
 
 def _confirmed_digest(desk: Any, token: str) -> str:

@@ -5,7 +5,8 @@ model (``--name NAME --from-version M [--state S]``). ``--dry-run`` writes nothi
 shows, per run, the mapping and the events the migration would write (or why it is
 refused) and where the target version would have decided the run's recorded history
 differently. Without it, the command is sent and the orchestrator's answer awaited:
-exit 1 when any run is refused (or not answered). See docs/versioning.md.
+exit 1 when any run is refused, else 5 when any is not answered in time. See
+docs/versioning.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 
 from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.client.migration_requests import MigrationPlan
@@ -95,9 +97,11 @@ def migrate(
                 )
             else:
                 console.print(f"{o.outcome}: {o.workflow_id}: {o.reason}", markup=False)
-        refused = any(o.outcome is not Outcome.MIGRATED for o in outcomes)
+        refused = any(o.outcome is Outcome.REFUSED for o in outcomes)
+        if not refused and any(o.outcome is Outcome.PENDING for o in outcomes):
+            raise typer.Exit(ExitCode.PENDING)
     if refused:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _out(json_: bool, obj: dict, text: str) -> None:

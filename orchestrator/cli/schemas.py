@@ -15,6 +15,7 @@ import typer
 
 from orchestrator.cli.output import LazyConsole
 from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.runtime.exit_codes import ExitCode
 
 schemas_app = typer.Typer(help="Avro schemas of keel.events, for readers in other languages.")
 console = LazyConsole(highlight=False, emoji=False, soft_wrap=True)
@@ -53,7 +54,7 @@ def export(
             console.print(f"unpublished: {path}")
         if plan.new:
             console.print(f"{len(plan.new)} model(s) changed: keel schemas export --out {out}")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
         console.print(f"{len(declared) - len(plan.untyped)} payload schemas published")
         return
     written = kept = 0

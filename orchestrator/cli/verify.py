@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator.cli.output import LazyConsole, new_table, styled
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.client.history_io import Verification
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
     from orchestrator.settings import Settings
 
 console = LazyConsole(highlight=False, emoji=False)
-
-#: Exit status when any invariant is broken (0: none).
-EXIT_VIOLATIONS = 1
 
 
 def decision_proof_check(settings: Settings) -> ProofCheck | None:
@@ -67,7 +65,7 @@ def verify(
         )
     _print(report, json_, proofs_verified=proof_ok is not None)
     if report.violations:
-        raise typer.Exit(EXIT_VIOLATIONS)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _print(report: Verification, json_: bool, *, proofs_verified: bool) -> None:

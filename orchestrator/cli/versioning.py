@@ -19,6 +19,7 @@ import typer
 
 from orchestrator.cli.output import LazyConsole, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.domain.history.replay import RunReport
@@ -72,7 +73,7 @@ def replay_check(
     else:
         _print(reports, source)
     if diverged:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _print(reports: list[RunReport], source: str) -> None:

@@ -16,6 +16,7 @@ from orchestrator.cli.migrate import migrate
 from orchestrator.cli.output import LazyConsole, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 from orchestrator.cli.verify import verify
+from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.client.client import KeelClient
@@ -26,13 +27,6 @@ workflow_app = typer.Typer(
 workflow_app.command("migrate")(migrate)
 workflow_app.command("verify")(verify)
 console = LazyConsole(highlight=False, emoji=False)
-err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
-
-#: ``start --wait`` when the run ended otherwise than completed (see keel's exit statuses).
-EXIT_NOT_COMPLETED = 3
-#: ``start`` of an id that already names a run of another workflow or input
-#: (docs/workflows.md, "Reusing a workflow id").
-EXIT_ID_CONFLICT = 4
 
 JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from stdin."
 
@@ -68,17 +62,14 @@ def start(
     existing run, with another it is refused (exit 4); neither writes anything.
 
     The run reported is the true one: the command waits until the read model shows it.
+    ``--wait`` exits 3 when the run ends otherwise than completed, 5 when it has not ended
+    within ``--timeout`` (it goes on).
     """
     from orchestrator.client.client import read_json_arg
-    from orchestrator.domain.model.errors import WorkflowIdConflictError
 
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
-    try:
-        result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
-    except WorkflowIdConflictError as exc:  # one line, as keel prints every KeelError
-        err_console.print("error: " + " ".join(str(exc).split()), markup=False)
-        raise typer.Exit(EXIT_ID_CONFLICT) from None
+    result = client.start(name, input_obj, id_, version, confirm_timeout_s=timeout)
     out: dict[str, Any] = {
         "workflow_id": result.workflow_id,
         "run_id": result.run_id,
@@ -99,7 +90,7 @@ def start(
         if done["status"] != "completed":
             if json_:
                 typer.echo(json.dumps(out))
-            raise typer.Exit(EXIT_NOT_COMPLETED)
+            raise typer.Exit(ExitCode.NOT_COMPLETED)
     if json_:
         typer.echo(json.dumps(out))
 

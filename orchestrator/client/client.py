@@ -32,6 +32,7 @@ from orchestrator.domain.model.errors import (
     LimitExceededError,
     NotFoundError,
     UnavailableError,
+    WaitTimeoutError,
 )
 from orchestrator.domain.model.ids import check_workflow_id
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
@@ -594,7 +595,7 @@ class KeelClient:
                 now = time.monotonic()
                 if now > deadline:
                     status = found["status"] if found else "not started yet"
-                    raise KeelError(
+                    raise WaitTimeoutError(
                         f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
                         f"(status: {status})"
                     )

@@ -48,6 +48,7 @@ from orchestrator.io.handoff.committed_channel import CommittedSink, channel
 from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
 from orchestrator.records.envelopes import follow_up as _follow_up
 from orchestrator.records.envelopes import now_ms
+from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import decider_for
@@ -242,7 +243,7 @@ class Orchestrator:
             # A Kafka call was abandoned mid-flight: its client may block interpreter
             # exit while destroying itself. The log is flushed; leave now.
             logging.shutdown()
-            os._exit(0 if self._stop.is_set() else 70)
+            os._exit(ExitCode.OK if self._stop.is_set() else ExitCode.RESTART)
 
     def subscribe(self) -> None:
         """Join the intake: assignments rebuild partitions, revocations drop them."""
@@ -323,7 +324,7 @@ class Orchestrator:
                 self.reset_window_s,
                 exc,
             )
-            raise SystemExit(70) from exc
+            raise SystemExit(ExitCode.RESTART) from exc
         owned = sorted(set(ctx.partitions) | self._pending_recovery)
         log.warning("producer reset (%s): recreating it, rebuilding partitions %s", exc, owned)
         self.state = "resetting"

@@ -113,7 +113,7 @@ def test_up_status_down_leaves_no_process(cli_env):
     assert down_again.returncode == 0
     assert "nothing was running" in down_again.stdout
     after = keel("infra", "status", "--json", env=cli_env)
-    assert after.returncode == 3
+    assert after.returncode == 6  # ExitCode.UNHEALTHY
     assert json.loads(after.stdout)["processes"] == []
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "NotFoundError",
     "UnavailableError",
     "UnknownWorkflowError",
+    "WaitTimeoutError",
     "WorkflowIdConflictError",
     "format_validation_error",
     "iso_utc",
@@ -77,6 +78,11 @@ class ConfigError(KeelError, ValueError):
 
 class UnavailableError(KeelError):
     """Kafka or Redis did not answer in time; retrying later may succeed."""
+
+
+class WaitTimeoutError(KeelError, TimeoutError):
+    """A wait ended before its answer came (a run's end, an orchestrator's reply); what
+    was sent stands and the answer is still to come, so the same wait may be repeated."""
 
 
 class WorkflowIdConflictError(CommandRejected):

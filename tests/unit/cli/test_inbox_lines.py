@@ -54,3 +54,37 @@ def test_every_line_fits_eighty_columns_and_a_decided_task_has_no_command() -> N
     assert decided[1] == "  approve_payment: ledger.post (owner alice, level 1)"
     assert decided[2].endswith("…") and len(decided[2]) == 80
     assert not any("keel human-tasks decide" in line for line in decided)
+
+
+def test_a_long_id_puts_the_command_on_lines_of_its_own_and_is_never_cut() -> None:
+    task_id = "invoice-2026-000123/run-7f3a9c1d2e4b8a6f/approval-of-the-payment-to-the-supplier#0"
+    lines = inbox_lines([{**OPEN, "task_id": task_id}])
+    assert lines[3:] == [
+        "  keel human-tasks decide \\",
+        f"    '{task_id}' --actor YOU \\",
+        "    --approve --operation-digest \\",
+        f"    {DIGEST}",
+    ]
+    command = " ".join(line.strip().rstrip("\\") for line in lines[3:])
+    assert shlex.split(command)[3:] == [
+        task_id, "--actor", "YOU", "--approve", "--operation-digest", DIGEST,
+    ]  # fmt: skip
+    assert not any(line.endswith("…") for line in lines[3:])
+
+
+def test_the_list_command_in_a_pipe_prints_the_long_id_whole(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app, human_task_commands
+
+    task_id = "x" * 120 + "#0"  # shell-quoted
+    monkeypatch.setattr(
+        human_task_commands,
+        "_view",
+        lambda _settings: type(
+            "View", (), {"list": lambda *_a, **_k: [{**OPEN, "task_id": task_id}]}
+        )(),
+    )
+    done = CliRunner().invoke(app, ["human-tasks", "list"], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    assert f"    '{task_id}' --actor YOU \\" in done.output.splitlines()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.runtime.exit_codes import ExitCode
 
 
 def _status_file(home: Path, name: str, **fields: object) -> None:
@@ -41,7 +42,7 @@ def test_a_stopped_worker_is_gone_and_each_service_shows_its_prefix(tmp_path: Pa
     assert "ok" not in rows["worker-b"].split("│")[-2]
     assert rows["orchestrator-a"].split("│")[-2].strip() == "ok"
     assert [c.strip() for c in rows["worker-b"].split("│")[2:3]] == ["shop"]
-    assert done.exit_code == 3  # no local stack runs here: not well
+    assert done.exit_code == ExitCode.UNHEALTHY == 6  # no local stack runs here
 
 
 def test_the_product_imports_no_tool() -> None:
