@@ -69,7 +69,8 @@ def use_seal_keys(keys: SealKeys | None) -> None:
 
 
 #: Whether a model has sensitive fields, per model class: walking a model's fields on
-#: every task cost the worker ~15 % of its time (docs/performance.md, "Throughput").
+#: every task cost the worker ~15 % of its time (git show 6f66b40:docs/performance.md,
+#: "Throughput").
 _SENSITIVE: dict[type[BaseModel], bool] = {}
 
 

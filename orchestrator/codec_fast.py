@@ -2,9 +2,9 @@
 
 fastavro resolves the 45-branch payload union on every record and builds a dict per
 record and per payload; on the orchestrator's hot path that was the largest single
-cost (docs/performance.md at 6f66b40, "Throughput"). Here each payload class gets one function,
-generated once from the parsed schema, that writes (or reads) the whole envelope in
-schema order: the union branch is a constant, fields are read as attributes. The bytes
+cost (git show 6f66b40:docs/performance.md, "Throughput"). Here each payload class gets
+one function, generated once from the parsed schema, that writes (or reads) the whole
+envelope in schema order: the union branch is a constant, fields are read as attributes. The bytes
 are exactly fastavro's (Avro binary encoding is canonical; ``tests/unit/test_codec_fast.py``
 compares both for every payload type). Only the shapes Keel's schema uses are compiled
 (``boolean``, ``int``, ``long``, ``string``, ``bytes`` and two-branch unions with

@@ -10,7 +10,7 @@ Start-up carries only what the command run needs: the command modules import typ
 the standard library at the top, rich on first output (``output.py``), and the runtime,
 clients and settings inside the command bodies, so ``keel orchestrator`` reaches its
 broker without loading the client, the connector, the local-stack tooling or rich
-(docs/performance.md at 6f66b40, "Recovery").
+(git show 6f66b40:docs/performance.md, "Recovery").
 """
 
 from __future__ import annotations

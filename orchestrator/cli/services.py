@@ -172,7 +172,8 @@ def orchestrator(
         stoppables.append(child)
     elif projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
-        # fed this process's committed events in process (docs/performance.md at 6f66b40).
+        # fed this process's committed events in process (docs/performance.md,
+        # "Where the projector runs").
         from orchestrator.io.handoff.committed_channel import CommittedEvents
         from orchestrator.projector.projector import Projector
 

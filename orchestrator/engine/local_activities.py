@@ -340,8 +340,8 @@ class _Plumbing:
 
 @functools.cache
 def _handlers() -> _Plumbing:
-    """Imported on the first local run, not at start-up (docs/performance.md at 6f66b40, "Recovery:
-    start-up imports"), and once: an import in the function cost ~2 µs a call, ~40 µs of
+    """Imported on the first local run, not at start-up (git show 6f66b40:docs/performance.md,
+    "Recovery: start-up imports"), and once: an import in the function cost ~2 µs a call, ~40 µs of
     the loop's ~600 per three-step local run."""
     return _Plumbing()
 

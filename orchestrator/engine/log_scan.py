@@ -4,8 +4,8 @@ A rebuild reads every snapshot record and every event of the tail; on the Kafka
 adapter, building a ``ports.Record`` per message costs more than what the rebuild does
 with most snapshot records, so there the messages are read directly through the same
 reader ``EventLog.read`` uses (``kafka.read_partitions``); any other log (the in-memory
-one of the unit tests) is read through ``EventLog.read``. See docs/performance.md at 6f66b40
-("Recovery").
+one of the unit tests) is read through ``EventLog.read``. Measured in
+git show 6f66b40:docs/performance.md, "Recovery".
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ def collector_paused(*, freeze: bool = False) -> Iterator[None]:
 
     A rebuild allocates hundreds of thousands of objects that all stay alive (the
     records of the tail, then the states); the collector's passes over them free nothing
-    and took a quarter of a cold rebuild (docs/performance.md at 6f66b40, "Cold rebuild"). Turning
+    and took a quarter of a cold rebuild (git show 6f66b40:docs/performance.md,
+    "Cold rebuild"). Turning
     it back on is not enough: the first allocation after would start a pass over all of
     them (~0.3 s for 100k finished runs), and older generations would scan them again
     later. ``freeze`` moves them to the permanent generation (``gc.freeze``), which no

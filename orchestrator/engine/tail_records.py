@@ -13,7 +13,7 @@ the snapshot header's idea (``snapshot_records``) applied to the tail.
 
 An event without the header (written before it existed) takes the eager path; a header
 this code cannot read, or one naming a version this process lacks (a stand-in), too.
-See docs/performance.md at 6f66b40 ("Cold rebuild").
+Measured in git show 6f66b40:docs/performance.md, "Cold rebuild".
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ class EventFeed(GroupIntake, Protocol):
 
     A projector fed the committed events in-process (``committed.py``) pauses the
     partitions it has folded in order that way, and reads the topic again only for
-    what the hand-off did not bring (docs/performance.md at 6f66b40).
+    what the hand-off did not bring (docs/performance.md, "Where the projector runs").
     """
 
     def pause(self, partitions: Sequence[int]) -> None:

@@ -17,7 +17,8 @@ source of truth, is read again from tip + 1 when:
   have gone silent: the orchestrator gave the partition up, or a tail was dropped).
 
 Events folded in-process past a gap are remembered by offset (``folded_ahead``) so the
-topic's copies are skipped undecoded. docs/performance.md at 6f66b40, "The topic only for gaps".
+topic's copies are skipped undecoded. Measured in git show 6f66b40:docs/performance.md,
+"The topic only for gaps".
 """
 
 from __future__ import annotations

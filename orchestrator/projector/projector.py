@@ -21,7 +21,8 @@ folds them as soon as their transaction commits, for the partitions its own grou
 holds, when they follow on from what the read model has for their workflow. While the
 hand-off follows on from what it has folded, the consumer does not fetch those partitions
 at all (``feed_cursor.py``); anything else (a gap, a dropped hand-off, another process's
-partitions) is folded from the topic as before (docs/performance.md at 6f66b40).
+partitions) is folded from the topic as before (docs/performance.md, "Where the
+projector runs").
 """
 
 from __future__ import annotations

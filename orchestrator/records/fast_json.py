@@ -2,7 +2,7 @@
 
 The projector writes a state and a history line per event after every batch, and the
 command loop a header per decision; with the standard library's encoder that was a
-seventh of the orchestrator's GIL under load (docs/performance.md at 6f66b40, "The projector's
+seventh of the orchestrator's GIL under load (git show 6f66b40:docs/performance.md, "The projector's
 JSON, its Redis write, and frozen objects built faster"). orjson is several times
 faster. What it refuses (integers past 64 bits, keys that are not strings) goes to the
 standard library, so every value written before is still written. Bytes can differ

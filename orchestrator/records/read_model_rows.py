@@ -4,7 +4,8 @@ A live projector writes each batch in one Lua script (:meth:`Projection.write_gu
 <orchestrator.io.redis.read_model.Projection.write_guarded>`) and announces each row whose
 status changed on the row's channel. The announcement carries the row's client-visible
 fields, read inside the script after every write of the batch, so a client woken by it
-needs no read of its own (docs/performance.md at 6f66b40, "The finished row in the announcement").
+needs no read of its own (git show 6f66b40:docs/performance.md, "The finished row in the
+announcement").
 """
 
 from __future__ import annotations

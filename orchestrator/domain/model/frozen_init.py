@@ -3,7 +3,8 @@
 ``dataclasses`` gives a frozen class an ``__init__`` that sets each field through
 ``object.__setattr__`` (the class's own ``__setattr__`` refuses). A run's decisions
 create about a hundred such objects (payloads, envelopes, activity states), and under
-load their ``__init__`` was a seventh of the orchestrator's GIL (docs/performance.md at 6f66b40,
+load their ``__init__`` was a seventh of the orchestrator's GIL
+(git show 6f66b40:docs/performance.md,
 "The projector's JSON, its Redis write, and frozen objects built faster"). The
 ``__init__`` made here sets each slot through the slot's own descriptor, which is where
 ``object.__setattr__`` ends up: the same object, built about twice as fast. The class

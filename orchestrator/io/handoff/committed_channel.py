@@ -4,7 +4,7 @@ The projector thread of ``keel orchestrator`` used to learn of each event by rea
 back from ``keel.events``: one more fetch after the commit, and a second decode of every
 event. Now the orchestrator publishes what a transaction committed (the decoded
 envelopes, with their partitions and offsets) right after the commit returns, and the
-projector folds them at once (docs/performance.md at 6f66b40, "The read model without the lag").
+projector folds them at once (docs/performance.md, "Where the projector runs").
 
 The topic stays the source of truth: the projector still consumes it (a record it has
 already folded in-process is skipped without decoding) and commits its offsets there, so

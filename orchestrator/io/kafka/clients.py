@@ -92,13 +92,13 @@ PARTITIONER = "murmur2_random"
 #   No hop pays it: the broker answers a waiting fetch as soon as a record becomes
 #   readable (a commit marker moves the last stable offset on). An idle consumer sends one
 #   fetch per wait, though, and the broker spent ~0.4 ms of CPU on each: 10 ms cost it
-#   ~15 % of a core with nothing to do (docs/performance.md at 6f66b40, "Idle fetches").
+#   ~15 % of a core with nothing to do (git show 6f66b40:docs/performance.md, "Idle fetches").
 # ``settings.linger_ms`` (1): producers' linger; each hop of a workflow pays it.
 # ``settings.batched_linger_ms`` (50): linger of producers whose every batch ends in
 #   ``commit_transaction`` or ``flush`` (the orchestrator's transactions, the worker's
 #   reports): both send at once whatever lingers, so a long linger costs no latency, and
 #   saves the client's thread a wake-up per record and the broker requests
-#   (docs/performance.md at 6f66b40, "Throughput").
+#   (git show 6f66b40:docs/performance.md, "Throughput").
 
 #: How long a client waits at most between two attempts to reach a broker it lost. Each
 #: failed attempt is also when librdkafka asks again who leads a partition and who
@@ -331,8 +331,8 @@ def admin_config(settings: Settings, **extra: Any) -> dict[str, Any]:
 
 #: What one fetch of a rebuild's reader may take per partition. The client's default
 #: (1 MiB) held a cold read of ``keel.events`` to ~200k records/s; 8 MiB gave ~340k on the
-#: same topic (docs/performance.md at 6f66b40, "Cold rebuild"). A bulk read only: the intakes keep
-#: the default, their fetches are small.
+#: same topic (git show 6f66b40:docs/performance.md, "Cold rebuild"). A bulk read only:
+#: the intakes keep the default, their fetches are small.
 READ_PARTITION_FETCH_BYTES = 8 * 2**20
 #: How long the broker may hold a rebuild's fetch for data that is not there. A bulk
 #: read learns it reached the end (EOF) only from a fetch that came back empty, so this
@@ -373,7 +373,8 @@ def read_batches(
     "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
     Used to rebuild state, so it raises rather than silently stopping short; ``stop``
     (when given and true) ends the read with ``broker_errors.Stopping``. A rebuild takes
-    the batches whole: one Python call per record fewer (docs/performance.md at 6f66b40).
+    the batches whole: one Python call per record fewer (git show 6f66b40:docs/performance.md,
+    "The reader's fetch size").
     """
     if not starts:
         return

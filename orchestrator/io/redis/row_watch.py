@@ -8,7 +8,7 @@ that look is always announced to them: they read the row once more on each annou
 instead of polling it every few milliseconds. Pub/sub is not durable (a dropped
 connection, a rebuild, which does not announce, or a projector of an older version), so
 the callers still read the row now and then: the announcement only makes them faster
-(docs/performance.md at 6f66b40, "The result pushed to the client").
+(git show 6f66b40:docs/performance.md, "The result pushed to the client").
 
 One subscription at a time per client, kept from a start to the ``wait`` that follows
 it and until the next row is watched; announcements of an earlier workflow still in

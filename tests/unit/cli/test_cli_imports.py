@@ -1,7 +1,7 @@
 """Start-up cost of ``keel``: each command loads what it runs and not the other commands' code.
 
 An orchestrator restarted after a crash must decide again within seconds
-(docs/performance.md at 6f66b40, "Recovery"); the modules it imports before it subscribes are
+(git show 6f66b40:docs/performance.md, "Recovery"); the modules it imports before it subscribes are
 part of that time. Each check runs in a fresh interpreter, through the real entry
 point, with no servers: the service class is replaced by a probe that reports
 ``sys.modules`` at the moment the command would construct it, and exits.

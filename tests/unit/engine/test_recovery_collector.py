@@ -2,7 +2,7 @@
 leave it as they found it; a rebuild leaves what it built out of the collector's reach.
 
 The collector's passes over the rebuild's long-lived records and states freed nothing
-and cost about a quarter of a cold rebuild (docs/performance.md at 6f66b40, "Cold rebuild").
+and cost about a quarter of a cold rebuild (git show 6f66b40:docs/performance.md, "Cold rebuild").
 """
 
 from __future__ import annotations

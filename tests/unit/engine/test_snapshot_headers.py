@@ -1,5 +1,5 @@
 """Snapshot records carry a ``keel.snapshot`` header; a rebuild reads it instead of the
-record (docs/performance.md at 6f66b40, "Recovery").
+record (git show 6f66b40:docs/performance.md, "Recovery").
 
 Live runs are armed from the header and decoded on first use; finished runs become
 identities, the most recent ones keeping their summary; a record without the header

@@ -1,6 +1,6 @@
 """A decision's last event carries a ``keel.armed`` header; a rebuild from the log holds a
 live run's tail undecoded and folds it on first use or in the background
-(``tail_records``; docs/performance.md at 6f66b40, "Cold rebuild").
+(``tail_records``; git show 6f66b40:docs/performance.md, "Cold rebuild").
 """
 
 from __future__ import annotations

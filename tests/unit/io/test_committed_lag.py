@@ -1,5 +1,6 @@
 """The in-process hand-off remembers when the oldest batch it hands over was published,
-so the projector can report commit-to-read-model lag (docs/performance.md at 6f66b40)."""
+so the projector can report commit-to-read-model lag (git show 6f66b40:docs/performance.md,
+"The read model without the lag")."""
 
 from __future__ import annotations
 
