@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.settings import Settings, broker_properties
+from orchestrator.settings import Settings, broker_properties, private_dir
 
 OPS_DIR = Path(__file__).resolve().parent
 POM = OPS_DIR / "kafka" / "pom.xml"
@@ -217,7 +217,7 @@ class LocalStack:
         return [ProcessRecord(**p) for p in data["processes"]] if data else []
 
     def _write_registry(self, records: Iterable[ProcessRecord]) -> None:
-        _private_dir(self.home, tighten=False)
+        private_dir(self.home)
         payload = {
             "brokers": self.brokers,
             "bootstrap_servers": self.bootstrap_servers,
@@ -277,7 +277,7 @@ class LocalStack:
         if not missing:
             return self.wait_healthy(timeout_s)
 
-        _private_dir(self.home, tighten=False)
+        private_dir(self.home)
         java = require_program("java") if any(w[0] == "kafka" for w in missing) else ""
         redis_server = (
             require_program("redis-server") if any(w[0] == "redis" for w in missing) else ""
@@ -378,7 +378,7 @@ class LocalStack:
                 f"the Kafka storage under {kafka_dir} is not of this stack's shape {shape} "
                 "while a broker runs; run `keel infra down` first"
             )
-        _private_dir(self.home, tighten=False)
+        private_dir(self.home)
         shutil.rmtree(kafka_dir, ignore_errors=True)
         _private_dir(kafka_dir)
         cluster_id = _kafka_cluster_id()
@@ -527,16 +527,11 @@ def _terminate_all(records: Iterable[ProcessRecord], timeout_s: float) -> None:
     psutil.wait_procs(remaining, timeout=10)
 
 
-def _private_dir(path: Path, tighten: bool = True) -> Path:
-    """``path`` as a directory only its owner can enter (0700): it holds data and logs.
-
-    ``tighten=False`` leaves the mode of a directory that existed already (KEEL_HOME
-    itself may be a directory the user made); a new one is always 0700.
-    """
-    existed = path.is_dir()
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if tighten or not existed:
-        path.chmod(0o700)
+def _private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (0700), an existing one tightened:
+    it holds data and logs (``KEEL_HOME`` itself keeps the mode of one the user made)."""
+    private_dir(path)
+    path.chmod(0o700)
     return path
 
 

@@ -22,6 +22,7 @@ import typer
 from orchestrator.cli.output import LazyConsole, new_console, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption
 from orchestrator.runtime.exit_codes import ExitCode
+from orchestrator.settings import private_dir
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -339,8 +340,7 @@ def dev_actor(home: Path) -> tuple[Path, str]:
     import hashlib
     import secrets
 
-    folder = home / "dev"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(home / "dev")
     actors, token_file = folder / "actors.json", folder / f"{DEV_ACTOR}.token"
     if not token_file.exists():
         token_file.touch(mode=0o600)

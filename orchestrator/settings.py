@@ -508,6 +508,24 @@ def broker_properties(text: str) -> dict[str, str]:
     return out
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory, each level Keel creates for it made 0700 (only its owner
+    may enter): ``KEEL_HOME`` holds key files, events, logs and status. A directory that
+    exists keeps its mode (a ``KEEL_HOME`` the user made is the user's choice)."""
+    missing = []
+    at = Path(path)
+    while not at.is_dir() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:  # a concurrent creator: its mode stands
+            continue
+        d.chmod(0o700)  # whatever the umask
+    return path
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
     try:

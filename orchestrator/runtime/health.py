@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from orchestrator.runtime.supervisor import health_of_all
+from orchestrator.settings import private_dir
 
 __all__ = ["STALE_AFTER_S", "StatusFile", "service_health", "status_path"]
 
@@ -74,7 +75,7 @@ class StatusFile:
         # child's pid and restarts), the saga manager (docs/operations.md).
         status["supervised"] = health_of_all()
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(status, sort_keys=True), encoding="utf-8")
             os.replace(tmp, self.path)

@@ -30,7 +30,7 @@ from orchestrator.domain.authoring.waits import HumanTask, token_hash
 from orchestrator.domain.lifecycle.decider import Decider
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.domain.model.messages import Envelope, HumanTaskOpened
-from orchestrator.settings import MIN_SECRET_CHARS, Settings
+from orchestrator.settings import MIN_SECRET_CHARS, Settings, private_dir
 
 __all__ = [
     "DEFAULT_SECRET_FILE",
@@ -109,7 +109,7 @@ def _read_key(path: Path, what: str) -> bytes:
 def _create_key(path: Path) -> bytes:
     """Create ``path`` with a fresh key, atomically: a concurrent creator's key wins."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

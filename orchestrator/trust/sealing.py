@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from orchestrator.domain.model.errors import ConfigError, InvalidInputError
+from orchestrator.settings import private_dir
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
@@ -282,7 +283,7 @@ def load_seal_keys(settings: Settings, *, create: bool = False) -> SealKeys:
                 f"client and worker); '{path}' does not exist"
             )
         return _read(path, "the seal key file")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(new_key_entry() + "\n")

@@ -276,3 +276,39 @@ def test_good_redis_urls_and_thresholds_load(monkeypatch):
         assert load_settings().redis_url == url
     monkeypatch.setenv("KEEL_GC_THRESHOLDS", "[700, 10, 10]")
     assert load_settings().gc_thresholds == (700, 10, 10)
+
+
+def _mode(path) -> int:
+    import stat
+
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("first", ["task_tokens", "seal_keys", "status"])
+def test_keel_home_is_created_0700_by_whichever_process_creates_it_first(tmp_path, first):
+    """KEEL_HOME holds key files, status and logs: only its owner may enter it, whichever
+    product path makes it (docs/local-infra.md); one the user made keeps its mode."""
+    from orchestrator.runtime.health import StatusFile
+    from orchestrator.trust.human_task_tokens import load_task_tokens
+    from orchestrator.trust.sealing import load_seal_keys
+
+    home = tmp_path / "new" / "home"
+    settings = Settings(home=home)
+    make = {
+        "task_tokens": lambda: load_task_tokens(settings),
+        "seal_keys": lambda: load_seal_keys(settings, create=True),
+        "status": lambda: StatusFile(home / "status" / "x.json", dict).maybe_write(force=True),
+    }
+    make[first]()
+    assert (_mode(tmp_path / "new"), _mode(home)) == (0o700, 0o700)
+    assert all(_mode(d) == 0o700 for d in home.iterdir() if d.is_dir())
+
+
+def test_a_keel_home_the_user_made_keeps_its_mode(tmp_path):
+    from orchestrator.settings import private_dir
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o750)
+    home.chmod(0o750)
+    private_dir(home / "status")
+    assert (_mode(home), _mode(home / "status")) == (0o750, 0o700)
