@@ -312,3 +312,28 @@ def test_a_keel_home_the_user_made_keeps_its_mode(tmp_path):
     home.chmod(0o750)
     private_dir(home / "status")
     assert (_mode(home), _mode(home / "status")) == (0o750, 0o700)
+
+
+def test_two_settings_models_read_the_environment_as_docs_configuration_says():
+    """``Settings`` and ``LlmSettings`` (``KEEL_LLM_*``) and no other (docs/configuration.md)."""
+    import re
+    from pathlib import Path
+
+    from handlers.llm.llm_settings import LlmSettings
+
+    root = Path(__file__).resolve().parents[2]
+    models = sorted(
+        f"{path.relative_to(root)}:{m[1]}"
+        for top in ("orchestrator", "handlers", "connectors")
+        for path in (root / top).rglob("*.py")
+        for m in re.finditer(r"^class (\w+)\(BaseSettings\)", path.read_text(), re.MULTILINE)
+    )
+    assert models == [
+        "handlers/llm/llm_settings.py:LlmSettings",
+        "orchestrator/settings.py:Settings",
+    ]
+    assert LlmSettings.model_config["env_prefix"] == "KEEL_LLM_"
+    assert not any(name.startswith("llm_") for name in Settings.model_fields)
+    doc = (root / "docs" / "configuration.md").read_text()
+    assert "`Settings` (`orchestrator/settings.py`)" in doc
+    assert "`LlmSettings` (`handlers/llm/llm_settings.py`)" in doc

@@ -1,8 +1,9 @@
 """Tests mirror the code: a test's layer marker comes from its directory, and only from there.
 
 ``tests/conftest.py`` marks every test under ``tests/unit`` ``unit``, under
-``tests/integration`` ``integration`` and under ``tests/fault`` ``fault``; ``make test`` runs
-the three directories as three stages, and ``-m`` selects the same sets.
+``tests/integration`` ``integration``, under ``tests/fault`` ``fault`` and under
+``tests/browser`` ``browser``; ``make test`` runs the four directories as four stages, in that
+order, and ``-m`` selects the same sets.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_every_test_has_exactly_the_marker_of_its_directory(tmp_path: Path) -> N
     assert all(by_layer.values()), by_layer
 
 
-def test_make_test_runs_the_three_stages_in_order_and_ci_runs_it_after_lint() -> None:
+def test_make_test_runs_the_four_stages_in_order_and_ci_runs_it_after_lint() -> None:
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ntest: setup\n", 1)[1].split("\n\n", 1)[0]
     calls = [line.strip() for line in recipe.splitlines()]
