@@ -87,6 +87,7 @@ demo: setup
 # a fault and once per fault class, judged from its histories; the report in evaluation/.
 EVAL_RUNS ?= 12
 evaluate: setup
+	$(BIN)/pip install -q -e '.[evaluate]'
 	$(BIN)/keel infra up
 	$(BIN)/keel evaluate --runs $(EVAL_RUNS) --out evaluation
 

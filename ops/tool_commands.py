@@ -130,9 +130,11 @@ def evaluate(
     """
     from ops.evaluation.evaluation_run import run_evaluation
     from ops.evaluation.fault_plans import parse_faults, parse_variants
+    from ops.evaluation.report_plots import require_matplotlib
     from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.settings import SeededBug, load_settings
 
+    require_matplotlib()
     console = new_console(highlight=False, width=None)
     chosen, designs = parse_faults(faults), parse_variants(variants)
     if seeded_bug is not None and seeded_bug not in {str(b) for b in SeededBug}:

@@ -7,7 +7,21 @@ import base64
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_all"]
+from orchestrator.domain.model.errors import ConfigError
+
+__all__ = ["plot_all", "require_matplotlib"]
+
+#: How to get the plots' library: an extra, so the product does not carry it.
+INSTALL = "pip install 'keel[evaluate]'"
+
+
+def require_matplotlib() -> None:
+    """``keel evaluate`` needs matplotlib (the ``[evaluate]`` extra): say so before any
+    batch runs, not after minutes of runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError(f"keel evaluate draws its plots with matplotlib; install it: {INSTALL}")
 
 
 def plot_all(out: Path, classes: list[dict[str, Any]]) -> dict[str, str]:
