@@ -36,6 +36,7 @@ from ops.fakes.ledger import LedgerClient
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history, write_history
 from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
+from orchestrator.client.run_views import RunSummary
 from orchestrator.domain.model.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
 from orchestrator.io.kafka.topics import create_topics
@@ -92,11 +93,11 @@ class Recorder:
         self.client.start(name, input_obj, wf)
         return wf
 
-    def wait(self, wf: str, status: str, *, past_attention: bool = False) -> dict[str, Any]:
+    def wait(self, wf: str, status: str, *, past_attention: bool = False) -> RunSummary:
         """Wait for ``wf`` to end (or need attention, unless ``past_attention``)."""
         found = self.client.wait(wf, WAIT_S, stop_on_attention=not past_attention)
-        if found["status"] != status:
-            raise RuntimeError(f"{wf} is {found['status']}, expected {status}")
+        if found.status != status:
+            raise RuntimeError(f"{wf} is {found.status}, expected {status}")
         return found
 
     def wait_status(self, wf: str, status: str) -> None:

@@ -46,8 +46,8 @@ def _scenarios(client: KeelClient, fake: Any, desk: TaskDesk, tokens: TaskTokens
     def run(wf: str, version: int, document: str, status: str) -> None:
         client.start("invoice_extraction", {"document": document}, wf, version)
         found = client.wait(wf, WAIT_S)
-        if found["status"] != status:
-            raise RuntimeError(f"{wf} is {found['status']}, expected {status}")
+        if found.status != status:
+            raise RuntimeError(f"{wf} is {found.status}, expected {status}")
         ran.append(wf)
 
     def decide(wf: str, version: int, document: str, decision: str, **kw: Any) -> None:

@@ -284,9 +284,9 @@ class OperatorUi:
             view = await self._run(self.client.show, wf)
         except NotFoundError as exc:
             return self.refusal(request, 404, str(exc))
-        started = next((h for h in view["history"] if h["type"] == "WorkflowStarted"), None)
+        started = next((h for h in view.history if h["type"] == "WorkflowStarted"), None)
         try:
-            signals = sorted(self.app.get(view["name"], view["version"]).signal_names)
+            signals = sorted(self.app.get(view.name, view.version).signal_names)
         except KeelError:  # a run of a version this connector's application lacks
             signals = []
         return self.render(
@@ -294,13 +294,13 @@ class OperatorUi:
             request,
             session,
             view=view,
-            entries=timeline(view["history"], view["llm"], now_ms()),
+            entries=timeline(view.history, view.llm, now_ms()),
             input=started["data"].get("input") if started else None,
-            running=view["status"] not in TERMINAL_STATUSES,
+            running=view.status not in TERMINAL_STATUSES,
             attention=next(
                 (
                     h["data"].get("activity_id", "")
-                    for h in reversed(view["history"])
+                    for h in reversed(view.history)
                     if h["type"] == "WorkflowNeedsAttention"
                 ),
                 "",
@@ -308,7 +308,7 @@ class OperatorUi:
             resolutions=tuple(Resolution),
             signals=signals,
             versions=sorted(
-                v for (n, v) in self.app.definitions if n == view["name"] and v != view["version"]
+                v for (n, v) in self.app.definitions if n == view.name and v != view.version
             ),
         )
 

@@ -52,7 +52,7 @@ def submit_files(files: list[Path], wait: float, json_: bool) -> None:
             status = "joined" if started.existed else "started"
             if wait > 0:
                 row = client.wait(workflow_id, wait, stop_on_attention=True)
-                status = str((row.get("output") or {}).get("outcome") or row["status"])
+                status = str((row.output or {}).get("outcome") or row.status)
             if json_:
                 line = {"file": str(path), "workflow_id": workflow_id, "status": status}
                 typer.echo(json.dumps(line))

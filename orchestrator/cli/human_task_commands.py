@@ -233,8 +233,9 @@ def decide(
     (``--correction``), which the orchestrator checks against the task's schema.
     """
     from connectors.auth import Actors
-    from orchestrator.client.client import KeelClient, read_json_arg
+    from orchestrator.client.client import KeelClient
     from orchestrator.client.human_task_decisions import TaskDesk
+    from orchestrator.client.json_args import read_json_arg
     from orchestrator.domain.model.errors import (
         CommandRejected,
         ConfigError,

@@ -60,7 +60,7 @@ def create(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Create a schedule; the same spec again changes nothing, another is refused."""
-    from orchestrator.client.client import read_json_arg
+    from orchestrator.client.json_args import read_json_arg
 
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)

@@ -65,7 +65,8 @@ def start(
     ``--wait`` exits 3 when the run ends otherwise than completed, 5 when it has not ended
     within ``--timeout`` (it goes on).
     """
-    from orchestrator.client.client import read_json_arg
+    from orchestrator.client.json_args import read_json_arg
+    from orchestrator.domain.model.vocabulary import WorkflowStatus
 
     input_obj = read_json_arg(input_, "--input")
     client = _client(app)
@@ -80,14 +81,15 @@ def start(
         console.print(f"{verb}: {result.workflow_id} (run {result.run_id})", markup=False)
     if wait:
         done = client.wait(result.workflow_id, timeout, stop_on_attention=True)
-        out.update(status=done["status"], output=done["output"])
-        why = done.get("failure_reason") or done.get("attention_reason")
-        if why is not None and done["status"] != "completed":
+        completed = done.status is WorkflowStatus.COMPLETED
+        out.update(status=str(done.status), output=done.output)
+        why = done.reason
+        if why is not None and not completed:
             out["reason"] = why
         if not json_:
-            shown = json.dumps(done["output"]) if why is None else why
-            console.print(f"{done['status']}: {shown}", markup=False)
-        if done["status"] != "completed":
+            shown = json.dumps(done.output) if why is None else why
+            console.print(f"{done.status}: {shown}", markup=False)
+        if not completed:
             if json_:
                 typer.echo(json.dumps(out))
             raise typer.Exit(ExitCode.NOT_COMPLETED)
@@ -105,47 +107,48 @@ def show(
     client = _client(app)
     view = client.show(workflow_id)
     if json_:
-        typer.echo(json.dumps(view))
+        typer.echo(json.dumps(view.as_dict()))
         return
     console.print(
         styled(
-            (str(view["workflow_id"]), "bold"),
-            f"  {view['name']} v{view['version']}  status=",
-            (str(view["status"]), "bold"),
-            f"  state={view['state']}",
+            (view.workflow_id, "bold"),
+            f"  {view.name} v{view.version}  status=",
+            (str(view.status), "bold"),
+            f"  state={view.state}",
         )
     )
-    if view["output"] is not None:
-        console.print(f"output: {json.dumps(view['output'])}", markup=False)
-    if view["failure_reason"]:
-        console.print(f"reason: {view['failure_reason']}", markup=False)
-    if view.get("projection_error"):
-        console.print(f"read model: {view['projection_error']}", markup=False)
-    if view.get("attention_reason"):
-        console.print(f"needs attention: {view['attention_reason']}", markup=False)
-    if view.get("continued_as_new"):
-        console.print(f"run: {view['run_id']} (continued as new)", markup=False)
-    if view.get("parent"):
-        parent = view["parent"]
+    if view.output is not None:
+        console.print(f"output: {json.dumps(view.output)}", markup=False)
+    for label, text in (
+        ("reason", view.failure_reason),
+        ("read model", view.projection_error),
+        ("needs attention", view.attention_reason),
+    ):
+        if text:
+            console.print(f"{label}: {text}", markup=False)
+    if view.continued_as_new:
+        console.print(f"run: {view.run_id} (continued as new)", markup=False)
+    if view.parent:
+        parent = view.parent
         console.print(
             f"parent: {parent['workflow_id']} (its activity {parent['activity_id']})", markup=False
         )
-    for c in view.get("children") or []:
+    for c in view.children:
         console.print(
             f"child: {c['workflow_id']} ({c['workflow']}, {c['status'] or 'not started yet'}) "
             f"for activity {c['activity_id']}",
             markup=False,
         )
-    for t in view.get("human_tasks") or []:
+    for t in view.human_tasks:
         decided = f" by {t['actor']}" if t.get("actor") else ""
         console.print(
             f"human task {t['task_name']} ({t['task_id']}): {t['status']}{decided}, "
             f"owner {t['owner']}, level {t['level']} (keel human-tasks show {t['task_id']})",
             markup=False,
         )
-    _print_llm(view["llm"])
+    _print_llm(view.llm)
     table = new_table("seq", "time (UTC)", "event", "details")
-    for h in view["history"]:
+    for h in view.history:
         when = datetime.fromtimestamp(h["recorded_at"] / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
         table.add_row(str(h["seq"]), when, str(h["type"]), _summary(h["data"]))
     console.print(table)
@@ -273,7 +276,7 @@ def query(
 
     Prints the answer as one line of JSON (docs/workflows.md, "Queries").
     """
-    from orchestrator.client.client import read_json_arg
+    from orchestrator.client.json_args import read_json_arg
 
     args_obj = None if args is None else read_json_arg(args, "--args")
     answer = _client(app).query(workflow_id, name, args_obj)
@@ -294,7 +297,7 @@ def signal_(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal to a running workflow."""
-    from orchestrator.client.client import read_json_arg
+    from orchestrator.client.json_args import read_json_arg
 
     payload_obj = read_json_arg(payload, "--payload")
     mid = _client(app).signal(workflow_id, name, payload_obj, tuple(sensitive or ()))
@@ -314,12 +317,14 @@ def signal_with_start(
     app: AppOption = DEFAULT_APP,
 ) -> None:
     """Deliver a signal, starting the workflow first if it has no run (one command)."""
-    from orchestrator.client.client import read_json_arg
+    from orchestrator.client.json_args import read_json_arg
 
     input_obj = read_json_arg(input_, "--input")
     payload_obj = read_json_arg(payload, "--payload")
     client = _client(app)
-    mid = client.signal_with_start(workflow_id, name, payload_obj, workflow, input_obj, version)
+    mid = client.signal_with_start(
+        workflow_id, name, payload_obj, workflow=workflow, input=input_obj, version=version
+    )
     typer.echo(f"signal '{name}' sent to {workflow_id}, started as {workflow} if absent ({mid})")
 
 

@@ -9,18 +9,22 @@ checks exist so the operator gets a clear answer at once.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
 from orchestrator.application.app import KeelApp
+from orchestrator.client.awaiting import await_answer, send_and_await
+from orchestrator.client.json_args import input_value, parse_json, payload_json
 from orchestrator.client.query_answers import QueryAnswer, answer_query
+from orchestrator.client.row_look import WATCHED_POLL_S, RowLook
 from orchestrator.client.run_links import children_of, parent_of
 from orchestrator.client.run_search import RunFilter, RunPage, counts_by_status, search_runs
+from orchestrator.client.run_views import RunSummary, RunView
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
 from orchestrator.codec import default_codec
@@ -28,14 +32,11 @@ from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
-    KeelError,
-    LimitExceededError,
     NotFoundError,
     UnavailableError,
     WaitTimeoutError,
 )
 from orchestrator.domain.model.ids import check_workflow_id
-from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.model.messages import (
     CancelWorkflow,
     ResolveActivity,
@@ -45,19 +46,15 @@ from orchestrator.domain.model.messages import (
     TerminateWorkflow,
 )
 from orchestrator.domain.model.state import TERMINAL_STATUSES
+from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.records.envelopes import command_envelope, now_ms
-from orchestrator.records.fast_json import loads_input
-from orchestrator.records.read_model_rows import announced_row
 from orchestrator.redaction import clip
 from orchestrator.settings import Settings, redact
 from orchestrator.telemetry import tracing
 from orchestrator.trust.sealing import SealKeys, load_seal_keys, sensitive_paths
-
-#: ``--input @FILE`` and ``--input -`` read at most this much more than the limit.
-_READ_SLACK = 16
 
 
 @dataclass
@@ -71,82 +68,25 @@ class StartResult:
     confirmed: bool = True
 
 
-def read_json_arg(value: str, what: str) -> Any:
-    """An option's JSON: inline text, ``@path`` (a file) or ``-`` (stdin), within the limits.
-
-    Every limit of docs/limits.md is checked before the value is used
-    (:func:`~orchestrator.domain.model.limits.loads_bounded`), so a deep or huge value is one line.
-    """
-    text = value
-    if value == "-":
-        text = sys.stdin.read(MAX_PAYLOAD_BYTES + _READ_SLACK)
-        what = f"{what} (stdin)"
-    elif value.startswith("@"):
-        path = value[1:]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read(MAX_PAYLOAD_BYTES + _READ_SLACK)
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise InvalidInputError(f"cannot read {what} file '{path}': {reason}") from None
-        what = f"{what} file '{path}'"
-    return parse_json(text, what)
+#: A keyword not given (``None`` is a value some callers mean).
+_UNSET: Any = object()
 
 
-def parse_json(text: str | bytes, what: str) -> Any:
-    """JSON given to Keel (the CLI's and the UI's): ``loads_input``'s rules (the limits, no
-    key twice in one object), one ``InvalidInputError`` line else."""
-    try:
-        return loads_input(text, what)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except ValueError as exc:
-        if isinstance(exc, KeelError):
-            raise
-        raise InvalidInputError(f"{what} is not valid JSON: {exc}") from None
-
-
-def payload_json(value: Any, what: str) -> str:
-    """A JSON value as the text a command carries, refused (:class:`InvalidInputError`,
-    nothing sent) unless it is standard JSON within docs/limits.md: no ``NaN``, infinity,
-    lone surrogate or value past a limit (the rule of ``loads_bounded``)."""
-    try:
-        text = json.dumps(value)
-    except RecursionError:
-        raise LimitExceededError(f"{what} nests too deep") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{what} is not JSON: {exc}") from None
-    parse_json(text, what)
-    return text
-
-
-def input_value(input_obj: Any, what: str) -> Any:
-    """A start's input as the JSON value it stands for, checked as :func:`payload_json`
-    does: JSON text (``str``, or ``bytes`` in UTF-8) parsed, a pydantic model dumped."""
-    if isinstance(input_obj, str | bytes):
-        return parse_json(input_obj, what)
-    if isinstance(input_obj, BaseModel):
-        return input_obj.model_dump(mode="json")
-    payload_json(input_obj, what)
-    return input_obj
-
-
-#: The read model is polled this often while a short run may just be ending: a GET is
-#: ~0.1 ms on loopback, and most runs of a few local steps end within this window.
-CLOSE_POLL_S = 0.002
-CLOSE_POLL_FOR_S = 0.25
-#: While the projector's announcements are heard (``row_watch.py``), the row is still read
-#: this often at least: pub/sub is not durable, so it is the fallback, not the signal.
-WATCHED_POLL_S = 0.05
-
-
-def _poll_delay(elapsed_s: float, slowest_s: float) -> float:
-    """Poll every 2 ms for the first quarter second, then back off to ``slowest_s``."""
-    if elapsed_s < CLOSE_POLL_FOR_S:
-        return min(CLOSE_POLL_S, slowest_s)
-    return min(slowest_s, max(CLOSE_POLL_S, elapsed_s / 10))
+def _renamed(value: Any, old_value: Any, method: str, old: str, new: str) -> Any:
+    """The value of a parameter given by its name or, with a ``DeprecationWarning``, by
+    the name it had before; a ``TypeError`` as Python's when both or neither is given."""
+    if old_value is _UNSET:
+        if value is _UNSET:
+            raise TypeError(f"{method}() missing 1 required argument: '{new}'")
+        return value
+    if value is not _UNSET:
+        raise TypeError(f"{method}() got '{new}' and its old name '{old}'; give '{new}' only")
+    warnings.warn(
+        f"{method}({old}=...) is deprecated: use {method}({new}=...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value
 
 
 class KeelClient:
@@ -282,12 +222,15 @@ class KeelClient:
     def start(
         self,
         name: str,
-        input_obj: Any,
+        input: Any = _UNSET,
         workflow_id: str | None = None,
         version: int | None = None,
         confirm_timeout_s: float | None = 60.0,
+        *,
+        input_obj: Any = _UNSET,
     ) -> StartResult:
-        """Start ``name``; an id that already has a run keeps it and no new run is recorded.
+        """Start ``name`` with ``input``; an id that already has a run keeps it and no new
+        run is recorded (``input_obj=``, its old name, still works with a warning).
 
         The orchestrator makes the StartWorkflow command's message id the run id of a new
         run and ignores a start for an id it knows, so after sending, the client waits (up
@@ -305,6 +248,7 @@ class KeelClient:
         is then looked at before sending, and the run id is this command's id unless it
         already showed the workflow (then joined or refused as above, nothing sent).
         """
+        input_obj = _renamed(input, input_obj, "start", "input_obj", "input")
         wf = check_workflow_id(workflow_id) if workflow_id is not None else None
         definition, value, input_json = self._start_input(name, version, input_obj)
         wf = wf or f"{name}-{uuid.uuid4().hex[:12]}"
@@ -315,18 +259,27 @@ class KeelClient:
                 self._join(wf, definition.name, value)
                 return StartResult(wf, existing["run_id"], existed=True)
             return StartResult(wf, self._send(wf, command), existed=False, confirmed=False)
-        mid = self._send(wf, command, flush=False)
-        watching = self.watch.begin(wf)  # on Redis while Kafka acknowledges the command
-        self._flush()
-        if watching:
-            self.watch.confirm(self.settings.admin_timeout_s)
-        run_id = self._await_run(wf, confirm_timeout_s)
-        if run_id is None:
+
+        def send() -> str:
+            mid = self._send(wf, command, flush=False)
+            watching = self.watch.begin(wf)  # on Redis while Kafka acknowledges the command
+            self._flush()
+            if watching:
+                self.watch.confirm(self.settings.admin_timeout_s)
+            return mid
+
+        # The row is read first (once the subscription is active, so a row created after
+        # that read is announced), then on each announcement or every 50 ms.
+        look = RowLook(self.projection, self.watch, wf, None, WATCHED_POLL_S)
+        mid, row = send_and_await(send, lambda _: look.answer(), look.pause, confirm_timeout_s)
+        if row is None:
             raise UnavailableError(
                 f"start of '{wf}' was sent (command {mid}) but the read model did not show "
                 f"the workflow within {confirm_timeout_s:g}s; is an orchestrator running? "
                 f"`keel workflow show {wf}` tells when it does"
             )
+        self._last_row = (wf, row)
+        run_id = str(row["run_id"])
         if run_id != mid:
             run_id = self._join(wf, definition.name, value)
         return StartResult(wf, run_id, existed=run_id != mid)
@@ -345,14 +298,16 @@ class KeelClient:
         """The run id of ``workflow_id`` when its recorded start is one of ``name`` with
         this input (a join); else :class:`WorkflowIdConflictError` naming the run
         (docs/workflows.md, "Reusing a workflow id")."""
-        deadline = time.monotonic() + self.settings.admin_timeout_s
-        while (recorded := read_recorded_start(self.projection, workflow_id)) is None:
-            if time.monotonic() > deadline:  # the row went (a rebuild clears it): say so
-                raise UnavailableError(
-                    f"workflow '{workflow_id}' has a run, but the read model did not show how "
-                    "it started; is a rebuild running? `keel projections status` tells"
-                )
-            time.sleep(WATCHED_POLL_S)
+        recorded = await_answer(
+            lambda: read_recorded_start(self.projection, workflow_id),
+            lambda left: time.sleep(min(left, WATCHED_POLL_S)),
+            self.settings.admin_timeout_s,
+        )
+        if recorded is None:  # the row went (a rebuild clears it): say so
+            raise UnavailableError(
+                f"workflow '{workflow_id}' has a run, but the read model did not show how "
+                "it started; is a rebuild running? `keel projections status` tells"
+            )
         conflict = id_conflict(recorded, name, input_digest(value, self._opened), self._opened)
         if conflict is not None:
             raise conflict
@@ -361,32 +316,6 @@ class KeelClient:
     def _opened(self, value: Any) -> Any:
         """``value`` with every sealed value opened with this deployment's keys."""
         return self.seal_keys.unseal_tree(value)
-
-    def _await_run(self, workflow_id: str, timeout_s: float) -> str | None:
-        """The run id the read model shows for ``workflow_id`` (None: not within the time).
-
-        The row is read first (once the subscription is active, so a row created after
-        that read is announced), then on each announcement or every 50 ms.
-        """
-        began = time.monotonic()
-        deadline = began + timeout_s
-        while True:
-            found = self.projection.get(workflow_id)
-            now = time.monotonic()
-            if found is not None:
-                self._last_row = (workflow_id, found)
-                return str(found["run_id"])
-            if now > deadline:
-                return None
-            if self.watch.watching(workflow_id):
-                note = self.watch.next(min(deadline - now, WATCHED_POLL_S))
-                if note and isinstance(note.get("run_id"), str):
-                    row = announced_row(workflow_id, note)
-                    if row is not None:
-                        self._last_row = (workflow_id, row)
-                    return str(note["run_id"])
-            else:
-                time.sleep(_poll_delay(now - began, 0.05))
 
     def start_many(self, name: str, runs: list[tuple[str, Any]]) -> list[str]:
         """Start many workflows ``(workflow_id, input)`` with one flush (tests, benchmarks).
@@ -464,24 +393,39 @@ class KeelClient:
     def signal_with_start(
         self,
         workflow_id: str,
-        signal: str,
-        payload: Any,
-        name: str,
-        input_obj: Any,
+        name: Any = _UNSET,
+        payload: Any = _UNSET,
+        workflow: Any = _UNSET,
+        input: Any = _UNSET,
         version: int | None = None,
+        *,
+        signal: Any = _UNSET,
+        input_obj: Any = _UNSET,
     ) -> str:
-        """Deliver ``signal`` to ``workflow_id``, first starting a run of ``name`` with
-        ``input_obj`` when the workflow has none, as one command (docs/workflows.md,
+        """Deliver signal ``name`` to ``workflow_id``, first starting a run of ``workflow``
+        with ``input`` when the workflow has none, as one command (docs/workflows.md,
         "Signal-with-start"); its message id is returned (the run's id, if it starts one).
+
+        ``name`` is the signal's, as in :meth:`signal`. The old keywords still work with a
+        warning: ``signal=`` for the signal and then ``name=`` for the workflow, and
+        ``input_obj=``.
         """
+        if signal is not _UNSET:  # the old keywords: signal=SIGNAL, name=WORKFLOW
+            if workflow is _UNSET:
+                workflow, name = name, _UNSET
+            name = _renamed(name, signal, "signal_with_start", "signal", "name")
+        input_obj = _renamed(input, input_obj, "signal_with_start", "input_obj", "input")
+        for value, what in ((name, "name"), (payload, "payload"), (workflow, "workflow")):
+            if value is _UNSET:
+                raise TypeError(f"signal_with_start() missing 1 required argument: '{what}'")
         wf = check_workflow_id(workflow_id)
-        definition, _, input_json = self._start_input(name, version, input_obj)
-        _check_signal(definition, signal)
-        what = f"payload of signal '{signal}'"
+        definition, _, input_json = self._start_input(workflow, version, input_obj)
+        _check_signal(definition, name)
+        what = f"payload of signal '{name}'"
         text = payload_json(
             parse_json(payload, what) if isinstance(payload, bytes) else payload, what
         )
-        command = SignalWithStart(definition.name, input_json, signal, text, definition.version)
+        command = SignalWithStart(definition.name, input_json, name, text, definition.version)
         return self._send(wf, command)
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by operator") -> str:
@@ -511,29 +455,30 @@ class KeelClient:
         return self._send(workflow_id, payload)
 
     # ------------------------------------------------------------------ reads
-    def show(self, workflow_id: str) -> dict[str, Any]:
+    def show(self, workflow_id: str) -> RunView:
+        """The run with its history, human tasks, LLM usage, parent and children."""
         found = self.projection.get(workflow_id)
         if found is None:
             raise NotFoundError(f"workflow '{clip(workflow_id)}' does not exist")
         history = self.projection.history(workflow_id)
-        return {
-            "workflow_id": workflow_id,
-            "name": found["name"],
-            "version": found["version"],
-            "status": found["status"],
-            "state": found["state"],
-            "output": found["output"],
-            "failure_reason": found["failure_reason"],
-            "run_id": found["run_id"],
-            "projection_error": found["projection_error"],
-            "attention_reason": found["attention_reason"],
-            "continued_as_new": found["run_base_seq"] > 0,
-            "human_tasks": found["human_tasks"],
-            "history": history,
-            "llm": self.projection.llm_usage(workflow_id),
-            "parent": parent_of(history),
-            "children": children_of(history, self.projection.statuses),
-        }
+        return RunView(
+            workflow_id=workflow_id,
+            name=found["name"],
+            version=found["version"],
+            status=WorkflowStatus(found["status"]),
+            state=found["state"],
+            output=found["output"],
+            failure_reason=found["failure_reason"],
+            run_id=found["run_id"],
+            projection_error=found["projection_error"],
+            attention_reason=found["attention_reason"],
+            continued_as_new=found["run_base_seq"] > 0,
+            human_tasks=found["human_tasks"],
+            history=history,
+            llm=self.projection.llm_usage(workflow_id),
+            parent=parent_of(history),
+            children=children_of(history, self.projection.statuses),
+        )
 
     def list_runs(self, run_filter: RunFilter | None = None) -> RunPage:
         """A page of the runs ``run_filter`` finds (``run_search.py`` is the contract)."""
@@ -559,58 +504,44 @@ class KeelClient:
         timeout_s: float,
         poll_s: float = 0.005,
         stop_on_attention: bool = False,
-    ) -> dict[str, Any]:
-        """Block until the workflow ends (or ``timeout_s``); returns its projection.
+    ) -> RunSummary:
+        """Block until the workflow ends; its row then, or :class:`WaitTimeoutError` after
+        ``timeout_s`` (the run goes on).
 
         With ``stop_on_attention`` it also returns when the run needs an operator. It
-        reads the row after subscribing to its changes (``row_watch.py``); each change
-        announced carries the row as written (``read_model_rows.py``; read if it does
-        not), and it reads at least every ``max(poll_s, 50 ms)`` in case an announcement
-        is lost; without announcements (Redis pub/sub unavailable) it polls, every 2 ms
-        at first, then backing off to ``poll_s``.
+        reads the row after subscribing to its changes (``row_watch.py``), then takes each
+        announced change and reads at least every ``max(poll_s, 50 ms)``; without
+        announcements it polls, every 2 ms at first, then backing off to ``poll_s``
+        (``row_look.py``).
         """
-        began = time.monotonic()
-        deadline = began + timeout_s
         stops = TERMINAL_STATUSES | ({"needs_attention"} if stop_on_attention else set())
         last, self._last_row = self._last_row, None
         if last is not None and last[0] != workflow_id:
             last = None
         if last is not None and last[1]["status"] in stops:
-            return last[1]  # the start that confirmed it already read it over
+            return RunSummary.from_row(last[1])  # the start that confirmed it read it over
         watch = self.watch
         if not watch.watching(workflow_id):
             last = None  # seen before this subscription: changes since may be unannounced
             found = self.projection.get(workflow_id)
             if found is not None and found["status"] in stops:
-                return found  # already over: no subscription needed
+                return RunSummary.from_row(found)  # already over: no subscription needed
             if watch.begin(workflow_id):
                 watch.confirm(min(timeout_s, self.settings.admin_timeout_s))
-        # Seen since the subscription became active (by the start): each later change is
-        # announced, so it need not be read again.
-        found = last[1] if last is not None else self.projection.get(workflow_id)
+        # A row seen since the subscription became active (by the start) need not be read
+        # again: each later change is announced.
+        seen = last[1] if last is not None else None
+        look = RowLook(self.projection, watch, workflow_id, stops, poll_s, seen)
         try:
-            while True:
-                if found is not None and found["status"] in stops:
-                    return found
-                now = time.monotonic()
-                if now > deadline:
-                    status = found["status"] if found else "not started yet"
-                    raise WaitTimeoutError(
-                        f"workflow '{workflow_id}' did not finish within {timeout_s:g}s "
-                        f"(status: {status})"
-                    )
-                delay = _poll_delay(now - began, poll_s)
-                announced = None
-                if watch.watching(workflow_id):
-                    note = watch.next(min(deadline - now, max(delay, WATCHED_POLL_S)))
-                    announced = announced_row(workflow_id, note)
-                else:
-                    time.sleep(delay)
-                # The announced row was read after the write that changed it, and changes
-                # are announced in order, so it is as fresh as a read (no read needed).
-                found = announced if announced is not None else self.projection.get(workflow_id)
+            row = await_answer(look.answer, look.pause, timeout_s)
         finally:
             watch.end()
+        if row is None:
+            status = look.last["status"] if look.last else "not started yet"
+            raise WaitTimeoutError(
+                f"workflow '{workflow_id}' did not finish within {timeout_s:g}s (status: {status})"
+            )
+        return RunSummary.from_row(row)
 
     def close(self) -> None:
         self.watch.close()
