@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from orchestrator.client.awaiting import send_and_await
 from orchestrator.codec import default_codec
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.fingerprint import canonical_json
@@ -310,12 +310,26 @@ class TaskDesk:
                 DecisionStatus.REFUSED, refusal_status(recorded, task), recorded, task, mid
             )
         payload = self.proofs.sign(task["workflow_id"], payload)
-        watch = self._watch()
+        watch = self._watch()  # its ends are read before the command goes out
         try:
-            self.send(task["workflow_id"], payload, mid)
-            return self._await(task["task_id"], actor, decision, mid, watch)
+            _, outcome = send_and_await(
+                lambda: self.send(task["workflow_id"], payload, mid),
+                lambda _: self._answer(task["task_id"], actor, decision, mid, watch),
+                lambda left: watch.poll(min(left, 0.1)),
+                self.wait_s,
+            )
         finally:
             watch.close()
+        if outcome is not None:
+            return outcome
+        return DecisionOutcome(
+            DecisionStatus.PENDING,
+            202,
+            f"sent; the orchestrator did not answer within {self.wait_s:g}s; "
+            "repeat the same request to learn the outcome",
+            self.tasks.get(task["task_id"]),
+            mid,
+        )
 
     def _recorded_refusal(self, workflow_id: str, mid: str) -> str | None:
         """The reason of the run's ``CommandRefused`` of command ``mid`` in the read model's
@@ -331,26 +345,17 @@ class TaskDesk:
                 return str(data.get("reason", ""))
         return None
 
-    def _await(
+    def _answer(
         self, task_id: str, actor: str, decision: str, mid: str, watch: RefusalWatch
-    ) -> DecisionOutcome:
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            task = self.tasks.get(task_id)
-            if task is not None and task["decision"] == decision and task["actor"] == actor:
-                return DecisionOutcome(DecisionStatus.DECIDED, 200, None, task, mid)
-            if mid in watch.letters:
-                reason = watch.letters[mid]
-                return DecisionOutcome(
-                    DecisionStatus.REFUSED, refusal_status(reason, task), reason, task, mid
-                )
-            if time.monotonic() > deadline:
-                return DecisionOutcome(
-                    DecisionStatus.PENDING,
-                    202,
-                    f"sent; the orchestrator did not answer within {self.wait_s:g}s; "
-                    "repeat the same request to learn the outcome",
-                    task,
-                    mid,
-                )
-            watch.poll(0.1)
+    ) -> DecisionOutcome | None:
+        """The orchestrator's answer to command ``mid`` so far: this actor's decision in the
+        inbox, or its refusal; None while there is neither."""
+        task = self.tasks.get(task_id)
+        if task is not None and task["decision"] == decision and task["actor"] == actor:
+            return DecisionOutcome(DecisionStatus.DECIDED, 200, None, task, mid)
+        if mid in watch.letters:
+            reason = watch.letters[mid]
+            return DecisionOutcome(
+                DecisionStatus.REFUSED, refusal_status(reason, task), reason, task, mid
+            )
+        return None
