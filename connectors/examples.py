@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from orchestrator import KeelApp, Signal, Start
+from orchestrator import KeelApp, WebhookSignal, WebhookStart
 from orchestrator.examples import app as examples
 
 __all__ = ["DOCUMENTS_SECRETS_ENV", "DocumentEvent", "app"]
@@ -39,12 +39,12 @@ app.handlers.update(examples.handlers)
 app.external_activities |= examples.external_activities
 
 
-def _route(body: dict[str, Any]) -> Signal | Start:
+def _route(body: dict[str, Any]) -> WebhookSignal | WebhookStart:
     kind = body["type"]
     if kind == DocumentEvent.ADDED:
-        return Signal(body["workflow_id"], "documents_added", {"document": body["document"]})
+        return WebhookSignal(body["workflow_id"], "documents_added", {"document": body["document"]})
     if kind == DocumentEvent.REVIEW_REQUESTED:
-        return Start("document_review", body["workflow_id"], {"document": body["document"]})
+        return WebhookStart("document_review", body["workflow_id"], {"document": body["document"]})
     known = ", ".join(DocumentEvent)
     raise ValueError(f"unknown event type {str(kind)[:60]!r}; known: {known}")
 

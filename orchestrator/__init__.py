@@ -1,362 +1,134 @@
 """Keel: a durable, event-sourced workflow orchestrator on Apache Kafka.
 
-This package is the public face, and the only one, an application imports
-(docs/workflows.md, docs/activities.md): the application object, the definitions API and
-the words it is written in, the context a definition's functions read, the activity
-helpers, sensitive fields, compensation, sagas, webhook sources, LLM steps and the
-errors. Everything else (the domain's internals, the Kafka and Redis runtime, the
-processes, the CLI) stays behind the processes that run it and may change between
-releases; the docs' examples import from here only (tests/unit/test_doc_snippets.py).
+This package is the public face, and the only one, an application imports: the
+application object (``KeelApp``, every registration one of its methods) and, grouped by
+role like ``temporalio.workflow`` / ``temporalio.activity``, the modules
+
+- ``orchestrator.workflow``: definitions, their vocabulary, ``Context``, queries, search
+  attributes, migrations (docs/workflows.md);
+- ``orchestrator.activity``: ``context()``, ``side_effect``, the failure classes,
+  ``RateLimit``, ``Sensitive`` (docs/activities.md);
+- ``orchestrator.client``: ``KeelClient`` and what it returns (docs/client.md);
+- ``orchestrator.webhooks``, ``orchestrator.llm``, ``orchestrator.sagas``,
+  ``orchestrator.errors``; ``orchestrator.testing`` is reserved for the test kit.
+
+Every name of those modules is also a name of this package (the flat face, kept for
+compatibility), both generated from the one table in ``orchestrator.public_face``. The
+domain's internals, the runtime, the processes and the CLI stay behind the processes and
+may change between releases; the docs import from the face only
+(tests/unit/test_doc_snippets.py).
 
 Names load lazily, so ``import orchestrator`` is cheap and pulls in no I/O client; so does
-every name an application declares with, the LLM steps' included (tests/unit/test_layers.py).
-The client (``KeelClient``, docs/client.md) is I/O by nature: it loads the Kafka and Redis
-clients when it is first named.
+every name an application declares with (tests/unit/test_layers.py). The client is I/O by
+nature: it loads the Kafka and Redis clients when ``KeelClient`` is first named.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
-#: Public name -> the module that defines it.
-_EXPORTS: dict[str, str] = {
-    # the application object
-    "KeelApp": "orchestrator.application.app",
-    "load_app": "orchestrator.application.app",
-    # per-type limits of an activity (docs/limits.md, "Per-type limits")
-    "RateLimit": "orchestrator.application.activity_limits",
-    # definitions: a workflow, its states, steps, transitions and waits
-    "WorkflowDefinition": "orchestrator.domain.authoring.definitions",
-    "State": "orchestrator.domain.authoring.definitions",
-    "Step": "orchestrator.domain.authoring.definitions",
-    "Transition": "orchestrator.domain.authoring.definitions",
-    "TimerWait": "orchestrator.domain.authoring.definitions",
-    "SignalWait": "orchestrator.domain.authoring.definitions",
-    "RetryPolicy": "orchestrator.domain.authoring.definitions",
-    "HumanTask": "orchestrator.domain.authoring.waits",
-    "Escalation": "orchestrator.domain.authoring.waits",
-    "Compensation": "orchestrator.domain.authoring.policies",
-    "Migration": "orchestrator.domain.authoring.migrations",
-    "Context": "orchestrator.domain.authoring.run_context",
-    # read-only queries over a run's state (docs/workflows.md, "Queries")
-    "Query": "orchestrator.domain.authoring.queries",
-    "QueryContext": "orchestrator.domain.authoring.queries",
-    "QueryError": "orchestrator.domain.authoring.queries",
-    # business keys runs are found by (docs/run-search.md)
-    "SearchAttribute": "orchestrator.domain.authoring.search_attributes",
-    "SearchKind": "orchestrator.domain.authoring.search_attributes",
-    # the vocabulary a definition is written in (each member equals its string)
-    "OnUnknown": "orchestrator.domain.model.vocabulary",
-    "ItemFailurePolicy": "orchestrator.domain.model.vocabulary",
-    "ParentClosePolicy": "orchestrator.domain.model.vocabulary",
-    "OnExhausted": "orchestrator.domain.model.vocabulary",
-    "OnCancel": "orchestrator.domain.model.vocabulary",
-    "OnExpiry": "orchestrator.domain.model.vocabulary",
-    "HumanDecision": "orchestrator.domain.model.vocabulary",
-    "WorkflowStatus": "orchestrator.domain.model.vocabulary",
-    # fields sealed outside their handler (docs/secrets.md)
-    "Sensitive": "orchestrator.trust.sealing",
-    "SealedValue": "orchestrator.trust.sealing",
-    # activities
-    "activity": "handlers.sdk.activity_context",
-    "ActivityContext": "handlers.sdk.activity_context",
-    "side_effect": "handlers.sdk.markers",
-    "ActivityError": "handlers.sdk.activity_errors",
-    "TransientError": "handlers.sdk.activity_errors",
-    "PermanentError": "handlers.sdk.activity_errors",
-    "OutcomeUnknownError": "handlers.sdk.activity_errors",
-    # sagas across workflows (docs/sagas.md) and the commands they emit
-    "Saga": "orchestrator.application.saga_declarations",
-    "Emit": "orchestrator.application.saga_declarations",
-    "SagaFact": "orchestrator.application.saga_declarations",
-    "SagaView": "orchestrator.application.saga_declarations",
-    "register": "orchestrator.application.saga_declarations",
-    "StartWorkflow": "orchestrator.domain.model.messages",
-    "SignalWorkflow": "orchestrator.domain.model.messages",
-    "CancelWorkflow": "orchestrator.domain.model.messages",
-    # webhook sources (docs/connector.md)
-    "WebhookSource": "orchestrator.application.webhook_sources",
-    "Signal": "orchestrator.application.webhook_sources",
-    "Start": "orchestrator.application.webhook_sources",
-    "RouteError": "orchestrator.application.webhook_sources",
-    "SignatureScheme": "orchestrator.application.webhook_sources",
-    "WebhookEvent": "orchestrator.application.webhook_sources",
-    # LLM steps (docs/llm-nodes.md)
-    "llm_step": "handlers.llm.node",
-    "LlmCall": "handlers.llm.node",
-    "OnInvalid": "handlers.llm.node",
-    "RiskRule": "handlers.llm.node",
-    "confidence_below": "handlers.llm.node",
-    "has_flag": "handlers.llm.node",
-    "INVALID_OUTPUT": "handlers.llm.node",
-    "agent_step": "handlers.llm.agent",
-    "AgentCall": "handlers.llm.agent",
-    "PromptTemplate": "handlers.llm.prompts",
-    "prompts": "handlers.llm.prompts",
-    "load_prompt": "handlers.llm.prompts",
-    "Tool": "handlers.llm.tools",
-    "CachePolicy": "handlers.llm.cache",
-    "Pricing": "handlers.llm.runtime",
-    # errors
-    "KeelError": "orchestrator.domain.model.errors",
-    "DefinitionError": "orchestrator.domain.model.errors",
-    "InvalidInputError": "orchestrator.domain.model.errors",
-    "InvalidIdError": "orchestrator.domain.model.errors",
-    "LimitExceededError": "orchestrator.domain.model.errors",
-    "UnknownWorkflowError": "orchestrator.domain.model.errors",
-    "NotFoundError": "orchestrator.domain.model.errors",
-    "CommandRejected": "orchestrator.domain.model.errors",
-    "ConfigError": "orchestrator.domain.model.errors",
-    "UnavailableError": "orchestrator.domain.model.errors",
-    "WorkflowIdConflictError": "orchestrator.domain.model.errors",
-    # the client: start, signal, cancel, wait from an application (docs/client.md)
-    "KeelClient": "orchestrator.client.client",
-    "StartResult": "orchestrator.client.client",
-    "QueryAnswer": "orchestrator.client.query_answers",
-    "RunFilter": "orchestrator.client.run_search",
-    "RunPage": "orchestrator.client.run_search",
-    "RunRow": "orchestrator.client.run_search",
-    "Settings": "orchestrator.settings",
-    "load_settings": "orchestrator.settings",
-}
+from orchestrator.public_face import ROLES as _ROLES
+from orchestrator.public_face import flat_names as _flat_names
+from orchestrator.public_face import load as _load
 
-__all__ = [
-    "INVALID_OUTPUT",
-    "ActivityContext",
-    "ActivityError",
-    "AgentCall",
-    "CachePolicy",
-    "CancelWorkflow",
-    "CommandRejected",
-    "Compensation",
-    "ConfigError",
-    "Context",
-    "DefinitionError",
-    "Emit",
-    "Escalation",
-    "HumanDecision",
-    "HumanTask",
-    "InvalidIdError",
-    "InvalidInputError",
-    "ItemFailurePolicy",
-    "KeelApp",
-    "KeelClient",
-    "KeelError",
-    "LimitExceededError",
-    "LlmCall",
-    "Migration",
-    "NotFoundError",
-    "OnCancel",
-    "OnExhausted",
-    "OnExpiry",
-    "OnInvalid",
-    "OnUnknown",
-    "OutcomeUnknownError",
-    "ParentClosePolicy",
-    "PermanentError",
-    "Pricing",
-    "PromptTemplate",
-    "Query",
-    "QueryAnswer",
-    "QueryContext",
-    "QueryError",
-    "RateLimit",
-    "RetryPolicy",
-    "RiskRule",
-    "RouteError",
-    "RunFilter",
-    "RunPage",
-    "RunRow",
-    "Saga",
-    "SagaFact",
-    "SagaView",
-    "SealedValue",
-    "SearchAttribute",
-    "SearchKind",
-    "Sensitive",
-    "Settings",
-    "Signal",
-    "SignalWait",
-    "SignalWorkflow",
-    "SignatureScheme",
-    "Start",
-    "StartResult",
-    "StartWorkflow",
-    "State",
-    "Step",
-    "TimerWait",
-    "Tool",
-    "TransientError",
-    "Transition",
-    "UnavailableError",
-    "UnknownWorkflowError",
-    "WebhookEvent",
-    "WebhookSource",
-    "WorkflowDefinition",
-    "WorkflowIdConflictError",
-    "WorkflowStatus",
-    "activity",
-    "agent_step",
-    "confidence_below",
-    "has_flag",
-    "llm_step",
-    "load_app",
-    "load_prompt",
-    "load_settings",
-    "prompts",
-    "register",
-    "side_effect",
-]
-
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load on first use
-    from handlers.llm.agent import (
-        AgentCall,
-        agent_step,
-    )
-    from handlers.llm.cache import (
-        CachePolicy,
-    )
-    from handlers.llm.node import (
-        INVALID_OUTPUT,
-        LlmCall,
-        OnInvalid,
-        RiskRule,
-        confidence_below,
-        has_flag,
-        llm_step,
-    )
-    from handlers.llm.prompts import (
-        PromptTemplate,
-        load_prompt,
-        prompts,
-    )
-    from handlers.llm.runtime import (
-        Pricing,
-    )
-    from handlers.llm.tools import (
-        Tool,
-    )
-    from handlers.sdk.activity_context import (
-        ActivityContext,
-        activity,
-    )
-    from handlers.sdk.activity_errors import (
-        ActivityError,
-        OutcomeUnknownError,
-        PermanentError,
-        TransientError,
-    )
-    from handlers.sdk.markers import (
-        side_effect,
-    )
-    from orchestrator.application.activity_limits import (
-        RateLimit,
-    )
-    from orchestrator.application.app import (
-        KeelApp,
-        load_app,
-    )
-    from orchestrator.application.saga_declarations import (
-        Emit,
-        Saga,
-        SagaFact,
-        SagaView,
-        register,
-    )
-    from orchestrator.application.webhook_sources import (
-        RouteError,
-        Signal,
-        SignatureScheme,
-        Start,
-        WebhookEvent,
-        WebhookSource,
-    )
-    from orchestrator.client.client import (
-        KeelClient,
-        StartResult,
-    )
-    from orchestrator.client.query_answers import (
-        QueryAnswer,
-    )
-    from orchestrator.client.run_search import (
-        RunFilter,
-        RunPage,
-        RunRow,
-    )
-    from orchestrator.domain.authoring.definitions import (
-        RetryPolicy,
-        SignalWait,
-        State,
-        Step,
-        TimerWait,
-        Transition,
-        WorkflowDefinition,
-    )
-    from orchestrator.domain.authoring.migrations import (
-        Migration,
-    )
-    from orchestrator.domain.authoring.policies import (
-        Compensation,
-    )
-    from orchestrator.domain.authoring.queries import (
-        Query,
-        QueryContext,
-        QueryError,
-    )
-    from orchestrator.domain.authoring.run_context import (
-        Context,
-    )
-    from orchestrator.domain.authoring.search_attributes import (
-        SearchAttribute,
-        SearchKind,
-    )
-    from orchestrator.domain.authoring.waits import (
-        Escalation,
-        HumanTask,
-    )
-    from orchestrator.domain.model.errors import (
-        CommandRejected,
-        ConfigError,
-        DefinitionError,
-        InvalidIdError,
-        InvalidInputError,
-        KeelError,
-        LimitExceededError,
-        NotFoundError,
-        UnavailableError,
-        UnknownWorkflowError,
-        WorkflowIdConflictError,
-    )
-    from orchestrator.domain.model.messages import (
-        CancelWorkflow,
-        SignalWorkflow,
-        StartWorkflow,
-    )
-    from orchestrator.domain.model.vocabulary import (
-        HumanDecision,
-        ItemFailurePolicy,
-        OnCancel,
-        OnExhausted,
-        OnExpiry,
-        OnUnknown,
-        ParentClosePolicy,
-        WorkflowStatus,
-    )
-    from orchestrator.trust.sealing import (
-        SealedValue,
-        Sensitive,
-    )
+__all__ = _flat_names()
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orchestrator' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def __getattr__(name: str) -> _typing.Any:
+    if name in _ROLES and name != "app":
+        return _importlib.import_module(f"orchestrator.{name}")
+    return _load("app", name, globals())
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return list(__all__)
+
+
+if _typing.TYPE_CHECKING:  # for type checkers; at run time names load on first use
+    from handlers.llm.agent import AgentCall as AgentCall
+    from handlers.llm.cache import CachePolicy as CachePolicy
+    from handlers.llm.node import INVALID_OUTPUT as INVALID_OUTPUT
+    from handlers.llm.node import LlmCall as LlmCall
+    from handlers.llm.node import OnInvalid as OnInvalid
+    from handlers.llm.node import RiskRule as RiskRule
+    from handlers.llm.node import confidence_below as confidence_below
+    from handlers.llm.node import has_flag as has_flag
+    from handlers.llm.prompts import PromptTemplate as PromptTemplate
+    from handlers.llm.prompts import load_prompt as load_prompt
+    from handlers.llm.prompts import prompts as prompts
+    from handlers.llm.runtime import Pricing as Pricing
+    from handlers.llm.tools import Tool as Tool
+    from handlers.sdk.activity_context import ActivityContext as ActivityContext
+    from handlers.sdk.activity_errors import ActivityError as ActivityError
+    from handlers.sdk.activity_errors import OutcomeUnknownError as OutcomeUnknownError
+    from handlers.sdk.activity_errors import PermanentError as PermanentError
+    from handlers.sdk.activity_errors import TransientError as TransientError
+    from handlers.sdk.markers import side_effect as side_effect
+    from orchestrator.application.activity_limits import RateLimit as RateLimit
+    from orchestrator.application.app import KeelApp as KeelApp
+    from orchestrator.application.app import load_app as load_app
+    from orchestrator.application.saga_declarations import Emit as Emit
+    from orchestrator.application.saga_declarations import Saga as Saga
+    from orchestrator.application.saga_declarations import SagaFact as SagaFact
+    from orchestrator.application.saga_declarations import SagaView as SagaView
+    from orchestrator.application.webhook_sources import RouteError as RouteError
+    from orchestrator.application.webhook_sources import SignatureScheme as SignatureScheme
+    from orchestrator.application.webhook_sources import WebhookEvent as WebhookEvent
+    from orchestrator.application.webhook_sources import WebhookSignal as WebhookSignal
+    from orchestrator.application.webhook_sources import WebhookSignal as _Signal
+    from orchestrator.application.webhook_sources import WebhookSource as WebhookSource
+    from orchestrator.application.webhook_sources import WebhookStart as WebhookStart
+    from orchestrator.application.webhook_sources import WebhookStart as _Start
+    from orchestrator.client.client import KeelClient as KeelClient
+    from orchestrator.client.client import StartResult as StartResult
+    from orchestrator.client.query_answers import QueryAnswer as QueryAnswer
+    from orchestrator.client.run_search import RunFilter as RunFilter
+    from orchestrator.client.run_search import RunPage as RunPage
+    from orchestrator.client.run_search import RunRow as RunRow
+    from orchestrator.domain.authoring.definitions import RetryPolicy as RetryPolicy
+    from orchestrator.domain.authoring.definitions import SignalWait as SignalWait
+    from orchestrator.domain.authoring.definitions import State as State
+    from orchestrator.domain.authoring.definitions import Step as Step
+    from orchestrator.domain.authoring.definitions import TimerWait as TimerWait
+    from orchestrator.domain.authoring.definitions import Transition as Transition
+    from orchestrator.domain.authoring.definitions import WorkflowDefinition as WorkflowDefinition
+    from orchestrator.domain.authoring.migrations import Migration as Migration
+    from orchestrator.domain.authoring.policies import Compensation as Compensation
+    from orchestrator.domain.authoring.queries import Query as Query
+    from orchestrator.domain.authoring.queries import QueryContext as QueryContext
+    from orchestrator.domain.authoring.queries import QueryError as QueryError
+    from orchestrator.domain.authoring.run_context import Context as Context
+    from orchestrator.domain.authoring.search_attributes import SearchAttribute as SearchAttribute
+    from orchestrator.domain.authoring.search_attributes import SearchKind as SearchKind
+    from orchestrator.domain.authoring.waits import Escalation as Escalation
+    from orchestrator.domain.authoring.waits import HumanTask as HumanTask
+    from orchestrator.domain.model.errors import CommandRejected as CommandRejected
+    from orchestrator.domain.model.errors import ConfigError as ConfigError
+    from orchestrator.domain.model.errors import DefinitionError as DefinitionError
+    from orchestrator.domain.model.errors import InvalidIdError as InvalidIdError
+    from orchestrator.domain.model.errors import InvalidInputError as InvalidInputError
+    from orchestrator.domain.model.errors import KeelError as KeelError
+    from orchestrator.domain.model.errors import LimitExceededError as LimitExceededError
+    from orchestrator.domain.model.errors import NotFoundError as NotFoundError
+    from orchestrator.domain.model.errors import UnavailableError as UnavailableError
+    from orchestrator.domain.model.errors import UnknownWorkflowError as UnknownWorkflowError
+    from orchestrator.domain.model.errors import WorkflowIdConflictError as WorkflowIdConflictError
+    from orchestrator.domain.model.messages import CancelWorkflow as CancelWorkflow
+    from orchestrator.domain.model.messages import SignalWorkflow as SignalWorkflow
+    from orchestrator.domain.model.messages import StartWorkflow as StartWorkflow
+    from orchestrator.domain.model.vocabulary import HumanDecision as HumanDecision
+    from orchestrator.domain.model.vocabulary import ItemFailurePolicy as ItemFailurePolicy
+    from orchestrator.domain.model.vocabulary import OnCancel as OnCancel
+    from orchestrator.domain.model.vocabulary import OnExhausted as OnExhausted
+    from orchestrator.domain.model.vocabulary import OnExpiry as OnExpiry
+    from orchestrator.domain.model.vocabulary import OnUnknown as OnUnknown
+    from orchestrator.domain.model.vocabulary import ParentClosePolicy as ParentClosePolicy
+    from orchestrator.domain.model.vocabulary import WorkflowStatus as WorkflowStatus
+    from orchestrator.settings import Settings as Settings
+    from orchestrator.settings import load_settings as load_settings
+    from orchestrator.trust.sealing import SealedValue as SealedValue
+    from orchestrator.trust.sealing import Sensitive as Sensitive
+
+    Signal = _Signal
+    Start = _Start

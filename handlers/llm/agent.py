@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -29,18 +29,22 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from handlers.llm.chat import ChatRequest
-from handlers.llm.node import _resolve_model, node_step, repair_message, schema_instruction
+from handlers.llm.node import (
+    NodeSpec,
+    Runner,
+    _resolve_model,
+    repair_message,
+    schema_instruction,
+)
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.runtime import Pricing, call_summary, obtain, parse_output, runtime, totals
 from handlers.llm.tools import Tool
 from handlers.sdk.activity_context import activity
 from handlers.sdk.activity_errors import PermanentError
-from orchestrator.application.app import KeelApp
-from orchestrator.domain.authoring.definitions import Context, Step
 from orchestrator.domain.model.errors import DefinitionError, format_validation_error
 from orchestrator.domain.model.fingerprint import canonical_json
 
-__all__ = ["AgentCall", "AgentExhausted", "Exhaustion", "StopReason", "agent_step"]
+__all__ = ["AgentCall", "AgentExhausted", "Exhaustion", "StopReason"]
 
 #: Characters of one tool result kept in the record (the store keeps it whole).
 MAX_TOOL_RESULT_IN_RECORD = 4096
@@ -70,7 +74,7 @@ class AgentExhausted(PermanentError):
 
 
 @dataclass(frozen=True)
-class AgentCall:
+class AgentCall(NodeSpec):
     name: str
     prompt: PromptTemplate
     output: type[BaseModel]
@@ -125,17 +129,8 @@ class AgentCall:
     def spec_digest(self) -> str:
         return hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
 
-
-def agent_step(
-    app: KeelApp,
-    step_name: str,
-    agent: AgentCall,
-    *,
-    input: Callable[[Context], Any] | None = None,
-    **step_options: Any,
-) -> Step:
-    """A Step running ``agent``; ``step_options`` are Step's (after, retry, timeouts...)."""
-    return node_step(app, step_name, agent, run_agent, input, **step_options)
+    def runner(self) -> Runner:
+        return run_agent
 
 
 def _bound_reached(

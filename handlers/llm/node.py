@@ -1,6 +1,6 @@
 """The LLM node: a Step whose activity is a built-in LLM activity (docs/llm-nodes.md).
 
-``llm_step(app, "extract", LlmCall(...))`` returns an ordinary :class:`Step` and
+``app.llm_step("extract", LlmCall(...))`` returns an ordinary :class:`Step` and
 registers the handler of its activity type (``llm.<call name>``) on ``app``. The step's
 input is ``{"node_spec": <digest of the LlmCall>, "input": <your input>, ...}``, so the
 definition's digest changes with the prompt, model, schema or policy, and a worker
@@ -57,12 +57,12 @@ __all__ = [
     "INVALID_OUTPUT",
     "InvalidModelOutput",
     "LlmCall",
+    "NodeSpec",
     "OnInvalid",
     "RiskRule",
     "UnknownNodeSpec",
     "confidence_below",
     "has_flag",
-    "llm_step",
     "node_step",
 ]
 
@@ -123,8 +123,29 @@ def has_flag(step: str, flag: str) -> Callable[[Context], bool]:
     return check
 
 
+Runner = Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class NodeSpec:
+    """What ``app.llm_step`` calls on a node (``LlmCall``, ``AgentCall``): the application
+    object sits below the worker's LLM parts, so the node builds its Step and registers
+    the handler that runs it (``runner``)."""
+
+    def runner(self) -> Runner:
+        raise NotImplementedError
+
+    def as_step(
+        self,
+        app: KeelApp,
+        step_name: str,
+        input: Callable[[Context], Any] | None,
+        step_options: dict[str, Any],
+    ) -> Step:
+        return node_step(app, step_name, self, self.runner(), input, **step_options)
+
+
 @dataclass(frozen=True)
-class LlmCall:
+class LlmCall(NodeSpec):
     """One bounded model call with a versioned output schema (see module doc).
 
     ``model`` empty means ``KEEL_LLM_MODEL``; ``parameters`` go to the provider as is
@@ -193,8 +214,8 @@ class LlmCall:
     def spec_digest(self) -> str:
         return hashlib.sha256(canonical_json(self.describe()).encode()).hexdigest()
 
-
-Runner = Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
+    def runner(self) -> Runner:
+        return run_call
 
 
 def node_step(
@@ -250,18 +271,6 @@ def _register(app: KeelApp, activity_type: str, specs: dict[str, Any]) -> None:
 
     run_llm_node.__qualname__ = f"run_llm_node[{activity_type}]"
     app.activity(activity_type)(run_llm_node)
-
-
-def llm_step(
-    app: KeelApp,
-    step_name: str,
-    call: LlmCall,
-    *,
-    input: Callable[[Context], Any] | None = None,
-    **step_options: Any,
-) -> Step:
-    """A Step running ``call``; ``step_options`` are Step's (after, retry, timeouts...)."""
-    return node_step(app, step_name, call, run_call, input, **step_options)
 
 
 def schema_instruction(output: type[BaseModel], schema: dict[str, Any]) -> dict[str, str]:

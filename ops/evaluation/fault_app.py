@@ -154,7 +154,7 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
 
     def held() -> bool:
         """Whether this call is the one ``crash`` holds for the batch's SIGKILL."""
-        if fault is FaultClass.CRASH and book.hold(activity().workflow_id):
+        if fault is FaultClass.CRASH and book.hold(activity.context().workflow_id):
             book.fired()
             return True
         return False
@@ -171,7 +171,7 @@ def _injector(book: FaultBook, fault: FaultClass, roles: Roles, kind: str) -> Ca
             raise TransientError("keel evaluate: the compensation keeps failing")
 
     def after() -> None:
-        ctx = activity()
+        ctx = activity.context()
         book.returned(kind, ctx.idempotency_key)
         if fault is FaultClass.CRASH:
             book.ran(ctx.workflow_id)

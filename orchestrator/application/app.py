@@ -1,9 +1,11 @@
 """The application object named by ``--app MODULE:ATTR``: definitions plus activity handlers.
 
 One :class:`KeelApp` is shared by the orchestrator (which needs the definitions, via
-:meth:`KeelApp.decider`), the workers (which need the handlers) and the CLI (which
-validates a start before producing it). Handlers may live in another process: declare
-their activity type with :meth:`KeelApp.declare_activity`.
+:func:`decider_of`), the workers (which need the handlers) and the CLI (which validates a
+start before producing it). Everything an application declares is a method of it:
+``@app.activity``, ``app.workflow``, ``app.webhook``, ``app.saga``, ``app.llm_step``.
+Handlers may live in another process: declare their activity type with
+:meth:`KeelApp.declare_activity`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -22,6 +24,7 @@ from orchestrator.application.activity_limits import (
     LimitDeclarationError,
     RateLimit,
 )
+from orchestrator.application.saga_declarations import Saga
 from orchestrator.application.webhook_sources import WebhookSource
 from orchestrator.domain.authoring.definitions import (
     DefinitionError,
@@ -30,6 +33,8 @@ from orchestrator.domain.authoring.definitions import (
     WorkflowDefinition,
     resolve_definition,
 )
+from orchestrator.domain.authoring.run_context import Context
+from orchestrator.domain.authoring.steps import Step
 from orchestrator.domain.authoring.upcasting import check_upcasters, schema_version_of
 from orchestrator.domain.lifecycle.decider import Decider
 from orchestrator.domain.model import errors as kinds
@@ -42,8 +47,10 @@ __all__ = [
     "DefinitionError",
     "InvalidInputError",
     "KeelApp",
+    "LlmNode",
     "UnknownActivityError",
     "UnknownWorkflowError",
+    "decider_of",
     "load_app",
 ]
 
@@ -85,6 +92,20 @@ class ActivityHandler:
         return schema_version_of(self.output_model)
 
 
+class LlmNode(Protocol):
+    """An LLM step's spec (``orchestrator.llm``: ``LlmCall``, ``AgentCall``): it builds its
+    Step and registers the handler that runs it, which lives with the worker's LLM parts
+    (a layer above this one)."""
+
+    def as_step(
+        self,
+        app: KeelApp,
+        step_name: str,
+        input: Callable[[Context], Any] | None,
+        step_options: dict[str, Any],
+    ) -> Step: ...
+
+
 class KeelApp:
     """Registry of workflow definitions by (name, version) and activity handlers by type,
     and of what else an application declares: webhook sources, sagas and LLM nodes.
@@ -99,11 +120,10 @@ class KeelApp:
         self.external_activities: set[str] = set()
         #: Webhook sources by name (:meth:`webhook`; served by ``keel connector``).
         self.webhooks: dict[str, WebhookSource] = {}
-        #: Sagas by name (``saga_declarations.register``; run by the saga manager; typed
-        #: there, by ``sagas_of``: ``saga_declarations`` imports this module).
-        self.sagas: dict[str, Any] = {}
+        #: Sagas by name (:meth:`saga`; run by the saga manager).
+        self.sagas: dict[str, Saga] = {}
         #: LLM nodes by activity type, then spec digest: ``(node, runner)``
-        #: (``handlers.llm.node_step``; the type's one handler runs the spec a task names).
+        #: (:meth:`llm_step`; the type's one handler runs the spec a task names).
         self.llm_nodes: dict[str, dict[str, Any]] = {}
         self._decider: Decider | None = None
 
@@ -188,7 +208,7 @@ class KeelApp:
     ) -> WebhookSource:
         """Declare webhook ``source``: its secrets' variable, event id and routing.
 
-        ``route`` returns ``orchestrator.application.webhook_sources.Signal`` or ``Start``;
+        ``route`` returns an ``orchestrator.webhooks.WebhookSignal`` or ``WebhookStart``;
         ``options`` are ``scheme`` (``SignatureScheme``, ``keel`` by default), ``tolerance_s`` and
         ``dedupe_ttl_s`` (docs/connector.md).
         """
@@ -199,6 +219,28 @@ class KeelApp:
         return declared
 
     # -- end of webhook sources --------------------------------------------------------
+
+    def saga(self, saga: Saga) -> Saga:
+        """Declare ``saga`` (docs/sagas.md): the saga manager of this app runs it."""
+        known = self.sagas.get(saga.name)
+        if known is not None and known is not saga:
+            raise DefinitionError(f"saga '{saga.name}' is already declared")
+        self.sagas[saga.name] = saga
+        return saga
+
+    def llm_step(
+        self,
+        step_name: str,
+        node: LlmNode,
+        *,
+        input: Callable[[Context], Any] | None = None,
+        **step_options: Any,
+    ) -> Step:
+        """A Step running ``node`` (an ``LlmCall`` or a bounded ``AgentCall``,
+        docs/llm-nodes.md), whose handler this registers; ``input`` builds the node's input
+        from the run (the run's input by default), ``step_options`` are Step's (after,
+        retry, timeouts...)."""
+        return node.as_step(self, step_name, input, step_options)
 
     # -- queries --------------------------------------------------------------------
 
@@ -268,26 +310,28 @@ class KeelApp:
                         "(use @app.activity or app.declare_activity)"
                     )
 
-    def decider(self, task_token_hash: Callable[[str], str] | None = None) -> Decider:
-        """The decider for all registered definitions (checked).
-
-        ``task_token_hash(task_id)`` is the sha256 of the token the runtime issues for a
-        human task (docs/human-tasks.md): a decider that opens tasks needs it; one that
-        only folds or replays does not. The decider without it is built once.
-        """
-        if task_token_hash is not None:
-            self.check()
-            return Decider(self.definitions, task_token_hash=task_token_hash)
-        if self._decider is None:
-            self.check()
-            self._decider = Decider(self.definitions)
-        return self._decider
-
     def __repr__(self) -> str:
         return (
             f"<KeelApp {self.name}: {len(self.definitions)} workflows, "
             f"{len(self.handlers)} activities>"
         )
+
+
+def decider_of(app: KeelApp, task_token_hash: Callable[[str], str] | None = None) -> Decider:
+    """The decider for all of ``app``'s definitions (checked): for the processes, not a
+    method of the public ``KeelApp``, so the domain stays behind them.
+
+    ``task_token_hash(task_id)`` is the sha256 of the token the runtime issues for a
+    human task (docs/human-tasks.md): a decider that opens tasks needs it; one that
+    only folds or replays does not. The decider without it is built once per app.
+    """
+    if task_token_hash is not None:
+        app.check()
+        return Decider(app.definitions, task_token_hash=task_token_hash)
+    if app._decider is None:
+        app.check()
+        app._decider = Decider(app.definitions)
+    return app._decider
 
 
 V = TypeVar("V")

@@ -31,7 +31,6 @@ __all__ = [
     "SagaFact",
     "SagaView",
     "command_id",
-    "register",
     "sagas_of",
 ]
 
@@ -134,15 +133,6 @@ def command_id(saga: str, correlation: str, fact: SagaFact, i: int) -> str:
 
 
 def sagas_of(app: Any) -> dict[str, Saga]:
-    """The sagas declared on an application (a ``KeelApp``, its ``sagas``), by name."""
+    """The sagas declared on an application (``app.saga``, a ``KeelApp``), by name."""
     sagas: dict[str, Saga] = app.sagas
     return sagas
-
-
-def register(app: Any, saga: Saga) -> Saga:
-    """Declare ``saga`` on ``app``; the saga manager of that app runs it."""
-    known = sagas_of(app)
-    if saga.name in known and known[saga.name] is not saga:
-        raise DefinitionError(f"saga '{saga.name}' is already declared")
-    known[saga.name] = saga
-    return saga

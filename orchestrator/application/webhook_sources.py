@@ -7,18 +7,18 @@ An application declares each sender once with :meth:`KeelApp.webhook
         "ledger",
         secret_env="KEEL_WEBHOOK_LEDGER_SECRETS",
         event_id=lambda body: body["id"],
-        route=lambda body: Signal(body["workflow_id"], "payment_settled", body["data"]),
+        route=lambda body: WebhookSignal(body["workflow_id"], "payment_settled", body["data"]),
     )
 
 ``event_id`` names the delivery (the sender's own event id: its retries repeat it);
-``route`` maps the parsed JSON body to a :class:`Signal` to a workflow or a :class:`Start`
-of one. Both run on the sender's input, so any exception they raise is answered 400 with
-its reason. ``scheme`` picks how deliveries are signed (:class:`SignatureScheme`, ``keel``
-by default): under a provider's scheme the provider names the event id and type, so
-``event_id`` is left out and ``route`` receives a :class:`WebhookEvent`. This module is
-authoring: it imports the domain only, so the application object holds its sources without
-loading the connector (``connectors/webhooks.py`` reads deliveries;
-``connectors/service.py`` serves them).
+``route`` maps the parsed JSON body to a :class:`WebhookSignal` to a workflow or a
+:class:`WebhookStart` of one (``orchestrator.webhooks``). Both run on the sender's input, so
+any exception they raise is answered 400 with its reason. ``scheme`` picks how deliveries
+are signed (:class:`SignatureScheme`, ``keel`` by default): under a provider's scheme the
+provider names the event id and type, so ``event_id`` is left out and ``route`` receives a
+:class:`WebhookEvent`. This module is authoring: it imports the domain only, so the
+application object holds its sources without loading the connector
+(``connectors/webhooks.py`` reads deliveries; ``connectors/service.py`` serves them).
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ __all__ = [
     "MAX_EVENT_ID_CHARS",
     "Command",
     "RouteError",
-    "Signal",
     "SignatureScheme",
-    "Start",
     "StartValidator",
     "WebhookEvent",
+    "WebhookSignal",
     "WebhookSource",
+    "WebhookStart",
     "check_event_id",
 ]
 
@@ -98,7 +98,7 @@ class RouteError(InvalidInputError):
 
 
 @dataclass(frozen=True, slots=True)
-class Signal:
+class WebhookSignal:
     """Deliver signal ``name`` with ``payload`` (any JSON value) to ``workflow_id``;
     with ``start``, first start that run (same workflow id) if the workflow has none, in
     one command (docs/workflows.md, "Signal-with-start")."""
@@ -106,11 +106,11 @@ class Signal:
     workflow_id: str
     name: str
     payload: Any = None
-    start: Start | None = None
+    start: WebhookStart | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Start:
+class WebhookStart:
     """Start workflow ``name`` (latest version unless ``version``) as ``workflow_id``.
 
     A start of an id that exists already creates nothing, so a repeat is harmless.
@@ -150,7 +150,7 @@ class WebhookSource:
     name: str
     secret_env: str
     event_id: Callable[[dict[str, Any]], Any] | None
-    route: Callable[[Any], Signal | Start]
+    route: Callable[[Any], WebhookSignal | WebhookStart]
     tolerance_s: float = DEFAULT_TOLERANCE_S
     dedupe_ttl_s: int = DEFAULT_DEDUPE_TTL_S
     scheme: SignatureScheme = SignatureScheme.KEEL
@@ -223,18 +223,18 @@ class WebhookSource:
         except Exception as exc:
             raise RouteError(f"cannot route a '{self.name}' delivery: {_reason(exc)}") from None
         try:
-            if isinstance(routed, Signal):
+            if isinstance(routed, WebhookSignal):
                 return self._signal(routed, app)
-            if isinstance(routed, Start):
+            if isinstance(routed, WebhookStart):
                 return self._start(routed, app)
         except (InvalidInputError, ValueError, TypeError) as exc:
             raise RouteError(str(exc)) from None
         raise KeelError(
             f"webhook source '{self.name}': route returned {type(routed).__name__}, "
-            "not Signal or Start (a bug in the application)"
+            "not WebhookSignal or WebhookStart (a bug in the application)"
         )
 
-    def _signal(self, s: Signal, app: StartValidator) -> Command:
+    def _signal(self, s: WebhookSignal, app: StartValidator) -> Command:
         wid = check_workflow_id(s.workflow_id)
         if not isinstance(s.name, str) or not _SIGNAL_RE.fullmatch(s.name):
             raise RouteError(f"signal name {str(s.name)[:60]!r} is not a valid signal name")
@@ -255,7 +255,7 @@ class WebhookSource:
             SignalWithStart(definition.name, input_json, s.name, payload_json, definition.version),
         )
 
-    def _start(self, s: Start, app: StartValidator) -> Command:
+    def _start(self, s: WebhookStart, app: StartValidator) -> Command:
         wid = check_workflow_id(s.workflow_id)
         definition = app.validate_start(s.name, s.version, s.input)
         input_json = _dumps(s.input, f"input of {definition.label}")

@@ -39,6 +39,7 @@ def replay_check(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
+    from orchestrator.application.app import decider_of
     from orchestrator.client.history_io import read_history_dir, read_topic_history
     from orchestrator.domain.history.replay import replay_history
     from orchestrator.domain.model.errors import KeelError
@@ -55,7 +56,7 @@ def replay_check(
         source = "keel.events"
     # A task token's hash depends on the deployment's key, not the code: replay with the
     # hashes the history recorded, so only the decisions themselves are compared.
-    decider = service_app(app).decider(recorded_token_hashes(envelopes))
+    decider = decider_of(service_app(app), recorded_token_hashes(envelopes))
     reports = replay_history(decider, envelopes)
     diverged = [r for r in reports if not r.ok]
     if json_:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.application.app import KeelApp
+from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history
 from orchestrator.client.human_task_decisions import RefusalWatch
@@ -118,7 +118,7 @@ def plan(
     """Decide the migration of each run on its state rebuilt from ``keel.events``;
     nothing is written."""
     envelopes = read_topic_history(settings, workflow_ids)
-    decider = app.decider(recorded_token_hashes(envelopes))
+    decider = decider_of(app, recorded_token_hashes(envelopes))
     runs: dict[str, tuple[list[Envelope[Any]], dict[str, Envelope[Any]]]] = {}
     for events, commands in group_runs(envelopes):  # each run of a workflow, in order
         runs.setdefault(events[0].workflow_id, ([], commands))[0].extend(events)

@@ -68,7 +68,7 @@ async def post_to_ledger(invoice: Invoice) -> Posting:
     """POST the posting with the activity's idempotency key; classify what went wrong."""
     import aiohttp  # on use: the orchestrator loads this app without calling it
 
-    key = activity().idempotency_key
+    key = activity.context().idempotency_key
     body = invoice.model_dump()
     timeout = aiohttp.ClientTimeout(total=LEDGER_TIMEOUT_S)
     try:
@@ -190,7 +190,7 @@ class Sleep(BaseModel):
 @app.activity("sleep", input=Sleep)
 async def sleep(req: Sleep) -> dict[str, Any]:
     """Sleep, heartbeating every 0.1 s when asked to."""
-    ctx = activity()
+    ctx = activity.context()
     remaining = req.seconds
     while remaining > 0:
         step = min(0.1, remaining)

@@ -50,10 +50,8 @@ from orchestrator import (
     Tool,
     Transition,
     WorkflowDefinition,
-    agent_step,
     confidence_below,
     has_flag,
-    llm_step,
     prompts,
 )
 
@@ -147,7 +145,7 @@ invoice_extraction = app.workflow(
         [
             State(
                 "extract",
-                steps=[llm_step(app, "extract", extract, input=_document, retry=LLM_RETRY)],
+                steps=[app.llm_step("extract", extract, input=_document, retry=LLM_RETRY)],
                 transitions=ROUTES,
                 on_failure="needs_correction",
             ),
@@ -242,7 +240,7 @@ invoice_extraction_v2 = app.workflow(
         [
             State(
                 "extract",
-                steps=[llm_step(app, "extract", extract_or_flag, input=_document, retry=LLM_RETRY)],
+                steps=[app.llm_step("extract", extract_or_flag, input=_document, retry=LLM_RETRY)],
                 transitions=[
                     Transition("needs_correction", when=has_flag("extract", INVALID_OUTPUT)),
                     Transition("review", when=has_flag("extract", "low_confidence")),
@@ -285,7 +283,7 @@ invoice_extraction_confirm = app.workflow(
         [
             State(
                 "extract",
-                steps=[llm_step(app, "extract", extract, input=_document, retry=LLM_RETRY)],
+                steps=[app.llm_step("extract", extract, input=_document, retry=LLM_RETRY)],
                 transitions=[Transition("confirm")],
                 on_failure="needs_correction",
             ),
@@ -340,7 +338,7 @@ def _classify_workflow(version: int, prompt: int, model: str, tool: str) -> Work
             "invoice_classify",
             version,
             InvoiceDocument,
-            [llm_step(app, "classify", call, input=_document, retry=LLM_RETRY)],
+            [app.llm_step("classify", call, input=_document, retry=LLM_RETRY)],
             output=_classified,
             description="Classify an invoice with a cached, read-only LLM node.",
         )
@@ -425,7 +423,7 @@ def _vendor_workflow(
         pricing=Pricing(input_per_mtok=10.0, output_per_mtok=30.0),
         **bounds,
     )
-    step = agent_step(app, "check", agent, input=_vendor, retry=LLM_RETRY)
+    step = app.llm_step("check", agent, input=_vendor, retry=LLM_RETRY)
     return app.workflow(
         WorkflowDefinition(
             "vendor_check",

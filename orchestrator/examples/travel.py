@@ -81,7 +81,7 @@ async def _post(path: str, body: dict[str, Any]) -> dict[str, Any]:
     lost after sending unknown (the status query then asks before anything is resent)."""
     import aiohttp  # on use: the orchestrator loads this app without calling it
 
-    key = activity().idempotency_key
+    key = activity.context().idempotency_key
     timeout = aiohttp.ClientTimeout(total=BOOKING_TIMEOUT_S)
     try:
         async with (

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from orchestrator.application.app import KeelApp
+from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
@@ -95,7 +95,7 @@ class Projector:
         committed: CommittedEvents | None = None,
     ) -> None:
         self.settings = settings
-        self.decider = app.decider()
+        self.decider = decider_of(app)
         self.codec = default_codec()
         self.keyspace = Keyspace(settings.topic_prefix)
         #: The feed given (unit tests); else each run opens a Kafka one of its own.

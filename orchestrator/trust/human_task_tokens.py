@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.domain.authoring.waits import HumanTask, token_hash
 from orchestrator.domain.lifecycle.decider import Decider
 from orchestrator.domain.model.errors import ConfigError
@@ -167,20 +168,19 @@ def tokens_for_app(settings: Settings, app: Any) -> TaskTokens | None:
         raise ConfigError(f"the application declares human tasks ({shown}): {exc}") from None
 
 
-def decider_for(settings: Settings, app: Any) -> Decider:
+def decider_for(settings: Settings, app: KeelApp) -> Decider:
     """The orchestrator's decider for ``app`` (a ``KeelApp``): it issues task tokens under
     the deployment's key. An application that declares human tasks and has no key refuses
     here, at startup, with one line (``ConfigError``)."""
     tokens = tokens_for_app(settings, app)
-    decider: Decider = app.decider(None if tokens is None else tokens.hasher)
-    return decider
+    return decider_of(app, None if tokens is None else tokens.hasher)
 
 
 def recorded_token_hashes(envelopes: Iterable[Envelope[Any]]) -> Callable[[str], str]:
     """For replay: the token hash each task's ``HumanTaskOpened`` recorded, by task id.
 
     A token hash depends on the deployment's key, not on the code, so ``keel replay-check``
-    decides again with the hashes history holds (``app.decider(recorded_token_hashes(h))``).
+    decides again with the hashes history holds (``decider_of(app, recorded_token_hashes(h))``).
     """
     recorded = {
         env.payload.task_id: env.payload.token_hash

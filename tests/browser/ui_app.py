@@ -20,7 +20,6 @@ from orchestrator import (
     State,
     Transition,
     WorkflowDefinition,
-    llm_step,
     prompts,
 )
 
@@ -105,7 +104,7 @@ def _review(version: int, due_s: int, migrations: list[Migration]) -> WorkflowDe
         [
             State(
                 "classify",
-                steps=[llm_step(app, "classify", classify, input=_text)],
+                steps=[app.llm_step("classify", classify, input=_text)],
                 transitions=[Transition("approval")],
             ),
             State(

@@ -4,7 +4,7 @@ orchestrator and the saga manager while compensations run."""
 
 from __future__ import annotations
 
-from orchestrator import Emit, KeelApp, Saga, SagaFact, SagaView, StartWorkflow, register
+from orchestrator import Emit, KeelApp, Saga, SagaFact, SagaView, StartWorkflow
 from orchestrator.examples import app as examples
 
 app = KeelApp("travel-sagas")
@@ -21,8 +21,7 @@ def _react(view: SagaView, fact: SagaFact) -> list[Emit]:
     return [Emit(followup_id(fact.workflow_id), start)]
 
 
-register(
-    app,
+app.saga(
     Saga(
         "trip_followup",
         reacts_to={"travel_booking": {"WorkflowCompensated"}},

@@ -32,7 +32,6 @@ from orchestrator import (
     Step,
     Transition,
     WorkflowDefinition,
-    llm_step,
     prompts,
 )
 from orchestrator.examples import app as examples_app
@@ -126,7 +125,7 @@ monthly_billing = app.workflow(
             State(
                 "bill",
                 steps=[
-                    llm_step(app, "bill", bill, input=_statement, retry=RETRY),
+                    app.llm_step("bill", bill, input=_statement, retry=RETRY),
                     Step(
                         "post",
                         "post_to_ledger",

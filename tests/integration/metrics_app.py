@@ -34,7 +34,7 @@ class Job(BaseModel):
 def work(job: Job) -> dict[str, Any]:
     if job.mode == "fail":
         raise PermanentError("refused for good")
-    if job.mode == "flaky" and activity().attempt == 1:
+    if job.mode == "flaky" and activity.context().attempt == 1:
         raise TransientError("not this time")
     return {"done": job.mode}
 

@@ -25,7 +25,6 @@ from orchestrator import (
     State,
     Step,
     WorkflowDefinition,
-    register,
 )
 
 app = KeelApp("sagas-test")
@@ -80,8 +79,7 @@ def _react(view: SagaView, fact: SagaFact) -> list[Emit]:
     return [Emit(wf, CancelWorkflow(reason)) for wf in targets]
 
 
-orders = register(
-    app,
+orders = app.saga(
     Saga(
         "orders",
         reacts_to={"payment": {"WorkflowFailed"}, "shipment": {"WorkflowStarted"}},

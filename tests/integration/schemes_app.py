@@ -14,13 +14,13 @@ from pydantic import BaseModel
 
 from orchestrator import (
     KeelApp,
-    Signal,
     SignalWait,
     SignatureScheme,
-    Start,
     State,
     Transition,
     WebhookEvent,
+    WebhookSignal,
+    WebhookStart,
     WorkflowDefinition,
 )
 
@@ -64,47 +64,49 @@ def unknown(event: WebhookEvent) -> ValueError:
     return ValueError(f"unhandled event type {event.type[:60]!r}")
 
 
-def billing(event: WebhookEvent) -> Signal | Start:
+def billing(event: WebhookEvent) -> WebhookSignal | WebhookStart:
     """Standard Webhooks: ``{"type": "invoice.created"|"invoice.paid", "data": {...}}``."""
     data = event.body["data"]
     if event.type == "invoice.created":
-        return Start("tally", f"invoice-{data['invoice_id']}", {"opened_by": data["customer"]})
+        return WebhookStart(
+            "tally", f"invoice-{data['invoice_id']}", {"opened_by": data["customer"]}
+        )
     if event.type == "invoice.paid":
-        return Signal(f"invoice-{data['invoice_id']}", "hook", {"paid": data["amount"]})
+        return WebhookSignal(f"invoice-{data['invoice_id']}", "hook", {"paid": data["amount"]})
     raise unknown(event)
 
 
-def github(event: WebhookEvent) -> Signal | Start:
+def github(event: WebhookEvent) -> WebhookSignal | WebhookStart:
     """GitHub: ``issues`` (opened) starts, ``issue_comment`` (created) signals."""
     body = event.body
     wf = f"issue-{body['repository']['full_name'].replace('/', '-')}-{body['issue']['number']}"
     if event.type == "issues" and body["action"] == "opened":
-        return Start("tally", wf, {"opened_by": body["sender"]["login"]})
+        return WebhookStart("tally", wf, {"opened_by": body["sender"]["login"]})
     if event.type == "issue_comment" and body["action"] == "created":
-        return Signal(wf, "hook", {"comment": body["comment"]["body"]})
+        return WebhookSignal(wf, "hook", {"comment": body["comment"]["body"]})
     raise unknown(event)
 
 
-def stripe(event: WebhookEvent) -> Signal | Start:
+def stripe(event: WebhookEvent) -> WebhookSignal | WebhookStart:
     """Stripe: ``payment_intent.created`` starts; ``charge.succeeded`` signals."""
     obj = event.body["data"]["object"]
     if event.type == "payment_intent.created":
-        return Start("tally", f"payment-{obj['id']}", {"opened_by": obj["customer"]})
+        return WebhookStart("tally", f"payment-{obj['id']}", {"opened_by": obj["customer"]})
     if event.type == "charge.succeeded":
-        return Signal(f"payment-{obj['payment_intent']}", "hook", {"charged": obj["amount"]})
+        return WebhookSignal(f"payment-{obj['payment_intent']}", "hook", {"charged": obj["amount"]})
     raise unknown(event)
 
 
-def slack(event: WebhookEvent) -> Signal | Start:
+def slack(event: WebhookEvent) -> WebhookSignal | WebhookStart:
     """Slack Events API: ``app_mention`` starts; ``reaction_added`` to it signals."""
     inner: dict[str, Any] = event.body["event"]
     if event.type == "app_mention":
-        return Start(
+        return WebhookStart(
             "tally", f"thread-{inner['channel']}-{inner['ts']}", {"opened_by": inner["user"]}
         )
     if event.type == "reaction_added":
         item = inner["item"]
-        return Signal(
+        return WebhookSignal(
             f"thread-{item['channel']}-{item['ts']}", "hook", {"reaction": inner["reaction"]}
         )
     raise unknown(event)

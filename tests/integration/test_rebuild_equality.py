@@ -32,6 +32,7 @@ from ops.fakes.booking import BookingClient
 from ops.fakes.ledger import LedgerClient
 from ops.fakes.openai_server import running as openai_fake
 from ops.record_histories import Recorder, _invoice, _trip
+from orchestrator.application.app import decider_of
 from orchestrator.client import migration_requests as migrations
 from orchestrator.client.client import KeelClient
 from orchestrator.io.redis.keyspace import Keyspace
@@ -227,7 +228,7 @@ def random_sizes(projector: Projector, records: list[Any]) -> None:
 def handed_over(projector: Projector, records: list[Any]) -> None:
     """Batches of 4 records with each run's state after its last event there, as the
     orchestrator hands them to an in-process projector (``CommittedEvent.state``)."""
-    decider = rebuild_app.app.decider()
+    decider = decider_of(rebuild_app.app)
     states: dict[str, Any] = {}
     for at in range(0, len(records), 4):
         by_wf = projector._decode(records[at : at + 4])

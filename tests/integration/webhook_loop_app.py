@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator import KeelApp, Signal, SignalWait, State, Transition, WorkflowDefinition
+from orchestrator import KeelApp, SignalWait, State, Transition, WebhookSignal, WorkflowDefinition
 
 __all__ = ["EVERY", "SECRETS_ENV", "SOURCE", "app"]
 
@@ -50,5 +50,5 @@ app.webhook(
     SOURCE,
     secret_env=SECRETS_ENV,
     event_id=lambda body: body["id"],
-    route=lambda body: Signal(body["workflow_id"], "doc", {"doc": body["doc"]}),
+    route=lambda body: WebhookSignal(body["workflow_id"], "doc", {"doc": body["doc"]}),
 )

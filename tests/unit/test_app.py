@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.application.app import AppError, KeelApp
-from orchestrator.application.saga_declarations import Saga, register, sagas_of
-from orchestrator.application.webhook_sources import Signal
+from orchestrator.application.saga_declarations import Saga, sagas_of
+from orchestrator.application.webhook_sources import WebhookSignal
 from orchestrator.domain.model.errors import DefinitionError
 
 
@@ -22,10 +22,9 @@ def _app(name: str) -> KeelApp:
         f"{name}-hook",
         secret_env="HOOK_SECRETS",
         event_id=lambda body: body["id"],
-        route=lambda body: Signal(body["wf"], "go"),
+        route=lambda body: WebhookSignal(body["wf"], "go"),
     )
-    register(
-        app,
+    app.saga(
         Saga(f"{name}-saga", {"wf": ["WorkflowCompleted"]}, lambda *_: None, lambda *_: []),
     )
     app.llm_nodes[f"{name}.llm"] = {"digest": ("node", "runner")}
@@ -57,3 +56,14 @@ def test_include_refuses_a_name_registered_otherwise() -> None:
     with pytest.raises(AppError, match=r"activity 'a\.work' is already registered otherwise"):
         KeelApp().include(a).include(other)
     assert issubclass(AppError, DefinitionError)
+
+
+def test_a_saga_is_declared_once_by_name() -> None:
+    app = KeelApp()
+    saga = Saga("s", {"wf": ["WorkflowCompleted"]}, lambda *_: None, lambda *_: [])
+    assert app.saga(saga) is saga
+    assert app.saga(saga) is saga  # the same declaration again is harmless
+    other = Saga("s", {"wf": ["WorkflowFailed"]}, lambda *_: None, lambda *_: [])
+    with pytest.raises(DefinitionError, match="saga 's' is already declared"):
+        app.saga(other)
+    assert app.sagas == {"s": saga}

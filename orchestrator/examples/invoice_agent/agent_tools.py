@@ -110,7 +110,7 @@ def check_supplier(q: SupplierQuery) -> dict[str, Any]:
 
 async def find_duplicate(q: SupplierQuery) -> dict[str, Any]:
     found = await _posting(q)
-    run = activity().workflow_id
+    run = activity.context().workflow_id
     other = None if found is None else found["extra"].get("invoice_id")
     if found is None or other == run:
         said = "not posted yet" if found is None else f"posted by this run as {found['posting_id']}"
@@ -142,7 +142,7 @@ async def post_invoice(inv: Invoice) -> dict[str, Any]:
     body = {
         "account": inv.supplier,
         "amount": inv.amount,
-        "invoice_id": activity().workflow_id,
+        "invoice_id": activity.context().workflow_id,
         "invoice_number": inv.invoice_number,
         "currency": inv.currency,
     }

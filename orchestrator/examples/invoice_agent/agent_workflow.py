@@ -26,7 +26,6 @@ from orchestrator import (
     State,
     Transition,
     WorkflowDefinition,
-    agent_step,
     prompts,
 )
 from orchestrator.examples.invoice_agent.agent_app import app
@@ -148,7 +147,7 @@ invoice_agent = app.workflow(
         [
             State(
                 "agent",
-                steps=[agent_step(app, "agent", AGENT, input=_agent_input, retry=LLM_RETRY)],
+                steps=[app.llm_step("agent", AGENT, input=_agent_input, retry=LLM_RETRY)],
                 transitions=[Transition("unsupported", when=_unsupported), Transition("done")],
                 on_failure="gave_up",
             ),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import Start
+from orchestrator import WebhookStart
 from orchestrator.examples.invoice_pipeline.pipeline_app import app
 from orchestrator.examples.invoice_pipeline.pipeline_models import ApprovalSla, submission
 
@@ -28,11 +28,11 @@ __all__ = ["INVOICES_SECRETS_ENV", "route_upload"]
 INVOICES_SECRETS_ENV = "KEEL_WEBHOOK_INVOICES_SECRETS"
 
 
-def route_upload(body: dict[str, Any]) -> Start:
+def route_upload(body: dict[str, Any]) -> WebhookStart:
     """The start one uploaded file asks for (its SHA-256 is the workflow id)."""
     sla = ApprovalSla.model_validate(body["sla"]) if body.get("sla") is not None else None
     workflow_id, input_obj = submission(str(body["file_name"]), str(body["document"]), sla)
-    return Start("invoice_pipeline", workflow_id, input_obj)
+    return WebhookStart("invoice_pipeline", workflow_id, input_obj)
 
 
 app.webhook(

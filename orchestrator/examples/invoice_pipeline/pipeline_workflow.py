@@ -34,7 +34,6 @@ from orchestrator import (
     WorkflowDefinition,
     confidence_below,
     has_flag,
-    llm_step,
     prompts,
 )
 from orchestrator.examples.invoice_pipeline import pipeline_rules as rules
@@ -259,7 +258,7 @@ invoice_pipeline = app.workflow(
         [
             State(
                 "extract",
-                steps=[llm_step(app, "extract", extract, input=_document, retry=LLM_RETRY)],
+                steps=[app.llm_step("extract", extract, input=_document, retry=LLM_RETRY)],
                 transitions=[
                     Transition("correct", when=has_flag("extract", INVALID_OUTPUT)),
                     Transition("correct", when=has_flag("extract", "low_confidence")),

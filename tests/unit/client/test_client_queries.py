@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.application.app import decider_of
 from orchestrator.client.client import KeelClient
 from orchestrator.client.query_answers import QueryAnswer, without_ciphertext
 from orchestrator.domain.authoring.queries import QueryError
@@ -55,7 +56,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[WorkflowState, str]:
     rig = MemoryRig(tmp_path_factory.mktemp("rig"), app=queries_app.app)
     rig.start("o-1", "queried_order", value)
     rig.run()
-    state = queries_app.app.decider().fold(rig.events("o-1"))
+    state = decider_of(queries_app.app).fold(rig.events("o-1"))
     assert (state.status, state.current_state) == ("waiting", "approval")
     return state, value["card"][SEALED_KEY]
 

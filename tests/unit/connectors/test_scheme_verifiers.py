@@ -18,7 +18,7 @@ from connectors.schemes.standard_signature import key_of
 from connectors.schemes.verdict import Verified
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SignatureError
-from orchestrator import KeelApp, Signal, SignatureScheme, WebhookEvent, WebhookSource
+from orchestrator import KeelApp, SignatureScheme, WebhookEvent, WebhookSignal, WebhookSource
 from orchestrator.application.webhook_sources import RouteError
 from orchestrator.domain.model.errors import ConfigError, DefinitionError
 
@@ -26,7 +26,9 @@ NOW = 1_767_225_600
 
 
 def source(scheme: SignatureScheme) -> WebhookSource:
-    return WebhookSource("hook", "HOOK_SECRETS", None, lambda e: Signal("wf", "s"), scheme=scheme)
+    return WebhookSource(
+        "hook", "HOOK_SECRETS", None, lambda e: WebhookSignal("wf", "s"), scheme=scheme
+    )
 
 
 def check(scheme: SignatureScheme, secrets: str, headers: dict[str, str], body: bytes,
@@ -265,9 +267,9 @@ def test_a_provider_scheme_names_the_event_id_and_routes_a_webhook_event():
     app = KeelApp("t")
     seen = []
 
-    def route(event: WebhookEvent) -> Signal:
+    def route(event: WebhookEvent) -> WebhookSignal:
         seen.append(event)
-        return Signal("wf-1", "paid", event.body)
+        return WebhookSignal("wf-1", "paid", event.body)
 
     declared = app.webhook("gh", secret_env="GH", route=route, scheme="github")
     assert declared.scheme is SignatureScheme.GITHUB

@@ -18,7 +18,12 @@ from connectors.signing import (
     verify,
 )
 from connectors.webhooks import message_id, parse_body
-from orchestrator.application.webhook_sources import RouteError, Signal, Start, WebhookSource
+from orchestrator.application.webhook_sources import (
+    RouteError,
+    WebhookSignal,
+    WebhookSource,
+    WebhookStart,
+)
 
 NOW = 1_767_225_600
 bodies = st.binary(max_size=512)
@@ -163,7 +168,7 @@ def test_event_id_and_route_errors_name_the_source_and_field():
         "ledger",
         "KEEL_WEBHOOK_LEDGER_SECRETS",
         event_id=lambda b: b["id"],
-        route=lambda b: Signal(b["workflow_id"], "paid", b.get("data")),
+        route=lambda b: WebhookSignal(b["workflow_id"], "paid", b.get("data")),
     )
     with pytest.raises(RouteError) as err:
         src.event_id_of({})
@@ -217,7 +222,7 @@ def test_a_route_returning_something_else_is_an_application_bug_not_a_bad_delive
         src.command_of({"id": "e"}, None)  # type: ignore[arg-type]
     assert not isinstance(err.value, RouteError)
     assert str(err.value) == (
-        "webhook source 'ledger': route returned str, not Signal or Start (a bug in the application)"
+        "webhook source 'ledger': route returned str, not WebhookSignal or WebhookStart (a bug in the application)"
     )
 
 
@@ -225,9 +230,9 @@ def test_a_signal_with_start_route_becomes_one_signal_with_start_command():
     from orchestrator.domain.model.messages import SignalWithStart
     from orchestrator.examples import app
 
-    def route(body: dict) -> Signal:
-        start = Start("document_review", body["workflow_id"], {"document": "passport"})
-        return Signal(body["workflow_id"], body["signal"], {"document": "visa"}, start=start)
+    def route(body: dict) -> WebhookSignal:
+        start = WebhookStart("document_review", body["workflow_id"], {"document": "passport"})
+        return WebhookSignal(body["workflow_id"], body["signal"], {"document": "visa"}, start=start)
 
     src = WebhookSource("docs", "S", event_id=lambda b: b["id"], route=route)
     cmd = src.command_of({"workflow_id": "review-9", "signal": "documents_added"}, app)
@@ -239,8 +244,10 @@ def test_a_signal_with_start_route_becomes_one_signal_with_start_command():
         src.command_of({"workflow_id": "review-9", "signal": "paid"}, app)
     assert str(err.value) == "workflow 'document_review' v1 has no signal 'paid'"
 
-    def elsewhere(body: dict) -> Signal:
-        return Signal("review-9", "documents_added", start=Start("document_review", "x", {}))
+    def elsewhere(body: dict) -> WebhookSignal:
+        return WebhookSignal(
+            "review-9", "documents_added", start=WebhookStart("document_review", "x", {})
+        )
 
     other = WebhookSource("docs", "S", event_id=lambda b: b["id"], route=elsewhere)
     with pytest.raises(RouteError) as err:

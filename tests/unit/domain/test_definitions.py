@@ -16,6 +16,7 @@ from orchestrator.application.app import (
     KeelApp,
     UnknownActivityError,
     UnknownWorkflowError,
+    decider_of,
     load_app,
 )
 from orchestrator.domain.authoring.definitions import (
@@ -308,7 +309,7 @@ def test_app_registry_and_lookup() -> None:
     assert app.handler("y").is_async and app.handler("y").input_model is None
     assert app.validate_start("w", None, {"n": 1}) is d2
     assert app.validate_start("w", 1, '{"n": 1}') is d1
-    assert app.decider().definitions == {("w", 1): d1, ("w", 2): d2}
+    assert decider_of(app).definitions == {("w", 1): d1, ("w", 2): d2}
 
 
 def test_app_errors_are_clear() -> None:
@@ -347,13 +348,13 @@ def test_app_checks_activity_handlers() -> None:
     app = KeelApp("t")
     app.workflow(make([State("s", steps=[Step("a", "remote_thing")], complete=print)]))
     with pytest.raises(UnknownActivityError) as exc:
-        app.decider()
+        decider_of(app)
     assert str(exc.value) == (
         "workflow 'w' v1: step 'a' uses activity 'remote_thing', which has no handler and is "
         "not declared (use @app.activity or app.declare_activity)"
     )
     app.declare_activity("remote_thing")
-    app.decider()
+    decider_of(app)
     app.workflow(
         make(
             [State("s", steps=[Step("a", "remote_thing", status_query="lookup")], complete=print)],

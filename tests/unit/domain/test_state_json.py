@@ -8,7 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from orchestrator.application.app import KeelApp
+from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import ActivityStatus
@@ -26,7 +26,7 @@ def _reference(state: WorkflowState) -> str:
 
 
 def test_to_json_equals_the_sorted_dict_for_every_corpus_state() -> None:
-    decider = CORPUS_APP.decider()
+    decider = decider_of(CORPUS_APP)
     states: dict[str, WorkflowState | None] = {}
     checked = 0
     for env in read_history_dir(CORPUS):
@@ -42,7 +42,7 @@ def test_to_json_equals_the_sorted_dict_for_every_corpus_state() -> None:
 
 
 def test_a_replaced_activity_is_encoded_anew() -> None:
-    decider = CORPUS_APP.decider()
+    decider = decider_of(CORPUS_APP)
     state = None
     for env in read_history_dir(CORPUS):
         state = decider.evolve(

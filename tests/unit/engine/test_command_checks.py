@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.application.app import decider_of
 from orchestrator.domain.model.limits import MAX_JSON_DEPTH
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
@@ -57,7 +58,7 @@ def _one_step_app() -> Any:
 def test_the_seeded_bug_reopens_a_completed_attempt_so_its_report_is_recorded_again() -> None:
     """``reexecute_on_recovery`` (docs/evaluation.md, "A seeded bug"): off, a repeated report
     writes nothing; on, the same report is recorded as a second completion."""
-    decider = _one_step_app().decider()
+    decider = decider_of(_one_step_app())
     state, events = decider.handle(
         None, command_envelope("m1", "wf", StartWorkflow("stamped", 1, '{"n": 1}'), 1), 1
     )

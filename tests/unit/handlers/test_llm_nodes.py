@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from handlers.llm.agent import AgentCall, AgentExhausted, agent_step
+from handlers.llm.agent import AgentCall, AgentExhausted
 from handlers.llm.cache import CachePolicy, content_hash
 from handlers.llm.chat import ProviderUnavailable, parse_retry_after, redact, response_from_json
 from handlers.llm.llm_settings import LlmSettings
@@ -24,7 +24,6 @@ from handlers.llm.node import (
     LlmCall,
     OnInvalid,
     confidence_below,
-    llm_step,
 )
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.providers import OpenAIProvider, ScriptedProvider
@@ -110,7 +109,7 @@ def run(
 def node_app(**call_options: Any) -> tuple[KeelApp, LlmCall, dict[str, Any]]:
     app = KeelApp("t")
     call = LlmCall("x", prompt=PROMPT, output=Fields, model="m", **call_options)
-    step = llm_step(app, "extract", call)
+    step = app.llm_step("extract", call)
     payload = {"node_spec": call.spec_digest, "input": {"document": "invoice 7"}}
     app.workflow(WorkflowDefinition.dag("w", 1, Doc, [step], output=lambda ctx: {}))
     return app, call, payload
@@ -213,7 +212,7 @@ def test_node_spec_is_in_the_step_input_and_the_definition_digest():
         app = KeelApp("t")
         prompt = PromptTemplate("extract", version, user="Extract from: $document")
         call = LlmCall("x", prompt=prompt, output=Fields, model="m")
-        step = llm_step(app, "extract", call)
+        step = app.llm_step("extract", call)
         wf = WorkflowDefinition.dag("w", 1, Doc, [step], output=lambda ctx: {})
         digests.add(wf.digest)
     assert len(digests) == 2, "a new prompt version changes the definition digest"
@@ -355,7 +354,7 @@ def agent_app(**bounds: Any) -> tuple[KeelApp, dict[str, Any]]:
     app = KeelApp("t")
     tools = [Tool("lookup", "1", lambda args: {"found": args.get("q")}, "Look up.")]
     agent = AgentCall("a", prompt=PROMPT, output=Verdict, tools=tools, model="m", **bounds)
-    step = agent_step(app, "check", agent)
+    step = app.llm_step("check", agent)
     app.workflow(WorkflowDefinition.dag("w", 1, Doc, [step], output=lambda ctx: {}))
     return app, {"node_spec": agent.spec_digest, "input": {"document": "d"}}
 

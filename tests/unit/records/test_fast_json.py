@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from orchestrator.application.app import KeelApp
+from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.client.history_io import read_history_dir
 from orchestrator.domain.model.errors import LimitExceededError
 from orchestrator.domain.model.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH, loads_bounded
@@ -28,7 +28,7 @@ CORPUS_APP = install_definition(KeelApp("corpus").include(examples))
 
 
 def _corpus_states() -> list[tuple[object, WorkflowState]]:
-    decider = CORPUS_APP.decider()
+    decider = decider_of(CORPUS_APP)
     states: dict[str, WorkflowState | None] = {}
     out = []
     for env in read_history_dir(CORPUS):
