@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.domain.history.invariants import Invariant, check_history
-from orchestrator.domain.history.outcomes import OutcomeFold, SettledBy, query_parent
+from orchestrator.domain.history.unknown_outcomes import OutcomeFold, SettledBy, query_parent
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityScheduled,
@@ -120,7 +120,7 @@ def _invariant_problems(events: Sequence[Any], shape_reported: bool) -> list[str
 def _activity_counts(wf: str, events: Sequence[Any], findings: Findings) -> None:
     """Retries (a write's attempts after the first), timeouts after an attempt could
     start, and the unknown outcomes and status-query settlements of
-    ``orchestrator.domain.history.outcomes`` (the count the metrics keep)."""
+    ``orchestrator.domain.history.unknown_outcomes`` (the count the metrics keep)."""
     outcomes = OutcomeFold()
     for env in events:
         p = env.payload

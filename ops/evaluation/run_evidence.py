@@ -3,7 +3,7 @@
 Everything here is read from the run's recorded events, never from a log: how it ended,
 the states it went through, each activity completed (and any completed twice, or
 scheduled again after it completed: a re-execution), retries by failure class, unknown
-outcomes and the status queries that settled them (``orchestrator.domain.history.outcomes``,
+outcomes and the status queries that settled them (``orchestrator.domain.history.unknown_outcomes``,
 the count the metrics keep), compensations and their result, the
 time spent in each state and in each activity attempt, model tokens and cost, and each
 human task's wait against its SLA. The state a run was in at a given time is its node
@@ -18,7 +18,7 @@ from typing import Any
 
 from ops.invoices.invoice_report import outcome_of
 from orchestrator.domain.history.invariants import check_history
-from orchestrator.domain.history.outcomes import SettledBy, outcomes_of, query_parent
+from orchestrator.domain.history.unknown_outcomes import SettledBy, outcomes_of, query_parent
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
     ActivityCompleted,

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from orchestrator.cli.output import styled
 from orchestrator.domain.history.invariants import check_history
-from orchestrator.domain.history.outcomes import OutcomeFold, SettledBy, Unknown
+from orchestrator.domain.history.unknown_outcomes import OutcomeFold, SettledBy, Unknown
 from orchestrator.domain.model.messages import (
     ActivityFailed,
     CompensationStarted,

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from orchestrator.domain.history.outcomes import (
+from orchestrator.domain.history.unknown_outcomes import (
     OutcomeFold,
     Settled,
     Unknown,

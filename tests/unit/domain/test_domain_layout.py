@@ -72,7 +72,7 @@ LAYERS: dict[str, float] = {
     "command_handlers": 7,
     "decider": 8,
     "replay": 9,
-    "outcomes": 9,
+    "unknown_outcomes": 9,
 }
 
 

@@ -1,5 +1,5 @@
 """The one count of unknown outcomes and their settlements
-(``orchestrator.domain.history.outcomes``), pinned on the recorded corpus and on histories
+(``orchestrator.domain.history.unknown_outcomes``), pinned on the recorded corpus and on histories
 the decider writes: a timeout is unknown only when the engine answered it with a status
 query, each attempt counts once, and only a ``found`` true/false answer or an operator
 settles one."""
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.client.history_io import read_history_file
-from orchestrator.domain.history.outcomes import (
+from orchestrator.domain.history.unknown_outcomes import (
     OutcomeFold,
     Settled,
     SettledBy,

@@ -11,7 +11,7 @@ import pytest
 from ops.demo_checks import Expectation, Kind, check
 from ops.evaluation.run_evidence import evidence_of
 from ops.invoices.invoice_report import Books, find
-from orchestrator.domain.history.outcomes import SettledBy, outcomes_of
+from orchestrator.domain.history.unknown_outcomes import SettledBy, outcomes_of
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.records import fast_json
