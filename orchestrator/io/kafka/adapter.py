@@ -199,14 +199,19 @@ class KafkaCommandIntake:
         self.consumer.close()
 
 
-#: How long ``send_offsets_to_transaction`` may take before its producer is given up and
-#: replaced (a new ``init_transactions`` fences it). A healthy call takes milliseconds;
-#: one whose group coordinator's broker died can hang for good in librdkafka (issues
-#: #5456 and #5511: a coordinator request waiting on a broker that left the metadata is
-#: never woken), and every batch waits behind it. Doubled after each such stall, up to
-#: ``CALL_GRACE_S``, so a coordinator that stays away costs a few replacements, not one
-#: every two seconds; back to this after a commit (docs/operations.md, "Losing a broker").
-OFFSETS_STALL_S = 1.0
+#: How long ``send_offsets_to_transaction`` and ``abort_transaction`` may take before
+#: their producer is given up and replaced (a new ``init_transactions`` fences it and
+#: aborts its open transaction). Healthy, each takes milliseconds. After a broker died,
+#: librdkafka can hang the first for good (issues #5456 and #5511: a coordinator request
+#: waiting on a broker that left the metadata is never woken) and hold the second until
+#: the records queued for that broker time out (``transaction.timeout.ms``, 10 s), and
+#: every batch waits behind them (docs/operations.md, "Losing a broker").
+STALL_S = 0.5
+#: ``commit_transaction`` first flushes the batch's records, which wait for a partition's
+#: new leader when its broker died: more room, the same replacement past it.
+COMMIT_STALL_S = 3.0
+#: Each stall doubles the bounds (up to ``CALL_GRACE_S``), so a broker that stays away
+#: costs a few replacements, not one every two seconds; a commit puts them back.
 #: What a bounded call may overrun the timeout it passed the client before it is abandoned.
 STALL_GRACE_S = 0.5
 
@@ -230,7 +235,8 @@ class KafkaEventLog:
         self.txn_timeout_s = txn_timeout_s
         self.caller = BoundedCaller("keel-kafka-call", stopping)
         self.broker_errors = 0
-        self.offsets_stall_s = OFFSETS_STALL_S
+        #: 1 until a call stalls, then doubled per stall and back to 1 after a commit.
+        self.stall_factor = 1.0
         self._producer: Producer | None = None
         self._abandoned: list[Producer] = []  # kept alive: destroying one may block
 
@@ -242,6 +248,13 @@ class KafkaEventLog:
 
     def _new_producer(self) -> Producer:
         p = transactional_producer(self.settings, self.transactional_id, init=False)
+        # A connection first: a producer with none answers init_transactions' first ask for
+        # its coordinator with "no brokers available" and asks again only 500 ms later,
+        # which a producer replaced after a broker loss would add to the stall.
+        try:
+            self.caller.call("metadata", lambda: p.list_topics(timeout=2.0), 2.0 + STALL_GRACE_S)
+        except (KafkaException, CallStalled) as exc:
+            log.info("a new producer found no broker yet (%s); init_transactions waits", exc)
         retry_call(
             "init_transactions",
             lambda rem: self.caller.call(
@@ -284,24 +297,31 @@ class KafkaEventLog:
             in_doubt=in_doubt,
         )
 
-    def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """The consumed offsets into the open transaction, within ``offsets_stall_s``."""
-        p = self.producer
+    def _bounded(
+        self, what: str, fn: Callable[[float], Any], stall_s: float, *, in_doubt: bool = False
+    ) -> Any:
+        """``_call`` with ``stall_s`` scaled by the stalls so far; a stall doubles them."""
         try:
-            self._call(
-                "send_offsets_to_transaction",
-                lambda rem: p.send_offsets_to_transaction(offsets, group_metadata, rem),
-                stall_s=self.offsets_stall_s,
-            )
+            bound = min(CALL_GRACE_S, stall_s * self.stall_factor)
+            return self._call(what, fn, in_doubt=in_doubt, stall_s=bound)
         except CallStalled:
-            self.offsets_stall_s = min(CALL_GRACE_S, self.offsets_stall_s * 2)
+            self.stall_factor *= 2
             raise
 
-    def commit_open(self) -> None:
-        """Commit the open transaction (its outcome is in doubt if this fails)."""
+    def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """The consumed offsets into the open transaction, within ``STALL_S``."""
         p = self.producer
-        self._call("commit_transaction", p.commit_transaction, in_doubt=True)
-        self.offsets_stall_s = OFFSETS_STALL_S
+        self._bounded(
+            "send_offsets_to_transaction",
+            lambda rem: p.send_offsets_to_transaction(offsets, group_metadata, rem),
+            STALL_S,
+        )
+
+    def commit_open(self) -> None:
+        """Commit the open transaction within ``COMMIT_STALL_S`` (in doubt if this fails)."""
+        p = self.producer
+        self._bounded("commit_transaction", p.commit_transaction, COMMIT_STALL_S, in_doubt=True)
+        self.stall_factor = 1.0
 
     @staticmethod
     def _local(what: str, fn: Callable[[], Any]) -> Any:
@@ -356,7 +376,7 @@ class KafkaEventLog:
     def abort(self) -> None:
         p = self.producer
         try:
-            self._call("abort_transaction", p.abort_transaction, in_doubt=True)
+            self._bounded("abort_transaction", p.abort_transaction, STALL_S, in_doubt=True)
         except TxnAbortable as exc:  # an abort that cannot abort: the producer is unusable
             raise ProducerReset(str(exc)) from exc
 

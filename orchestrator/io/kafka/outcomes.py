@@ -9,7 +9,9 @@ a :class:`BoundedCaller`, like every blocking call of the Kafka adapter
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -29,11 +31,23 @@ __all__ = ["KafkaOutcomeSink"]
 log = logging.getLogger("keel.kafka")
 
 
+#: How long a flush may go without one more record acknowledged before its producer is
+#: given up. After a broker died, librdkafka can hold the records queued for it until
+#: they time out (``message.timeout.ms``, 5 minutes), and the worker's batch, whose reports
+#: they are, with them (docs/operations.md, "Losing a broker"); a partition's new leader is
+#: found within ~2 s, so three seconds without progress is a stuck producer.
+FLUSH_STALL_S = 3.0
+#: A flush waits in slices this long, to see whether records are still being acknowledged.
+FLUSH_SLICE_S = 0.25
+
+
 class KafkaOutcomeSink:
     """An idempotent, non-transactional producer; ``flush`` is bounded and stoppable.
 
-    A flush stalled past its bound abandons the producer (a new one serves the next
-    records) and counts every record it held as unacknowledged, so the batch runs again.
+    A flush stalled past its bound, or that saw no record acknowledged for
+    ``FLUSH_STALL_S``, abandons the producer (a new one serves the next records) and counts
+    every record it held as unacknowledged, so the batch runs again: the orchestrator
+    decides a report once per message id, so one delivered twice is harmless.
     """
 
     def __init__(self, settings: Settings, *, stopping: Callable[[], bool]) -> None:
@@ -42,6 +56,7 @@ class KafkaOutcomeSink:
         self.caller = BoundedCaller("keel-outcomes", stopping)
         #: Seconds a flush may take past its own timeout before it is abandoned.
         self.call_grace_s = CALL_GRACE_S
+        self.flush_stall_s = FLUSH_STALL_S
         self.stalled_calls = 0
         self._producer: Producer | None = None
         self._abandoned: list[Producer] = []
@@ -100,13 +115,28 @@ class KafkaOutcomeSink:
             self._producer.poll(0)
 
     def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every record; the number still unacknowledged."""
         if self._producer is None:
             return 0
         p = self._producer
+        now = time.monotonic()
+        deadline, progress_at, left = now + timeout_s, now, -1
         try:
-            return int(
-                self.caller.call("flush", lambda: p.flush(timeout_s), timeout_s + self.call_grace_s)
-            )
+            while True:
+                wait = max(0.0, min(FLUSH_SLICE_S, deadline - now))
+                remaining = int(
+                    self.caller.call("flush", partial(p.flush, wait), wait + self.call_grace_s)
+                )
+                now = time.monotonic()
+                if remaining == 0 or now >= deadline:
+                    return remaining
+                if left < 0 or remaining < left:
+                    left, progress_at = remaining, now
+                elif now - progress_at >= self.flush_stall_s:
+                    raise CallStalled(
+                        f"flush: {remaining} record(s) unacknowledged and none acknowledged "
+                        f"for {now - progress_at:.1f}s; abandoned"
+                    )
         except CallStalled as exc:
             self.stalled_calls += 1
             log.warning("%s; a new producer takes over", exc)

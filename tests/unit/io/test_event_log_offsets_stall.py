@@ -1,10 +1,12 @@
-"""The orchestrator's transactional log when ``send_offsets_to_transaction`` hangs.
+"""The orchestrator's transactional log when a transactional call hangs after a broker loss.
 
-librdkafka can leave that call waiting for good on a group coordinator whose broker died
-(its issues #5456, #5511; docs/operations.md, "Losing a broker"). ``KafkaEventLog`` gives it
-``offsets_stall_s`` and then abandons it: the caller gets ``CallStalled`` (a
-``ProducerReset``: the producer is replaced, fencing the old one), the bound doubles for
-the next try and returns to its start after a commit. Stand-in producers, no broker.
+librdkafka can leave ``send_offsets_to_transaction`` waiting for good on a group
+coordinator whose broker died (its issues #5456, #5511) and hold ``abort_transaction``
+until the records queued for that broker time out (docs/operations.md, "Losing a
+broker"). ``KafkaEventLog`` gives each call a bound (``STALL_S``; ``COMMIT_STALL_S`` for
+a commit, which flushes first) and then abandons it: the caller gets ``CallStalled`` (a
+``ProducerReset``: the producer is replaced, fencing the old one), the bounds double for
+the next try and return to their start after a commit. Stand-in producers, no broker.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from orchestrator.io.kafka.adapter import OFFSETS_STALL_S, STALL_GRACE_S, KafkaEventLog
+from orchestrator.io.kafka import adapter
+from orchestrator.io.kafka.adapter import COMMIT_STALL_S, STALL_GRACE_S, STALL_S, KafkaEventLog
 from orchestrator.io.ports import CallStalled, ProducerReset
 from orchestrator.settings import Settings
 
@@ -36,24 +39,30 @@ class Intake:
 
 
 class Producer:
-    """Answers ``send_offsets_to_transaction`` as told: hang, time out, or succeed."""
+    """Answers each transactional call as told: hang, time out, or succeed."""
 
-    def __init__(self, *answers: str) -> None:
-        self.answers = list(answers)
-        self.timeouts: list[float] = []
+    def __init__(self, **answers: list[str]) -> None:
+        self.answers = answers
+        self.timeouts: dict[str, list[float]] = {}
         self.release = threading.Event()
-        self.commits = 0
 
-    def send_offsets_to_transaction(self, offsets: Any, meta: Any, timeout: float) -> None:
-        self.timeouts.append(timeout)
-        answer = self.answers.pop(0) if self.answers else "ok"
-        if answer == "hang":  # the librdkafka bug: the timeout is not honoured
+    def _answer(self, call: str, timeout: float) -> None:
+        self.timeouts.setdefault(call, []).append(timeout)
+        queue = self.answers.get(call) or ["ok"]
+        answer = queue.pop(0) if len(queue) > 1 or call not in self.answers else queue[0]
+        if answer == "hang":  # the librdkafka bugs: the timeout is not honoured
             self.release.wait(10)
         elif answer == "timeout":
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
 
+    def send_offsets_to_transaction(self, offsets: Any, meta: Any, timeout: float) -> None:
+        self._answer("send_offsets", timeout)
+
     def commit_transaction(self, timeout: float) -> None:
-        self.commits += 1
+        self._answer("commit", timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._answer("abort", timeout)
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -66,54 +75,61 @@ def _log(producer: Producer) -> KafkaEventLog:
     return log
 
 
-def test_a_hung_send_offsets_is_abandoned_past_its_bound_and_the_bound_doubles():
-    producer = Producer("hang")
+def test_the_bounds_are_half_a_second_and_three_for_a_commit():
+    assert (STALL_S, COMMIT_STALL_S, STALL_GRACE_S) == (0.5, 3.0, 0.5)
+    producer = Producer()
+    _log(producer).commit({0: 7})
+    assert producer.timeouts == {"send_offsets": [0.5], "commit": [3.0]}
+
+
+@pytest.mark.parametrize("call", ["send_offsets", "abort", "commit"])
+def test_a_hung_call_is_abandoned_past_its_bound_and_the_bounds_double(monkeypatch, call: str):
+    monkeypatch.setattr(adapter, "STALL_S", 0.05)
+    monkeypatch.setattr(adapter, "COMMIT_STALL_S", 0.05)
+    producer = Producer(**{call: ["hang"]})
     log = _log(producer)
-    log.offsets_stall_s = 0.05
     began = time.monotonic()
-    with pytest.raises(CallStalled, match="send_offsets_to_transaction did not return within"):
-        log.commit({0: 7})
+    with pytest.raises(CallStalled, match="did not return within"):
+        if call == "abort":
+            log.abort()
+        else:
+            log.commit({0: 7})
     took = time.monotonic() - began
     producer.release.set()
 
     assert isinstance(CallStalled("x"), ProducerReset)  # the orchestrator replaces the producer
-    assert producer.timeouts == [0.05]
+    assert producer.timeouts[call] == [0.05]
     assert 0.05 + STALL_GRACE_S <= took < 0.05 + STALL_GRACE_S + 1.0
-    assert producer.commits == 0
-    assert log.offsets_stall_s == 0.1
-    assert log.abandoned_calls == 1
+    assert log.stall_factor == 2 and log.abandoned_calls == 1
 
 
-def test_the_bound_starts_at_a_second_and_returns_there_after_a_commit():
+def test_a_commit_puts_the_bounds_back():
     producer = Producer()
     log = _log(producer)
-    assert log.offsets_stall_s == OFFSETS_STALL_S == 1.0
-    log.offsets_stall_s = 12.0  # after a few stalls
+    log.stall_factor = 4.0  # after two stalls
 
     log.commit({0: 7})
 
-    assert producer.timeouts == [12.0] and producer.commits == 1
-    assert log.offsets_stall_s == OFFSETS_STALL_S
+    assert producer.timeouts == {"send_offsets": [2.0], "commit": [12.0]}
+    assert log.stall_factor == 1.0
 
 
 def test_a_timeout_the_client_honours_is_retried_on_the_same_producer():
-    producer = Producer("timeout", "timeout")
+    producer = Producer(send_offsets=["timeout", "timeout", "ok"])
     log = _log(producer)
 
     log.commit({0: 7})
 
-    assert producer.timeouts == [1.0, 1.0, 1.0]
-    assert producer.commits == 1 and log.abandoned_calls == 0
+    assert producer.timeouts == {"send_offsets": [0.5, 0.5, 0.5], "commit": [3.0]}
+    assert log.abandoned_calls == 0
 
 
 def test_the_doubled_bound_stops_at_the_grace_of_every_call(monkeypatch):
-    from orchestrator.io.kafka import adapter
-
     monkeypatch.setattr(adapter, "CALL_GRACE_S", 0.06)
-    producer = Producer("hang")
+    producer = Producer(send_offsets=["hang"])
     log = _log(producer)
-    log.offsets_stall_s = 0.05
+    log.stall_factor = 8.0
     with pytest.raises(CallStalled):
         log.commit({0: 1})
     producer.release.set()
-    assert log.offsets_stall_s == 0.06
+    assert producer.timeouts["send_offsets"] == [0.06]

@@ -144,3 +144,46 @@ def test_a_stop_request_ends_a_flush():
     with pytest.raises(Stopping, match="stopped while waiting for flush"):
         sink.flush(60)
     stuck.release.set()
+
+
+class SlowProducer:
+    """Acknowledges its records as ``left`` says, one flush slice at a time."""
+
+    def __init__(self, left: list[int]) -> None:
+        self.left = left
+        self.waits: list[float] = []
+
+    def flush(self, timeout: float) -> int:
+        self.waits.append(timeout)
+        return self.left.pop(0) if len(self.left) > 1 else self.left[0]
+
+    def __len__(self) -> int:
+        return self.left[0]
+
+
+def test_a_flush_that_acknowledges_nothing_for_its_stall_bound_abandons_the_producer():
+    sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    sink.flush_stall_s = 0.0  # the first slice without progress after one with
+    stuck = SlowProducer([5, 5])
+    sink._producer = stuck  # type: ignore[assignment]
+    assert sink.flush(60) == 5
+    assert sink.stalled_calls == 1 and sink._abandoned == [stuck] and sink._producer is None
+    assert len(stuck.waits) == 2 and max(stuck.waits) <= 0.25
+
+
+def test_a_flush_that_keeps_acknowledging_waits_for_every_record():
+    sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    sink.flush_stall_s = 0.0
+    draining = SlowProducer([9, 6, 2, 0])
+    sink._producer = draining  # type: ignore[assignment]
+    assert sink.flush(60) == 0
+    assert sink.stalled_calls == 0 and sink._producer is draining
+    assert len(draining.waits) == 4
+
+
+def test_a_flush_past_its_timeout_returns_what_is_left_and_keeps_the_producer():
+    sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    slow = SlowProducer([4, 3])
+    sink._producer = slow  # type: ignore[assignment]
+    assert sink.flush(0.0) == 4
+    assert sink.stalled_calls == 0 and sink._producer is slow
