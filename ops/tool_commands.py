@@ -22,7 +22,6 @@ import typer
 from orchestrator.cli.output import LazyConsole, new_console, new_table, styled
 from orchestrator.cli.services import DEFAULT_APP, AppOption
 from orchestrator.runtime.exit_codes import ExitCode
-from orchestrator.settings import private_dir
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -341,6 +340,8 @@ def dev_actor(home: Path) -> tuple[Path, str]:
     (only the token's sha256 is in the actors file; the token file is 0600)."""
     import hashlib
     import secrets
+
+    from orchestrator.settings import private_dir  # the command table loads no settings
 
     folder = private_dir(home / "dev")
     actors, token_file = folder / "actors.json", folder / f"{DEV_ACTOR}.token"
