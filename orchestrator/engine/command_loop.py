@@ -72,7 +72,6 @@ from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
 from orchestrator.records.envelopes import (
     check_record_size,
-    now_ms,
     runtime_envelope,
     stamped,
 )
@@ -213,7 +212,7 @@ class CommandLoop:
             reports = ctx.local.run(runs)
             spent += (time.perf_counter() - began) * 1000
             ctx.stats.local_activities += len(runs)
-            decided_at = max(now, now_ms())
+            decided_at = max(now, ctx.clock.now_ms())
             for r, report in zip(runs, reports, strict=True):
                 if report is None:  # overran: its start-to-close timer fails it
                     ctx.stats.local_overruns += 1

@@ -46,8 +46,8 @@ from orchestrator.engine.runtime_context import RuntimeContext, Topics
 from orchestrator.engine.timers import TimerHeap
 from orchestrator.io.handoff.committed_channel import CommittedSink, channel
 from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import follow_up as _follow_up
-from orchestrator.records.envelopes import now_ms
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import Settings
@@ -91,8 +91,11 @@ class Orchestrator:
         local_activities: bool = True,
         local_bound_ms: int = LOCAL_BOUND_MS,
         committed: CommittedSink | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        #: Timer due checks, decision times, checkpoints and retry intervals read it.
+        self.clock = clock
         self.app = app
         self.decider = decider_for(settings, app)
         self.codec = default_codec()
@@ -115,7 +118,7 @@ class Orchestrator:
         self._resets: deque[float] = deque()
         self._pending_recovery: set[int] = set()
         self._retry_recovery_at = 0.0
-        self._last_poll = time.monotonic()
+        self._last_poll = clock.monotonic()
         self.state = "starting"
         #: Redrives parked commands this process can decide (orchestrator/engine/parked_redrive.py).
         self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
@@ -133,6 +136,7 @@ class Orchestrator:
             timers=TimerHeap(),
             budget=RetryBudget(settings.retry_budget_per_s, settings.retry_budget_burst),
             stopping=self._stopping,
+            clock=clock,
             finished_capacity=finished_capacity,
             seeded_bug=settings.test_seeded_bug,
         )
@@ -268,16 +272,16 @@ class Orchestrator:
     def step(self) -> None:
         """One poll, and one transaction if there is work."""
         ctx = self.ctx
-        if self._pending_recovery and time.monotonic() >= self._retry_recovery_at:
+        if self._pending_recovery and self.clock.monotonic() >= self._retry_recovery_at:
             self._recover_pending()
-        wait_ms = ctx.timers.next_due_in_ms(now_ms())
+        wait_ms = ctx.timers.next_due_in_ms(self.clock.now_ms())
         timeout = 0.1 if wait_ms is None else min(0.1, wait_ms / 1000)
         deferring = self._deferring
         if deferring:
             timeout = 0.0  # folds are waiting: poll, and fold between the batches
         records = ctx.intake.poll(self.batch_size, timeout)
-        self._last_poll = time.monotonic()
-        now = now_ms()
+        self._last_poll = self.clock.monotonic()
+        now = self.clock.now_ms()
         due = ctx.timers.pop_due(now) if ctx.partitions else []
         records = [r for r in records if r.partition in ctx.partitions]
         if (records or due) and self.loop.transact(records, due, now):
@@ -313,7 +317,7 @@ class Orchestrator:
         ctx = self.ctx
         ctx.stats.producer_resets += 1
         ctx.stats.last_broker_error = str(exc)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._resets.append(now)
         while self._resets and now - self._resets[0] > self.reset_window_s:
             self._resets.popleft()
@@ -359,20 +363,20 @@ class Orchestrator:
             raise
         except Exception as exc:  # the broker or the log unreadable for now
             log.error("rewinding and rebuilding partitions %s failed, will retry: %s", owned, exc)
-            self._retry_recovery_at = time.monotonic() + 2.0
+            self._retry_recovery_at = self.clock.monotonic() + 2.0
             return
         self._pending_recovery.clear()
 
     # ------------------------------------------------------------------ rebalancing
     def _register(self, owned: list[int]) -> None:
         ctx = self.ctx
-        began = time.monotonic()
+        began = self.clock.monotonic()
         recovered = self.recover(owned)
         for p, ps in recovered.items():
             ctx.partitions[p] = ps
             for wf, timer_id, fire_at in ps.timers():
                 ctx.timers.arm(p, wf, timer_id, fire_at)
-        took = time.monotonic() - began
+        took = self.clock.monotonic() - began
         ctx.stats.recovery_s += took
         self._rescale_budget()
         log.info(
@@ -393,7 +397,7 @@ class Orchestrator:
         except Exception as exc:  # keep the assignment; rebuild again from the loop
             log.error("rebuilding partitions %s failed, will retry: %s", owned, exc)
             self._pending_recovery.update(owned)
-            self._retry_recovery_at = time.monotonic() + 2.0
+            self._retry_recovery_at = self.clock.monotonic() + 2.0
         self.state = "running"
         if self.parked is not None:
             self.parked.redrive_soon(owned)
@@ -440,7 +444,7 @@ class Orchestrator:
             "last_commit_age_s": (
                 round(time.time() - s.last_commit_at, 3) if s.last_commit_at else None
             ),
-            "last_poll_age_s": round(time.monotonic() - self._last_poll, 3),
+            "last_poll_age_s": round(self.clock.monotonic() - self._last_poll, 3),
             "live_workflows": sum(ps.live_count() for ps in ctx.partitions.values()),
             "finished_workflows": sum(
                 len(ps.finished) + ps.deferred_finished for ps in ctx.partitions.values()

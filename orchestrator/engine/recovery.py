@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ from orchestrator.engine.snapshot_records import (
 )
 from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
 from orchestrator.records import fast_json
-from orchestrator.records.envelopes import check_record_size, now_ms, snapshot_envelope
+from orchestrator.records.envelopes import check_record_size, snapshot_envelope
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -84,7 +83,7 @@ class Recovery:
 
     def __init__(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
-        self.last_checkpoint = time.monotonic()
+        self.last_checkpoint = ctx.clock.monotonic()
         #: Per partition, the log offset a checkpoint marker may not pass (stand-ins).
         self.held: dict[int, int] = {}
 
@@ -383,7 +382,7 @@ class Recovery:
 
     # ------------------------------------------------------------------ checkpoints
     def due(self, interval_s: float, max_events: int) -> bool:
-        return time.monotonic() - self.last_checkpoint >= interval_s or any(
+        return self.ctx.clock.monotonic() - self.last_checkpoint >= interval_s or any(
             ps.events_since_checkpoint >= max_events for ps in self.ctx.partitions.values()
         )
 
@@ -398,11 +397,11 @@ class Recovery:
         from orchestrator.io.ports import TxnAbortable
 
         ctx = self.ctx
-        self.last_checkpoint = time.monotonic()
+        self.last_checkpoint = ctx.clock.monotonic()
         touched = {p: ps for p, ps in ctx.partitions.items() if ps.dirty or ps.dirty_quarantine}
         if not touched:
             return False
-        now = now_ms()
+        now = ctx.clock.now_ms()
         ctx.log.flush()  # every delivery report in: events_end is exact
         ctx.log.begin()
         try:

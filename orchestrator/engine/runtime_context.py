@@ -14,6 +14,7 @@ from orchestrator.codec import Codec
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.owned import OrchestratorStats, PartitionState
 from orchestrator.io.ports import CommandIntake, EventLog, TimerIndex
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["RuntimeContext", "Topics"]
 
@@ -43,6 +44,8 @@ class RuntimeContext:
     timers: TimerIndex
     budget: RetryBudget
     stopping: Callable[[], bool]
+    #: Where decisions, timer due checks and checkpoints read the time (a ManualClock in tests).
+    clock: Clock = SYSTEM_CLOCK
     finished_capacity: int = 1000
     #: Runs ``local=True`` steps in-process (``local_activities.LocalActivities``); None:
     #: every step goes to the workers.
