@@ -29,7 +29,6 @@ import asyncio
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from redis.retry import Retry
 # the task is abandoned (and redelivered).
 from orchestrator.io.ports import Stopping
 from orchestrator.io.redis.keyspace import Keyspace
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("keel.worker.effects")
 
@@ -204,9 +204,16 @@ class RedisGate:
     """
 
     def __init__(
-        self, stop: threading.Event, *, initial_s: float = 0.05, max_s: float = 2.0
+        self,
+        stop: threading.Event,
+        *,
+        initial_s: float = 0.05,
+        max_s: float = 2.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.stop = stop
+        #: Paces the backoff and times the outage (a test's manual clock skips the waits).
+        self.clock = clock
         self.initial_s = initial_s
         self.max_s = max_s
         self.down_since: float | None = None
@@ -232,13 +239,13 @@ class RedisGate:
             return result
 
     async def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.stop.is_set() and (left := end - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, 0.1))
+        end = self.clock.monotonic() + seconds
+        while not self.stop.is_set() and (left := end - self.clock.monotonic()) > 0:
+            await self.clock.sleep_async(min(left, 0.1))
 
     def _went_down(self, what: str, exc: BaseException) -> None:
         if self.down_since is None:
-            self.down_since = time.monotonic()
+            self.down_since = self.clock.monotonic()
             self.outages += 1
             log.warning(
                 "Redis unreachable (%s: %s): effect claims paused, retrying with backoff "
@@ -252,6 +259,6 @@ class RedisGate:
         if self.down_since is not None:
             log.warning(
                 "Redis reachable again after %.1fs: effect claims resumed",
-                time.monotonic() - self.down_since,
+                self.clock.monotonic() - self.down_since,
             )
             self.down_since = None

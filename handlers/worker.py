@@ -76,7 +76,8 @@ from orchestrator.io.ports import (
     Stopping,
     TaskIntake,
 )
-from orchestrator.records.envelopes import now_ms, report_envelope
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
+from orchestrator.records.envelopes import report_envelope
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.settings import SeededBug, Settings
@@ -126,9 +127,12 @@ class Worker:
         max_resets: int = 10,
         reset_window_s: float = 300.0,
         hard_exit_on_stall: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.app = app
+        #: Reports' recorded times, heartbeat spacing, Redis backoff and the reset window.
+        self.clock = clock
         # LLM steps build their provider and call store from this worker's environment
         use_environment()
         self.codec = default_codec()
@@ -149,7 +153,7 @@ class Worker:
             else EffectStore.from_url(settings.redis, settings.topic_prefix)
         )
         self._stop = threading.Event()
-        self.redis_gate = RedisGate(self._stop)
+        self.redis_gate = RedisGate(self._stop, clock=clock)
         # per-type limits (docs/limits.md): a type without any never asks Redis
         self.limits = TypeLimiter.from_url(settings.redis, settings.topic_prefix, self.redis_gate)
         self._loop = asyncio.new_event_loop()
@@ -286,7 +290,7 @@ class Worker:
     def _recreate_consumer(self, exc: Exception) -> None:
         """A fatal consumer error or a stalled call: join the group again with a new one."""
         self.consumer_resets += 1
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._resets.append(now)
         while self._resets and now - self._resets[0] > self.reset_window_s:
             self._resets.popleft()
@@ -414,7 +418,7 @@ class Worker:
             "redis": {
                 "down": gate.is_down,
                 "down_for_s": (
-                    round(time.monotonic() - gate.down_since, 3)
+                    round(self.clock.monotonic() - gate.down_since, 3)
                     if gate.down_since is not None
                     else None
                 ),
@@ -466,7 +470,7 @@ class Worker:
             return
         t: ActivityTask = task.payload
         incoming = rec.header("traceparent") or task.traceparent
-        began = time.monotonic()
+        began = self.clock.monotonic()
         if tracing.enabled():
             with self._tracer.start_as_current_span(
                 f"keel.activity {t.activity_type}",
@@ -485,7 +489,7 @@ class Worker:
         else:
             payload = await self._outcome(rec, task)
             traceparent = incoming
-        worker_metrics().task_done(t.activity_type, payload, time.monotonic() - began)
+        worker_metrics().task_done(t.activity_type, payload, self.clock.monotonic() - began)
         mid = f"{task.message_id}/report/{t.attempt}"
         problem = self._report(rec, task, payload, mid, traceparent)
         if problem is not None:
@@ -529,6 +533,7 @@ class Worker:
             idempotency_key=t.idempotency_key,
             heartbeat_ms=t.heartbeat_ms,
             _send=self.threads.on_loop(send_heartbeat),
+            _monotonic=self.clock.monotonic,
         )
         # over a per-type limit: reported throttled, never waited for inside the batch
         admission = await self.limits.admit(self.app, t)
@@ -588,7 +593,7 @@ class Worker:
         traceparent: str | None,
     ) -> str | None:
         """Send one report for ``rec``'s task; the problem when it cannot be produced."""
-        report = report_envelope(task, message_id, payload, now_ms(), traceparent)
+        report = report_envelope(task, message_id, payload, self.clock.now_ms(), traceparent)
         headers = [("traceparent", traceparent.encode())] if traceparent else []
         key = task.workflow_id.encode()
         value = self.codec.encode(report)

@@ -26,10 +26,12 @@ class ActivityContext:
     heartbeat_ms: int
     _send: Callable[[str], None] = field(repr=False)
     _last_beat: float = field(default=0.0, repr=False)
+    #: The process's clock (``Clock.monotonic``): a test's manual clock spaces heartbeats too.
+    _monotonic: Callable[[], float] = field(default=time.monotonic, repr=False)
 
     def heartbeat(self, details: Any = None, force: bool = False) -> None:
         """Report progress; sent at most every third of the heartbeat timeout."""
-        now = time.monotonic()
+        now = self._monotonic()
         spacing = self.heartbeat_ms / 3000 if self.heartbeat_ms else 1.0
         if force or now - self._last_beat >= spacing:
             self._last_beat = now

@@ -11,6 +11,7 @@ import redis
 
 from handlers.effects import RedisGate
 from orchestrator.io.ports import Stopping
+from orchestrator.records.clock import ManualClock
 
 
 class Flaky:
@@ -63,6 +64,28 @@ def test_backoff_grows_and_is_bounded(monkeypatch):
     gate = RedisGate(threading.Event(), initial_s=0.05, max_s=2.0)
     asyncio.run(gate.call("claim", Flaky(9, redis.ConnectionError("refused"))))
     assert slept == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]
+
+
+def test_the_backoff_waits_on_the_injected_clock_which_a_test_skips(caplog):
+    """0.5 + 1 + 2 + 2 s of backoff, skipped by advancing a manual clock: no sleeping."""
+    clock = ManualClock()
+    gate = RedisGate(threading.Event(), initial_s=0.5, max_s=2.0, clock=clock)
+
+    async def skip_time() -> str:
+        call = asyncio.create_task(gate.call("claim", Flaky(4, redis.ConnectionError("refused"))))
+        while not call.done():
+            wake = clock.next_wake_s()
+            if wake is None:  # the call runs on a thread: let it come back
+                await asyncio.sleep(0.001)
+            else:
+                clock.advance(wake)
+                await asyncio.sleep(0)
+        return await call
+
+    with caplog.at_level(logging.WARNING, logger="keel.worker.effects"):
+        assert asyncio.run(asyncio.wait_for(skip_time(), 10)) == "ok"
+    assert clock.monotonic() == pytest.approx(5.5)
+    assert caplog.records[-1].getMessage().startswith("Redis reachable again after 5.5s")
 
 
 def test_a_stop_ends_the_wait():
