@@ -35,7 +35,7 @@ from redis.exceptions import RedisError
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.records.envelopes import now_ms
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.settings import Settings
 
 __all__ = ["MAX_REDIS_CONNECTIONS", "AckingProducer", "Claim", "ClaimState", "Dedupe"]
@@ -162,8 +162,17 @@ return 0
 class Dedupe:
     """Per-event markers in Redis; every RedisError becomes UnavailableError."""
 
-    def __init__(self, redis: Redis, keyspace: Keyspace, lock_s: float, wait_s: float) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keyspace: Keyspace,
+        lock_s: float,
+        wait_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.redis = redis
+        #: When a marker says its event was done.
+        self.clock = clock
         self.keyspace = keyspace
         self.lock_ms = int(lock_s * 1000)
         self.wait_s = wait_s
@@ -172,7 +181,14 @@ class Dedupe:
         self._slots = asyncio.Semaphore(MAX_REDIS_CONNECTIONS)
 
     @classmethod
-    def connect(cls, url: str, keyspace: Keyspace, lock_s: float, wait_s: float) -> Dedupe:
+    def connect(
+        cls,
+        url: str,
+        keyspace: Keyspace,
+        lock_s: float,
+        wait_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> Dedupe:
         """Markers in the Redis at ``url``, over a pool of its own with bounded waits."""
         return cls(
             Redis.from_url(
@@ -184,6 +200,7 @@ class Dedupe:
             keyspace,
             lock_s,
             wait_s,
+            clock,
         )
 
     @contextlib.asynccontextmanager
@@ -246,7 +263,7 @@ class Dedupe:
             "state": "done",
             "workflow_id": workflow_id,
             "message_id": message_id,
-            "at": now_ms(),
+            "at": self.clock.now_ms(),
         }
         key = self.keyspace.dedupe(source, event_id)
         try:

@@ -58,7 +58,8 @@ from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import reachable
-from orchestrator.records.envelopes import command_envelope, now_ms
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
+from orchestrator.records.envelopes import command_envelope
 from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import exposition
@@ -108,9 +109,12 @@ class Connector:
         ack_timeout_s: float = 10.0,
         pause_after_ack_s: float = 0.0,
         environ: Mapping[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.app = app
+        #: Commands' recorded times, signature tolerances, dedupe markers, UI sessions.
+        self.clock = clock
         self.sources = load_sources(app, os.environ if environ is None else environ)
         self.ack_timeout_s = ack_timeout_s
         self.pause_after_ack_s = pause_after_ack_s
@@ -129,6 +133,7 @@ class Connector:
             self.keyspace,
             lock_s=self.ack_timeout_s + 5,
             wait_s=self.ack_timeout_s,
+            clock=self.clock,
         )
 
     async def close(self) -> None:
@@ -160,7 +165,9 @@ class Connector:
             return body
         source = loaded.source
         try:
-            verified = verify_delivery(source, loaded.secrets, request.headers, body)
+            verified = verify_delivery(
+                source, loaded.secrets, request.headers, body, self.clock.now_ms() / 1000
+            )
         except SignatureError as exc:
             log.info("webhook %s refused: %s", name, exc)
             return error_answer(401, str(exc))
@@ -254,7 +261,7 @@ class Connector:
                 mid,
                 workflow_id,
                 payload,
-                now_ms(),
+                self.clock.now_ms(),
                 correlation_id=workflow_id,
                 traceparent=traceparent,
             )
@@ -306,7 +313,12 @@ def create_app(connector: Connector) -> web.Application:
     web_app.router.add_post("/webhooks/{source}", connector.webhook)
     connector.tasks.api.add_routes(web_app)
     mount_ui(
-        web_app, connector.settings, connector.app, connector.tasks.api, connector.tasks.desk_client
+        web_app,
+        connector.settings,
+        connector.app,
+        connector.tasks.api,
+        connector.tasks.desk_client,
+        connector.clock,
     )
 
     async def lifecycle(_app: web.Application) -> Any:

@@ -39,7 +39,7 @@ from orchestrator.client.migration_requests import MigrationPlan, plan
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import Resolution
-from orchestrator.records.envelopes import now_ms
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.redaction import clip
 from orchestrator.settings import Settings
 
@@ -100,13 +100,20 @@ class OperatorUi:
     """The UI of one connector process, on its settings, application, task API and client."""
 
     def __init__(
-        self, settings: Settings, app: KeelApp, tasks: TaskApi, client: KeelClient
+        self,
+        settings: Settings,
+        app: KeelApp,
+        tasks: TaskApi,
+        client: KeelClient,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.app = app
         self.tasks = tasks
         self.client = client
-        self.sessions = SessionStore()
+        #: Session expiry and the "so far" of a timeline or a task's SLA.
+        self.clock = clock
+        self.sessions = SessionStore(clock=clock)
         self.decisions = TaskDecisions(tasks)
         #: A migration's dry run of one run (workflow id, target version, actor).
         self.plan_migration: Callable[[str, int, str], MigrationPlan] = self._plan_migration
@@ -294,7 +301,7 @@ class OperatorUi:
             request,
             session,
             view=view,
-            entries=timeline(view.history, view.llm, now_ms()),
+            entries=timeline(view.history, view.llm, self.clock.now_ms()),
             input=started["data"].get("input") if started else None,
             running=view.status not in TERMINAL_STATUSES,
             attention=next(
@@ -398,7 +405,7 @@ class OperatorUi:
     @page
     async def inbox(self, request: web.Request, session: Session) -> web.StreamResponse:
         tasks = await self._run(self.decisions.inbox, session.actor)
-        return self.render("tasks.html", request, session, tasks=tasks, now=now_ms())
+        return self.render("tasks.html", request, session, tasks=tasks, now=self.clock.now_ms())
 
     @page
     async def task(self, request: web.Request, session: Session) -> web.StreamResponse:
@@ -406,7 +413,7 @@ class OperatorUi:
         if found is None:
             return self.refusal(request, 404, "no human task has this id")
         may = self.decisions.may_decide(found, session.actor)
-        now = now_ms()
+        now = self.clock.now_ms()
         entries = timeline(found["history"], {}, now)
         return self.render(
             "task.html", request, session, task=found, may=may, now=now, entries=entries
@@ -491,9 +498,14 @@ async def _security_headers(
 
 
 def mount(
-    web_app: web.Application, settings: Settings, app: KeelApp, tasks: TaskApi, client: KeelClient
+    web_app: web.Application,
+    settings: Settings,
+    app: KeelApp,
+    tasks: TaskApi,
+    client: KeelClient,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> OperatorUi:
     """Serve the UI under ``/ui`` of the connector's application."""
-    ui = OperatorUi(settings, app, tasks, client)
+    ui = OperatorUi(settings, app, tasks, client, clock)
     web_app.add_subapp(ROOT, ui.application())
     return ui

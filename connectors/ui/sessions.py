@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from connectors.auth import Actor
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["COOKIE", "PRE_COOKIE", "FlashLevel", "Session", "SessionStore", "same_token"]
 
@@ -72,8 +72,10 @@ class SessionStore:
     """Sessions by the sha256 of their id, each with its expiry, at most
     ``MAX_SESSIONS_PER_ACTOR`` per actor."""
 
-    def __init__(self, ttl_s: float = SESSION_TTL_S) -> None:
+    def __init__(self, ttl_s: float = SESSION_TTL_S, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ttl_s = ttl_s
+        #: Decides expiry: a test's manual clock ends a session without waiting for it.
+        self.clock = clock
         self._sessions: dict[str, Session] = {}
         #: Each actor's session keys, oldest first (a dict as an ordered set).
         self._by_actor: dict[str, dict[str, None]] = {}
@@ -86,7 +88,7 @@ class SessionStore:
         for oldest in mine[: max(0, len(mine) - MAX_SESSIONS_PER_ACTOR + 1)]:
             self._drop(oldest)
         session_id = secrets.token_urlsafe(32)
-        session = Session(actor, secrets.token_urlsafe(32), time.time() + self.ttl_s)
+        session = Session(actor, secrets.token_urlsafe(32), self._now() + self.ttl_s)
         key = _key(session_id)
         self._sessions[key] = session
         self._by_actor.setdefault(actor.name, {})[key] = None
@@ -100,7 +102,7 @@ class SessionStore:
         session = self._sessions.get(key)
         if session is None:
             return None
-        if session.expires_at <= time.time():
+        if session.expires_at <= self._now():
             self._drop(key)
             return None
         return session
@@ -118,7 +120,10 @@ class SessionStore:
         if not mine:
             self._by_actor.pop(session.actor.name, None)
 
+    def _now(self) -> float:
+        return self.clock.now_ms() / 1000
+
     def _purge(self) -> None:
-        now = time.time()
+        now = self._now()
         for key in [k for k, s in self._sessions.items() if s.expires_at <= now]:
             self._drop(key)

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from connectors.auth import Actor, Actors, hash_token
 from connectors.ui.routes import OperatorUi
 from connectors.ui.sessions import SessionStore, same_token
+from orchestrator.records.clock import ManualClock
 
 TOKEN = "alice-bearer-token-0123456789"
 ALICE = Actor("alice", ("finance-approver",), hash_token(TOKEN))
@@ -115,11 +116,14 @@ def test_a_sign_in_goes_on_only_to_a_page_of_the_ui() -> None:
 
 
 def test_sessions_expire_and_tokens_compare_whole() -> None:
-    store = SessionStore(ttl_s=0.05)
+    clock = ManualClock()
+    store = SessionStore(ttl_s=8 * 3600, clock=clock)
     session_id, session = store.create(ALICE)
     assert store.get(session_id) is session
     assert store.get(session_id + "x") is None and store.get("") is None
-    time.sleep(0.06)
+    clock.advance(8 * 3600 - 1)  # a working day skipped, not slept
+    assert store.get(session_id) is session
+    clock.advance(1)
     assert store.get(session_id) is None
     assert same_token(session.csrf, session.csrf)
     assert not same_token(session.csrf[:-1], session.csrf)
