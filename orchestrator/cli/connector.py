@@ -25,6 +25,7 @@ def connector(
 
     from connectors.service import Connector, serve
     from orchestrator.domain.model.errors import KeelError
+    from orchestrator.records.clock import SystemClock
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
@@ -39,6 +40,7 @@ def connector(
         app_from(app),
         ack_timeout_s=ack_timeout,
         pause_after_ack_s=settings.connector_test_pause_after_ack_s,  # a fault test's hook
+        clock=SystemClock(),  # the one clock of this process (docs/architecture.md, "Time")
     )
     try:
         asyncio.run(serve(service, host, port))

@@ -19,6 +19,7 @@ from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
+    from orchestrator.records.clock import Clock
     from orchestrator.settings import Settings
     from orchestrator.telemetry.prometheus import KafkaGauges
 
@@ -48,12 +49,14 @@ def app_from(spec: str) -> KeelApp:
     return load_app(spec)
 
 
-def service_app(spec: str) -> KeelApp:
+def service_app(spec: str, clock: Clock | None = None) -> KeelApp:
     """The application named by ``--app`` with the built-in ``keel.schedule`` and its
-    tick activity (docs/schedules.md): every service and every run reader knows it."""
+    tick activity (docs/schedules.md): every service and every run reader knows it.
+    Its ticks read ``clock`` (the system clock unless a service passes its own)."""
     from orchestrator.client.schedule_ticks import install_schedules
+    from orchestrator.records.clock import SYSTEM_CLOCK
 
-    return install_schedules(app_from(spec))
+    return install_schedules(app_from(spec), clock=clock or SYSTEM_CLOCK)
 
 
 def kafka_gauges(settings: Settings) -> KafkaGauges:
@@ -132,6 +135,7 @@ def orchestrator(
     from handlers.llm.environment import use_environment
     from orchestrator.application.saga_declarations import sagas_of
     from orchestrator.engine.orchestrator import Orchestrator
+    from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
@@ -145,7 +149,8 @@ def orchestrator(
     settings = load_settings()
     use_environment()  # for local LLM steps
     configure_gc(settings)
-    application = service_app(app)
+    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
+    application = service_app(app, clock)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     metrics_dir = None
@@ -160,7 +165,11 @@ def orchestrator(
             metrics_dir = use_multiprocess_dir(settings.home, "orchestrator")
     serve_metrics_of(settings, metrics_port, gauges=True)
     orch = Orchestrator(
-        settings, application, checkpoint_interval_s=checkpoint_interval, committed=publisher
+        settings,
+        application,
+        checkpoint_interval_s=checkpoint_interval,
+        committed=publisher,
+        clock=clock,
     )
     stoppables: list = [orch]
     child = None
@@ -178,7 +187,7 @@ def orchestrator(
         from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
-        feed = Projector(settings, application, committed=orch.committed)
+        feed = Projector(settings, application, committed=orch.committed, clock=clock)
         stoppables.append(Supervisor("projector", feed).start())
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
         from orchestrator.sagas.manager import SagaManager
@@ -201,6 +210,7 @@ def orchestrator(
 def worker(app: AppOption = DEFAULT_APP, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
+    from orchestrator.records.clock import SystemClock
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
@@ -212,7 +222,8 @@ def worker(app: AppOption = DEFAULT_APP, metrics_port: MetricsPortOption = None)
     configure_metrics("keel-worker")
     settings = load_settings()
     configure_gc(settings)
-    w = Worker(settings, service_app(app))
+    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
+    w = Worker(settings, service_app(app, clock), clock=clock)
     _stop_on_signals(w)
     serve_metrics_of(settings, metrics_port)
     w.run()
@@ -228,6 +239,7 @@ def projector(
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
     from orchestrator.projector.projector import Projector
+    from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
@@ -243,7 +255,8 @@ def projector(
         committed = CommittedEvents()
     settings = load_settings()
     configure_gc(settings)
-    projector = Projector(settings, service_app(app), committed=committed)
+    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
+    projector = Projector(settings, service_app(app, clock), committed=committed, clock=clock)
     if feed_fd is None:  # a child's counts are served by its orchestrator (docs/metrics.md)
         serve_metrics_of(settings, metrics_port)
     supervised = Supervisor("projector", projector).start()

@@ -9,7 +9,6 @@ checks exist so the operator gets a clear answer at once.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -50,7 +49,8 @@ from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
-from orchestrator.records.envelopes import command_envelope, now_ms
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
+from orchestrator.records.envelopes import command_envelope
 from orchestrator.redaction import clip
 from orchestrator.settings import Settings, redact
 from orchestrator.telemetry import tracing
@@ -90,9 +90,11 @@ def _renamed(value: Any, old_value: Any, method: str, old: str, new: str) -> Any
 
 
 class KeelClient:
-    def __init__(self, settings: Settings, app: KeelApp) -> None:
+    def __init__(self, settings: Settings, app: KeelApp, clock: Clock = SYSTEM_CLOCK) -> None:
         self.settings = settings
         self.app = app
+        #: Commands' recorded times and the deadlines of every wait for an answer.
+        self.clock = clock
         self.codec = default_codec()
         self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
         self._producer: ClientProducer | None = None
@@ -178,7 +180,7 @@ class KeelClient:
                 mid,
                 workflow_id,
                 payload,
-                now_ms(),
+                self.clock.now_ms(),
                 correlation_id=workflow_id,
                 traceparent=traceparent,
             )
@@ -271,7 +273,9 @@ class KeelClient:
         # The row is read first (once the subscription is active, so a row created after
         # that read is announced), then on each announcement or every 50 ms.
         look = RowLook(self.projection, self.watch, wf, None, WATCHED_POLL_S)
-        mid, row = send_and_await(send, lambda _: look.answer(), look.pause, confirm_timeout_s)
+        mid, row = send_and_await(
+            send, lambda _: look.answer(), look.pause, confirm_timeout_s, self.clock.monotonic
+        )
         if row is None:
             raise UnavailableError(
                 f"start of '{wf}' was sent (command {mid}) but the read model did not show "
@@ -300,8 +304,9 @@ class KeelClient:
         (docs/workflows.md, "Reusing a workflow id")."""
         recorded = await_answer(
             lambda: read_recorded_start(self.projection, workflow_id),
-            lambda left: time.sleep(min(left, WATCHED_POLL_S)),
+            lambda left: self.clock.sleep(min(left, WATCHED_POLL_S)),
             self.settings.admin_timeout_s,
+            self.clock.monotonic,
         )
         if recorded is None:  # the row went (a rebuild clears it): say so
             raise UnavailableError(
@@ -533,7 +538,7 @@ class KeelClient:
         seen = last[1] if last is not None else None
         look = RowLook(self.projection, watch, workflow_id, stops, poll_s, seen)
         try:
-            row = await_answer(look.answer, look.pause, timeout_s)
+            row = await_answer(look.answer, look.pause, timeout_s, self.clock.monotonic)
         finally:
             watch.end()
         if row is None:

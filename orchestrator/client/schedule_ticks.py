@@ -1,7 +1,7 @@
 """The tick activity of ``keel.schedule``, run by a worker (docs/schedules.md).
 
-Each tick reads the worker's clock, asks the read model whether the previous run has
-ended, and starts each due tick's run through :meth:`KeelClient.start` with the id
+Each tick reads the clock it is given (the worker's), asks the read model whether the
+previous run has ended, and starts each due tick's run through :meth:`KeelClient.start` with the id
 ``<name>:<tick>``: the orchestrator records one ``WorkflowStarted`` per id, so a tick
 run again (a crash before its result was recorded, a retry) joins the run it started
 and never starts a second one. :func:`install_schedules` gives an application the
@@ -11,7 +11,6 @@ built-in definition and this handler (the ``keel`` services call it for every ap
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from orchestrator.domain.model.errors import (
     WorkflowIdConflictError,
 )
 from orchestrator.domain.model.vocabulary import WorkflowStatus
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.schedules.definition import TICK_ACTIVITY, install_definition
 from orchestrator.schedules.planning import TickInput, TickOutcome, TickResult, run_tick
 
@@ -35,8 +35,15 @@ START_CONFIRM_S = 20.0
 class Ticker:
     """Runs ticks with one client per process (built on first use), one tick at a time."""
 
-    def __init__(self, app: KeelApp, client_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        app: KeelApp,
+        client_factory: Callable[[], Any] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.app = app
+        #: The tick's ``now``: which fire times are due, missed or buffered.
+        self.clock = clock
         self._factory = client_factory
         self._client: Any = None
         self._lock = threading.Lock()
@@ -47,14 +54,14 @@ class Ticker:
                 from orchestrator.client.client import KeelClient
                 from orchestrator.settings import load_settings
 
-                self._client = KeelClient(load_settings(), self.app)
+                self._client = KeelClient(load_settings(), self.app, self.clock)
             else:
                 self._client = self._factory()
         return self._client
 
     def tick(self, inp: TickInput) -> TickResult:
         with self._lock:
-            return self._tick(inp, int(time.time() * 1000))
+            return self._tick(inp, self.clock.now_ms())
 
     def _tick(self, inp: TickInput, now_ms: int) -> TickResult:
         client = self.client()
@@ -87,10 +94,12 @@ class Ticker:
         return run_tick(inp, now_ms, ended, start, exists)
 
 
-def install_schedules(app: KeelApp, client_factory: Callable[[], Any] | None = None) -> KeelApp:
-    """Make ``app`` know ``keel.schedule`` and run its ticks; returns ``app``."""
+def install_schedules(
+    app: KeelApp, client_factory: Callable[[], Any] | None = None, clock: Clock = SYSTEM_CLOCK
+) -> KeelApp:
+    """Make ``app`` know ``keel.schedule`` and run its ticks on ``clock``; returns ``app``."""
     install_definition(app)
     if TICK_ACTIVITY not in app.handlers:
-        ticker = Ticker(app, client_factory)
+        ticker = Ticker(app, client_factory, clock)
         app.activity(TICK_ACTIVITY, input=TickInput, output=TickResult)(ticker.tick)
     return app

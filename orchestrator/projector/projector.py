@@ -55,7 +55,7 @@ from orchestrator.io.redis.read_model import (
 )
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.records import fast_json
-from orchestrator.records.envelopes import now_ms
+from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.history_entries import history_entry
 from orchestrator.settings import Settings
 
@@ -93,8 +93,12 @@ class Projector:
         *,
         adapters: tuple[EventFeed, ReadModelStore] | None = None,
         committed: CommittedEvents | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        #: When rows were applied and health published (the hand-off's waits stay real:
+        #: they wait on another thread, not on time).
+        self.clock = clock
         self.decider = decider_of(app)
         self.codec = default_codec()
         self.keyspace = Keyspace(settings.topic_prefix)
@@ -139,7 +143,7 @@ class Projector:
         self.last_offsets: dict[str, int] = {}
         self.last_skip: str | None = None
         self.waiting_for_rebuild = False
-        self._health_at = 0.0
+        self._health_at = float("-inf")  # publish on the first pass, whatever the clock
         #: Set by a :class:`~orchestrator.runtime.supervisor.Supervisor` running this loop.
         self.supervisor: Any = None
 
@@ -171,7 +175,7 @@ class Projector:
     def publish_health(self) -> None:
         """Best effort: the health as JSON in Redis for ``keel projections status``."""
         own = self.supervisor.health() if self.supervisor else {**self.health(), "alive": True}
-        info = {**own, "updated_at": now_ms()}
+        info = {**own, "updated_at": self.clock.now_ms()}
         try:
             self.projection.publish_health(self.health_key, json.dumps(info), HEALTH_TTL_S)
         except Exception as exc:  # Redis down: the log and the status JSON still say so
@@ -233,8 +237,8 @@ class Projector:
         """
         feed, cursor = self.feed, self._cursor
         assert feed is not None and cursor is not None and self._subscribed, "subscribe first"
-        if time.monotonic() - self._health_at > HEALTH_EVERY_S:
-            self._health_at = time.monotonic()
+        if self.clock.monotonic() - self._health_at > HEALTH_EVERY_S:
+            self._health_at = self.clock.monotonic()
             self.publish_health()
         applied = 0
         timeout_s = 0.1
@@ -278,7 +282,7 @@ class Projector:
         offsets = cursor.read(records)
         cursor.recheck()
         feed.commit(offsets)
-        self.last_applied_at = now_ms()
+        self.last_applied_at = self.clock.now_ms()
         for p, o in offsets.items():
             self.last_offsets[f"{self.topic}[{p}]"] = o - 1
         return applied
@@ -354,7 +358,7 @@ class Projector:
         cursor.handed(handed)
         self.applied_in_process += applied
         if applied:
-            self.last_applied_at = now_ms()
+            self.last_applied_at = self.clock.now_ms()
         return applied
 
     # ------------------------------------------------------------------ folding
