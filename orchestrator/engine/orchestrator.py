@@ -68,6 +68,11 @@ __all__ = [
 log = logging.getLogger("keel.orchestrator")
 
 TXN_TIMEOUT_S = 30.0
+#: How long a stopping orchestrator gives its final checkpoint. The checkpoint only
+#: shortens the next owner's rebuild; against a broker that does not answer, its calls
+#: would retry for ``TXN_TIMEOUT_S`` each while SIGTERM waits. Past this, the process
+#: stops without it.
+FINAL_CHECKPOINT_S = 5.0
 #: How long each loop iteration folds runs a rebuild deferred (``tail_records``).
 DEFERRED_FOLD_S = 0.005
 
@@ -115,6 +120,7 @@ class Orchestrator:
         #: Set while the final checkpoint commits after a stop: the Kafka calls it makes
         #: must not give up because a stop was asked (a second stop ends the drain).
         self._draining = threading.Event()
+        self._drain_until = 0.0
         self._resets: deque[float] = deque()
         self._pending_recovery: set[int] = set()
         self._retry_recovery_at = 0.0
@@ -200,8 +206,11 @@ class Orchestrator:
         self._stop.set()
 
     def _stopping(self) -> bool:
-        """What the adapters' calls poll: a stop was asked and no final checkpoint drains."""
-        return self._stop.is_set() and not self._draining.is_set()
+        """What the adapters' calls poll: a stop was asked and no final checkpoint drains
+        (or it has had its ``FINAL_CHECKPOINT_S``)."""
+        if not self._stop.is_set():
+            return False
+        return not self._draining.is_set() or self.clock.monotonic() > self._drain_until
 
     def run(self) -> None:
         status = StatusFile(
@@ -227,6 +236,7 @@ class Orchestrator:
                 # Before, the stop made this checkpoint's own commit raise Stopping: its
                 # transaction stayed open until the broker aborted it, and the next owner
                 # rebuilt from the older checkpoint (a longer tail, never a wrong state).
+                self._drain_until = self.clock.monotonic() + FINAL_CHECKPOINT_S
                 self._draining.set()
                 try:
                     self.checkpoint()
