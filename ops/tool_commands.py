@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, app_spec
 from orchestrator.cli.output import LazyConsole, new_console, new_table, styled
-from orchestrator.cli.services import DEFAULT_APP, AppOption
 from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ def fetch() -> None:
 
 
 def dev(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     connector_port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port of the connector (loopback).")
     ] = 8700,
@@ -296,6 +296,7 @@ def dev(
     from orchestrator.settings import load_settings
 
     settings = load_settings()
+    spec = app_spec(app)  # resolved once: every child loads the same application
     if not settings.bootstrap_servers:
         LocalStack(settings).up()
     create_topics(settings)
@@ -309,7 +310,7 @@ def dev(
         sign_in = f"sign in as the demo approver '{DEV_ACTOR}' with the token {token}"
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", role, "--app", app, *extra.get(role, [])],
+            [sys.executable, "-m", "orchestrator", role, "--app", spec, *extra.get(role, [])],
             env=env,
         )
         for role in roles

@@ -1,4 +1,6 @@
-"""Keel's configuration: every knob is an environment variable named ``KEEL_<FIELD>``.
+"""Keel's configuration: every knob is an environment variable named ``KEEL_<FIELD>``,
+or ``<field>`` in ``[tool.keel]`` of the project's ``pyproject.toml`` (a flag, then the
+environment, win over the file: orchestrator/project_config.py).
 
 One pydantic-settings model, so a bad value is refused up front with the name of
 the variable that carries it, instead of surfacing later as a broker error.
@@ -13,7 +15,6 @@ from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import (
     Field,
@@ -24,11 +25,18 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from pydantic_settings import SettingsError as _SourceError
 
 from orchestrator.domain.model.errors import ConfigError
+from orchestrator.project_config import ProjectSettingsSource, find_project
 from orchestrator.redaction import clip, mask_servers, redact
+from orchestrator.redis_url import MAX_PORT, check_redis_url
 
 #: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
 #: all with one replication policy (docs/operations.md).
@@ -40,10 +48,6 @@ SECRET_FIELDS = frozenset({"task_token_secret", "seal_key", "kafka_sasl_password
 MIN_SECRET_CHARS = 32
 #: The levels ``KEEL_LOG_LEVEL`` may name (any case).
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-#: The largest TCP port.
-MAX_PORT = 65_535
-#: The schemes a Redis URL may have (redis-py's).
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class KafkaSecurityProtocol(StrEnum):
@@ -93,7 +97,33 @@ CLIENT_TUNING_VARIABLES = frozenset(
 class Settings(BaseSettings):
     """Configuration read from ``KEEL_*`` environment variables (see docs/configuration.md)."""
 
-    model_config = SettingsConfigDict(env_prefix="KEEL_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KEEL_",
+        extra="ignore",
+        frozen=True,
+        pyproject_toml_table_header=("tool", "keel"),
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init), then ``KEEL_*``, then ``[tool.keel]`` of the project, then defaults."""
+        project = ProjectSettingsSource(settings_cls, find_project(), SECRET_FIELDS)
+        return init_settings, env_settings, project
+
+    app: str = Field(
+        default="",
+        pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_][\w.]*)?$",
+        description="The application MODULE:ATTR of every command that needs definitions "
+        "(--app overrides); unset: [tool.keel] app, else the bundled example app in Keel's "
+        'own checkout only (docs/configuration.md, "The project\'s pyproject.toml").',
+    )
 
     bootstrap_servers: str = Field(
         default="",
@@ -550,48 +580,14 @@ def load_settings(**overrides: object) -> Settings:
                 if isinstance(value, dict) or secret
                 else f"={clip(str(value))}"
             )
-            problems.append(f"KEEL_{field.upper()}{shown}: {err['msg']}")
+            problems.append(f"{_source_of(field, overrides)}{shown}: {err['msg']}")
         raise ConfigError(redact("invalid setting " + "; ".join(problems))) from None
 
 
-#: The query arguments of a Redis URL redis-py reads as numbers (``parse_url``).
-_REDIS_NUMBER_ARGUMENTS: dict[str, type[int] | type[float]] = {
-    "db": int,
-    "socket_read_size": int,
-    "max_connections": int,
-    "health_check_interval": int,
-    "ssl_min_version": int,
-    "socket_timeout": float,
-    "socket_connect_timeout": float,
-    "timeout": float,
-}
-
-
-def check_redis_url(url: str) -> None:
-    """Refuse a Redis URL that redis-py would fail on at its first use, with a
-    ``ValueError`` naming the part (its own is a traceback, e.g. "Port could not be cast")."""
-    scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in REDIS_SCHEMES:
-        raise ValueError("must start with redis://, rediss:// or unix://")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:  # a malformed [IPv6] host
-        raise ValueError(f"is not a URL: {exc}") from None
-    if scheme == "unix":
-        if not parts.path:
-            raise ValueError("a unix:// URL needs the socket's path, e.g. unix:///run/redis.sock")
-    else:
-        address = parts.netloc.rpartition("@")[2].rpartition("]")[2]  # past userinfo, [IPv6]
-        _, colon, port = address.partition(":")
-        if colon and not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
-            raise ValueError(f"the port {clip(port)!r} is not a number from 1 to {MAX_PORT}")
-        db = unquote(parts.path).replace("/", "")
-        if db and not (db.isascii() and db.isdigit()):
-            raise ValueError(f"the database {clip(db)!r} (the path) is not a number")
-    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
-        if name in _REDIS_NUMBER_ARGUMENTS:
-            for value in values:
-                try:
-                    _REDIS_NUMBER_ARGUMENTS[name](value)
-                except ValueError:
-                    raise ValueError(f"?{name}={clip(value)!r} is not a number") from None
+def _source_of(field: str, overrides: dict[str, object]) -> str:
+    """Where a bad value came from: its variable, unless only the project's file gives it."""
+    variable = f"KEEL_{field.upper()}"
+    if field in overrides or variable in os.environ:
+        return variable
+    project = find_project()
+    return project.where(field) if field in project.table else variable

@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
+from orchestrator.cli.app_spec import AppOption, app_from
 
 
 def connector(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     host: Annotated[
         str, typer.Option(help="Address to bind; loopback unless you put a proxy in front.")
     ] = "127.0.0.1",

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, UnusedAppOption, app_from
 from orchestrator.cli.output import LazyConsole, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 
 dlq_app = typer.Typer(
     help="Dead letters: what needs an operator (activities past their bounds, "
@@ -27,6 +27,7 @@ def list_(
     newest_first: Annotated[
         bool, typer.Option("--newest-first", help="The newest letter first.")
     ] = False,
+    app: UnusedAppOption = None,
 ) -> None:
     """Open dead letters by time across partitions, oldest first (``--all``: closed too)."""
     from orchestrator.client.dead_letters import LetterState, list_letters, shown_time
@@ -62,7 +63,7 @@ def list_(
 
 
 @dlq_app.command("redrive")
-def redrive(letter_id: str, app: AppOption = DEFAULT_APP) -> None:
+def redrive(letter_id: str, app: AppOption = None) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
     from orchestrator.client.dead_letters import redrive as do_redrive
     from orchestrator.settings import load_settings
@@ -77,6 +78,7 @@ def discard(
     actor: Annotated[
         str | None, typer.Option("--actor", help="Who discards it (default: the OS user).")
     ] = None,
+    app: UnusedAppOption = None,
 ) -> None:
     """Close a dead letter without sending anything, once; who, when and why are recorded."""
     from orchestrator.client.dead_letters import discard as do_discard
@@ -98,7 +100,7 @@ def resolve(
         str | None, typer.Option("--failed", help="Give up with this reason.")
     ] = None,
     reason: Annotated[str, typer.Option(help="Why (recorded).")] = "resolved by operator",
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
     from orchestrator.client.client import KeelClient, parse_json

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, UnusedAppOption, app_from
 from orchestrator.cli.output import LazyConsole, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ def list_(
     role: Annotated[str | None, typer.Option(help="Only tasks this role may decide.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Closed tasks too.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: UnusedAppOption = None,
 ) -> None:
     """Open human tasks by due time: owner, escalation level, workflow, evidence."""
     from orchestrator.io.redis.read_model import reachable
@@ -145,6 +146,7 @@ def list_(
 def show(
     token_or_id: Annotated[str, typer.Argument(metavar="TOKEN|ID", help="Task token or id.")],
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: UnusedAppOption = None,
 ) -> None:
     """One task: evidence, operation digest, decision, and its history."""
     from orchestrator.io.redis.read_model import reachable
@@ -224,7 +226,7 @@ def decide(
     ] = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the orchestrator.")] = 15.0,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Approve or reject a task as a configured actor; prints what the orchestrator decided.
 

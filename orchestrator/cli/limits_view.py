@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, service_app
 from orchestrator.cli.output import LazyConsole, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 console = LazyConsole(highlight=False, soft_wrap=True)
 
 
 def workers(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Per activity type with limits: max concurrent and running now, the rate limit,

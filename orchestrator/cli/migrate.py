@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, app_from
 from orchestrator.cli.output import LazyConsole
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def migrate(
     actor: Annotated[str | None, typer.Option(help="Who (recorded; default: you).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answers.")] = 30.0,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Move live runs to another version of their workflow (recorded: who, why)."""
     from orchestrator.client.client import KeelClient

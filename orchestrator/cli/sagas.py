@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from orchestrator.cli.services import DEFAULT_APP, AppOption, _stop_on_signals, app_from
+from orchestrator.cli.app_spec import AppOption, app_from
+from orchestrator.cli.services import _stop_on_signals
 
 
-def sagas(app: AppOption = DEFAULT_APP) -> None:
+def sagas(app: AppOption = None) -> None:
     """Run the saga manager: workflow events in, commands out, exactly once."""
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.sagas.manager import SagaManager

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, service_app
 from orchestrator.cli.output import LazyConsole, new_table
-from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 
 if TYPE_CHECKING:
     from orchestrator.client.client import KeelClient
@@ -25,7 +25,7 @@ NameArg = Annotated[str, typer.Argument(help="The schedule's name.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _client(app: str) -> KeelClient:
+def _client(app: str | None) -> KeelClient:
     from orchestrator.client.client import KeelClient
     from orchestrator.settings import load_settings
 
@@ -57,7 +57,7 @@ def create(
     ] = 60.0,
     version: Annotated[int | None, typer.Option(help="The workflow's version.")] = None,
     json_: JsonOption = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Create a schedule; the same spec again changes nothing, another is refused."""
     from orchestrator.client.json_args import read_json_arg
@@ -89,7 +89,7 @@ def create(
 def list_(
     deleted: Annotated[bool, typer.Option("--deleted", help="Include deleted ones.")] = False,
     json_: JsonOption = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Every schedule with its state and next fire time."""
     client = _client(app)
@@ -119,7 +119,7 @@ def show(
     name: NameArg,
     fires: Annotated[int, typer.Option("--fires", help="How many next fire times.")] = 5,
     json_: JsonOption = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """One schedule: its spec, state, next fire times and latest ticks."""
     client = _client(app)
@@ -160,7 +160,7 @@ def _print_info(info: ScheduleInfo) -> None:
         console.print(table)
 
 
-def _control(app: str, name: str, op: str) -> None:
+def _control(app: str | None, name: str, op: str) -> None:
     client = _client(app)
     try:
         getattr(client.schedules, op)(name)
@@ -170,18 +170,18 @@ def _control(app: str, name: str, op: str) -> None:
 
 
 @schedules_app.command("pause")
-def pause(name: NameArg, app: AppOption = DEFAULT_APP) -> None:
+def pause(name: NameArg, app: AppOption = None) -> None:
     """Stop firing until resumed; ticks of the pause are never fired."""
     _control(app, name, "pause")
 
 
 @schedules_app.command("resume")
-def resume(name: NameArg, app: AppOption = DEFAULT_APP) -> None:
+def resume(name: NameArg, app: AppOption = None) -> None:
     """Fire again from the next tick."""
     _control(app, name, "resume")
 
 
 @schedules_app.command("delete")
-def delete(name: NameArg, app: AppOption = DEFAULT_APP) -> None:
+def delete(name: NameArg, app: AppOption = None) -> None:
     """End the schedule; the runs it started go on."""
     _control(app, name, "delete")

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, app_from
 from orchestrator.cli.output import LazyConsole
-from orchestrator.cli.services import DEFAULT_APP, AppOption, app_from
 from orchestrator.runtime.exit_codes import ExitCode
 
 schemas_app = typer.Typer(help="Avro schemas of keel.events, for readers in other languages.")
@@ -26,7 +26,7 @@ def export(
     out: Annotated[
         Path, typer.Option("--out", help="Folder to write the .avsc files to (created).")
     ] = Path("keel-schemas"),
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     check: Annotated[
         bool,
         typer.Option(

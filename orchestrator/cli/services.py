@@ -14,19 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, UnusedAppOption, app_spec, service_app
 from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
-    from orchestrator.application.app import KeelApp
-    from orchestrator.records.clock import Clock
     from orchestrator.settings import Settings
     from orchestrator.telemetry.prometheus import KafkaGauges
 
-DEFAULT_APP = "orchestrator.examples:app"
-AppOption = Annotated[
-    str, typer.Option("--app", help="Application object MODULE:ATTR.", envvar="KEEL_APP")
-]
 MetricsPortOption = Annotated[
     int | None,
     typer.Option(
@@ -40,23 +35,6 @@ MetricsPortOption = Annotated[
 ]
 console = LazyConsole(highlight=False, emoji=False)
 projections_app = typer.Typer(help="Read models rebuilt from keel.events.")
-
-
-def app_from(spec: str) -> KeelApp:
-    """The application named by ``--app`` (``AppLoadError``, a ``ConfigError``, else)."""
-    from orchestrator.application.app import load_app
-
-    return load_app(spec)
-
-
-def service_app(spec: str, clock: Clock | None = None) -> KeelApp:
-    """The application named by ``--app`` with the built-in ``keel.schedule`` and its
-    tick activity (docs/schedules.md): every service and every run reader knows it.
-    Its ticks read ``clock`` (the system clock unless a service passes its own)."""
-    from orchestrator.client.schedule_ticks import install_schedules
-    from orchestrator.records.clock import SYSTEM_CLOCK
-
-    return install_schedules(app_from(spec), clock=clock or SYSTEM_CLOCK)
 
 
 def kafka_gauges(settings: Settings) -> KafkaGauges:
@@ -111,7 +89,7 @@ def _stop_on_signals(*stoppables) -> None:
 
 
 def orchestrator(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     projector: Annotated[bool, typer.Option(help="Also run the projector in this process.")] = True,
     sagas: Annotated[
         bool, typer.Option(help="Also run the saga manager, when the app declares sagas.")
@@ -177,7 +155,7 @@ def orchestrator(
         from orchestrator.projector.projector_child import ProjectorChild
 
         # Supervised like the thread: a child that dies is started again after a backoff.
-        child = Supervisor("projector", ProjectorChild(app, publisher)).start()
+        child = Supervisor("projector", ProjectorChild(app_spec(app), publisher)).start()
         stoppables.append(child)
     elif projector:
         # Its health is in ``supervisor.health_of_all()`` for the process's status; it is
@@ -207,7 +185,7 @@ def orchestrator(
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def worker(app: AppOption = DEFAULT_APP, metrics_port: MetricsPortOption = None) -> None:
+def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
     from orchestrator.records.clock import SystemClock
@@ -230,7 +208,7 @@ def worker(app: AppOption = DEFAULT_APP, metrics_port: MetricsPortOption = None)
 
 
 def projector(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     feed_fd: Annotated[
         int | None,
         typer.Option(help="A pipe from its orchestrator (its default projector); ends with it."),
@@ -270,7 +248,7 @@ def projector(
 
 
 @projections_app.command("rebuild")
-def rebuild(app: AppOption = DEFAULT_APP) -> None:
+def rebuild(app: AppOption = None) -> None:
     """Drop the Redis read model and replay every event of keel.events into it.
 
     Safe while services run: live projectors pause until it ends, then reload.
@@ -287,6 +265,7 @@ def rebuild(app: AppOption = DEFAULT_APP) -> None:
 @projections_app.command("status")
 def projections_status(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: UnusedAppOption = None,
 ) -> None:
     """Each live projector's health (published every few seconds), and any rebuild running."""
     from orchestrator.io.redis.read_model import Projection

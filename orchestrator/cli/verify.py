@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from orchestrator.cli.app_spec import UnusedAppOption
 from orchestrator.cli.output import LazyConsole, new_table, styled
 from orchestrator.runtime.exit_codes import ExitCode
 
@@ -45,6 +46,7 @@ def verify(
         bool, typer.Option("--all", help="Check every workflow in the events topic.")
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    app: UnusedAppOption = None,
 ) -> None:
     """Check workflows' recorded histories; exit 1 when any invariant is broken."""
     if bool(workflow_ids) == all_:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, UnusedAppOption, service_app
 from orchestrator.cli.output import LazyConsole, new_table, styled
-from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ console = LazyConsole(highlight=False, soft_wrap=True)
 
 
 def replay_check(
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
     from_topic: Annotated[
         bool, typer.Option("--from-topic", help="Replay every run in keel.events.")
     ] = False,
@@ -139,6 +139,7 @@ def export(
     commands: Annotated[
         bool, typer.Option(help="Include the commands still in keel.commands.")
     ] = True,
+    app: UnusedAppOption = None,
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
     from orchestrator.client.history_io import read_topic_history, write_history

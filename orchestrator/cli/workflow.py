@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from orchestrator.cli.app_spec import AppOption, service_app
 from orchestrator.cli.migrate import migrate
 from orchestrator.cli.output import LazyConsole, new_table, styled
-from orchestrator.cli.services import DEFAULT_APP, AppOption, service_app
 from orchestrator.cli.verify import verify
 from orchestrator.runtime.exit_codes import ExitCode
 
@@ -31,7 +31,7 @@ console = LazyConsole(highlight=False, emoji=False)
 JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from stdin."
 
 
-def _client(app: str) -> KeelClient:
+def _client(app: str | None) -> KeelClient:
     from orchestrator.client.client import KeelClient
     from orchestrator.settings import load_settings
     from orchestrator.telemetry.tracing import configure_tracing
@@ -56,7 +56,7 @@ def start(
         typer.Option(help="Seconds to wait for the run to be confirmed, and for --wait."),
     ] = 60.0,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Start a workflow; an existing ID with the same workflow and input reports the
     existing run, with another it is refused (exit 4); neither writes anything.
@@ -101,7 +101,7 @@ def start(
 def show(
     workflow_id: str,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """A workflow's status, state, output, model-call cost and history."""
     client = _client(app)
@@ -212,7 +212,7 @@ def list_(
         bool, typer.Option("--newest-first/--oldest-first", help="Order by start time.")
     ] = True,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Runs known to the read model, filtered, newest first, a page at a time
     (docs/run-search.md)."""
@@ -270,7 +270,7 @@ def query(
     json_: Annotated[
         bool, typer.Option("--json", help="Print the answer with its run, status and seq.")
     ] = False,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Answer a query of a run from its current state; writes nothing.
 
@@ -294,7 +294,7 @@ def signal_(
             "--sensitive", help="A payload field to seal before sending (docs/secrets.md)."
         ),
     ] = None,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Deliver a signal to a running workflow."""
     from orchestrator.client.json_args import read_json_arg
@@ -314,7 +314,7 @@ def signal_with_start(
     version: Annotated[
         int | None, typer.Option(help="Definition version (default: latest).")
     ] = None,
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Deliver a signal, starting the workflow first if it has no run (one command)."""
     from orchestrator.client.json_args import read_json_arg
@@ -332,7 +332,7 @@ def signal_with_start(
 def cancel(
     workflow_id: str,
     reason: Annotated[str, typer.Option(help="Why.")] = "cancelled by operator",
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Cancel a running workflow."""
     mid = _client(app).cancel(workflow_id, reason)
@@ -343,7 +343,7 @@ def cancel(
 def terminate(
     workflow_id: str,
     reason: Annotated[str, typer.Option(help="Why.")] = "terminated by operator",
-    app: AppOption = DEFAULT_APP,
+    app: AppOption = None,
 ) -> None:
     """Stop a running workflow at once, compensating nothing (a cancel compensates)."""
     mid = _client(app).terminate(workflow_id, reason)
