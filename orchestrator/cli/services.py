@@ -251,12 +251,17 @@ def projector(
 def rebuild(app: AppOption = None) -> None:
     """Drop the Redis read model and replay every event of keel.events into it.
 
-    Safe while services run: live projectors pause until it ends, then reload.
+    Safe while services run: live projectors pause until it ends, then reload. Refused,
+    with nothing changed, when the events hold a workflow the application does not define.
     """
     from orchestrator.projector.projector import Projector
+    from orchestrator.projector.rebuild_guard import recorded_events, refuse_undefined
     from orchestrator.settings import load_settings
 
-    p = Projector(load_settings(), service_app(app))
+    settings, spec = load_settings(), app_spec(app)
+    application = service_app(spec)
+    refuse_undefined(recorded_events(settings), application.definitions, spec)
+    p = Projector(settings, application)
     total, took = p.rebuild()
     rate = total / took if took > 0 else 0.0
     console.print(f"rebuilt the read model from {total} events in {took:.2f}s ({rate:,.0f}/s)")
