@@ -45,7 +45,7 @@ class Project:
         return self.path is not None and self.name != KEEL_PROJECT_NAME
 
     def where(self, key: str) -> str:
-        """How an error names a setting this file gives: ``key in [tool.keel] of PATH``."""
+        """How an error names a setting this file gives: ``key=value in [tool.keel] of PATH``."""
         return f"{key} in [tool.keel] of {self.path}"
 
 

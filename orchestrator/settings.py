@@ -580,14 +580,14 @@ def load_settings(**overrides: object) -> Settings:
                 if isinstance(value, dict) or secret
                 else f"={clip(str(value))}"
             )
-            problems.append(f"{_source_of(field, overrides)}{shown}: {err['msg']}")
+            problems.append(f"{_source_of(field, overrides, shown)}: {err['msg']}")
         raise ConfigError(redact("invalid setting " + "; ".join(problems))) from None
 
 
-def _source_of(field: str, overrides: dict[str, object]) -> str:
+def _source_of(field: str, overrides: dict[str, object], shown: str) -> str:
     """Where a bad value came from: its variable, unless only the project's file gives it."""
     variable = f"KEEL_{field.upper()}"
     if field in overrides or variable in os.environ:
-        return variable
+        return variable + shown
     project = find_project()
-    return project.where(field) if field in project.table else variable
+    return project.where(field + shown) if field in project.table else variable + shown

@@ -76,7 +76,9 @@ def test_a_secret_in_the_file_is_refused(project: Path) -> None:
 
 def test_a_bad_value_names_the_file_not_a_variable(project: Path) -> None:
     _write(project, 'topic_prefix = "no spaces"\n')
-    with pytest.raises(ConfigError, match=r"topic_prefix in \[tool.keel\] of .*pyproject.toml"):
+    with pytest.raises(
+        ConfigError, match=r"topic_prefix=no spaces in \[tool.keel\] of .*pyproject.toml: "
+    ):
         load_settings()
 
 
