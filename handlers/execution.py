@@ -185,11 +185,14 @@ async def execute(
     idempotency_key: str,
     attempt: int,
     threads: HandlerThreads | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> str:
     """Run the handler for one task and return its result as JSON (see module doc).
 
     A sync handler runs on ``threads`` when given (the worker), else inline (a local
-    step, already on its runner thread).
+    step, already on its runner thread). ``on_start`` is called once a side effect has
+    claimed its key, just before the call that may write: from then on its outcome is
+    in doubt until it reports (the worker reports the start, docs/activities.md).
 
     Raises what the handler raised, ``ResultRefusedError`` for an unusable result,
     ``SupersededAttempt``/``OutcomeUnknownError`` from the claim and ``Stopping`` when
@@ -210,6 +213,8 @@ async def execute(
         raise SupersededAttempt(f"attempt {attempt} was superseded by a later attempt")
     if claim.outcome == ClaimOutcome.IN_DOUBT:
         raise OutcomeUnknownError(IN_DOUBT.format(attempt=attempt))
+    if on_start is not None:
+        on_start()
     try:
         raw = await call(handler, arg, threads)
     except Exception as exc:

@@ -53,6 +53,7 @@ from handlers.execution import (
 from handlers.llm.environment import use_environment
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
+from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
 from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
@@ -511,6 +512,9 @@ class Worker:
     async def _attempt(self, rec: Record, task: Envelope[Any]) -> CompleteActivity | FailActivity:
         t: ActivityTask = task.payload
         beats = 0
+        # a side effect reports its start (its claim): a later timeout leaves it unknown
+        handler = self.app.handlers.get(t.activity_type)
+        side = handler is not None and has_side_effect(handler.fn)
 
         def send_heartbeat(details_json: str) -> None:
             nonlocal beats
@@ -520,7 +524,7 @@ class Worker:
             except ValueError as exc:
                 log.warning("heartbeat details of %s dropped: %s", t.activity_id, exc)
                 details_json = "null"
-            beat = HeartbeatActivity(t.activity_id, t.attempt, details_json)
+            beat = HeartbeatActivity(t.activity_id, t.attempt, details_json, side)
             self._report(rec, task, beat, f"{task.message_id}/beat/{t.attempt}/{beats}", None)
             self.sink.poll()
 
@@ -542,7 +546,7 @@ class Worker:
             return admission.report(t)
         token = set_current(ctx)
         try:
-            if t.report_start:
+            if t.report_start and not side:  # a side effect's start: once it has its claim
                 ctx.heartbeat(None, force=True)
             result_json = await execute(
                 self.app,
@@ -553,6 +557,7 @@ class Worker:
                 t.idempotency_key,
                 t.attempt,
                 self.threads,
+                lambda: ctx.heartbeat(None, force=True),
             )
         except Stopping:
             raise
@@ -579,7 +584,6 @@ class Worker:
             reset_current(token)
             await self.limits.release(admission)
         self.completed += 1
-        handler = self.app.handlers.get(t.activity_type)
         version = 0 if handler is None else handler.schema_version
         return CompleteActivity(t.activity_id, t.attempt, result_json, version)
 

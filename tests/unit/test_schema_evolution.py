@@ -40,6 +40,7 @@ RELEASED: dict[tuple[str, int], str] = {
     (ENVELOPE_NAME, 8): "f3d737aca4923d58",
     (ENVELOPE_NAME, 9): "0f0a3cef66008203",
     (ENVELOPE_NAME, 10): "ce97da7441ebc373",
+    (ENVELOPE_NAME, 11): "1c0555d94cb9be5b",
 }
 #: The envelope's versions (payload schemas: tests/unit/payload_schemas/).
 ENVELOPES = [f for f in FILES if f.name == ENVELOPE_NAME]

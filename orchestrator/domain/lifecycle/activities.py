@@ -11,10 +11,13 @@ permanent failure, or an error type in ``non_retryable``, takes the failure path
 once. An unknown outcome of a step with a ``status_query`` runs that query first and
 never dispatches the write again before it answers: found -> the step completes with
 the found result; not found -> retry the same logical attempt; no answer ->
-``WorkflowNeedsAttention`` until a ``ResolveActivity``. Without a status query an
-unknown outcome needs attention too, unless the step declares ``on_unknown="retry"``
-(the remote side deduplicates by the key).
-Timeouts (schedule-to-start, start-to-close, heartbeat) are durable timers; a late
+``WorkflowNeedsAttention`` until a ``ResolveActivity`` (:mod:`.activity_operators`).
+Without a status query an unknown outcome needs attention too, unless the step declares
+``on_unknown="retry"`` (the remote side deduplicates by the key).
+Timeouts (schedule-to-start, start-to-close, heartbeat) are durable timers. A
+start-to-close or heartbeat timeout leaves the outcome unknown when the step has a status
+query or the attempt's ``@side_effect`` handler reported its start (it may have written);
+otherwise, and for schedule-to-start (nothing started), it is transient. A late
 report of an attempt that timed out is dropped (its outcome is settled by the retry,
 the status query or an operator), so one outcome per attempt enters history.
 
@@ -50,19 +53,15 @@ from orchestrator.domain.model.messages import (
     ActivityDeadLettered,
     ActivityFailed,
     ActivityHeartbeat,
-    ActivityRedriven,
-    ActivityResolved,
     ActivityScheduled,
     ActivityTimedOut,
     CompleteActivity,
     Envelope,
     FailActivity,
     HeartbeatActivity,
-    RedriveActivity,
-    ResolveActivity,
     WorkflowNeedsAttention,
 )
-from orchestrator.domain.model.state import ATTENTION, ActivityState, WorkflowState
+from orchestrator.domain.model.state import ActivityState, WorkflowState
 from orchestrator.domain.model.vocabulary import (
     ActivityStatus,
     FailureClass,
@@ -291,7 +290,7 @@ def on_heartbeat(d: Decision, p: HeartbeatActivity) -> None:
     if p.details_json:
         what = f"heartbeat details of activity '{p.activity_id}'"
         command_json(p.details_json, what, f"{what} are not valid JSON")
-    d.emit(ActivityHeartbeat(p.activity_id, p.attempt, p.details_json))
+    d.emit(ActivityHeartbeat(p.activity_id, p.attempt, p.details_json, p.side_effect))
     if step is None:
         return
     s2c = step.timeout_ms(TimeoutKind.START_TO_CLOSE)
@@ -300,74 +299,6 @@ def on_heartbeat(d: Decision, p: HeartbeatActivity) -> None:
     if hb is not None:
         count = act.heartbeat_count + 1
         arm_timeout(d, act.activity_id, TimeoutKind.HEARTBEAT, f"{p.attempt}/{count}", now + hb)
-
-
-# -- the operator's way out -------------------------------------------------------------------
-
-
-def on_resolve(d: Decision, p: ResolveActivity) -> None:
-    s = d.s
-    if d.cmd.message_id in s.seen_commands:
-        return
-    what = f"resolution of activity '{p.activity_id}'"
-    if s.is_terminal:
-        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; {what} refused")
-    if p.resolution not in RESOLUTIONS:
-        raise CommandRejected(
-            f"resolution of activity '{p.activity_id}' must be one of "
-            f"{', '.join(RESOLUTIONS)}; got '{p.resolution[:100]}'"
-        )
-    act = _operator_target(d, p.activity_id, _A.ATTENTION, what)
-    if p.resolution == Resolution.FOUND:
-        result = f"result of activity '{p.activity_id}'"
-        command_json(p.result_json, result, f"{result} is not valid JSON")
-    d.emit(ActivityResolved(p.activity_id, p.resolution, p.reason))
-    if p.resolution == Resolution.FOUND:
-        d.emit(
-            ActivityCompleted(
-                act.activity_id, act.attempt, p.result_json, _read_version(d, act.step)
-            )
-        )
-        d.advance()
-    elif p.resolution == Resolution.NOT_FOUND:
-        dispatch_again(d, d.s.activities[act.activity_id])
-    else:
-        d.fail_step(
-            act,
-            f"{label(act)} failed: its outcome stayed unknown and an operator resolved it "
-            f"as failed: {p.reason}",
-        )
-
-
-def on_redrive(d: Decision, p: RedriveActivity) -> None:
-    s = d.s
-    if d.cmd.message_id in s.seen_commands:
-        return
-    what = f"redrive of activity '{p.activity_id}'"
-    if s.is_terminal:
-        raise CommandRejected(f"workflow '{s.workflow_id}' is {s.status}; {what} refused")
-    act = _operator_target(d, p.activity_id, _A.DEAD_LETTERED, what)
-    d.emit(ActivityRedriven(act.activity_id))
-    dispatch_again(d, d.s.activities[act.activity_id])
-
-
-def _operator_target(d: Decision, activity_id: str, status: str, what: str) -> ActivityState:
-    s = d.s
-    act = s.activities.get(activity_id)
-    if act is None:
-        raise CommandRejected(
-            f"workflow '{s.workflow_id}' has no activity '{activity_id}'; {what} refused"
-        )
-    if act.status != status:
-        need = "awaiting resolution" if status == _A.ATTENTION else "dead-lettered"
-        hint = ""
-        if act.status in ATTENTION:
-            hint = " (use redrive)" if act.status == _A.DEAD_LETTERED else " (use resolve)"
-        raise CommandRejected(
-            f"activity '{activity_id}' of workflow '{s.workflow_id}' is not {need}, it is "
-            f"{act.status}{hint}; {what} refused"
-        )
-    return act
 
 
 # -- attempts, timeouts and failures ----------------------------------------------------------
@@ -542,7 +473,7 @@ def _start_query(d: Decision, act: ActivityState, query_type: str) -> None:
     )
 
 
-def _read_version(d: Decision, step: str) -> int:
+def read_version(d: Decision, step: str) -> int:
     """The schema version of a result given by an operator or a status query: the one
     the step reads now (it is written in today's shape; docs/schema-evolution.md)."""
     declared = d.defn.steps_by_name.get(step)
@@ -558,7 +489,7 @@ def _query_answered(d: Decision, query: ActivityState, result_json: str) -> None
                 parent.activity_id,
                 parent.attempt,
                 canonical_json(result),
-                _read_version(d, parent.step),
+                read_version(d, parent.step),
             )
         )
         d.advance()

@@ -38,6 +38,7 @@ from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import SchemaUnreadable
 from orchestrator.domain.lifecycle import (
     activities,
+    activity_operators,
     compensation,
     fan_out,
     human_tasks,
@@ -574,8 +575,8 @@ HANDLERS: dict[type, Handler] = {
     CompleteActivity: _guarded(activities.on_complete),
     FailActivity: _guarded(activities.on_fail),
     HeartbeatActivity: _guarded(activities.on_heartbeat),
-    ResolveActivity: _guarded(activities.on_resolve),
-    RedriveActivity: _guarded(activities.on_redrive),
+    ResolveActivity: _guarded(activity_operators.on_resolve),
+    RedriveActivity: _guarded(activity_operators.on_redrive),
     FireTimer: _guarded(_on_timer),
     SignalWorkflow: _guarded(signals.on_signal),
     SignalWithStart: _guarded(signals.on_signal_with_start),

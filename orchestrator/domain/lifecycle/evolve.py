@@ -9,7 +9,8 @@ the number of events.
 ``evolve`` reads the definition in two places only: on ``StateEntered`` it learns the
 state's step names and wait ("all steps done", "the wait began" and "an inbox signal was
 consumed" then follow from the events); on ``ActivityTimedOut`` whether the step has a
-status query (the timeout then leaves the outcome unknown).
+status query (the timeout then leaves the outcome unknown, as it does for a started
+``@side_effect`` attempt).
 """
 
 from __future__ import annotations
@@ -234,6 +235,7 @@ def _scheduled(
             idempotency_key=p.idempotency_key,
             heartbeat_count=0,
             last_heartbeat=None,
+            effect_started=False,
         )
         _drop_activity_timers(n, aid)
     n.mut_in_flight().add(aid)
@@ -258,6 +260,7 @@ def _completed(
         result_json=p.result_json,
         heartbeat_count=0,
         last_heartbeat=None,
+        effect_started=False,
     )
     acts = n.mut_activities()
     acts[p.activity_id] = act
@@ -305,6 +308,7 @@ def _failed(
         error_message=p.message,
         heartbeat_count=0,
         last_heartbeat=None,
+        effect_started=False,
         budget_base=old.budget_base + throttled,
         first_dispatch_at=old.first_dispatch_at + (p.retry_after_ms if throttled else 0),
     )
@@ -325,6 +329,7 @@ def _heartbeat(
         act,
         heartbeat_count=act.heartbeat_count + 1,
         last_heartbeat=env.causation_id or env.message_id,
+        effect_started=act.effect_started or p.side_effect,
     )
     if not act.started:  # the attempt started: schedule-to-start no longer applies
         _drop_activity_timers(n, p.activity_id, (TimeoutKind.SCHEDULE_TO_START,))
@@ -335,11 +340,12 @@ def _timed_out(
 ) -> None:
     act = _activity(n, p.activity_id)
     step = lookup(n).step_for(act.activity_id, act.step)
+    # a side effect that started may have written: never a blind retry (docs/activities.md)
     unknown = (
         p.timeout != TimeoutKind.SCHEDULE_TO_START
         and act.parent is None
         and step is not None
-        and step.status_query is not None
+        and (step.status_query is not None or act.effect_started)
     )
     n.mut_activities()[p.activity_id] = replace(
         act,
@@ -350,6 +356,7 @@ def _timed_out(
         error_message=f"{p.timeout} timeout expired",
         heartbeat_count=0,
         last_heartbeat=None,
+        effect_started=False,
         timed_out=(*act.timed_out, p.attempt),
     )
     n.mut_in_flight().discard(p.activity_id)

@@ -136,6 +136,8 @@ class HeartbeatActivity:
     activity_id: str
     attempt: int
     details_json: str
+    #: The handler is a ``@side_effect``: once started, a timeout leaves its outcome unknown.
+    side_effect: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +401,8 @@ class ActivityHeartbeat:
     activity_id: str
     attempt: int
     details_json: str
+    #: The handler is a ``@side_effect``: once started, a timeout leaves its outcome unknown.
+    side_effect: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,9 @@ class ActivityState:
     last_heartbeat: str | None = None
     #: Attempts that timed out and whose late report, if any, is not recorded yet.
     timed_out: tuple[int, ...] = ()
+    #: The current attempt's ``@side_effect`` handler reported its start: a start-to-close
+    #: or heartbeat timeout from now on leaves its outcome unknown (it may have written).
+    effect_started: bool = False
 
     @property
     def started(self) -> bool:

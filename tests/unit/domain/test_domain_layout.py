@@ -59,6 +59,7 @@ LAYERS: dict[str, float] = {
     "definitions": 4,
     "run_scope": 4.5,
     "activities": 5,
+    "activity_operators": 5.2,
     "signals": 5.3,
     "refusals": 5.3,
     "human_tasks": 5.5,

@@ -27,6 +27,7 @@ from orchestrator.domain.model.messages import (
     CompleteActivity,
     Envelope,
     FailActivity,
+    HeartbeatActivity,
     StartWorkflow,
 )
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
@@ -240,9 +241,10 @@ def test_a_report_refused_for_good_dead_letters_its_task_and_commits(tmp_path):
 
 def test_a_redelivered_side_effect_task_reuses_the_effect_record(tmp_path):
     rig = Rig(tmp_path)
-    rig.broker.inject("deliver", KafkaException(KafkaError(KafkaError._TRANSPORT, retriable=True)))
+    lost = KafkaException(KafkaError(KafkaError._TRANSPORT, retriable=True))
+    rig.broker.inject("deliver", lost, times=2)  # the start report and the outcome
     rig.task("wf-1", "post", {"amount": 5})
-    rig.worker.step()  # posted, but the report was lost: the batch runs again
+    rig.worker.step()  # posted, but the reports were lost: the batch runs again
     rig.worker.step()
     rig.task("wf-1", "post", {"amount": 5})  # and the orchestrator's redelivery, later
     rig.worker.step()
@@ -278,7 +280,9 @@ def test_a_redis_outage_is_waited_out_and_shown_in_health(tmp_path):
     rig.effects.begin = flaky  # type: ignore[method-assign]
     rig.task("wf-1", "post", {"amount": 1})
     rig.worker.step()
-    assert rig.reports("wf-1")[0].payload.result_json == '{"posting": 1}'
+    beat, done = rig.reports("wf-1")  # the start, reported once the claim is taken
+    assert beat.payload == HeartbeatActivity("run#1/step", 1, "null", side_effect=True)
+    assert done.payload.result_json == '{"posting": 1}'
     health = rig.worker.health()
     assert health["redis"]["outages"] == 1 and health["redis"]["down"] is False
 
