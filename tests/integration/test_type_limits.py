@@ -26,7 +26,9 @@ def _limiter(settings, lease_ttl_ms: int = 30_000) -> TypeLimiter:
 
 def test_leases_bound_concurrency_and_a_dead_workers_lease_expires(settings):
     limits = ActivityLimits(max_concurrent=2)
-    lim = _limiter(settings, lease_ttl_ms=600)
+    # a lease of 3 s, renewed every second: a 600 ms lease lapsed on a loaded CI machine
+    # before the test's first renewal (Redis expires it by the server's clock)
+    lim = _limiter(settings, lease_ttl_ms=3000)
     a = lim.admit_now("t", limits, "wf/t/1", 1)
     b = lim.admit_now("t", limits, "wf/t/2", 1)
     assert a.wait_ms is None and b.wait_ms is None and a.lease and b.lease
@@ -44,8 +46,9 @@ def test_leases_bound_concurrency_and_a_dead_workers_lease_expires(settings):
     # a renewed lease outlives its ttl; an abandoned one (b: its worker died) expires
     with lim._lock:
         lim._held = {a.lease: a.lease_key}  # type: ignore[dict-item]
-    for _ in range(4):
-        time.sleep(0.25)
+    assert lim.renew() == 1
+    for _ in range(4):  # 4 s: past b's last renewal and its 3 s lease
+        time.sleep(1.0)
         assert lim.renew() == 1
     assert read_usage(settings.redis, settings.topic_prefix, {"t": limits})[0].running == 1
     c = lim.admit_now("t", limits, "wf/t/3", 2)
