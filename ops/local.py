@@ -50,7 +50,7 @@ _quiet_client_log.propagate = False
 #: a broker"). Until the controller fences a dead broker, its partitions keep it as their
 #: leader and FindCoordinator keeps naming it as coordinator: every transaction that touches
 #: it waits. Kafka's defaults (a 9 s broker session, a 2 s controller fetch timeout and 1 s
-#: elections) made that 11-12 s when the active controller died; these make it ~2.5 s. The
+#: elections) made that 11-12 s when the active controller died; these make it ~2 s. The
 #: price: a broker that cannot heartbeat for 1 s (a long GC pause) is fenced and its
 #: leaderships move, then return once it heartbeats again. ``KEEL_KAFKA_BROKER_PROPERTIES``
 #: may set other values.
@@ -62,10 +62,10 @@ FAILOVER_PROPERTIES: dict[str, int] = {
     # and lets a 1 s session see five heartbeats.
     "broker.heartbeat.interval.ms": 200,
     "broker.session.timeout.ms": 1000,
-    # a follower that heard nothing from the active controller for 1 s starts an election
-    "controller.quorum.fetch.timeout.ms": 1000,
-    "controller.quorum.election.timeout.ms": 500,
-    "controller.quorum.election.backoff.max.ms": 500,
+    # a follower that heard nothing from the active controller for 0.6 s starts an election
+    "controller.quorum.fetch.timeout.ms": 600,
+    "controller.quorum.election.timeout.ms": 300,
+    "controller.quorum.election.backoff.max.ms": 300,
 }
 
 TOPOLOGY_PROPERTIES = frozenset(

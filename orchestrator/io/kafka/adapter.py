@@ -206,14 +206,14 @@ class KafkaCommandIntake:
 #: waiting on a broker that left the metadata is never woken) and hold the second until
 #: the records queued for that broker time out (``transaction.timeout.ms``, 10 s), and
 #: every batch waits behind them (docs/operations.md, "Losing a broker").
-STALL_S = 0.5
+STALL_S = 0.25
 #: ``commit_transaction`` first flushes the batch's records, which wait for a partition's
 #: new leader when its broker died: more room, the same replacement past it.
 COMMIT_STALL_S = 3.0
 #: Each stall doubles the bounds (up to ``CALL_GRACE_S``), so a broker that stays away
 #: costs a few replacements, not one every two seconds; a commit puts them back.
 #: What a bounded call may overrun the timeout it passed the client before it is abandoned.
-STALL_GRACE_S = 0.5
+STALL_GRACE_S = 0.25
 
 
 class KafkaEventLog:
@@ -233,7 +233,8 @@ class KafkaEventLog:
         self.intake = intake
         self.stopping = stopping
         self.txn_timeout_s = txn_timeout_s
-        self.caller = BoundedCaller("keel-kafka-call", stopping)
+        # waits in 50 ms slices: a stall is seen within ``STALL_GRACE_S``, not a slice later
+        self.caller = BoundedCaller("keel-kafka-call", stopping, slice_s=0.05)
         self.broker_errors = 0
         #: 1 until a call stalls, then doubled per stall and back to 1 after a commit.
         self.stall_factor = 1.0

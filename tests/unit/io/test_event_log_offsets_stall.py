@@ -75,11 +75,11 @@ def _log(producer: Producer) -> KafkaEventLog:
     return log
 
 
-def test_the_bounds_are_half_a_second_and_three_for_a_commit():
-    assert (STALL_S, COMMIT_STALL_S, STALL_GRACE_S) == (0.5, 3.0, 0.5)
+def test_the_bounds_are_a_quarter_second_and_three_for_a_commit():
+    assert (STALL_S, COMMIT_STALL_S, STALL_GRACE_S) == (0.25, 3.0, 0.25)
     producer = Producer()
     _log(producer).commit({0: 7})
-    assert producer.timeouts == {"send_offsets": [0.5], "commit": [3.0]}
+    assert producer.timeouts == {"send_offsets": [0.25], "commit": [3.0]}
 
 
 @pytest.mark.parametrize("call", ["send_offsets", "abort", "commit"])
@@ -110,7 +110,7 @@ def test_a_commit_puts_the_bounds_back():
 
     log.commit({0: 7})
 
-    assert producer.timeouts == {"send_offsets": [2.0], "commit": [12.0]}
+    assert producer.timeouts == {"send_offsets": [1.0], "commit": [12.0]}
     assert log.stall_factor == 1.0
 
 
@@ -120,7 +120,7 @@ def test_a_timeout_the_client_honours_is_retried_on_the_same_producer():
 
     log.commit({0: 7})
 
-    assert producer.timeouts == {"send_offsets": [0.5, 0.5, 0.5], "commit": [3.0]}
+    assert producer.timeouts == {"send_offsets": [0.25, 0.25, 0.25], "commit": [3.0]}
     assert log.abandoned_calls == 0
 
 
