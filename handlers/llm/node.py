@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -126,13 +127,14 @@ def has_flag(step: str, flag: str) -> Callable[[Context], bool]:
 Runner = Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class NodeSpec:
+class NodeSpec(ABC):
     """What ``app.llm_step`` calls on a node (``LlmCall``, ``AgentCall``): the application
     object sits below the worker's LLM parts, so the node builds its Step and registers
     the handler that runs it (``runner``)."""
 
+    @abstractmethod
     def runner(self) -> Runner:
-        raise NotImplementedError
+        """The handler that runs this node's calls."""
 
     def as_step(
         self,

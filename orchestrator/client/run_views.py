@@ -12,6 +12,7 @@ callers not yet moved to attributes.
 from __future__ import annotations
 
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -21,11 +22,12 @@ from orchestrator.domain.model.vocabulary import WorkflowStatus
 __all__ = ["RunSummary", "RunView"]
 
 
-class _ReadsLikeADict:
+class _ReadsLikeADict(ABC):
     """``view["key"]`` and ``view.get("key")``, each with a ``DeprecationWarning``."""
 
+    @abstractmethod
     def as_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The view as the JSON object ``--json`` prints."""
 
     def __getitem__(self, key: str) -> Any:
         _deprecated(self, key)
