@@ -30,7 +30,6 @@ else (effect claims, reports, heartbeats, the sink) stays on the loop's thread.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import threading
@@ -55,10 +54,11 @@ from handlers.sdk.activity_context import ActivityContext, reset_current, set_cu
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
 from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
+from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.errors import UnavailableError
-from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, MAX_REASON_CHARS, check_json_text
+from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text
 from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
@@ -67,7 +67,6 @@ from orchestrator.domain.model.messages import (
     FailActivity,
     HeartbeatActivity,
 )
-from orchestrator.io.kafka.clients import ClientMessage, dead_letter, to_record
 from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryError,
@@ -89,13 +88,6 @@ __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 
 log = logging.getLogger("keel.worker")
 
-#: The largest record the worker produces (the producer's default ``message.max.bytes``;
-#: brokers accept 1 MiB by default). Anything larger is replaced, never sent.
-MAX_RECORD_BYTES = 1_000_000
-#: Room kept for the dead letter's own fields when it wraps a record.
-_DEAD_LETTER_OVERHEAD = 16 * 1024
-#: A record key longer than this is cut in dead letters (keys are workflow ids).
-_MAX_KEY_BYTES = 4096
 #: How long the worker waits for a batch's reports to be acknowledged.
 FLUSH_TIMEOUT_S = 60.0
 
@@ -652,25 +644,3 @@ class Worker:
             problem = f"{type(exc).__name__}: {exc}"
         if problem is not None:
             log.error("the dead letter was not produced (%s); the task is skipped", problem)
-
-
-def bounded_dead_letter(
-    msg: ClientMessage | Record, reason: str, env: Envelope[Any] | None = None
-) -> Envelope[Any]:
-    """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
-
-    The original record stays in its topic at the offset the letter names (until the
-    topic's retention), so nothing is lost that an operator cannot find. Decided on the
-    record as read, before the envelope factory cuts what it wraps (and notes its cuts).
-    """
-    rec = msg if isinstance(msg, Record) else to_record(msg)
-    reason = reason[:MAX_REASON_CHARS]
-    room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * min(len(rec.key or b""), _MAX_KEY_BYTES)
-    if rec.value is not None and len(rec.value) > room:
-        note = (
-            f" [the {len(rec.value):,}-byte record is too large to keep here; it stays at "
-            f"{rec.topic}[{rec.partition}]@{rec.offset}]"
-        )
-        reason = reason[: MAX_REASON_CHARS - len(note)] + note
-        rec = dataclasses.replace(rec, value=None)
-    return dead_letter(rec, reason, env)
