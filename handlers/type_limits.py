@@ -123,13 +123,19 @@ return {'run', 0}
 """
 
 # KEYS: the concurrency zsets; ARGV[1]: ttl, then one lease per key. Only a lease still
-# held is renewed (one purged after a stall is not taken again behind others' backs).
+# held and not lapsed is renewed (one purged or expired after a stall is not taken again
+# behind others' backs). Counted by ZSCORE, not by ZADD's CH: a lease renewed twice in one
+# millisecond (the keeper thread and a caller) is unchanged by the second and CH says 0.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local renewed = 0
 for i, key in ipairs(KEYS) do
-  renewed = renewed + redis.call('ZADD', key, 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[i + 1])
+  local until_ms = redis.call('ZSCORE', key, ARGV[i + 1])
+  if until_ms and tonumber(until_ms) > now then
+    redis.call('ZADD', key, 'XX', now + tonumber(ARGV[1]), ARGV[i + 1])
+    renewed = renewed + 1
+  end
 end
 return renewed
 """
