@@ -55,6 +55,7 @@ from orchestrator.domain.model.errors import (
     UnavailableError,
 )
 from orchestrator.domain.model.messages import SignalWorkflow
+from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import reachable
@@ -107,17 +108,19 @@ class Connector:
         app: KeelApp,
         *,
         ack_timeout_s: float = 10.0,
-        pause_after_ack_s: float = 0.0,
         environ: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        hooks: AdapterHooks = NO_HOOKS,
     ) -> None:
+        """``hooks``: what its producer is wrapped in when it opens (none in production;
+        orchestrator/io/adapter_hooks.py)."""
         self.settings = settings
+        self.hooks = hooks
         self.app = app
         #: Commands' recorded times, signature tolerances, dedupe markers, UI sessions.
         self.clock = clock
         self.sources = load_sources(app, os.environ if environ is None else environ)
         self.ack_timeout_s = ack_timeout_s
-        self.pause_after_ack_s = pause_after_ack_s
         self.codec = default_codec()
         self.keyspace = Keyspace(settings.topic_prefix)
         self.producer: AckingProducer | None = None
@@ -126,7 +129,9 @@ class Connector:
         self.tasks = _task_api(settings, app)
 
     async def open(self) -> None:
-        self.producer = AckingProducer(self.settings, self.ack_timeout_s)
+        self.producer = self.hooks.command_producer(
+            AckingProducer(self.settings, self.ack_timeout_s)
+        )
         # a claim outlives the longest wait for Kafka, so only a crashed holder loses it
         self.dedupe = Dedupe.connect(
             self.settings.redis,
@@ -227,9 +232,6 @@ class Connector:
             status, why = refusal
             log.info("webhook %s event %s: %d: %s", source.name, event_id, status, why)
             return error_answer(status, why)
-        if self.pause_after_ack_s:
-            log.warning("test hook: pausing %.1f s after Kafka's ack", self.pause_after_ack_s)
-            await asyncio.sleep(self.pause_after_ack_s)
         try:
             await self.dedupe.done(source.name, event_id, source.dedupe_ttl_s, workflow_id, mid)
         except UnavailableError as exc:

@@ -67,6 +67,7 @@ from orchestrator.domain.model.messages import (
     FailActivity,
     HeartbeatActivity,
 )
+from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryError,
@@ -80,7 +81,7 @@ from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import report_envelope
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.settings import SeededBug, Settings
+from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import worker_metrics
 
@@ -121,13 +122,16 @@ class Worker:
         reset_window_s: float = 300.0,
         hard_exit_on_stall: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        hooks: AdapterHooks = NO_HOOKS,
     ) -> None:
+        """``hooks``: what the composition root wraps the task consumer and the LLM call
+        store in (none in production; orchestrator/io/adapter_hooks.py)."""
         self.settings = settings
         self.app = app
         #: Reports' recorded times, heartbeat spacing, Redis backoff and the reset window.
         self.clock = clock
         # LLM steps build their provider and call store from this worker's environment
-        use_environment()
+        use_environment(hooks)
         self.codec = default_codec()
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")
@@ -154,7 +158,8 @@ class Worker:
         self._tracer = tracing.tracer()
         if adapters is None:
             adapters = self._kafka_adapters()
-        self.intake, self.sink = adapters
+        intake, self.sink = adapters
+        self.intake = hooks.task_intake(intake)
         self.state = "starting"
         self.assigned: set[int] = set()
         self.completed = 0
@@ -164,7 +169,6 @@ class Worker:
         self.commits = 0
         self.commit_failures = 0
         self.reruns = 0
-        self._replayed = False  # the seeded bug's one replay (``_replay_all_once``)
         self.consumer_resets = 0
         self.last_commit_at: float | None = None
         self._resets: deque[float] = deque()
@@ -240,8 +244,6 @@ class Worker:
         except ConsumerReset as exc:
             self._recreate_consumer(exc)
             return True
-        if records and self._replay_all_once():
-            return True  # the seeded bug: this batch and every earlier task run again
         if not records:
             self.sink.poll()
             return True
@@ -253,20 +255,6 @@ class Worker:
         else:
             self.reruns += 1
             self._rewind(records)
-        return True
-
-    def _replay_all_once(self) -> bool:
-        """The test-only seeded bug ``reexecute_on_recovery`` (docs/evaluation.md): on its
-        first batch, a starting worker goes back to the start of its partitions, so every
-        task it or a worker before it ran runs again. True when it went back."""
-        if self.settings.test_seeded_bug is not SeededBug.REEXECUTE_ON_RECOVERY:
-            return False
-        if self._replayed or not self.assigned:
-            return False
-        log.warning("TEST ONLY: seeded bug: every task of partitions %s runs again", self.assigned)
-        for p in sorted(self.assigned):
-            self.intake.rewind(p, 0)
-        self._replayed = True
         return True
 
     def _close(self) -> None:

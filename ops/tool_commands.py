@@ -130,8 +130,9 @@ def evaluate(
     from ops.evaluation.evaluation_run import run_evaluation
     from ops.evaluation.fault_plans import parse_faults, parse_variants
     from ops.evaluation.report_plots import require_matplotlib
+    from ops.faults.service_faults import SeededBug
     from orchestrator.domain.model.errors import InvalidInputError
-    from orchestrator.settings import SeededBug, load_settings
+    from orchestrator.settings import load_settings
 
     require_matplotlib()
     console = new_console(highlight=False, width=None)

@@ -75,17 +75,6 @@ class SaslMechanism(StrEnum):
     SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
-class SeededBug(StrEnum):
-    """A bug ``KEEL_TEST_SEEDED_BUG`` seeds on purpose, for ``keel evaluate``'s test.
-
-    ``reexecute_on_recovery``: a worker that starts again runs every task of its
-    partitions again, and the orchestrator records a report of an attempt that already
-    completed as if it were new: a completed activity re-executed on recovery.
-    """
-
-    REEXECUTE_ON_RECOVERY = "reexecute_on_recovery"
-
-
 #: The Kafka client tuning settings (``fetch_wait_max_ms``, ``linger_ms``,
 #: ``batched_linger_ms``; docs/configuration.md) and its debug contexts (``kafka_debug``):
 #: a child process inherits them.
@@ -300,17 +289,12 @@ class Settings(BaseSettings):
         "cgrp,eos,broker (coordinator lookups, transactions, connections); librdkafka "
         "writes their lines to the process's stderr. Empty: none (docs/operations.md).",
     )
-    connector_test_pause_after_ack_s: float = Field(
-        default=0.0,
-        ge=0,
-        le=600,
-        description="Test hook: seconds the connector pauses after Kafka's ack of a "
-        "webhook, before marking it delivered (fault tests); 0 in production.",
-    )
-    test_seeded_bug: SeededBug | None = Field(
-        default=None,
-        description="Test hook: a bug seeded on purpose, for `keel evaluate` to prove its "
-        'verdict catches it (docs/evaluation.md, "A seeded bug"); never set in production.',
+    adapter_hooks: str = Field(
+        default="",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*)?$",
+        description="MODULE:ATTR of adapter hooks a service wraps its parts in when it "
+        "builds them (an AdapterHooks, or a function returning one): tracing, or the "
+        "faults `keel evaluate` and the fault tests inject (ops/faults). Empty: none.",
     )
     metrics_port: int = Field(
         default=0,

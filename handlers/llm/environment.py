@@ -10,11 +10,14 @@ step never imports this module, so an application's code loads neither.
 from __future__ import annotations
 
 from handlers.llm.runtime import LlmRuntime, use_factory
+from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 
 __all__ = ["runtime_from_environment", "use_environment"]
 
 
-def runtime_from_environment() -> LlmRuntime:
+def runtime_from_environment(hooks: AdapterHooks = NO_HOOKS) -> LlmRuntime:
+    """The provider and the call store (wrapped in ``hooks.llm_call_store``) from the
+    process's settings."""
     from handlers.llm.llm_settings import load_llm_settings
     from handlers.llm.providers import provider_from_settings
     from handlers.llm.store import LlmStore
@@ -22,10 +25,10 @@ def runtime_from_environment() -> LlmRuntime:
 
     keel = load_settings()
     llm = load_llm_settings()
-    store = LlmStore.from_url(keel.redis, keel.topic_prefix)
+    store = hooks.llm_call_store(LlmStore.from_url(keel.redis, keel.topic_prefix))
     return LlmRuntime(llm, store, provider_from_settings(llm))
 
 
-def use_environment() -> None:
+def use_environment(hooks: AdapterHooks = NO_HOOKS) -> None:
     """This process builds its runtime from its environment on first use."""
-    use_factory(runtime_from_environment)
+    use_factory(lambda: runtime_from_environment(hooks))

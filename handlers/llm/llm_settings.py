@@ -53,9 +53,6 @@ class LlmSettings(BaseSettings):
     max_retry_after_s: float = Field(
         default=300.0, ge=0, description="Longest Retry-After a worker reports."
     )
-    test_pause_after_store_s: float = Field(
-        default=0.0, ge=0, description="Tests only: pause after storing a fresh raw response."
-    )
 
 
 def load_llm_settings() -> LlmSettings:

@@ -136,14 +136,6 @@ async def obtain(
         raise
     record = {"kind": "response", "index": index, "at": time.time(), **response.record()}
     stored, fresh = await rt.store.put_call(key, index, record)
-    if fresh and rt.settings.test_pause_after_store_s:
-        log.warning(
-            "test hook: pausing %gs after storing call %d of %s",
-            rt.settings.test_pause_after_store_s,
-            index,
-            key,
-        )
-        await asyncio.sleep(rt.settings.test_pause_after_store_s)
     return stored, not fresh
 
 

@@ -27,13 +27,14 @@ from ops.evaluation.lag_sampler import LagSampler
 from ops.evaluation.run_evidence import RunEvidence, evidence_of
 from ops.fakes.ledger import LedgerClient
 from ops.fakes.payables import PayablesClient
+from ops.faults.service_faults import SeededBug, hooks_of
 from ops.invoices.agent_script import agent_input, both_scripts
 from ops.invoices.invoice_demo import Desk, fakes_running, pipeline_stack, upload, write_people
 from ops.invoices.invoice_report import Books
 from ops.invoices.invoice_samples import Sample, Scenario, samples
 from orchestrator.cli.output import styled
 from orchestrator.domain.model.state import TERMINAL_STATUSES
-from orchestrator.settings import SeededBug, Settings
+from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
@@ -168,7 +169,7 @@ def run_batch(
     ) as urls:
         stack = pipeline_stack(settings, log_dir, urls, hook_secret, variant.app)
         if seeded_bug is not None:
-            stack.env["KEEL_TEST_SEEDED_BUG"] = str(seeded_bug)
+            stack.env["KEEL_ADAPTER_HOOKS"] = hooks_of(seeded_bug)
         try:
             with LagSampler(settings) as lag:
                 stack.start("orchestrator")

@@ -387,11 +387,12 @@ def _as_keel_error(exc: ValueError) -> Exception:
     return _BRIDGED[cls](*exc.args)
 
 
-def load_app(spec: str) -> KeelApp:
-    """Import ``module:attr`` (like uvicorn) and return the checked KeelApp it names."""
+def load_object(spec: str, option: str = "--app") -> Any:
+    """Import ``module:attr`` (like uvicorn) and return the object it names
+    (``AppLoadError`` naming ``option`` when it is malformed or absent)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise AppLoadError(f"--app must look like 'module:attr', got {spec!r}")
+        raise AppLoadError(f"{option} must look like 'module:attr', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -401,6 +402,12 @@ def load_app(spec: str) -> KeelApp:
         if not hasattr(obj, part):
             raise AppLoadError(f"module '{module_name}' has no attribute '{attr}'")
         obj = getattr(obj, part)
+    return obj
+
+
+def load_app(spec: str) -> KeelApp:
+    """Import ``module:attr`` (like uvicorn) and return the checked KeelApp it names."""
+    obj = load_object(spec)
     if not isinstance(obj, KeelApp):
         raise AppLoadError(f"'{spec}' is a {type(obj).__name__}, not a KeelApp")
     try:

@@ -20,7 +20,9 @@ import typer
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
+    from orchestrator.io.adapter_hooks import AdapterHooks
     from orchestrator.records.clock import Clock
+    from orchestrator.settings import Settings
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
@@ -82,6 +84,29 @@ def service_app(flag: str | None, clock: Clock | None = None) -> KeelApp:
     from orchestrator.records.clock import SYSTEM_CLOCK
 
     return install_schedules(app_from(flag), clock=clock or SYSTEM_CLOCK)
+
+
+def adapter_hooks(settings: Settings) -> AdapterHooks:
+    """The hooks ``KEEL_ADAPTER_HOOKS`` names (``MODULE:ATTR``: an ``AdapterHooks`` or a
+    function of no arguments returning one), else none: the composition root applies
+    them once to the parts it builds (``orchestrator/io/adapter_hooks.py``)."""
+    import logging
+
+    from orchestrator.application.app import AppLoadError, load_object
+    from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
+
+    spec = settings.adapter_hooks
+    if not spec:
+        return NO_HOOKS
+    importable_here()
+    found = load_object(spec, "KEEL_ADAPTER_HOOKS")
+    hooks = found if isinstance(found, AdapterHooks) else found() if callable(found) else found
+    if not isinstance(hooks, AdapterHooks):
+        raise AppLoadError(
+            f"KEEL_ADAPTER_HOOKS '{spec}' is a {type(hooks).__name__}, not AdapterHooks"
+        )
+    logging.getLogger("keel.hooks").warning("adapter hooks on: %r (%s)", hooks, spec)
+    return hooks
 
 
 #: ``--app`` of a command that reads no definitions: accepted, so a script can give every

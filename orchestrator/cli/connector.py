@@ -24,6 +24,7 @@ def connector(
     import asyncio
 
     from connectors.service import Connector, serve
+    from orchestrator.cli.app_spec import adapter_hooks
     from orchestrator.domain.model.errors import KeelError
     from orchestrator.records.clock import SystemClock
     from orchestrator.settings import load_settings
@@ -39,8 +40,8 @@ def connector(
         settings,
         app_from(app),
         ack_timeout_s=ack_timeout,
-        pause_after_ack_s=settings.connector_test_pause_after_ack_s,  # a fault test's hook
         clock=SystemClock(),  # the one clock of this process (docs/architecture.md, "Time")
+        hooks=adapter_hooks(settings),
     )
     try:
         asyncio.run(serve(service, host, port))

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.cli.app_spec import AppOption, UnusedAppOption, app_spec, service_app
+from orchestrator.cli.app_spec import (
+    AppOption,
+    UnusedAppOption,
+    adapter_hooks,
+    app_spec,
+    service_app,
+)
 from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.projector.placement import ProjectorPlacement
 
@@ -125,8 +131,9 @@ def orchestrator(
     configure_tracing("keel-orchestrator")
     configure_metrics("keel-orchestrator")
     settings = load_settings()
-    use_environment()  # for local LLM steps
     configure_gc(settings)
+    hooks = adapter_hooks(settings)
+    use_environment(hooks)  # for local LLM steps
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     application = service_app(app, clock)
     publisher = None
@@ -148,6 +155,7 @@ def orchestrator(
         checkpoint_interval_s=checkpoint_interval,
         committed=publisher,
         clock=clock,
+        hooks=hooks,
     )
     stoppables: list = [orch]
     child = None
@@ -201,7 +209,7 @@ def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> Non
     settings = load_settings()
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    w = Worker(settings, service_app(app, clock), clock=clock)
+    w = Worker(settings, service_app(app, clock), clock=clock, hooks=adapter_hooks(settings))
     _stop_on_signals(w)
     serve_metrics_of(settings, metrics_port)
     w.run()

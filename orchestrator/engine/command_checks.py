@@ -1,6 +1,5 @@
 """Checks of a command before the decider sees it, how a refusal is worded, and what
-becomes of a refused command (:class:`Refusals`); and the one seeded bug a test may switch
-on there (``reopened``).
+becomes of a refused command (:class:`Refusals`).
 
 A command the decider refuses (``CommandRejected``) is the sender's problem, not the
 log's, so never a dead letter (docs/activities.md, "Dead letters"): a live run records
@@ -20,21 +19,17 @@ import logging
 from typing import Any
 
 from orchestrator.domain.model.errors import KeelError, LimitExceededError
-from orchestrator.domain.model.frozen_init import replace
 from orchestrator.domain.model.limits import check_json_text
 from orchestrator.domain.model.messages import (
-    CompleteActivity,
     Envelope,
     SignalWithStart,
     SignalWorkflow,
     StartWorkflow,
 )
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.domain.model.vocabulary import ActivityStatus
 from orchestrator.engine.runtime_context import RuntimeContext
-from orchestrator.settings import SeededBug
 
-__all__ = ["LOG_LINES", "Refusals", "over_limits", "reason_of", "reopened"]
+__all__ = ["LOG_LINES", "Refusals", "over_limits", "reason_of"]
 
 log = logging.getLogger("keel.orchestrator")
 
@@ -79,22 +74,6 @@ def _json_values(payload: Any) -> list[tuple[str, str]]:
             (payload.payload_json, f"signal '{payload.signal_name}' payload"),
         ]
     return []
-
-
-def reopened(bug: SeededBug | None, state: WorkflowState | None, payload: Any) -> Any:
-    """The state the decider sees: ``state`` itself, unless the test-only seeded bug
-    ``reexecute_on_recovery`` is on (docs/evaluation.md, "A seeded bug"). Then a worker's
-    report of an attempt that already completed re-opens it, so the decider records the
-    completion again, as an engine that forgot to deduplicate reports would."""
-    if bug is not SeededBug.REEXECUTE_ON_RECOVERY or state is None:
-        return state
-    if type(payload) is not CompleteActivity:
-        return state
-    act = state.activities.get(payload.activity_id)
-    if act is None or act.status != ActivityStatus.COMPLETED or act.attempt != payload.attempt:
-        return state
-    again = replace(act, status=ActivityStatus.SCHEDULED, result_json=None)
-    return replace(state, activities={**state.activities, act.activity_id: again})
 
 
 class Refusals:

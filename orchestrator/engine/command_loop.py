@@ -60,7 +60,7 @@ from orchestrator.engine.child_runs import (
     is_child,
     parent_report,
 )
-from orchestrator.engine.command_checks import Refusals, over_limits, reason_of, reopened
+from orchestrator.engine.command_checks import Refusals, over_limits, reason_of
 from orchestrator.engine.local_activities import LocalRun
 from orchestrator.engine.owned import PartitionState
 from orchestrator.engine.recovery import TYPE_HEADER
@@ -400,8 +400,7 @@ class CommandLoop:
                 raise CommandRejected(forged)  # e.g. a FireTimer: only the engine fires timers
             if type(cmd.payload) is DecideHumanTask:
                 self._check_proof(wf, cmd.payload)
-            seen = state if ctx.seeded_bug is None else reopened(ctx.seeded_bug, state, cmd.payload)
-            new_state, events = ctx.decider.handle(seen, taken, now)
+            new_state, events = ctx.decider.handle(state, taken, now)
         except RunParked as exc:  # keep the command; record once why the run waits
             log.warning("command parked: %s", exc)
             kept = intake_letter(ctx, rec, cmd, f"{PARKED}{exc}") if rec is not None else []

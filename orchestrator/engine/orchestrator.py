@@ -44,6 +44,7 @@ from orchestrator.engine.recovery import (
 )
 from orchestrator.engine.runtime_context import RuntimeContext, Topics
 from orchestrator.engine.timers import TimerHeap
+from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 from orchestrator.io.handoff.committed_channel import CommittedSink, channel
 from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
@@ -97,12 +98,15 @@ class Orchestrator:
         local_bound_ms: int = LOCAL_BOUND_MS,
         committed: CommittedSink | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        hooks: AdapterHooks = NO_HOOKS,
     ) -> None:
+        """``hooks``: what the composition root wraps the decider in (none in production;
+        ``keel evaluate``'s seeded bug, orchestrator/io/adapter_hooks.py)."""
         self.settings = settings
         #: Timer due checks, decision times, checkpoints and retry intervals read it.
         self.clock = clock
         self.app = app
-        self.decider = decider_for(settings, app)
+        self.decider = hooks.decider(decider_for(settings, app))
         self.codec = default_codec()
         self.batch_size = batch_size
         self.checkpoint_interval_s = checkpoint_interval_s
@@ -144,10 +148,7 @@ class Orchestrator:
             stopping=self._stopping,
             clock=clock,
             finished_capacity=finished_capacity,
-            seeded_bug=settings.test_seeded_bug,
         )
-        if settings.test_seeded_bug is not None:
-            log.warning("TEST ONLY: seeded bug %s is on", settings.test_seeded_bug)
         if local_activities:
             self.ctx.local = LocalActivities(
                 app,

@@ -50,8 +50,6 @@ class RuntimeContext:
     #: Runs ``local=True`` steps in-process (``local_activities.LocalActivities``); None:
     #: every step goes to the workers.
     local: Any = None
-    #: A bug seeded on purpose (``Settings.test_seeded_bug``); None in production.
-    seeded_bug: Any = None
     stats: OrchestratorStats = field(default_factory=OrchestratorStats)
     partitions: dict[int, PartitionState] = field(default_factory=dict)
 

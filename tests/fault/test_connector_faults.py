@@ -122,7 +122,11 @@ def test_a_connector_killed_after_the_ack_before_answering_the_retry_is_deduplic
     wait_until(lambda: hook.waiting_for_documents(client, wf, 1), 60, "the wait for documents")
 
     doomed, doomed_url = hook.start_connector(
-        services, "--ack-timeout", "3", KEEL_CONNECTOR_TEST_PAUSE_AFTER_ACK_S="120"
+        services,
+        "--ack-timeout",
+        "3",
+        KEEL_ADAPTER_HOOKS="ops.faults.service_faults:pause_after_ack",
+        KEEL_FAULT_PAUSE_S="120",
     )
     event = hook.added("evt-1", wf, "receipt")
     mid = message_id("documents", "evt-1")

@@ -46,7 +46,13 @@ def test_worker_killed_after_the_answer_was_stored_does_not_ask_again(
 ):
     services.env.update(KEEL_LLM_BASE_URL=fake.api_root)
     services.start("orchestrator", "--app", APP)
-    worker = services.start("worker", "--app", APP, KEEL_LLM_TEST_PAUSE_AFTER_STORE_S="120")
+    worker = services.start(
+        "worker",
+        "--app",
+        APP,
+        KEEL_ADAPTER_HOOKS="ops.faults.service_faults:pause_after_store",
+        KEEL_FAULT_PAUSE_S="120",
+    )
     client.start("invoice_extraction", {"document": "doc-k"}, "kill-w", version=1)
     key = "kill-w/llm.extract_invoice/1"
     stored = f"keel:{settings.topic_prefix}:llm:call:0:{key}"

@@ -120,7 +120,8 @@ def test_every_fault_class_hits_in_flight_runs_and_the_pipeline_recovers(servers
 def test_a_seeded_bug_that_reexecutes_completed_work_on_recovery_fails_the_verdict(
     servers, tmp_path
 ):
-    """``KEEL_TEST_SEEDED_BUG=reexecute_on_recovery``: the restarted worker runs every task
+    """The seeded bug ``reexecute_on_recovery`` (ops/faults/service_faults.py, injected as
+    adapter hooks): the restarted worker runs every task
     again and the orchestrator records the completions again. The report must say so."""
     out = tmp_path / "report"
     args = ["evaluate", "--runs", "6", "--faults", "crash", "--variants", "backbone"]

@@ -180,7 +180,7 @@ def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
     s = Settings()
     assert (s.fetch_wait_max_ms, s.linger_ms, s.batched_linger_ms) == (100, 1.0, 50.0)
     assert (s.status_interval_s, s.log_level, s.trace_file) == (5.0, "info", None)
-    assert s.connector_test_pause_after_ack_s == 0.0
+    assert s.adapter_hooks == ""
     monkeypatch.setenv("KEEL_FETCH_WAIT_MAX_MS", "7")
     monkeypatch.setenv("KEEL_LINGER_MS", "2.5")
     monkeypatch.setenv("KEEL_LOG_LEVEL", " Warning ")
