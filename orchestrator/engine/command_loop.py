@@ -68,7 +68,7 @@ from orchestrator.engine.runtime_context import RuntimeContext
 from orchestrator.engine.tail_records import armed_header
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedSink
 from orchestrator.io.handoff.committed_pipe import PipePublisher
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
 from orchestrator.records.envelopes import (
     check_record_size,

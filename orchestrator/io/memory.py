@@ -14,13 +14,12 @@ call name (``MemoryBroker.inject``).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import (
     BrokerErrorKind,
     DeliveryCallback,
@@ -53,6 +52,9 @@ MSG_SIZE_TOO_LARGE = (
 )
 
 
+_FATAL = BrokerErrorKind.FATAL
+
+
 @dataclass
 class MemoryBroker:
     partitions: int = 4
@@ -62,6 +64,10 @@ class MemoryBroker:
     epochs: dict[str, int] = field(default_factory=dict)
     #: call name -> exceptions to raise on its next calls, in order.
     faults: dict[str, list[BaseException]] = field(default_factory=dict)
+    #: How the Kafka adapter would sort an injected delivery failure: a test that injects
+    #: a client's own exception passes ``broker_errors.classify``; by default none is
+    #: retriable (this adapter loads no Kafka client, so it cannot ask one).
+    classify: Callable[[BaseException], BrokerErrorKind] = field(default=lambda _: _FATAL)
 
     def log(self, topic: str) -> list[list[Record]]:
         if topic not in self.topics:
@@ -296,7 +302,7 @@ class MemoryOutcomeSink:
     """A plain writer: records become visible when delivered (at ``poll`` or ``flush``).
 
     Fault names: ``send`` (raised by ``send``), ``deliver`` (the record is not delivered:
-    its ``on_failed`` is called, retriable as ``broker_errors.classify`` says).
+    its ``on_failed`` is called, retriable as the broker's ``classify`` says).
     """
 
     def __init__(self, broker: MemoryBroker) -> None:
@@ -329,7 +335,7 @@ class MemoryOutcomeSink:
                 self.broker.fault("deliver")
             except Exception as exc:
                 if on_failed is not None:
-                    retriable = _retriable(exc)
+                    retriable = self.broker.classify(exc) is BrokerErrorKind.RETRIABLE
                     on_failed(DeliveryError(str(exc), retriable))
                 continue
             self.broker.produce(topic, value, key, headers=headers)
@@ -428,15 +434,3 @@ class MemoryReadModel:
             if "status" in row:
                 out[row["status"]] = out.get(row["status"], 0) + 1
         return out
-
-
-def _retriable(exc: BaseException) -> bool:
-    """Whether the Kafka adapter would send a record failing with ``exc`` again
-    (``broker_errors.classify``). Only a client's own exception can be retriable; a test
-    that injects one has loaded the client, so without it loaded the answer is no and this
-    adapter never loads it."""
-    if "confluent_kafka" not in sys.modules:
-        return False
-    from orchestrator.io.kafka.broker_errors import classify
-
-    return classify(exc) is BrokerErrorKind.RETRIABLE

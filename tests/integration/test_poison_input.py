@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
 from orchestrator.domain.model.messages import Envelope, SignalWorkflow, StartWorkflow
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 

@@ -20,7 +20,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.examples import app
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.codec import default_codec
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from tests.integration.test_read_model import keel
 from tests.support import histories
 

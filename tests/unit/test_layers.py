@@ -90,7 +90,7 @@ def test_the_port_errors_are_defined_once_beside_the_ports() -> None:
     "module",
     [
         "orchestrator.io.ports",
-        "orchestrator.io.kafka.partitioning",
+        "orchestrator.io.partitioning",
         "orchestrator.records.history_entries",
     ],
 )

@@ -21,7 +21,7 @@ from orchestrator.domain.model.messages import (
     WorkflowStarted,
 )
 from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import CallStalled, ProducerReset, TxnAbortable
 from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
 from tests.unit.memory_rig import MemoryRig, codec

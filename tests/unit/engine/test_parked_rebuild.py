@@ -22,7 +22,7 @@ from orchestrator.domain.model.messages import StartWorkflow, WorkflowNeedsAtten
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.parked_redrive import parked_to_redrive
 from orchestrator.engine.recovery import CHECKPOINT_KEY
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from tests.integration import versions_app
 from tests.unit.memory_rig import MemoryRig
 

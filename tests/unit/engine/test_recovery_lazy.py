@@ -7,7 +7,7 @@ out unreadable when it is used is quarantined, never treated as absent.
 from __future__ import annotations
 
 from orchestrator.engine.recovery import CHECKPOINT_KEY
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import snapshot_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 

@@ -21,7 +21,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from tests.integration import local_app
 from tests.unit.memory_rig import MemoryRig
 

@@ -20,7 +20,7 @@ from orchestrator.engine.snapshot_records import (
     SnapshotKind,
     read_snapshot_header,
 )
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import snapshot_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 

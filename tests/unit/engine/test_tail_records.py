@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.engine.recovery import CHECKPOINT_KEY, TYPE_HEADER
 from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from tests.unit.engine.test_snapshot_headers import _count_decodes
 from tests.unit.memory_rig import MemoryRig, codec
 

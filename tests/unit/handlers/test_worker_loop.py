@@ -30,6 +30,7 @@ from orchestrator.domain.model.messages import (
     HeartbeatActivity,
     StartWorkflow,
 )
+from orchestrator.io.kafka.broker_errors import classify
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.settings import Settings
@@ -103,7 +104,7 @@ class Rig:
             bootstrap_servers="127.0.0.1:1",
             redis_url="redis://127.0.0.1:1/0",
         )
-        self.broker = MemoryBroker(4)
+        self.broker = MemoryBroker(4, classify=classify)
         self.tasks = self.settings.topic("activity-tasks")
         self.intake = self.new_intake()
         self.effects = MemoryEffects()
@@ -154,7 +155,7 @@ class Rig:
         ]
 
     def committed(self, wf: str) -> int | None:
-        from orchestrator.io.kafka.partitioning import partition_for
+        from orchestrator.io.partitioning import partition_for
 
         return self.broker.committed.get((GROUP, self.tasks, partition_for(wf.encode(), 4)))
 

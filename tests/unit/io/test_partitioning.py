@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.io.kafka.partitioning import murmur2, partition_for
+from orchestrator.io.partitioning import murmur2, partition_for
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 KAFKA_VECTORS = {

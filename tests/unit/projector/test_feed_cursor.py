@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.io.handoff.committed_channel import CommittedEvents
 from orchestrator.io.handoff.committed_pipe import PipePublisher, read_frames
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import Record
 from orchestrator.projector.feed_cursor import FeedCursor
 from tests.unit.memory_rig import MemoryRig

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import WorkflowStarted
-from orchestrator.io.kafka.partitioning import partition_for
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.projector.projector import Projector
