@@ -48,7 +48,7 @@ from orchestrator.application.app import KeelApp
 from orchestrator.application.webhook_sources import WebhookEvent, WebhookSource
 from orchestrator.client.client import KeelClient
 from orchestrator.client.human_task_decisions import TaskDesk
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.errors import (
     InvalidInputError,
     KeelError,
@@ -111,6 +111,7 @@ class Connector:
         environ: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
+        codec: Codec | None = None,
     ) -> None:
         """``hooks``: what its producer is wrapped in when it opens (none in production;
         orchestrator/io/adapter_hooks.py)."""
@@ -121,12 +122,12 @@ class Connector:
         self.clock = clock
         self.sources = load_sources(app, os.environ if environ is None else environ)
         self.ack_timeout_s = ack_timeout_s
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self.keyspace = Keyspace(settings.topic_prefix)
         self.producer: AckingProducer | None = None
         self.dedupe: Dedupe | None = None
         self._tracer = tracing.tracer()
-        self.tasks = _task_api(settings, app)
+        self.tasks = _task_api(settings, app, self.codec)
 
     async def open(self) -> None:
         self.producer = self.hooks.command_producer(
@@ -287,14 +288,14 @@ class _Tasks:
     desk_client: KeelClient
 
 
-def _task_api(settings: Settings, app: KeelApp) -> _Tasks:
+def _task_api(settings: Settings, app: KeelApp, codec: Codec) -> _Tasks:
     """The human-task routes: actors from ``KEEL_ACTORS_FILE``, the task-token key (a
     ``ConfigError`` at startup when the app declares human tasks and none can be had)."""
     actors = Actors.load(settings.actors_file)
     tokens = tokens_for_app(settings, app)
-    client = KeelClient(settings, app)
+    client = KeelClient(settings, app, codec=codec)
     view = TasksView(client.projection.r, settings.topic_prefix)
-    desk = TaskDesk(settings, view, client.send_as)
+    desk = TaskDesk(settings, view, client.send_as, codec=client.codec)
     if tokens is not None and not actors:
         log.warning("human tasks: no actors configured (KEEL_ACTORS_FILE); nobody may decide")
     api = TaskApi(actors, view, desk, tokens, read_timeout_s=settings.connector_read_timeout_s)

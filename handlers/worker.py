@@ -56,7 +56,7 @@ from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
 from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text
 from orchestrator.domain.model.messages import (
@@ -123,6 +123,7 @@ class Worker:
         hard_exit_on_stall: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
+        codec: Codec | None = None,
     ) -> None:
         """``hooks``: what the composition root wraps the task consumer and the LLM call
         store in (none in production; orchestrator/io/adapter_hooks.py)."""
@@ -132,7 +133,7 @@ class Worker:
         self.clock = clock
         # LLM steps build their provider and call store from this worker's environment
         use_environment(hooks)
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")
         self.t_commands = settings.topic("commands")

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import codec_for
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENT_NAMES,
     TERMINAL_EVENTS,
@@ -128,7 +128,7 @@ class EventTail(threading.Thread):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(daemon=True)
-        self.codec = default_codec()
+        self.codec = codec_for(settings)
         # Keel's own consumer settings, as a user's reader of keel.events has them; a
         # shorter fetch wait here only adds fetch requests to the broker the run measures.
         self.consumer = Consumer(

@@ -33,7 +33,7 @@ from rich.table import Table
 from ops.demo_checks import Expectation, Findings, Kind, check
 from ops.fakes.ledger import LedgerClient
 from orchestrator.cli.output import styled
-from orchestrator.codec import default_codec
+from orchestrator.codec import codec_for
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
 from orchestrator.io.kafka.clients import security_config
@@ -86,7 +86,7 @@ class EventTail:
     """Reads ``keel.events`` (committed records only) from the start, per workflow."""
 
     def __init__(self, settings: Settings) -> None:
-        self.codec = default_codec()
+        self.codec = codec_for(settings)
         self.partitions = settings.partitions
         self.consumer = Consumer(
             {

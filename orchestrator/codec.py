@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from io import BytesIO
 from operator import attrgetter
 from pathlib import Path
@@ -42,7 +41,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.payload_schemas import BindingKey, Slot, TypedPayloads, TypedValue
-from orchestrator.settings import load_settings
+from orchestrator.settings import Settings
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -51,7 +50,7 @@ __all__ = [
     "Codec",
     "DecodeError",
     "SchemaFile",
-    "default_codec",
+    "codec_for",
     "default_schema_dir",
     "load_schema_files",
     "rabin_fingerprint",
@@ -248,7 +247,7 @@ def _make_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 class Codec:
     """Encodes with the newest ``keel.Envelope`` version; decodes any known version.
 
-    Build one per process (see :func:`default_codec`): construction parses every
+    Build one per process (see :func:`codec_for`): construction parses every
     schema file, which is far too slow to do per record.
     """
 
@@ -521,8 +520,8 @@ class Codec:
             raise DecodeError(f"typed payload: {_one_line(exc)}") from exc
 
 
-@lru_cache(maxsize=1)
-def default_codec() -> Codec:
-    """The process-wide codec (parsed once): Keel's schemas, with the application's
-    payload schemas from ``KEEL_SCHEMA_DIRS`` when set (docs/event-log.md)."""
-    return Codec(payload_dirs=load_settings().schema_dirs)
+def codec_for(settings: Settings) -> Codec:
+    """A codec of Keel's schemas with the deployment's payload schemas
+    (``KEEL_SCHEMA_DIRS``, docs/event-log.md). Parsing them takes ~0.1 s: a process's
+    composition root builds one and hands it to each part that encodes or decodes."""
+    return Codec(payload_dirs=settings.schema_dirs)

@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityTask, Envelope
 
 
@@ -103,9 +103,9 @@ class Services:
 
 
 def decode_all(records) -> list:
-    from orchestrator.codec import default_codec
+    from orchestrator.codec import Codec
 
-    codec = default_codec()
+    codec = Codec()
     return [codec.decode(r.value()) for r in records]
 
 
@@ -188,7 +188,7 @@ def produce(settings, topic_kind: str, records: list[tuple[bytes | None, bytes |
 
 def reports(settings, workflow_id: str | None = None) -> list:
     """Every command on the commands topic (decoded), optionally of one workflow."""
-    codec = default_codec()
+    codec = Codec()
     records = read_topic(
         settings.kafka_servers, settings.topic("commands"), settings.partitions, max_s=2
     )

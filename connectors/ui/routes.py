@@ -33,7 +33,6 @@ from connectors.ui.sessions import COOKIE, PRE_COOKIE, FlashLevel, Session, Sess
 from connectors.ui.task_desk import TaskDecisions
 from connectors.ui.timeline import duration, timeline
 from orchestrator.application.app import KeelApp
-from orchestrator.client import dead_letters
 from orchestrator.client.client import KeelClient, parse_json
 from orchestrator.client.migration_requests import MigrationPlan, plan
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
@@ -439,7 +438,7 @@ class OperatorUi:
     async def dlq(self, request: web.Request, session: Session) -> web.StreamResponse:
         every = request.query.get("all") == "1"
         letters = await self._run(
-            dead_letters.list_letters, self.settings, include_closed=every, newest_first=True
+            self.client.dead_letters.letters, include_closed=every, newest_first=True
         )
         return self.render("dlq.html", request, session, letters=letters, every=every)
 
@@ -451,7 +450,7 @@ class OperatorUi:
             session,
             "a redrive",
             f"{ROOT}/dlq",
-            partial(dead_letters.redrive, self.settings, letter),
+            partial(self.client.dead_letters.redrive, letter),
             lambda done: f"dead letter '{letter}' redriven: {done}",
         )
 
@@ -465,7 +464,7 @@ class OperatorUi:
             session,
             "a discard",
             f"{ROOT}/dlq",
-            partial(dead_letters.discard, self.settings, letter, _field(form, "reason"), by),
+            partial(self.client.dead_letters.discard, letter, _field(form, "reason"), by),
             lambda done: done,
         )
 

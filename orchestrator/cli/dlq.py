@@ -30,10 +30,10 @@ def list_(
     app: UnusedAppOption = None,
 ) -> None:
     """Open dead letters by time across partitions, oldest first (``--all``: closed too)."""
-    from orchestrator.client.dead_letters import LetterState, list_letters, shown_time
+    from orchestrator.client.dead_letters import DeadLetters, LetterState, shown_time
     from orchestrator.settings import load_settings
 
-    letters = list_letters(load_settings(), newest_first=newest_first)
+    letters = DeadLetters(load_settings()).letters(newest_first=newest_first)
     shown = [x for x in letters if all_ or x.state == LetterState.OPEN]
     if json_:
         typer.echo(json.dumps([x.to_json() for x in shown]))
@@ -65,10 +65,10 @@ def list_(
 @dlq_app.command("redrive")
 def redrive(letter_id: str, app: AppOption = None) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
-    from orchestrator.client.dead_letters import redrive as do_redrive
+    from orchestrator.client.dead_letters import DeadLetters
     from orchestrator.settings import load_settings
 
-    console.print(do_redrive(load_settings(), letter_id))
+    console.print(DeadLetters(load_settings()).redrive(letter_id))
 
 
 @dlq_app.command("discard")
@@ -81,10 +81,10 @@ def discard(
     app: UnusedAppOption = None,
 ) -> None:
     """Close a dead letter without sending anything, once; who, when and why are recorded."""
-    from orchestrator.client.dead_letters import discard as do_discard
+    from orchestrator.client.dead_letters import DeadLetters
     from orchestrator.settings import load_settings
 
-    typer.echo(do_discard(load_settings(), letter_id, reason, actor))
+    typer.echo(DeadLetters(load_settings()).discard(letter_id, reason, actor))
 
 
 def resolve(

@@ -48,12 +48,14 @@ def kafka_gauges(settings: Settings) -> KafkaGauges:
     orchestrator's endpoint: one reader per orchestrator, not one per service)."""
     from collections import Counter
 
-    from orchestrator.client.dead_letters import LetterKind, list_letters
+    from orchestrator.client.dead_letters import DeadLetters, LetterKind
     from orchestrator.io.kafka.backlog import consumer_lag
     from orchestrator.telemetry.prometheus import CachedSource, KafkaGauges
 
+    letters = DeadLetters(settings)
+
     def open_letters() -> dict[tuple[str], int]:
-        counts = Counter(x.kind for x in list_letters(settings, include_closed=False))
+        counts = Counter(x.kind for x in letters.letters(include_closed=False))
         return {(str(kind),): counts.get(kind, 0) for kind in LetterKind}
 
     return KafkaGauges(
@@ -224,6 +226,7 @@ def projector(
     metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
+    from orchestrator.codec import codec_for
     from orchestrator.projector.projector import Projector
     from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
@@ -242,14 +245,17 @@ def projector(
     settings = load_settings()
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    projector = Projector(settings, service_app(app, clock), committed=committed, clock=clock)
+    codec = codec_for(settings)  # the one codec of this process
+    projector = Projector(
+        settings, service_app(app, clock), committed=committed, clock=clock, codec=codec
+    )
     if feed_fd is None:  # a child's counts are served by its orchestrator (docs/metrics.md)
         serve_metrics_of(settings, metrics_port)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.io.handoff.committed_pipe import read_frames
 
-        read_frames(feed_fd, committed, supervised.stop)  # stops when its orchestrator ends
+        read_frames(feed_fd, committed, supervised.stop, codec)  # ends with its orchestrator
     _stop_on_signals(supervised)
     while supervised.state != "stopped":
         supervised.join(0.5)

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from orchestrator.application.app import KeelApp
 from orchestrator.client.awaiting import await_answer, send_and_await
+from orchestrator.client.dead_letters import DeadLetters
 from orchestrator.client.json_args import input_value, parse_json, payload_json
 from orchestrator.client.query_answers import QueryAnswer, answer_query
 from orchestrator.client.row_look import WATCHED_POLL_S, RowLook
@@ -26,7 +27,7 @@ from orchestrator.client.run_search import RunFilter, RunPage, counts_by_status,
 from orchestrator.client.run_views import RunSummary, RunView
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import (
     CommandRejected,
@@ -90,12 +91,18 @@ def _renamed(value: Any, old_value: Any, method: str, old: str, new: str) -> Any
 
 
 class KeelClient:
-    def __init__(self, settings: Settings, app: KeelApp, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: KeelApp,
+        clock: Clock = SYSTEM_CLOCK,
+        codec: Codec | None = None,
+    ) -> None:
         self.settings = settings
         self.app = app
         #: Commands' recorded times and the deadlines of every wait for an answer.
         self.clock = clock
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self.projection = Projection.from_url(settings.redis, settings.topic_prefix)
         self._producer: ClientProducer | None = None
         self._bulk_producer: ClientProducer | None = None
@@ -106,6 +113,12 @@ class KeelClient:
         self.watch = RowWatch(self.projection)
         #: The row the last confirmed start read, so a ``wait`` right after needs no read.
         self._last_row: tuple[str, dict[str, Any]] | None = None
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        """The deployment's dead letters: listed, redriven, discarded (docs/activities.md,
+        "Dead letters"); they share this client's settings and codec."""
+        return DeadLetters(self.settings, self.codec)
 
     @property
     def seal_keys(self) -> SealKeys:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
@@ -62,13 +62,10 @@ from orchestrator.settings import Settings
 __all__ = [
     "DISCARD_HEADER",
     "MARKER_HEADER",
+    "DeadLetters",
     "Letter",
     "LetterKind",
     "LetterState",
-    "discard",
-    "list_letters",
-    "redrive",
-    "redrive_letters",
 ]
 
 log = logging.getLogger("keel.dlq")
@@ -152,21 +149,50 @@ def shown_time(ms: int | None) -> str:
     return iso_utc(ms) if ms else ""
 
 
-def list_letters(
-    settings: Settings, *, include_closed: bool = True, newest_first: bool = False
+class DeadLetters:
+    """The dead letters of one deployment: listed, redriven and discarded, each at most
+    once (``KeelClient.dead_letters``; ``keel dlq``; the UI). Holds the deployment's
+    settings and the codec its records are read and written with."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        self.settings = settings
+        self.codec = codec or codec_for(settings)
+
+    def letters(self, *, include_closed: bool = True, newest_first: bool = False) -> list[Letter]:
+        """Every letter in the dlq with its state, ordered by time across partitions
+        (oldest first; ties by partition and offset)."""
+        return _list_letters(self.settings, self.codec, include_closed, newest_first)
+
+    def redrive(self, letter_id: str) -> str:
+        """Send one letter out again, once; returns what was done, in one line."""
+        return _redrive(self.settings, self.codec, letter_id)
+
+    def discard(self, letter_id: str, reason: str, actor: str | None = None) -> str:
+        """Close one letter without sending anything, once, with who, when and why
+        recorded (a claim in Redis and a marker in the dlq, as a redrive); returns it in
+        one line."""
+        return _discard(self.settings, self.codec, letter_id, reason, actor)
+
+    def redrive_each(self, letters: list[Letter]) -> list[str]:
+        """Send ``letters`` (open record letters, already listed) out again, each at most
+        once: one Redis claim per letter (a letter claimed elsewhere is skipped), then
+        every claimed record and its marker in one Kafka transaction. The ids sent."""
+        return _redrive_letters(self.settings, self.codec, letters)
+
+
+def _list_letters(
+    settings: Settings, codec: Codec, include_closed: bool, newest_first: bool
 ) -> list[Letter]:
-    """Every letter in the dlq with its state, ordered by time across partitions (oldest
-    first; ties by partition and offset)."""
     topic = settings.topic("dlq")
     records = read_topic_records(settings, topic)
     letters: dict[str, Letter] = {}
     markers: dict[str, Closing] = {}
     for msg in records:
-        marker = _closing_of(msg)
+        marker = _closing_of(codec, msg)
         if marker is not None:
             markers.setdefault(*marker)
             continue
-        letter = _letter(msg)
+        letter = _letter(codec, msg)
         letters.setdefault(letter.id, letter)  # a letter produced twice is one letter
     claimed = _claimed(settings, [x.id for x in letters.values() if x.id not in markers])
     for letter in letters.values():
@@ -183,7 +209,7 @@ def list_letters(
     return [x for x in found if x.state == LetterState.OPEN]
 
 
-def _closing_of(msg: ClientMessage) -> tuple[str, Closing] | None:
+def _closing_of(codec: Codec, msg: ClientMessage) -> tuple[str, Closing] | None:
     """The letter id a marker record closes, and how; None for a letter."""
     for name, state in _HEADERS.items():
         letter_id = header(msg, name)
@@ -191,7 +217,7 @@ def _closing_of(msg: ClientMessage) -> tuple[str, Closing] | None:
             continue
         by = why = ""
         try:
-            d = default_codec().decode(msg.value() or b"").payload
+            d = codec.decode(msg.value() or b"").payload
             if isinstance(d, DeadLetter) and d.value:
                 info = json.loads(d.value)
                 by, why = str(info.get("by", "")), str(info.get("reason", ""))
@@ -201,9 +227,8 @@ def _closing_of(msg: ClientMessage) -> tuple[str, Closing] | None:
     return None
 
 
-def _letter(msg: ClientMessage) -> Letter:
+def _letter(codec: Codec, msg: ClientMessage) -> Letter:
     """The letter in one dlq record; an ``unreadable`` letter when it is not one."""
-    codec = default_codec()
     where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
     value = msg.value()
     try:
@@ -279,16 +304,15 @@ def _claim(value: str | None) -> Closing:
         return Closing(LetterState.REDRIVEN, None)
 
 
-def _find(settings: Settings, letter_id: str) -> Letter:
-    found = [x for x in list_letters(settings) if x.id == letter_id]
+def _find(settings: Settings, codec: Codec, letter_id: str) -> Letter:
+    found = [x for x in _list_letters(settings, codec, True, False) if x.id == letter_id]
     if not found:
         raise NotFoundError(f"no dead letter with id '{letter_id}'; see `keel dlq list --all`")
     return found[0]
 
 
-def redrive(settings: Settings, letter_id: str) -> str:
-    """Send one letter out again, once; returns what was done, in one line."""
-    letter = _find(settings, letter_id)
+def _redrive(settings: Settings, codec: Codec, letter_id: str) -> str:
+    letter = _find(settings, codec, letter_id)
     if letter.kind == LetterKind.UNREADABLE:
         raise CommandRejected(f"dead letter '{letter_id}' is unreadable; nothing to redrive")
     if letter.closing is not None:
@@ -299,7 +323,7 @@ def redrive(settings: Settings, letter_id: str) -> str:
     claim = {"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)}
     claims = _take_claim(settings, letter_id, claim, LetterState.REDRIVEN)
     try:
-        return _send(settings, [letter], at, f"{settings.topic_prefix}.redrive.{letter.id}")
+        return _send(settings, codec, [letter], at, f"{settings.topic_prefix}.redrive.{letter.id}")
     except TransactionNotCommitted as exc:
         claims.give_back([letter_id])  # nothing went out, so the claim is given back
         raise UnavailableError(
@@ -307,9 +331,9 @@ def redrive(settings: Settings, letter_id: str) -> str:
         ) from None
 
 
-def discard(settings: Settings, letter_id: str, reason: str, actor: str | None = None) -> str:
-    """Close one letter without sending anything, once, with who, when and why recorded
-    (a claim in Redis and a marker in the dlq, as a redrive); returns it in one line."""
+def _discard(
+    settings: Settings, codec: Codec, letter_id: str, reason: str, actor: str | None
+) -> str:
     reason = " ".join(reason.split())
     if not reason:
         raise InvalidInputError("a discard needs a reason (--reason TEXT)")
@@ -318,7 +342,7 @@ def discard(settings: Settings, letter_id: str, reason: str, actor: str | None =
             f"the reason is {len(reason):,} characters; the limit is {MAX_DISCARD_REASON}"
         )
     by = " ".join((actor or _operator()).split())[:200] or _operator()
-    letter = _find(settings, letter_id)
+    letter = _find(settings, codec, letter_id)
     if letter.closing is not None:
         raise CommandRejected(_refusal(letter_id, letter.closing, LetterState.DISCARDED))
     at = now_ms()
@@ -328,7 +352,7 @@ def discard(settings: Settings, letter_id: str, reason: str, actor: str | None =
     record = OutRecord(
         settings.topic("dlq"),
         letter.id.encode(),
-        default_codec().encode(marker),
+        codec.encode(marker),
         ((DISCARD_HEADER, letter.id.encode()),),
     )
     try:
@@ -358,10 +382,7 @@ def _take_claim(
     return claims
 
 
-def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
-    """Send ``letters`` (open record letters, already listed) out again, each at most once:
-    one Redis claim per letter (a letter claimed elsewhere is skipped), then every claimed
-    record and its marker in one Kafka transaction. The ids sent, in order."""
+def _redrive_letters(settings: Settings, codec: Codec, letters: list[Letter]) -> list[str]:
     at = now_ms()
     claims = LetterClaims(settings)
     claim = json.dumps({"at": at, "by": _operator(), "action": str(LetterState.REDRIVEN)})
@@ -375,7 +396,7 @@ def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
     if not mine:
         return []
     try:
-        _send(settings, mine, at, f"{settings.topic_prefix}.redrive.{mine[0].id}")
+        _send(settings, codec, mine, at, f"{settings.topic_prefix}.redrive.{mine[0].id}")
     except TransactionNotCommitted as exc:
         claims.give_back([x.id for x in mine])  # nothing went out: give them back
         raise UnavailableError(
@@ -384,20 +405,21 @@ def redrive_letters(settings: Settings, letters: list[Letter]) -> list[str]:
     return [x.id for x in mine]
 
 
-def _send(settings: Settings, letters: list[Letter], at: int, txn_id: str) -> str:
+def _send(settings: Settings, codec: Codec, letters: list[Letter], at: int, txn_id: str) -> str:
     """The redriven records and their markers, in one Kafka transaction; what the last
     one did, in words."""
     records: list[OutRecord] = []
     done = ""
     for letter in letters:
-        done = _redrive_records(settings, letter, at, records)
+        done = _redrive_records(settings, codec, letter, at, records)
     write_in_one_transaction(settings, txn_id, records)
     return done
 
 
-def _redrive_records(settings: Settings, letter: Letter, at: int, out: list[OutRecord]) -> str:
+def _redrive_records(
+    settings: Settings, codec: Codec, letter: Letter, at: int, out: list[OutRecord]
+) -> str:
     """One letter's redrive and its marker, appended to ``out``."""
-    codec = default_codec()
     if letter.kind == LetterKind.ACTIVITY:
         assert letter.activity_id is not None
         command = command_envelope(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.codec import DecodeError, default_codec
+from orchestrator.codec import DecodeError, codec_for
 from orchestrator.domain.history.invariants import (
     ChildLinks,
     HistoryChecker,
@@ -157,7 +157,7 @@ def _partitions(settings: Settings, topic: str) -> list[int]:
 
 def _read(settings: Settings, kind: str, workflow_ids: set[str] | None) -> Iterator[Envelope[Any]]:
     topic = settings.topic(kind)
-    codec = default_codec()
+    codec = codec_for(settings)
     wanted = None if workflow_ids is None else {w.encode() for w in workflow_ids}
     starts = dict.fromkeys(_partitions(settings, topic), 0)
     for msg in read_partitions(settings, topic, starts):
@@ -230,7 +230,7 @@ def verify_topic(
     goes on.
     """
     topic = settings.topic("events")
-    codec = default_codec()
+    codec = codec_for(settings)
     wanted = None if workflow_ids is None else {w.encode() for w in workflow_ids}
     tracked: dict[str, _Tracked] = {}
     links = ChildLinks()

@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.client.awaiting import send_and_await
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import CommandRefused, DeadLetter, DecideHumanTask
@@ -189,8 +189,8 @@ class RefusalWatch:
     could not be processed at all), both read from the ends they had when this was made.
     ``letters`` maps a command's message id (the causation id) to the reason."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.codec = default_codec()
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        self.codec = codec or codec_for(settings)
         group = f"{settings.topic_prefix}.decisions"
         extra = {"fetch.wait.max.ms": 50}
         self.tails = [
@@ -244,12 +244,13 @@ class TaskDesk:
         wait_s: float = DEFAULT_WAIT_S,
         watch: Callable[[], RefusalWatch] | None = None,
         proofs: DecisionProofs | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self.settings = settings
         self.tasks = tasks
         self.send = send
         self.wait_s = wait_s
-        self._watch = watch or (lambda: RefusalWatch(settings))
+        self._watch = watch or (lambda: RefusalWatch(settings, codec))
         self._proofs = proofs
 
     @property

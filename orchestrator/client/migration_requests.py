@@ -184,7 +184,7 @@ def send(
         payloads.append(
             (wid, MigrateWorkflow(to_version, actor, reason, row["version"], target.digest))
         )
-    watch = RefusalWatch(client.settings)
+    watch = RefusalWatch(client.settings, client.codec)
     try:
         for wid, payload in payloads:
             before = len(client.projection.history(wid))

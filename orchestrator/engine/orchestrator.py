@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import default_codec
+from orchestrator.client.dead_letters import DeadLetters
+from orchestrator.codec import Codec, codec_for
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.command_loop import CommandLoop
 from orchestrator.engine.local_activities import LOCAL_BOUND_MS, LocalActivities
@@ -99,6 +100,7 @@ class Orchestrator:
         committed: CommittedSink | None = None,
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
+        codec: Codec | None = None,
     ) -> None:
         """``hooks``: what the composition root wraps the decider in (none in production;
         ``keel evaluate``'s seeded bug, orchestrator/io/adapter_hooks.py)."""
@@ -107,7 +109,7 @@ class Orchestrator:
         self.clock = clock
         self.app = app
         self.decider = hooks.decider(decider_for(settings, app))
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self.batch_size = batch_size
         self.checkpoint_interval_s = checkpoint_interval_s
         self.checkpoint_events = checkpoint_events
@@ -131,7 +133,11 @@ class Orchestrator:
         self._last_poll = clock.monotonic()
         self.state = "starting"
         #: Redrives parked commands this process can decide (orchestrator/engine/parked_redrive.py).
-        self.parked = None if adapters else ParkedRedrive(settings, self.decider.definitions)
+        self.parked = (
+            None
+            if adapters
+            else ParkedRedrive(DeadLetters(settings, self.codec), self.decider.definitions)
+        )
         if adapters is None:
             adapters = self._kafka_adapters()
             if committed is None:  # a projector thread of this process may listen

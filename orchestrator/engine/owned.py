@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.errors import KeelError
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import WorkflowStatus
@@ -110,8 +110,9 @@ class FinishedRuns:
     summary when first asked for, so the LRU holds what it held before the restart.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, codec: Codec) -> None:
         self.capacity = capacity
+        self.codec = codec
         self._recent: OrderedDict[str, WorkflowState] = OrderedDict()
         self._old: dict[str, _Identity] = {}
         #: Snapshot record bytes of recently restored runs (their identity is in _old).
@@ -181,7 +182,7 @@ class FinishedRuns:
         record = self._packed.pop(wf, None)
         if record is not None:
             try:
-                s = WorkflowState.from_json(snapshot_state_json(default_codec(), wf, record))
+                s = WorkflowState.from_json(snapshot_state_json(self.codec, wf, record))
             except Exception:  # the identity below is all a finished run needs
                 s = None
             if s is not None and s.is_terminal:
@@ -219,6 +220,8 @@ class DeferredTail:
 class PartitionState:
     """One owned partition: live runs, finished runs, quarantined runs, checkpoint progress."""
 
+    #: Decodes the snapshot records a rebuild keeps packed (the process's codec).
+    codec: Codec
     finished_capacity: int = 1000
     live: dict[str, WorkflowState] = field(default_factory=dict)
     finished: FinishedRuns = field(init=False)
@@ -254,7 +257,7 @@ class PartitionState:
     )
 
     def __post_init__(self) -> None:
-        self.finished = FinishedRuns(self.finished_capacity)
+        self.finished = FinishedRuns(self.finished_capacity, self.codec)
 
     def get(self, wf: str) -> WorkflowState | None:
         state = self.live.get(wf)
@@ -276,7 +279,7 @@ class PartitionState:
     def _from_snapshot(self, wf: str, js: str | bytes) -> WorkflowState:
         try:
             if isinstance(js, bytes):
-                js = snapshot_state_json(default_codec(), wf, js)
+                js = snapshot_state_json(self.codec, wf, js)
             state = WorkflowState.from_json(js)
             if state.is_terminal or state.workflow_id != wf:
                 raise ValueError(

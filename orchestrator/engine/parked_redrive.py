@@ -16,15 +16,8 @@ import logging
 import threading
 from collections.abc import Collection, Iterable
 
-from orchestrator.client.dead_letters import (
-    Letter,
-    LetterKind,
-    LetterState,
-    list_letters,
-    redrive_letters,
-)
+from orchestrator.client.dead_letters import DeadLetters, Letter, LetterKind, LetterState
 from orchestrator.domain.lifecycle.missing_versions import parked_version
-from orchestrator.settings import Settings
 
 __all__ = ["ParkedRedrive", "parked_to_redrive"]
 
@@ -54,8 +47,9 @@ def parked_to_redrive(
 class ParkedRedrive:
     """Redrives the parked letters an orchestrator can now decide (see the module doc)."""
 
-    def __init__(self, settings: Settings, have: Collection[tuple[str, int]]) -> None:
-        self.settings = settings
+    def __init__(self, letters: DeadLetters, have: Collection[tuple[str, int]]) -> None:
+        self.letters = letters
+        self.settings = letters.settings
         self.have = frozenset(have)
         self._lock = threading.Lock()
         #: Letters redriven by this process (for health and tests).
@@ -73,13 +67,13 @@ class ParkedRedrive:
         """Redrive the parked letters of ``partitions`` this process can decide; their ids."""
         with self._lock:  # one look at a time: a second assignment waits for the first
             try:
-                letters = list_letters(self.settings, include_closed=False)
+                letters = self.letters.letters(include_closed=False)
                 due = parked_to_redrive(
                     letters, self.have, set(partitions), self.settings.topic("commands")
                 )
                 if not due:
                     return []
-                done = redrive_letters(self.settings, due)
+                done = self.letters.redrive_each(due)
             except Exception as exc:  # the dlq or Redis unreachable: the operator can redrive
                 log.warning("parked commands not redriven (%s): %s", type(exc).__name__, exc)
                 return []

@@ -54,4 +54,4 @@ class RuntimeContext:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
 
     def new_partition(self) -> PartitionState:
-        return PartitionState(self.finished_capacity)
+        return PartitionState(self.codec, self.finished_capacity)

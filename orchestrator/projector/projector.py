@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orchestrator.application.app import KeelApp, decider_of
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
@@ -94,13 +94,14 @@ class Projector:
         adapters: tuple[EventFeed, ReadModelStore] | None = None,
         committed: CommittedEvents | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        codec: Codec | None = None,
     ) -> None:
         self.settings = settings
         #: When rows were applied and health published (the hand-off's waits stay real:
         #: they wait on another thread, not on time).
         self.clock = clock
         self.decider = decider_of(app)
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self.keyspace = Keyspace(settings.topic_prefix)
         #: The feed given (unit tests); else each run opens a Kafka one of its own.
         self._given_feed: EventFeed | None = None

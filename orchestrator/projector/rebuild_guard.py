@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import codec_for
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.domain.model.migration_messages import WorkflowMigrated
@@ -56,7 +56,7 @@ def refuse_undefined(
 def recorded_events(settings: Settings) -> Iterator[Envelope[Any]]:
     """Every event of ``<prefix>.events`` the codec reads (the rebuild skips the others too)."""
     topic = settings.topic("events")
-    codec = default_codec()
+    codec = codec_for(settings)
     for msg in read_partitions(settings, topic, dict.fromkeys(list_partitions(settings, topic), 0)):
         try:
             yield codec.decode(msg.value() or b"")

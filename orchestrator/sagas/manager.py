@@ -41,7 +41,7 @@ from orchestrator.application.saga_declarations import (
     command_id,
     sagas_of,
 )
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.limits import loads_bounded
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
@@ -99,7 +99,14 @@ def _data(payload: Any) -> dict[str, Any]:
 class SagaManager:
     """Runs every saga declared on an application (``run`` until ``stop``)."""
 
-    def __init__(self, settings: Settings, app: Any, *, instance_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: Any,
+        *,
+        instance_id: str | None = None,
+        codec: Codec | None = None,
+    ) -> None:
         self.settings = settings
         self.sagas: Mapping[str, Saga] = sagas_of(app)
         self.watch: dict[str, list[Saga]] = {}
@@ -110,7 +117,7 @@ class SagaManager:
         self.events = settings.topic("events")
         self.facts_topic = sagas_topic(settings)
         self.commands = settings.topic("commands")
-        self.codec = default_codec()
+        self.codec = codec or codec_for(settings)
         self._stop = threading.Event()
         self._dirty = True
         #: workflow id -> [(saga, correlation, workflow name)] of running member workflows

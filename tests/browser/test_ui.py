@@ -21,7 +21,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from orchestrator.client.dead_letters import list_letters
+from orchestrator.client.dead_letters import DeadLetters
 from tests.browser import ui_app
 from tests.browser.conftest import BEARERS, SHOTS
 from tests.support import produce, wait_until
@@ -281,7 +281,7 @@ def test_a_run_shows_its_timeline_in_order_with_the_llm_call(browser, alice, sta
 def test_a_dead_letter_is_redriven_once_and_a_second_click_is_refused(browser, alice, stack):
     produce(stack.settings, "commands", [(b"ui-poison-1", b"\x00 not a Keel record")])
     letter = wait_until(
-        lambda: next(iter(list_letters(stack.settings, include_closed=False)), None),
+        lambda: next(iter(DeadLetters(stack.settings).letters(include_closed=False)), None),
         90,
         "the poison command's dead letter",
     )
@@ -313,7 +313,7 @@ def test_a_dead_letter_is_redriven_once_and_a_second_click_is_refused(browser, a
 
     # the redriven record is still not a Keel record: a new letter, which is discarded
     again = wait_until(
-        lambda: next(iter(list_letters(stack.settings, include_closed=False)), None),
+        lambda: next(iter(DeadLetters(stack.settings).letters(include_closed=False)), None),
         90,
         "the redriven record's own dead letter",
     )

@@ -7,7 +7,7 @@ import random
 import time
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import WorkflowCompleted
 from tests.integration.local_app import APP
 from tests.integration.local_app import app as local_app
@@ -62,7 +62,7 @@ def test_orchestrator_sigkilled_mid_local_side_effect_posts_each_invoice_once(
             e.type == "ActivityFailed" and e.payload.failure_class == "unknown" for e in events
         )
     assert in_doubt > 0, "some kills landed mid-call and went through the status query"
-    codec = default_codec()
+    codec = Codec()
     tasks = read_topic(
         settings.kafka_servers, settings.topic("activity-tasks"), settings.partitions
     )

@@ -206,7 +206,7 @@ def test_each_activity_timeout_fires_from_recorded_timers(
 def test_a_task_whose_input_fails_its_schema_is_a_permanent_failure(settings, services):
     from confluent_kafka import Producer
 
-    from orchestrator.codec import default_codec
+    from orchestrator.codec import Codec
     from orchestrator.domain.model.messages import ActivityTask, Envelope
 
     services.start("worker")
@@ -222,11 +222,9 @@ def test_a_task_whose_input_fails_its_schema_is_a_permanent_failure(settings, se
         ),
     )
     producer = Producer({"bootstrap.servers": settings.kafka_servers})
-    producer.produce(
-        settings.topic("activity-tasks"), key=b"poisoned", value=default_codec().encode(task)
-    )
+    producer.produce(settings.topic("activity-tasks"), key=b"poisoned", value=Codec().encode(task))
     producer.flush(10)
-    codec = default_codec()
+    codec = Codec()
 
     def reports():
         records = read_topic(

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CommandRefused,
@@ -67,7 +67,7 @@ def produce_raw(settings, wf: str, payload: Any) -> str:
     mid = f"forged-{uuid.uuid4().hex}"
     env: Envelope[Any] = Envelope(mid, wf, "", 0, "DecideHumanTask", now_ms(), payload, None, wf)
     producer = Producer(producer_config(settings))
-    producer.produce(settings.topic("commands"), default_codec().encode(env), wf.encode())
+    producer.produce(settings.topic("commands"), Codec().encode(env), wf.encode())
     assert producer.flush(30) == 0
     return mid
 

@@ -10,8 +10,8 @@ import threading
 
 from confluent_kafka import Producer
 
-from orchestrator.client.dead_letters import DISCARD_HEADER, discard, list_letters, redrive
-from orchestrator.codec import default_codec
+from orchestrator.client.dead_letters import DISCARD_HEADER, DeadLetters
+from orchestrator.codec import Codec
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.messages import DeadLetter
 from orchestrator.io.kafka.clients import header, producer_config
@@ -59,7 +59,7 @@ def test_a_letter_is_discarded_once_with_its_audit_record_and_never_redriven(set
     dlq = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=2)
     markers = [m for m in dlq if header(m, DISCARD_HEADER) == letter["id"]]
     assert len(markers) == 1
-    info = json.loads(default_codec().decode(markers[0].value()).payload.value)
+    info = json.loads(Codec().decode(markers[0].value()).payload.value)
     assert (info["by"], info["reason"]) == ("ops-anna", "test noise, INC-7")
 
     closed_line = (
@@ -111,9 +111,9 @@ def test_a_redriven_letter_cannot_be_discarded_and_racing_closings_close_it_once
         start.wait()
         try:
             if how == "redrive":
-                outcomes.append(redrive(settings, second["id"]))
+                outcomes.append(DeadLetters(settings).redrive(second["id"]))
             else:
-                outcomes.append(discard(settings, second["id"], "duplicate", "ops-ben"))
+                outcomes.append(DeadLetters(settings).discard(second["id"], "duplicate", "ops-ben"))
         except CommandRejected as exc:
             outcomes.append(f"refused: {exc}")
 
@@ -123,7 +123,7 @@ def test_a_redriven_letter_cannot_be_discarded_and_racing_closings_close_it_once
     for t in threads:
         t.join(60)
     assert len(outcomes) == 2 and sum(o.startswith("refused: ") for o in outcomes) == 1, outcomes
-    [state] = [x.state for x in list_letters(settings) if x.id == second["id"]]
+    [state] = [x.state for x in DeadLetters(settings).letters() if x.id == second["id"]]
     redriven = any(o.startswith("record sent again") for o in outcomes)
     assert state == ("redriven" if redriven else "discarded")
     assert _garbage_in_commands(settings) == (4 if redriven else 3)  # 2 + 1 redriven before
@@ -137,9 +137,7 @@ def _letter_at(settings, producer: Producer, partition: int, name: str, at: int)
         DeadLetter("x.commands", partition, 0, f"letter {name}", None, b"v"),
         at,
     )
-    producer.produce(
-        settings.topic("dlq"), default_codec().encode(env), name.encode(), partition=partition
-    )
+    producer.produce(settings.topic("dlq"), Codec().encode(env), name.encode(), partition=partition)
 
 
 def test_the_list_is_ordered_by_time_across_partitions(settings):

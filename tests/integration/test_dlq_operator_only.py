@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     CommandRefused,
     Envelope,
@@ -79,7 +79,7 @@ def _send_raw(settings, wf: str, payload: Any, mid: str) -> None:
     """A command as a connector sends it, without the client's checks."""
     env: Envelope[Any] = Envelope(mid, wf, "", 0, type(payload).__name__, now_ms(), payload)
     producer = Producer(producer_config(settings))
-    producer.produce(settings.topic("commands"), default_codec().encode(env), wf.encode())
+    producer.produce(settings.topic("commands"), Codec().encode(env), wf.encode())
     assert producer.flush(30) == 0
 
 

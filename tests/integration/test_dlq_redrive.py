@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
-from orchestrator.client.dead_letters import list_letters, redrive
+from orchestrator.client.dead_letters import DeadLetters
 from orchestrator.domain.model.errors import CommandRejected
 from tests.integration.test_durable_core import keel
 from tests.support import produce, read_topic, wait_until
@@ -61,7 +61,7 @@ def test_a_record_is_redriven_once_and_then_listed_as_redriven(settings, service
 def test_two_operators_redriving_one_letter_send_it_once(settings, services):
     services.start("worker")
     produce(settings, "activity-tasks", [(b"wf-2", GARBAGE)])
-    [letter] = wait_until(lambda: list_letters(settings), 60, "the worker's dead letter")
+    [letter] = wait_until(lambda: DeadLetters(settings).letters(), 60, "the worker's dead letter")
     services.stop_all()  # the redriven record stays in the tasks topic, countable
 
     outcomes: list[str] = []
@@ -70,7 +70,7 @@ def test_two_operators_redriving_one_letter_send_it_once(settings, services):
     def operator() -> None:
         start.wait()
         try:
-            outcomes.append(redrive(settings, letter.id))
+            outcomes.append(DeadLetters(settings).redrive(letter.id))
         except CommandRejected as exc:
             outcomes.append(f"refused: {exc}")
 
@@ -84,7 +84,7 @@ def test_two_operators_redriving_one_letter_send_it_once(settings, services):
         "refused",
     ]
     assert _garbage_in_tasks(settings) == 2, "the original and exactly one redrive"
-    [listed] = list_letters(settings)
+    [listed] = DeadLetters(settings).letters()
     assert listed.state == "redriven"
 
 

@@ -298,9 +298,9 @@ def test_an_app_with_human_tasks_and_no_key_refuses_to_start(tmp_path: Path):
 
 
 def _letters(settings) -> list[str]:
-    from orchestrator.codec import default_codec
+    from orchestrator.codec import Codec
 
-    codec = default_codec()
+    codec = Codec()
     raw = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=5)
     return [codec.decode(m.value()).payload.reason for m in raw]
 

@@ -38,7 +38,6 @@ from orchestrator.codec import (
     Codec,
     DecodeError,
     SchemaFile,
-    default_codec,
     load_schema_files,
 )
 from orchestrator.domain.model.messages import ActivityScheduled, Envelope
@@ -162,7 +161,7 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
 
     # Typed payloads: every record whose data has a published schema carries it typed, and
     # its value is the JSON the export shows (none of these inputs leaves a default out).
-    bound = expected_bindings(lines, default_codec())
+    bound = expected_bindings(lines, Codec())
     assert sum(b is not None for b in bound) >= 4 * len(checks)  # start, 3 checks, combine...
     for line, binding, got in zip(lines, bound, typed, strict=True):
         where = (line["workflow_id"], line["seq"], line["type"])
@@ -216,7 +215,7 @@ def test_the_java_reader_decodes_every_event_of_the_demo_with_typed_payloads(
     rc, lines, summary = run_reader(reader_jar, settings, topic)
     assert rc == 0 and summary["decoded"] == summary["records"] == in_topic > 0, summary
     typed = [line.pop("typed_payload", None) for line in lines]
-    bound = expected_bindings(lines, default_codec())
+    bound = expected_bindings(lines, Codec())
     for line, binding, got in zip(lines, bound, typed, strict=True):
         assert (got is None) == (binding is None), (line["workflow_id"], line["seq"])
         if got is not None:
@@ -303,7 +302,7 @@ def test_the_java_reader_resolves_every_released_envelope_version_as_the_python_
     settings, reader_jar
 ):
     versions = [f for f in load_schema_files() if f.name == ENVELOPE_NAME]
-    assert len(versions) == len(default_codec().known_fingerprints()) >= 7
+    assert len(versions) == len(Codec().known_fingerprints()) >= 7
     good = [
         _encode(f, i, branch, branch["name"].rsplit(".", 1)[-1])
         for f in versions
@@ -317,7 +316,7 @@ def test_the_java_reader_resolves_every_released_envelope_version_as_the_python_
         "trailing bytes": good[0] + b"\x00",
         "does not match payload keel.FireTimer": _encode(versions[-1], 0, fire_timer, "Nope"),
     }
-    codec = default_codec()
+    codec = Codec()
     for value in bad.values():
         with pytest.raises(DecodeError):
             codec.decode(value)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityTimedOut, WorkflowCompleted, WorkflowFailed
 from tests.integration.local_app import APP
 from tests.integration.local_app import app as local_app
@@ -44,7 +44,7 @@ def test_a_mixed_workflow_runs_local_steps_in_the_orchestrator_and_the_rest_on_w
         i = int(wf.split("-")[1])
         assert isinstance(events[-1].payload, WorkflowCompleted)
         assert json.loads(events[-1].payload.output_json) == {"n": ((i + 1) * 2) ** 2}
-    codec = default_codec()
+    codec = Codec()
     tasks = read_topic(
         settings.kafka_servers, settings.topic("activity-tasks"), settings.partitions, n
     )

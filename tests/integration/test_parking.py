@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.client.client import KeelClient
-from orchestrator.client.dead_letters import LetterState, list_letters
+from orchestrator.client.dead_letters import DeadLetters, LetterState
 from tests.integration import versions_app
 from tests.support import histories, wait_until
 
@@ -28,7 +28,7 @@ def _status(client: KeelClient, wf: str) -> str:
 
 
 def _parked(settings) -> list:
-    return [x for x in list_letters(settings) if x.reason.startswith("parked: ")]
+    return [x for x in DeadLetters(settings).letters() if x.reason.startswith("parked: ")]
 
 
 def test_a_process_without_the_version_parks_runs_and_a_process_with_it_finishes_them(

@@ -12,13 +12,13 @@ import uuid
 
 from confluent_kafka import Producer
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import Envelope, SignalWorkflow, StartWorkflow
 from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 
-codec = default_codec()
+codec = Codec()
 
 
 def _command(wf: str, payload) -> bytes:

@@ -11,7 +11,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     Envelope,
     StartWorkflow,
@@ -24,7 +24,7 @@ from orchestrator.io.partitioning import partition_for
 from orchestrator.records.envelopes import now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 
-codec = default_codec()
+codec = Codec()
 
 
 def _env(wf: str, seq: int, payload, run_id: str = "run-q") -> Envelope:

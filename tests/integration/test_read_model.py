@@ -154,7 +154,7 @@ def test_a_rebuild_under_traffic_leaves_every_history_whole(settings, services, 
 def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     settings, services, client
 ):
-    from orchestrator.codec import default_codec
+    from orchestrator.codec import Codec
     from orchestrator.domain.model.messages import Envelope, WorkflowCompleted
 
     services.start("orchestrator")
@@ -163,7 +163,7 @@ def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     assert client.wait(done.workflow_id, 60)["status"] == "completed"
     last_seq = client.show("healthy-1")["history"][-1]["seq"]
 
-    codec = default_codec()
+    codec = Codec()
     after_end = Envelope(  # the run already completed: this event cannot follow
         message_id="poison-2",
         workflow_id="healthy-1",

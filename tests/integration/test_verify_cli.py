@@ -8,7 +8,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.io.partitioning import partition_for
 from tests.integration.test_read_model import keel
 from tests.support import histories
@@ -44,7 +44,7 @@ def test_verify_passes_real_runs_and_reports_a_forged_duplicate_seq(settings, se
     raw = Producer({"bootstrap.servers": settings.kafka_servers})
     topic = settings.topic("events")
     part = partition_for(b"verify-2", settings.partitions)
-    raw.produce(topic, key=b"verify-2", value=default_codec().encode(forged), partition=part)
+    raw.produce(topic, key=b"verify-2", value=Codec().encode(forged), partition=part)
     raw.produce(topic, key=b"garbage", value=b"\x00not avro", partition=0)
     assert raw.flush(30) == 0
 
@@ -81,7 +81,7 @@ def test_verify_all_flags_the_run_scope_promises_the_old_code_broke(settings):
     for env in old:
         key = env.workflow_id.encode()
         part = partition_for(key, settings.partitions)
-        raw.produce(topic, key=key, value=default_codec().encode(env), partition=part)
+        raw.produce(topic, key=key, value=Codec().encode(env), partition=part)
     assert raw.flush(30) == 0
 
     out = keel(settings, "workflow", "verify", "--all", "--json")

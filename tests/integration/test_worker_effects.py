@@ -9,7 +9,7 @@ import json
 
 from handlers.effects import EffectStore
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityFailed, ActivityScheduled, FailActivity
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
@@ -53,7 +53,7 @@ def test_a_result_refused_after_the_write_keeps_the_claim_and_never_writes_twice
 
         # The same task again (a redelivery after a crash before the offset commit) and
         # a higher attempt (a retry or a redrive): both report the refusal, neither posts.
-        codec = default_codec()
+        codec = Codec()
         again = [
             task_envelope(
                 wf.workflow_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import CompleteActivity
 from tests.integration.worker_app import APP
 from tests.support import Services, produce, reports, task_envelope, wait_until
@@ -31,7 +31,7 @@ def test_the_worker_status_file_shows_partitions_and_commits_and_sigterm_stops_i
             "the worker's partitions in its status file",
         )
         task = task_envelope("health-1", "add_one", '{"n": 1}')
-        produce(settings, "activity-tasks", [(b"health-1", default_codec().encode(task))])
+        produce(settings, "activity-tasks", [(b"health-1", Codec().encode(task))])
         [report] = wait_until(lambda: reports(settings, "health-1"), 60, "the report")
         assert report.payload == CompleteActivity("run#1/step", 1, '{"n":2}')
         status = wait_until(

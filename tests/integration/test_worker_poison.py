@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.model.messages import Envelope, FailActivity, StartWorkflow
 from tests.integration import worker_app
@@ -25,7 +25,7 @@ LIMIT = f"the limit is {MAX_PAYLOAD_BYTES:,} bytes (store large documents elsewh
 
 
 def test_poison_tasks_never_stop_the_worker(settings, tmp_path):
-    codec = default_codec()
+    codec = Codec()
     svc = Services(settings, tmp_path)
     client = KeelClient(settings, worker_app.app)
     try:

@@ -6,7 +6,7 @@ import itertools
 import json
 from typing import Any
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
@@ -21,7 +21,7 @@ from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEven
 from orchestrator.records.envelopes import now_ms
 from orchestrator.settings import Settings
 
-codec = default_codec()
+codec = Codec()
 
 
 class MemoryRig:

@@ -22,7 +22,7 @@ from orchestrator.codec import (
     MAGIC,
     Codec,
     DecodeError,
-    default_codec,
+    codec_for,
     default_schema_dir,
     rabin_fingerprint,
     schema_fingerprint,
@@ -36,6 +36,7 @@ from orchestrator.domain.model.messages import (
     StartWorkflow,
     TimerFired,
 )
+from orchestrator.settings import Settings
 
 AVRO_DIR = Path(__file__).resolve().parents[2] / "avro"
 V1 = AVRO_DIR / "keel.Envelope.v1.avsc"
@@ -226,7 +227,7 @@ def test_v1_golden_bytes(tmp_path: Path) -> None:
 @settings(max_examples=400, deadline=None)
 @given(envelopes())
 def test_round_trip_every_payload_type(env: Envelope[Any]) -> None:
-    codec = default_codec()
+    codec = Codec()
     out = codec.decode(codec.encode(env))
     assert out == env
     assert out.traceparent == env.traceparent  # excluded from ==
@@ -262,10 +263,10 @@ def test_decode_accepts_memoryview_and_bytearray(codec: Codec) -> None:
     assert codec.decode(bytearray(data)).traceparent == "00-ab-cd-01"
 
 
-def test_default_codec_is_cached_and_uses_repo_schemas() -> None:
-    assert default_codec() is default_codec()
+def test_codec_for_settings_uses_repo_schemas_and_the_payload_dirs(tmp_path) -> None:
+    assert codec_for(Settings(home=tmp_path)).fingerprint == Codec(AVRO_DIR).fingerprint
     assert default_schema_dir() == AVRO_DIR
-    assert default_codec().fingerprint == Codec(AVRO_DIR).fingerprint
+    assert Codec().fingerprint == Codec(AVRO_DIR).fingerprint
 
 
 # ---------------------------------------------------------------------------

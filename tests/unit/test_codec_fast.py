@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.codec import Codec, DecodeError, default_codec
+from orchestrator.codec import Codec, DecodeError
 from orchestrator.codec_fast import read_long, write_long
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope, TimerFired
 
@@ -74,13 +74,13 @@ def _samples(codec: Codec) -> list[Envelope[Any]]:
 
 
 def test_every_payload_type_is_compiled() -> None:
-    codec = default_codec()
+    codec = Codec()
     assert set(codec._writers) == {cls for cls, _ in codec._dec.values()}
     assert codec._read is not None
 
 
 def test_compiled_bytes_equal_fastavro_and_read_back() -> None:
-    codec = default_codec()
+    codec = Codec()
     samples = _samples(codec)
     assert len(samples) >= 6 * 40
     for env in samples:
@@ -122,7 +122,7 @@ def test_large_longs_written_again_are_the_same_bytes_and_the_memory_is_bounded(
 
 
 def test_compiled_reader_refuses_bad_bytes_like_fastavro() -> None:
-    codec = default_codec()
+    codec = Codec()
     data = codec.encode(Envelope("m", "w", "r", 1, "TimerFired", 5, TimerFired("t")))
     bad_branch = data[:10] + b"\x02m\x02w\x02r\x02\x14TimerFired\x0a\x7f"
     with pytest.raises(DecodeError, match=r"^corrupt datum: "):

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, HandedRecord
 
 __all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame", "read_frames"]
@@ -186,10 +186,12 @@ def _close(fd: int) -> None:
         log.debug("closing pipe %d failed", fd)
 
 
-def read_frames(fd: int, into: CommittedEvents, on_eof: Callable[[], Any]) -> threading.Thread:
-    """The child's end: a thread that decodes each frame read from ``fd`` into ``into``
-    (as this process's publisher) and calls ``on_eof`` when the pipe closes."""
-    codec = default_codec()
+def read_frames(
+    fd: int, into: CommittedEvents, on_eof: Callable[[], Any], codec: Codec
+) -> threading.Thread:
+    """The child's end: a thread that decodes each frame read from ``fd`` (with the
+    process's ``codec``) into ``into`` (as this process's publisher) and calls ``on_eof``
+    when the pipe closes."""
 
     def run() -> None:
         buf = bytearray()

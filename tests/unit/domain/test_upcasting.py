@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
 from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.authoring.definitions import State, Step, Transition, WorkflowDefinition
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import SchemaUnreadable, check_upcasters, upcast
@@ -234,7 +234,7 @@ def test_a_result_newer_than_the_code_stops_the_run_in_needs_attention() -> None
 
 
 def test_results_recorded_by_the_handler_carry_its_version_through_the_codec() -> None:
-    codec = default_codec()
+    codec = Codec()
     env = _cmd(CompleteActivity("quote#1/price", 1, "{}", 3), 1)
     assert codec.decode(codec.encode(env)).payload.schema_version == 3
 
@@ -325,7 +325,7 @@ def test_the_worker_reports_the_version_of_its_handlers_output_model(tmp_path) -
         settings, app, adapters=(intake, MemoryOutcomeSink(broker)), effects=MemoryEffects()
     )
     worker.subscribe()
-    codec = default_codec()
+    codec = Codec()
     for activity in ("price", "plain"):
         task = ActivityTask(f"run#1/{activity}", activity, activity, "{}", 1, 1, f"k-{activity}")
         env: Envelope[Any] = Envelope(f"t-{activity}", "wf-1", "r", 0, "ActivityTask", 1, task)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator.client.dead_letters import Letter, LetterKind
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.lifecycle.missing_versions import is_parked, parked_version
 from orchestrator.domain.model.messages import StartWorkflow, WorkflowNeedsAttention
 from orchestrator.domain.model.vocabulary import WorkflowStatus
@@ -26,7 +26,7 @@ from orchestrator.io.partitioning import partition_for
 from tests.integration import versions_app
 from tests.unit.memory_rig import MemoryRig
 
-codec = default_codec()
+codec = Codec()
 
 
 def _start(rig: MemoryRig, wf: str, version: int) -> None:

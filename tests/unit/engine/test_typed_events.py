@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.codec import TYPED_FIELDS, default_codec
+from orchestrator.codec import TYPED_FIELDS, Codec
 from tests.unit.memory_rig import MemoryRig
 
 
@@ -14,7 +14,7 @@ def test_every_value_with_a_published_schema_is_written_typed(tmp_path) -> None:
     rig.start("checks-1", "parallel_checks", {"n": 2})
     rig.start("review-1", "document_review", {"document": "fraud memo"})
     rig.run()
-    codec = default_codec()
+    codec = Codec()
     typed: dict[tuple[str, str], set[str | None]] = {}
     for rec in rig.broker.records(rig.topics.events):
         value = rec.value or b""

@@ -14,13 +14,13 @@ from typing import Any
 from handlers.effects import RedisGate
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityTask, Envelope
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.settings import Settings
 from tests.unit.handlers.test_worker_loop import MemoryEffects
 
-codec = default_codec()
+codec = Codec()
 
 app = KeelApp("worker-order-tests")
 #: (activity id, "start" | "end") in the order the handlers saw them.

@@ -20,7 +20,7 @@ from handlers.effects import Claim, ClaimOutcome, RedisGate
 from handlers.sdk.markers import side_effect
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import (
     ActivityTask,
@@ -35,7 +35,7 @@ from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcom
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.settings import Settings
 
-codec = default_codec()
+codec = Codec()
 GROUP = "mem.workers"
 
 

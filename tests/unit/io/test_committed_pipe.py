@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from orchestrator.codec import default_codec
+from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents
 from orchestrator.io.handoff.committed_pipe import (
@@ -18,7 +18,7 @@ from orchestrator.io.handoff.committed_pipe import (
     read_frames,
 )
 
-codec = default_codec()
+codec = Codec()
 
 
 def _event(
@@ -66,7 +66,7 @@ def test_a_child_gets_every_event_decoded_then_its_end_of_file():
     into = CommittedEvents()
     into.listen()
     ended = threading.Event()
-    reader = read_frames(read_end, into, ended.set)
+    reader = read_frames(read_end, into, ended.set, Codec())
     publisher = PipePublisher()
     publisher.attach(write_end)
     assert publisher.listening

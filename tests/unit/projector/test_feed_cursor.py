@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.codec import Codec
 from orchestrator.io.handoff.committed_channel import CommittedEvents
 from orchestrator.io.handoff.committed_pipe import PipePublisher, read_frames
 from orchestrator.io.partitioning import partition_for
@@ -152,7 +153,7 @@ def test_a_child_is_handed_each_record_with_the_one_it_follows(tmp_path):
     into = CommittedEvents()
     into.listen()
     ended = threading.Event()
-    reader = read_frames(read_end, into, ended.set)
+    reader = read_frames(read_end, into, ended.set, Codec())
     rig = MemoryRig(tmp_path, committed=publisher)
     rig.start("wf-1", "three_step", {"n": 2})
     rig.orch.step()

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
-from orchestrator.io.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
+from orchestrator.io.partitioning import partition_for
 from orchestrator.projector.projector import Projector
 from tests.integration import local_app
 from tests.unit.memory_rig import MemoryRig

@@ -14,8 +14,8 @@ import pytest
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import WorkflowStarted
-from orchestrator.io.partitioning import partition_for
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
+from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.projector.projector import Projector
 from orchestrator.records.envelopes import runtime_envelope
