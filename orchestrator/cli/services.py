@@ -120,6 +120,7 @@ def orchestrator(
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
     from handlers.llm.environment import use_environment
     from orchestrator.application.saga_declarations import sagas_of
+    from orchestrator.codec import codec_for
     from orchestrator.engine.orchestrator import Orchestrator
     from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
@@ -137,6 +138,7 @@ def orchestrator(
     hooks = adapter_hooks(settings)
     use_environment(hooks)  # for local LLM steps
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
+    codec = codec_for(settings)  # and its one codec
     application = service_app(app, clock)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
@@ -158,6 +160,7 @@ def orchestrator(
         committed=publisher,
         clock=clock,
         hooks=hooks,
+        codec=codec,
     )
     stoppables: list = [orch]
     child = None
@@ -175,12 +178,13 @@ def orchestrator(
         from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
-        feed = Projector(settings, application, committed=orch.committed, clock=clock)
+        feed = Projector(settings, application, committed=orch.committed, clock=clock, codec=codec)
         stoppables.append(Supervisor("projector", feed).start())
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
         from orchestrator.sagas.manager import SagaManager
 
-        stoppables.append(Supervisor("sagas", SagaManager(settings, application)).start())
+        manager = SagaManager(settings, application, codec=codec)
+        stoppables.append(Supervisor("sagas", manager).start())
     _stop_on_signals(*stoppables)
     try:
         orch.run()
