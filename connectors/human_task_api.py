@@ -28,7 +28,13 @@ from aiohttp import web
 from connectors.auth import Actor, Actors
 from connectors.json_answers import error_answer, json_answer, read_body
 from connectors.webhooks import parse_body
-from orchestrator.client.human_task_decisions import MAX_REASON_CHARS, TaskDesk
+from orchestrator.client.human_task_decisions import (
+    MAX_REASON_CHARS,
+    DecisionOutcome,
+    DecisionStatus,
+    Refusal,
+    TaskDesk,
+)
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, UnavailableError
 from orchestrator.domain.model.vocabulary import HumanDecision
 from orchestrator.io.redis.human_task_inbox import TasksView
@@ -172,9 +178,29 @@ class TaskApi:
             decision,
             actor.name,
             outcome.status,
-            outcome.http_status,
+            http_status(outcome),
         )
-        return json_answer(outcome.body(), outcome.http_status)
+        return json_answer(outcome.body(), http_status(outcome))
+
+
+#: The HTTP status the connector answers each kind of refusal with (docs/connector.md).
+REFUSAL_STATUS: dict[Refusal, int] = {
+    Refusal.FORBIDDEN: 403,
+    Refusal.NOT_FOUND: 404,
+    Refusal.GONE: 410,
+    Refusal.CONFLICT: 409,
+    Refusal.INVALID: 400,
+    Refusal.INVALID_CORRECTION: 422,
+    Refusal.UNAVAILABLE: 503,
+}
+
+
+def http_status(outcome: DecisionOutcome) -> int:
+    """A decision's answer as HTTP: its refusal's status; 202 while the orchestrator has
+    not answered; else 200 (decided now, or the same decision before)."""
+    if outcome.refusal is not None:
+        return REFUSAL_STATUS[outcome.refusal]
+    return 202 if outcome.status is DecisionStatus.PENDING else 200
 
 
 async def _read_decision(

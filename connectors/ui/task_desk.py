@@ -75,7 +75,7 @@ class TaskDecisions:
         )
         if outcome.status is DecisionStatus.PENDING:
             return FlashLevel.OK, f"{decision} sent; the orchestrator has not answered yet: reload"
-        if outcome.http_status >= 400 or outcome.status is DecisionStatus.REPEATED:
+        if outcome.refusal is not None or outcome.status is DecisionStatus.REPEATED:
             return (
                 FlashLevel.REFUSED,
                 f"refused: {outcome.reason} (reload the task to see it as it is now)",

@@ -236,7 +236,7 @@ def decide(
     """
     from connectors.auth import Actors
     from orchestrator.client.client import KeelClient
-    from orchestrator.client.human_task_decisions import TaskDesk
+    from orchestrator.client.human_task_decisions import DecisionStatus, Refusal, TaskDesk
     from orchestrator.client.json_args import read_json_arg
     from orchestrator.domain.model.errors import (
         CommandRejected,
@@ -293,15 +293,17 @@ def decide(
         client.close()
     body = outcome.body()
     if json_:
-        typer.echo(json.dumps({"http_status": outcome.http_status, **body}))
-    if outcome.http_status >= 400:
-        error: type[KeelError] = NotFoundError if outcome.http_status == 404 else CommandRejected
-        raise error(f"refused ({outcome.http_status}): {outcome.reason}")
+        refusal = None if outcome.refusal is None else str(outcome.refusal)
+        typer.echo(json.dumps({"refusal": refusal, **body}))
+    if outcome.refusal is not None:
+        not_found = outcome.refusal is Refusal.NOT_FOUND
+        error: type[KeelError] = NotFoundError if not_found else CommandRejected
+        raise error(f"refused ({outcome.refusal}): {outcome.reason}")
     if not json_:
         d = body.get("decision") or {}
         line = f"{outcome.status}: {d.get('decision')} by {d.get('actor')} ({body.get('task_id')})"
         console.print(line if outcome.reason is None else f"{line}: {outcome.reason}", markup=False)
-    if outcome.http_status == 202:
+    if outcome.status is DecisionStatus.PENDING:
         raise typer.Exit(ExitCode.PENDING)
 
 

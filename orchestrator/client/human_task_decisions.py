@@ -54,10 +54,11 @@ from orchestrator.trust.decision_proofs import DecisionProofs, load_decision_pro
 __all__ = [
     "DecisionOutcome",
     "DecisionStatus",
+    "Refusal",
     "RefusalWatch",
     "TaskDesk",
     "decision_message_id",
-    "refusal_status",
+    "refusal_of",
 ]
 
 #: How long a decision waits for the orchestrator's answer before "pending" (202).
@@ -81,10 +82,25 @@ class DecisionStatus(StrEnum):
     UNKNOWN = "unknown"  # no task has this token
 
 
+class Refusal(StrEnum):
+    """Why a decision was not taken, in the client's words (the connector answers each
+    with its HTTP status: ``connectors/human_task_api.py``; the CLI names it)."""
+
+    FORBIDDEN = "forbidden"  # the actor may not decide it, or the proof is not ours
+    NOT_FOUND = "not found"  # no task has this token
+    GONE = "gone"  # the task expired or closed undecided
+    CONFLICT = "conflict"  # decided already, or the operation changed
+    INVALID = "invalid"  # the request itself is malformed
+    INVALID_CORRECTION = "invalid correction"  # a correction the task's model refuses
+    UNAVAILABLE = "unavailable"  # the orchestrator cannot decide tasks (no key)
+
+
 @dataclass
 class DecisionOutcome:
+    """The answer to one decision: its ``status``, and for a refusal its kind and reason."""
+
     status: DecisionStatus
-    http_status: int
+    refusal: Refusal | None = None
     reason: str | None = None
     task: dict[str, Any] | None = None
     message_id: str | None = None
@@ -93,7 +109,7 @@ class DecisionOutcome:
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": str(self.status)}
         if self.reason is not None:
-            out["error" if self.http_status >= 400 else "reason"] = self.reason
+            out["error" if self.refusal is not None else "reason"] = self.reason
         if self.task is not None:
             t = self.task
             out["task_id"] = t["task_id"]
@@ -129,44 +145,44 @@ def decision_message_id(
     return mid
 
 
-#: Refusal reasons of docs/human-tasks.md ("Deciding") and the status each is answered with.
-_REFUSALS: tuple[tuple[str, int], ...] = (
-    ("holds none of the roles", 403),
-    ("has this token", 404),
-    ("the token does not match", 404),
-    ("has no human task", 404),
-    ("expired at", 410),
-    ("closed undecided", 410),
-    ("was already", 409),
-    ("stale approval", 409),
-    ("changed since it opened", 409),
-    ("cannot be computed now", 409),
-    ("the decision's proof", 403),  # forged, or signed under another deployment's key
-    ("carries no proof", 403),
-    ("carries the hash of its token", 400),
-    ("holds no task-token key", 503),
-    ("actor roles must be", 400),
-    ("a decision is 'approve' or 'reject'", 400),
-    ("a decision names", 400),
-    ("is not a valid", 422),  # a correction that fails the task's model
-    ("the correction of human task", 400),  # not JSON
-    ("carries the corrected data", 400),
-    ("carries no correction", 400),
+#: Refusal reasons of docs/human-tasks.md ("Deciding") and the kind of each.
+_REFUSALS: tuple[tuple[str, Refusal], ...] = (
+    ("holds none of the roles", Refusal.FORBIDDEN),
+    ("has this token", Refusal.NOT_FOUND),
+    ("the token does not match", Refusal.NOT_FOUND),
+    ("has no human task", Refusal.NOT_FOUND),
+    ("expired at", Refusal.GONE),
+    ("closed undecided", Refusal.GONE),
+    ("was already", Refusal.CONFLICT),
+    ("stale approval", Refusal.CONFLICT),
+    ("changed since it opened", Refusal.CONFLICT),
+    ("cannot be computed now", Refusal.CONFLICT),
+    ("the decision's proof", Refusal.FORBIDDEN),  # forged, or another deployment's key
+    ("carries no proof", Refusal.FORBIDDEN),
+    ("carries the hash of its token", Refusal.INVALID),
+    ("holds no task-token key", Refusal.UNAVAILABLE),
+    ("actor roles must be", Refusal.INVALID),
+    ("a decision is 'approve' or 'reject'", Refusal.INVALID),
+    ("a decision names", Refusal.INVALID),
+    ("is not a valid", Refusal.INVALID_CORRECTION),  # fails the task's model
+    ("the correction of human task", Refusal.INVALID),  # not JSON
+    ("carries the corrected data", Refusal.INVALID),
+    ("carries no correction", Refusal.INVALID),
 )
 
 
-def refusal_status(reason: str, task: dict[str, Any] | None = None) -> int:
-    """The HTTP status of the orchestrator's refusal ``reason``.
+def refusal_of(reason: str, task: dict[str, Any] | None = None) -> Refusal:
+    """The kind of the orchestrator's refusal ``reason``.
 
     A refusal because the run already ended says nothing of the task: the task's record
-    does (decided by someone: 409 conflict; else gone: 410).
+    does (decided by someone: a conflict; else gone).
     """
-    for needle, status in _REFUSALS:
+    for needle, kind in _REFUSALS:
         if needle in reason:
-            return status
+            return kind
     if " is completed;" in reason or " is failed;" in reason or " is cancelled;" in reason:
-        return 409 if task is not None and task.get("decision") else 410
-    return 409
+        return Refusal.CONFLICT if task is not None and task.get("decision") else Refusal.GONE
+    return Refusal.CONFLICT
 
 
 def _run_ended(task: dict[str, Any], decision: str) -> str | None:
@@ -281,17 +297,19 @@ class TaskDesk:
         th = token_hash(token)
         task = self.tasks.by_token_hash(th) if token else None
         if task is None:
-            return DecisionOutcome(DecisionStatus.UNKNOWN, 404, "no human task has this token")
+            return DecisionOutcome(
+                DecisionStatus.UNKNOWN, Refusal.NOT_FOUND, "no human task has this token"
+            )
         if task["decision"] == decision and task["actor"] == actor:
             return DecisionOutcome(
                 DecisionStatus.REPEATED,
-                200,
+                None,
                 f"'{actor}' already decided {decision} on this task; the first result stands",
                 task,
             )
         ended = _run_ended(task, decision)
         if ended is not None:  # a finished run records nothing: its answer is known here
-            return DecisionOutcome(DecisionStatus.REFUSED, refusal_status(ended, task), ended, task)
+            return DecisionOutcome(DecisionStatus.REFUSED, refusal_of(ended, task), ended, task)
         seen = task["operation_digest"] if operation_digest is None else operation_digest
         correction_json = "" if correction is None else canonical_json(correction)
         mid = decision_message_id(task["task_id"], actor, decision, seen, reason, correction_json)
@@ -308,7 +326,7 @@ class TaskDesk:
         recorded = self._recorded_refusal(task["workflow_id"], mid)
         if recorded is not None:  # this very request was refused before: the same answer
             return DecisionOutcome(
-                DecisionStatus.REFUSED, refusal_status(recorded, task), recorded, task, mid
+                DecisionStatus.REFUSED, refusal_of(recorded, task), recorded, task, mid
             )
         payload = self.proofs.sign(task["workflow_id"], payload)
         watch = self._watch()  # its ends are read before the command goes out
@@ -325,7 +343,7 @@ class TaskDesk:
             return outcome
         return DecisionOutcome(
             DecisionStatus.PENDING,
-            202,
+            None,
             f"sent; the orchestrator did not answer within {self.wait_s:g}s; "
             "repeat the same request to learn the outcome",
             self.tasks.get(task["task_id"]),
@@ -353,10 +371,10 @@ class TaskDesk:
         inbox, or its refusal; None while there is neither."""
         task = self.tasks.get(task_id)
         if task is not None and task["decision"] == decision and task["actor"] == actor:
-            return DecisionOutcome(DecisionStatus.DECIDED, 200, None, task, mid)
+            return DecisionOutcome(DecisionStatus.DECIDED, None, None, task, mid)
         if mid in watch.letters:
             reason = watch.letters[mid]
             return DecisionOutcome(
-                DecisionStatus.REFUSED, refusal_status(reason, task), reason, task, mid
+                DecisionStatus.REFUSED, refusal_of(reason, task), reason, task, mid
             )
         return None

@@ -106,13 +106,13 @@ def test_refused_decisions_are_answered_and_recorded_never_dead_lettered(setting
     approve_stale = ("--approve", "--operation-digest", stale)
     first = _decide(cli_env, task.task_id, "alice", *approve_stale)
     assert first.returncode == 1, first.stdout + first.stderr
-    assert first.stderr.startswith("error: refused (409): stale approval: the approver saw ")
+    assert first.stderr.startswith("error: refused (conflict): stale approval: the approver saw ")
     # the same request again: the same answer, read from the recorded refusal
     again = _decide(cli_env, task.task_id, "alice", *approve_stale)
     assert (again.returncode, again.stderr) == (1, first.stderr)
     bob = _decide(cli_env, task.task_id, "bob", "--reject")
     assert bob.returncode == 1, bob.stdout + bob.stderr
-    assert bob.stderr.startswith("error: refused (403): actor 'bob' holds none of the roles")
+    assert bob.stderr.startswith("error: refused (forbidden): actor 'bob' holds none of the roles")
 
     refusals = wait_until(lambda: _refusals(settings, wf)[1:] and _refusals(settings, wf), 60, "")
     assert [r.payload.command for r in refusals] == ["DecideHumanTask", "DecideHumanTask"]
@@ -130,7 +130,7 @@ def test_refused_decisions_are_answered_and_recorded_never_dead_lettered(setting
     twice = _decide(cli_env, task.task_id, "alice", "--reject")
     assert twice.returncode == 1, twice.stdout + twice.stderr
     assert twice.stderr.startswith(
-        f"error: refused (409): workflow '{wf}' is completed; reject of human task "
+        f"error: refused (conflict): workflow '{wf}' is completed; reject of human task "
     )
     events = histories(settings)[wf]
     assert sum(isinstance(e.payload, HumanTaskDecided) for e in events) == 1

@@ -259,7 +259,7 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
         env=cli_env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert late.returncode == 1, late.stdout + late.stderr
-    assert late.stderr.startswith(f"error: refused (410): workflow '{wf}' is completed;")
+    assert late.stderr.startswith(f"error: refused (gone): workflow '{wf}' is completed;")
     assert not any(isinstance(e.payload, HumanTaskDecided) for e in events_of(settings, wf))
 
     # the inbox is a projection: a rebuild gives the same task record and history

@@ -133,7 +133,7 @@ def test_malformed_past_the_bound_opens_a_correction_task_and_its_correction_com
     )  # fmt: skip
     assert cli.returncode == 1, cli.stdout + cli.stderr
     assert cli.stderr.strip() == (
-        f"error: refused (422): the correction of human task '{task.task_id}' is not a valid "
+        f"error: refused (invalid correction): the correction of human task '{task.task_id}' is not a valid "
         f"InvoiceCorrection: field 'currency': String should match pattern '^[A-Z]{{3}}$'; "
         f"{what} refused"
     )

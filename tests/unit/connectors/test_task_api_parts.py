@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from connectors.auth import Actors
-from orchestrator.client.human_task_decisions import decision_message_id, refusal_status
+from connectors.human_task_api import REFUSAL_STATUS, http_status
+from orchestrator.client.human_task_decisions import (
+    DecisionOutcome,
+    DecisionStatus,
+    Refusal,
+    decision_message_id,
+    refusal_of,
+)
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.settings import load_settings
 from orchestrator.trust.human_task_tokens import TaskTokens
@@ -61,13 +68,21 @@ def test_an_actors_file_in_toml_works_and_a_bad_one_is_one_line(tmp_path: Path) 
     ],
 )
 def test_each_documented_refusal_has_its_status(reason: str, status: int) -> None:
-    assert refusal_status(reason) == status
+    refused = DecisionOutcome(DecisionStatus.REFUSED, refusal_of(reason), reason)
+    assert http_status(refused) == status
 
 
 def test_a_refusal_for_a_finished_run_is_a_conflict_only_when_the_task_was_decided() -> None:
     reason = "workflow 'W' is completed; approve of human task 'T' refused"
-    assert refusal_status(reason, {"decision": "reject"}) == 409
-    assert refusal_status(reason, {"decision": None}) == 410
+    assert refusal_of(reason, {"decision": "reject"}) is Refusal.CONFLICT
+    assert refusal_of(reason, {"decision": None}) is Refusal.GONE
+
+
+def test_only_the_connector_speaks_http_every_refusal_has_a_status() -> None:
+    assert set(REFUSAL_STATUS) == set(Refusal)
+    assert http_status(DecisionOutcome(DecisionStatus.PENDING)) == 202
+    assert http_status(DecisionOutcome(DecisionStatus.DECIDED)) == 200
+    assert http_status(DecisionOutcome(DecisionStatus.REPEATED, None, "same")) == 200
 
 
 def test_the_same_request_has_the_same_message_id_and_another_does_not() -> None:

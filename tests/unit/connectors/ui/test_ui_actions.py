@@ -15,7 +15,7 @@ from connectors.auth import Actor, Actors, hash_token
 from connectors.ui.routes import OperatorUi
 from connectors.ui.sessions import FlashLevel
 from connectors.ui.task_desk import TaskDecisions
-from orchestrator.client.human_task_decisions import DecisionOutcome, DecisionStatus
+from orchestrator.client.human_task_decisions import DecisionOutcome, DecisionStatus, Refusal
 
 OPERATOR = Actor("olga", ("keel-operator",), hash_token("olga-token-0123456789"))
 AUDITOR = Actor("bob", ("auditor",), hash_token("bob-token-0123456789"))
@@ -147,7 +147,7 @@ DIGEST = "ab" * 32
 
 def test_a_decision_is_bound_to_the_digest_the_page_showed_and_a_refusal_keeps_its_words() -> None:
     why = "operation digest changed since the task was shown; approve refused"
-    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.REFUSED, 409, why))
+    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.REFUSED, Refusal.CONFLICT, why))
     level, text = decisions.decide("t1", APPROVER, "approve", DIGEST, "ok")
     assert desk.calls == [("f" * 64, "alice", ["finance-approver"], "approve", "ok", DIGEST)]
     assert (level, text) == (
@@ -157,7 +157,7 @@ def test_a_decision_is_bound_to_the_digest_the_page_showed_and_a_refusal_keeps_i
 
 
 def test_a_decision_the_page_cannot_bind_or_the_actor_may_not_make_sends_nothing() -> None:
-    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.DECIDED, 200))
+    decisions, desk = _decisions(DecisionOutcome(DecisionStatus.DECIDED))
     assert decisions.decide("t1", APPROVER, "approve", "", "") == (
         FlashLevel.REFUSED,
         "the page carried no operation digest; reload the task",
