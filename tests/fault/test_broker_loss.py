@@ -295,6 +295,22 @@ def longest_stall_s(k: Keel, label: str, killed_at_ms: int) -> tuple[float, floa
     return longest / 1000, began / 1000
 
 
+def placed(
+    k: Keel, label: str, target: Callable[[Keel], tuple[int, set[Role]]]
+) -> tuple[int, set[Role]]:
+    """Place the round's roles and read them back: (the broker, the roles it holds). The KRaft controller can move on its own while the coordinators are
+    placed (an election after 600 ms without the leader's fetch, e.g. on a loaded
+    machine), so a placement the read-back disproves is made again, up to three times;
+    the round never kills a broker whose roles differ from the round's."""
+    for _ in range(3):
+        node, expected = target(k)
+        held = roles_of(k, node)
+        if held == expected:
+            break
+    assert held == expected, f"{label}: broker {node} holds {sorted(held)}, not {sorted(expected)}"
+    return node, held
+
+
 def kill_round(k: Keel, label: str, target: Callable[[Keel], tuple[int, set[Role]]]) -> int:
     """Place the roles, start a batch, SIGKILL the broker holding exactly the roles the
     round is about mid-batch, await the batch, heal; the batch's longest stall after the
@@ -304,9 +320,7 @@ def kill_round(k: Keel, label: str, target: Callable[[Keel], tuple[int, set[Role
     first completion instead could miss the batch: its runs move in step, so they tend to
     finish within one projector batch, and it once found all 300 done.)
     """
-    node, expected = target(k)
-    held = roles_of(k, node)
-    assert held == expected, f"{label}: broker {node} holds {sorted(held)}, not {sorted(expected)}"
+    node, held = placed(k, label, target)
     start_batch(k, label)
     wait_until(lambda: k.running() > 0, 60, f"{label}: the batch running")
     in_flight = k.started - k.completed()
