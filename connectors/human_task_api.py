@@ -180,7 +180,7 @@ class TaskApi:
             outcome.status,
             http_status(outcome),
         )
-        return json_answer(outcome.body(), http_status(outcome))
+        return json_answer(outcome.as_dict(), http_status(outcome))
 
 
 #: The HTTP status the connector answers each kind of refusal with (docs/connector.md).

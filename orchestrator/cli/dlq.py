@@ -36,7 +36,7 @@ def list_(
     letters = DeadLetters(load_settings()).letters(newest_first=newest_first)
     shown = [x for x in letters if all_ or x.state == LetterState.OPEN]
     if json_:
-        typer.echo(json.dumps([x.to_json() for x in shown]))
+        typer.echo(json.dumps([x.as_dict() for x in shown]))
         return
     table = new_table("id", "kind", "state", "workflow", "time (UTC)", "reason")
     for x in shown:

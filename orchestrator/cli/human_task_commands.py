@@ -291,7 +291,7 @@ def decide(
             )
     finally:
         client.close()
-    body = outcome.body()
+    body = outcome.as_dict()
     if json_:
         refusal = None if outcome.refusal is None else str(outcome.refusal)
         typer.echo(json.dumps({"refusal": refusal, **body}))

@@ -76,7 +76,7 @@ def migrate(
     if dry_run:
         plans = plan(settings, client.app, ids, to_version, who, reason)
         if json_:
-            typer.echo(json.dumps({"dry_run": True, "plans": [p.to_dict() for p in plans]}))
+            typer.echo(json.dumps({"dry_run": True, "plans": [p.as_dict() for p in plans]}))
         else:
             _print_plans(plans)
         refused = any(p.outcome is Outcome.REFUSED for p in plans)
@@ -84,7 +84,7 @@ def migrate(
         outcomes = send(client, ids, to_version, who, reason, timeout)
         client.close()
         if json_:
-            typer.echo(json.dumps({"dry_run": False, "outcomes": [o.to_dict() for o in outcomes]}))
+            typer.echo(json.dumps({"dry_run": False, "outcomes": [o.as_dict() for o in outcomes]}))
         for o in outcomes:
             if json_:
                 continue

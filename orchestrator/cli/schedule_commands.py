@@ -79,7 +79,7 @@ def create(
     finally:
         client.close()
     if json_:
-        typer.echo(json.dumps(info.as_json()))
+        typer.echo(json.dumps(info.as_dict()))
         return
     nxt = info.next_fires[0] if info.next_fires else "-"
     console.print(f"schedule {info.name}: {info.timing}, next {nxt}", markup=False)
@@ -98,7 +98,7 @@ def list_(
     finally:
         client.close()
     if json_:
-        typer.echo(json.dumps([i.as_json() for i in found]))
+        typer.echo(json.dumps([i.as_dict() for i in found]))
         return
     table = new_table("name", "state", "timing", "workflow", "overlap", "next fire", "started")
     for i in found:
@@ -128,7 +128,7 @@ def show(
     finally:
         client.close()
     if json_:
-        typer.echo(json.dumps(info.as_json()))
+        typer.echo(json.dumps(info.as_dict()))
         return
     _print_info(info)
 

@@ -125,7 +125,7 @@ class Letter:
     #: Its place in the dlq, (partition, offset): the order of letters of the same time.
     place: tuple[int, int] = (0, 0)
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "kind": self.kind,

@@ -106,7 +106,7 @@ class DecisionOutcome:
     message_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def body(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": str(self.status)}
         if self.reason is not None:
             out["error" if self.refusal is not None else "reason"] = self.reason

@@ -68,7 +68,7 @@ class MigrationPlan:
     #: The run's history replayed as if it had started on the target version.
     replay: RunReport | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "replay"}
         d["outcome"] = str(self.outcome)
         d["replay"] = None if self.replay is None else self.replay.to_dict()
@@ -85,7 +85,7 @@ class MigrationOutcome:
     reason: str = ""
     event: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "outcome": str(self.outcome)}
 
 

@@ -92,7 +92,7 @@ class ScheduleInfo:
     buffered: str | None = None
     recent: list[dict[str, Any]] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "workflow_id": self.workflow_id,

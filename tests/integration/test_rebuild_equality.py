@@ -167,7 +167,7 @@ def _drive(client: KeelClient, rec: Recorder) -> list[str]:
         time.sleep(0.2)
     rec.wait_status("ticket", "waiting")
     [moved] = migrations.send(client, ["ticket"], 2, "ana", "approval gets a timeout", WAIT_S)
-    assert moved.to_dict()["outcome"] == "migrated", moved.to_dict()
+    assert moved.as_dict()["outcome"] == "migrated", moved.as_dict()
     client.signal("ticket", "approve", {})
     finished.update(dict.fromkeys(rec.dead_letter(), "completed"))  # down, DLQ, redrive
 
