@@ -47,7 +47,6 @@ from connectors.webhooks import MAX_BODY_BYTES, message_id, signal_refusal
 from orchestrator.application.app import KeelApp
 from orchestrator.application.webhook_sources import WebhookEvent, WebhookSource
 from orchestrator.client.client import KeelClient
-from orchestrator.client.human_task_decisions import TaskDesk
 from orchestrator.codec import Codec, codec_for
 from orchestrator.domain.model.errors import (
     InvalidInputError,
@@ -56,7 +55,6 @@ from orchestrator.domain.model.errors import (
 )
 from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
-from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import reachable
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
@@ -294,8 +292,8 @@ def _task_api(settings: Settings, app: KeelApp, codec: Codec) -> _Tasks:
     actors = Actors.load(settings.actors_file)
     tokens = tokens_for_app(settings, app)
     client = KeelClient(settings, app, codec=codec)
-    view = TasksView(client.projection.r, settings.topic_prefix)
-    desk = TaskDesk(settings, view, client.send_as, codec=client.codec)
+    desk = client.human_tasks()
+    view = desk.tasks
     if tokens is not None and not actors:
         log.warning("human tasks: no actors configured (KEEL_ACTORS_FILE); nobody may decide")
     api = TaskApi(actors, view, desk, tokens, read_timeout_s=settings.connector_read_timeout_s)

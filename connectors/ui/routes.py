@@ -34,7 +34,7 @@ from connectors.ui.task_desk import TaskDecisions
 from connectors.ui.timeline import duration, timeline
 from orchestrator.application.app import KeelApp
 from orchestrator.client.client import KeelClient, parse_json
-from orchestrator.client.migration_requests import MigrationPlan, plan
+from orchestrator.client.migration_requests import MigrationPlan
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import Resolution
@@ -119,7 +119,7 @@ class OperatorUi:
 
     def _plan_migration(self, workflow_id: str, to_version: int, actor: str) -> MigrationPlan:
         reason = f"dry run by {actor}, web UI"
-        return plan(self.settings, self.app, [workflow_id], to_version, actor, reason)[0]
+        return self.client.migrations.plan([workflow_id], to_version, actor, reason)[0]
 
     def application(self) -> web.Application:
         ui = web.Application(middlewares=[_security_headers])

@@ -366,7 +366,6 @@ def migrate_waiting(
     ``workflow`` maps them, as an operator would (``keel workflow migrate --name W
     --from-version N --to-version N+1 --state S``); the answers by outcome."""
     from orchestrator.client.client import KeelClient
-    from orchestrator.client.migration_requests import select, send
 
     target = app.get(workflow)
     migration = target.migrations.get(from_version)
@@ -378,11 +377,10 @@ def migrate_waiting(
             {
                 wf
                 for state in migration.states
-                for wf in select(client, workflow, from_version, state)
+                for wf in client.migrations.select(workflow, from_version, state)
             }
         )
-        outcomes = send(
-            client,
+        outcomes = client.migrations.send(
             ids,
             target.version,
             "keel evaluate",

@@ -236,7 +236,7 @@ def decide(
     """
     from connectors.auth import Actors
     from orchestrator.client.client import KeelClient
-    from orchestrator.client.human_task_decisions import DecisionStatus, Refusal, TaskDesk
+    from orchestrator.client.human_task_decisions import DecisionStatus, Refusal
     from orchestrator.client.json_args import read_json_arg
     from orchestrator.domain.model.errors import (
         CommandRejected,
@@ -245,7 +245,6 @@ def decide(
         KeelError,
         NotFoundError,
     )
-    from orchestrator.io.redis.human_task_inbox import TasksView
     from orchestrator.io.redis.read_model import reachable
     from orchestrator.settings import load_settings
     from orchestrator.trust.human_task_tokens import load_task_tokens
@@ -271,12 +270,7 @@ def decide(
         token = load_task_tokens(settings, create=False).issue(token)
     client = KeelClient(settings, app_from(app))
     try:
-        desk = TaskDesk(
-            settings,
-            TasksView(client.projection.r, settings.topic_prefix),
-            client.send_as,
-            wait_s=wait,
-        )
+        desk = client.human_tasks(wait_s=wait)
         if confirm:  # a person at a terminal: show the operation, approve only on a yes
             operation_digest = _confirmed_digest(desk, token)
         with reachable(settings.redis):

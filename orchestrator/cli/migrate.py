@@ -52,7 +52,7 @@ def migrate(
 ) -> None:
     """Move live runs to another version of their workflow (recorded: who, why)."""
     from orchestrator.client.client import KeelClient
-    from orchestrator.client.migration_requests import Outcome, plan, select, send
+    from orchestrator.client.migration_requests import Outcome
     from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.settings import load_settings
 
@@ -69,19 +69,19 @@ def migrate(
         ids = [workflow_id]
     else:
         assert name is not None and from_version is not None
-        ids = select(client, name, from_version, state)
+        ids = client.migrations.select(name, from_version, state)
     if not ids:
         _out(json_, {"runs": 0, "dry_run": dry_run}, "no live run matches")
         return
     if dry_run:
-        plans = plan(settings, client.app, ids, to_version, who, reason)
+        plans = client.migrations.plan(ids, to_version, who, reason)
         if json_:
             typer.echo(json.dumps({"dry_run": True, "plans": [p.as_dict() for p in plans]}))
         else:
             _print_plans(plans)
         refused = any(p.outcome is Outcome.REFUSED for p in plans)
     else:
-        outcomes = send(client, ids, to_version, who, reason, timeout)
+        outcomes = client.migrations.send(ids, to_version, who, reason, timeout)
         client.close()
         if json_:
             typer.echo(json.dumps({"dry_run": False, "outcomes": [o.as_dict() for o in outcomes]}))

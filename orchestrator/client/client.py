@@ -19,7 +19,9 @@ from pydantic import BaseModel
 from orchestrator.application.app import KeelApp
 from orchestrator.client.awaiting import await_answer, send_and_await
 from orchestrator.client.dead_letters import DeadLetters
+from orchestrator.client.human_task_decisions import DEFAULT_WAIT_S, TaskDesk
 from orchestrator.client.json_args import input_value, parse_json, payload_json
+from orchestrator.client.migration_requests import Migrations
 from orchestrator.client.query_answers import QueryAnswer, answer_query
 from orchestrator.client.row_look import WATCHED_POLL_S, RowLook
 from orchestrator.client.run_links import children_of, parent_of
@@ -48,6 +50,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.kafka.clients import ClientProducer, plain_producer
+from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
@@ -113,6 +116,19 @@ class KeelClient:
         self.watch = RowWatch(self.projection)
         #: The row the last confirmed start read, so a ``wait`` right after needs no read.
         self._last_row: tuple[str, dict[str, Any]] | None = None
+
+    def human_tasks(self, wait_s: float = DEFAULT_WAIT_S) -> TaskDesk:
+        """Human tasks found by token or id and decided for an actor, each decision signed
+        with the deployment's key and answered within ``wait_s`` (docs/human-tasks.md;
+        what ``keel human-tasks decide`` and the connector use)."""
+        view = TasksView(self.projection.r, self.settings.topic_prefix)
+        return TaskDesk(self.settings, view, self.send_as, wait_s=wait_s, codec=self.codec)
+
+    @property
+    def migrations(self) -> Migrations:
+        """Moving live runs to another version: ``select``, a dry-run ``plan``, ``send``
+        (docs/versioning.md, "Migrate")."""
+        return Migrations(self)
 
     @property
     def dead_letters(self) -> DeadLetters:

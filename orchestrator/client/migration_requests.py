@@ -1,12 +1,12 @@
 """``keel workflow migrate``'s two halves: a dry run that writes nothing, and a send that
 learns what the orchestrator decided (docs/versioning.md, "Migrate").
 
-* :func:`plan` rebuilds each run from ``keel.events``, decides ``MigrateWorkflow`` on it
+* :meth:`Migrations.plan` rebuilds each run from ``keel.events``, decides ``MigrateWorkflow`` on it
   with this application's decider (pure: nothing is produced anywhere) and replays the
   run's recorded history as if it had started on the target version
   (:func:`orchestrator.domain.history.replay.replay_on_version`): where that version would have
   decided differently.
-* :func:`send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
+* :meth:`Migrations.send` publishes ``MigrateWorkflow`` (with the ``from_version`` and ``to_digest``
   the operator checked) and watches two places until one answers, as a human-task
   decision does (:mod:`orchestrator.client.human_task_decisions`): the run's history in the
   read model (``WorkflowMigrated`` → migrated) and the orchestrator's refusals
@@ -17,15 +17,15 @@ learns what the orchestrator decided (docs/versioning.md, "Migrate").
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.application.app import KeelApp, decider_of
-from orchestrator.client.client import KeelClient
+from orchestrator.client.awaiting import send_and_await
 from orchestrator.client.history_io import read_topic_history
 from orchestrator.client.human_task_decisions import RefusalWatch
+from orchestrator.codec import Codec
 from orchestrator.domain.history.replay import (
     RunReport,
     group_runs,
@@ -35,11 +35,12 @@ from orchestrator.domain.history.replay import (
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.model.state import TERMINAL_STATUSES
+from orchestrator.records.clock import Clock
 from orchestrator.records.envelopes import command_envelope, now_ms
 from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import recorded_token_hashes
 
-__all__ = ["MigrationOutcome", "MigrationPlan", "Outcome", "plan", "select", "send"]
+__all__ = ["MigrationOutcome", "MigrationPlan", "Migrations", "Outcome"]
 
 
 class Outcome(StrEnum):
@@ -89,7 +90,47 @@ class MigrationOutcome:
         return {**self.__dict__, "outcome": str(self.outcome)}
 
 
-def select(client: KeelClient, name: str, from_version: int, state: str | None = None) -> list[str]:
+class _Client(Protocol):
+    """What a migration needs of the client (``KeelClient``): its deployment and the
+    read model, and a way to send one command."""
+
+    settings: Settings
+    app: KeelApp
+    codec: Codec
+    clock: Clock
+    projection: Any
+
+    def send(self, workflow_id: str, payload: Any) -> str: ...
+
+
+class Migrations:
+    """Moving live runs to another version of their workflow (``KeelClient.migrations``;
+    ``keel workflow migrate``; docs/versioning.md, "Migrate")."""
+
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+
+    def select(self, name: str, from_version: int, state: str | None = None) -> list[str]:
+        """Ids of the live runs of ``name`` on ``from_version`` (and in ``state``), from
+        the read model, sorted."""
+        return _select(self.client, name, from_version, state)
+
+    def plan(
+        self, workflow_ids: list[str], to_version: int, actor: str, reason: str
+    ) -> list[MigrationPlan]:
+        """The dry run: each run's migration decided on its state rebuilt from
+        ``keel.events``; nothing is written."""
+        c = self.client
+        return _plan(c.settings, c.app, workflow_ids, to_version, actor, reason)
+
+    def send(
+        self, workflow_ids: list[str], to_version: int, actor: str, reason: str, timeout_s: float
+    ) -> list[MigrationOutcome]:
+        """Send ``MigrateWorkflow`` to each run and wait for the orchestrator's answers."""
+        return _send(self.client, workflow_ids, to_version, actor, reason, timeout_s)
+
+
+def _select(client: _Client, name: str, from_version: int, state: str | None = None) -> list[str]:
     """Ids of the live runs of ``name`` on ``from_version`` (and in ``state``), from the
     read model, sorted."""
     out = []
@@ -107,7 +148,7 @@ def select(client: KeelClient, name: str, from_version: int, state: str | None =
     return sorted(out)
 
 
-def plan(
+def _plan(
     settings: Settings,
     app: KeelApp,
     workflow_ids: list[str],
@@ -165,8 +206,8 @@ def plan(
     return plans
 
 
-def send(
-    client: KeelClient,
+def _send(
+    client: _Client,
     workflow_ids: list[str],
     to_version: int,
     actor: str,
@@ -174,7 +215,6 @@ def send(
     timeout_s: float,
 ) -> list[MigrationOutcome]:
     """Send ``MigrateWorkflow`` to each run and wait for the orchestrator's answers."""
-    sent: dict[str, tuple[str, int]] = {}
     payloads = []
     for wid in workflow_ids:
         row = client.projection.get(wid)
@@ -185,58 +225,61 @@ def send(
             (wid, MigrateWorkflow(to_version, actor, reason, row["version"], target.digest))
         )
     watch = RefusalWatch(client.settings, client.codec)
-    try:
+    done: dict[str, MigrationOutcome] = {}
+
+    def send_all() -> dict[str, tuple[str, int]]:
+        sent = {}
         for wid, payload in payloads:
             before = len(client.projection.history(wid))
             sent[wid] = (client.send(wid, payload), before)
-        return _await(client, watch, sent, to_version, timeout_s)
+        return sent
+
+    def answered(sent: dict[str, tuple[str, int]]) -> bool | None:
+        for wid, (mid, before) in sent.items():
+            if wid not in done and (found := _answer(client, watch, wid, mid, before, to_version)):
+                done[wid] = found
+        return True if len(done) == len(sent) else None
+
+    try:
+        pause = lambda left: watch.poll(min(left, 0.1))  # noqa: E731
+        sent, _ = send_and_await(send_all, answered, pause, timeout_s, client.clock.monotonic)
     finally:
         watch.close()
-
-
-def _await(
-    client: KeelClient,
-    watch: RefusalWatch,
-    sent: dict[str, tuple[str, int]],
-    to_version: int,
-    timeout_s: float,
-) -> list[MigrationOutcome]:
-    """Each run's answer: ``WorkflowMigrated`` in its history, the orchestrator's refusal,
-    or the run's end without one (a finished run records no refusal: it is refused, as
-    the orchestrator refuses it, without waiting for ``timeout_s``)."""
-    done: dict[str, MigrationOutcome] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(done) < len(sent):
-        for wid, (mid, before) in sent.items():
-            if wid in done:
-                continue
-            # the status before the history: a run seen ended has its whole history there
-            status = (client.projection.get(wid) or {}).get("status")
-            recorded = [
-                h
-                for h in client.projection.history(wid)[before:]
-                if h["type"] == "WorkflowMigrated"
-            ]
-            if recorded:
-                done[wid] = MigrationOutcome(wid, Outcome.MIGRATED, mid, event=recorded[0])
-            elif mid in watch.letters:
-                done[wid] = MigrationOutcome(wid, Outcome.REFUSED, mid, watch.letters[mid])
-            elif status in TERMINAL_STATUSES:
-                reason = f"workflow '{wid}' is {status}; migration to version {to_version} refused"
-                done[wid] = MigrationOutcome(wid, Outcome.REFUSED, mid, reason)
-        if len(done) == len(sent):
-            break
-        if time.monotonic() > deadline:
-            for wid, (mid, _) in sent.items():
-                done.setdefault(
-                    wid,
-                    MigrationOutcome(
-                        wid,
-                        Outcome.PENDING,
-                        mid,
-                        f"sent; no answer within {timeout_s:g}s (`keel workflow show {wid}`)",
-                    ),
-                )
-            break
-        watch.poll(0.1)
+    for wid, (mid, _) in sent.items():
+        done.setdefault(
+            wid,
+            MigrationOutcome(
+                wid,
+                Outcome.PENDING,
+                mid,
+                f"sent; no answer within {timeout_s:g}s (`keel workflow show {wid}`)",
+            ),
+        )
     return [done[w] for w in sent]
+
+
+def _answer(
+    client: _Client,
+    watch: RefusalWatch,
+    wid: str,
+    mid: str,
+    before: int,
+    to_version: int,
+) -> MigrationOutcome | None:
+    """Run ``wid``'s answer to command ``mid`` so far: ``WorkflowMigrated`` in its history
+    past line ``before``, the orchestrator's refusal, or the run's end without one (a
+    finished run records no refusal: it is refused, as the orchestrator refuses it,
+    without waiting for the time to run out); None while there is none."""
+    # the status before the history: a run seen ended has its whole history there
+    status = (client.projection.get(wid) or {}).get("status")
+    recorded = [
+        h for h in client.projection.history(wid)[before:] if h["type"] == "WorkflowMigrated"
+    ]
+    if recorded:
+        return MigrationOutcome(wid, Outcome.MIGRATED, mid, event=recorded[0])
+    if mid in watch.letters:
+        return MigrationOutcome(wid, Outcome.REFUSED, mid, watch.letters[mid])
+    if status in TERMINAL_STATUSES:
+        reason = f"workflow '{wid}' is {status}; migration to version {to_version} refused"
+        return MigrationOutcome(wid, Outcome.REFUSED, mid, reason)
+    return None
