@@ -29,7 +29,7 @@ AppOption = Annotated[
     str | None,
     typer.Option(
         "--app",
-        help="Application object MODULE:ATTR. Default: KEEL_APP, else app in [tool.keel] of "
+        help="Application object MODULE:ATTR. Default: KEEL_APP, else app in \\[tool.keel] of "
         "the project's pyproject.toml.",
         show_default=False,
     ),

@@ -52,3 +52,13 @@ def test_no_app_option_has_a_default_of_its_own() -> None:
         if option is not None:
             assert option.default is None, name
             assert option.envvar is None, name  # KEEL_APP is read by the settings
+
+
+def test_the_app_option_help_shows_the_tool_keel_table() -> None:
+    """Rich reads ``[tool.keel]`` as markup unless escaped: the help said "app in  of"."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app as cli
+
+    shown = " ".join(CliRunner().invoke(cli, ["workflow", "start", "--help"]).output.split())
+    assert "else app in [tool.keel] of the" in shown.replace("│ ", "").replace(" │", "")
