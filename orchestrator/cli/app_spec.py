@@ -76,14 +76,27 @@ def app_from(flag: str | None) -> KeelApp:
     return load_app(spec)
 
 
-def service_app(flag: str | None, clock: Clock | None = None) -> KeelApp:
+def service_app(
+    flag: str | None, clock: Clock | None = None, settings: Settings | None = None
+) -> KeelApp:
     """The application with the built-in ``keel.schedule`` and its tick activity
     (docs/schedules.md): every service and every run reader knows it. Its ticks read
-    ``clock`` (the system clock unless a service passes its own)."""
+    ``clock`` (the system clock unless a service passes its own) and start runs with a
+    client on ``settings`` (a worker's; a process that runs no tick passes none)."""
     from orchestrator.client.schedule_ticks import install_schedules
     from orchestrator.records.clock import SYSTEM_CLOCK
 
-    return install_schedules(app_from(flag), clock=clock or SYSTEM_CLOCK)
+    ticks_on = clock or SYSTEM_CLOCK
+    app = app_from(flag)
+    if settings is None:
+        return install_schedules(app, clock=ticks_on)
+
+    def tick_client() -> object:  # the client loads with the first tick, not the service
+        from orchestrator.client.client import KeelClient
+
+        return KeelClient(settings, app, ticks_on)
+
+    return install_schedules(app, tick_client, ticks_on)
 
 
 def adapter_hooks(settings: Settings) -> AdapterHooks:

@@ -139,7 +139,7 @@ def orchestrator(
     use_environment(hooks)  # for local LLM steps
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     codec = codec_for(settings)  # and its one codec
-    application = service_app(app, clock)
+    application = service_app(app, clock, settings)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     metrics_dir = None
@@ -215,7 +215,8 @@ def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> Non
     settings = load_settings()
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    w = Worker(settings, service_app(app, clock), clock=clock, hooks=adapter_hooks(settings))
+    application = service_app(app, clock, settings)
+    w = Worker(settings, application, clock=clock, hooks=adapter_hooks(settings))
     _stop_on_signals(w)
     serve_metrics_of(settings, metrics_port)
     w.run()

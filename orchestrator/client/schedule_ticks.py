@@ -17,6 +17,7 @@ from typing import Any
 from handlers.sdk.activity_errors import TransientError
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.errors import (
+    ConfigError,
     InvalidInputError,
     UnavailableError,
     WorkflowIdConflictError,
@@ -49,14 +50,14 @@ class Ticker:
         self._lock = threading.Lock()
 
     def client(self) -> Any:
+        """The client ticks start runs with, built by the process's composition root."""
         if self._client is None:
             if self._factory is None:
-                from orchestrator.client.client import KeelClient
-                from orchestrator.settings import load_settings
-
-                self._client = KeelClient(load_settings(), self.app, self.clock)
-            else:
-                self._client = self._factory()
+                raise ConfigError(
+                    "schedule ticks need a client: install_schedules(app, client_factory=...) "
+                    "(the keel services pass one built from their settings)"
+                )
+            self._client = self._factory()
         return self._client
 
     def tick(self, inp: TickInput) -> TickResult:
