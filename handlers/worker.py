@@ -132,7 +132,7 @@ class Worker:
         #: Reports' recorded times, heartbeat spacing, Redis backoff and the reset window.
         self.clock = clock
         # LLM steps build their provider and call store from this worker's environment
-        use_environment(hooks)
+        use_environment(settings, hooks)
         self.codec = codec or codec_for(settings)
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")

@@ -136,7 +136,7 @@ def orchestrator(
     settings = load_settings()
     configure_gc(settings)
     hooks = adapter_hooks(settings)
-    use_environment(hooks)  # for local LLM steps
+    use_environment(settings, hooks)  # for local LLM steps
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     codec = codec_for(settings)  # and its one codec
     application = service_app(app, clock, settings)
