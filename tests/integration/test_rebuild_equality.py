@@ -33,7 +33,6 @@ from ops.fakes.ledger import LedgerClient
 from ops.fakes.openai_server import running as openai_fake
 from ops.record_histories import Recorder, _invoice, _trip
 from orchestrator.application.app import decider_of
-from orchestrator.client import migration_requests as migrations
 from orchestrator.client.client import KeelClient
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.projector.placement import ProjectorPlacement
@@ -166,7 +165,7 @@ def _drive(client: KeelClient, rec: Recorder) -> list[str]:
         client.signal("counter", "add", {"n": n})
         time.sleep(0.2)
     rec.wait_status("ticket", "waiting")
-    [moved] = migrations.send(client, ["ticket"], 2, "ana", "approval gets a timeout", WAIT_S)
+    [moved] = client.migrations.send(["ticket"], 2, "ana", "approval gets a timeout", WAIT_S)
     assert moved.as_dict()["outcome"] == "migrated", moved.as_dict()
     client.signal("ticket", "approve", {})
     finished.update(dict.fromkeys(rec.dead_letter(), "completed"))  # down, DLQ, redrive
