@@ -27,7 +27,8 @@ The message id is a function of (task, actor, decision, digest seen, reason, cor
 so a retried
 request is ignored by the orchestrator even after the run finished. A decision the inbox
 already shows for the same actor is answered with that first result and nothing is sent.
-The HTTP status of a refusal is read from the orchestrator's reason (:func:`refusal_status`).
+A refusal's kind is read from the orchestrator's reason (:func:`refusal_of`); the connector
+answers each kind with its HTTP status.
 Only an unknown token is answered without the orchestrator: with no task, there is no
 workflow to send the command to.
 """
