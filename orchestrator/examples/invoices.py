@@ -119,15 +119,15 @@ async def ledger_posting_status(query: StatusQuery) -> dict[str, Any]:
         raise TransientError(f"ledger status query failed: {exc!r}") from None
 
 
-def _posting(ctx: Context) -> dict[str, Any]:
+def _posting(ctx: Context[Invoice]) -> dict[str, Any]:
     return {"posting_id": ctx.results["post"]["posting_id"]}
 
 
-def _invoice(ctx: Context) -> dict[str, Any]:
+def _invoice(ctx: Context[Invoice]) -> dict[str, Any]:
     return dict(ctx.input_dict)
 
 
-def _posted_id(ctx: Context) -> str | None:
+def _posted_id(ctx: Context[Invoice]) -> str | None:
     """The ledger's posting id, once the posting step has one."""
     return ctx.results["post"]["posting_id"] if "post" in ctx.results else None
 
