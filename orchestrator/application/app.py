@@ -26,7 +26,7 @@ from orchestrator.application.activity_limits import (
 )
 from orchestrator.application.saga_declarations import Saga
 from orchestrator.application.webhook_sources import WebhookSource
-from orchestrator.domain.authoring.activity_refs import mark_activity
+from orchestrator.domain.authoring.activity_refs import function_name, mark_activity
 from orchestrator.domain.authoring.definitions import (
     DefinitionError,
     InvalidInputError,
@@ -167,7 +167,10 @@ class KeelApp:
         def register(fn: F) -> F:
             name = activity_type if isinstance(activity_type, str) else _name_of(fn)
             if not name:
-                raise AppError(f"activity handler {fn!r} needs a type: @app.activity('name')")
+                raise AppError(
+                    f"activity handler '{function_name(fn)}' has no name to be its type: "
+                    "@app.activity('type_name')"
+                )
             try:
                 limits = ActivityLimits.declare(name, max_concurrent, rate_limit)
             except LimitDeclarationError as exc:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel
 
-from orchestrator.application.app import KeelApp
+from orchestrator.application.app import AppError, KeelApp
 from orchestrator.client.history_io import read_history_file
 from orchestrator.domain.authoring.activity_refs import ActivityRef, activity_ref
 from orchestrator.domain.authoring.definitions import (
@@ -162,6 +162,16 @@ def test_registering_records_the_type_and_defaults_the_models_from_the_annotatio
     assert app.handlers["release"].input_model is None  # a dict: the handler gets JSON
     assert activity_ref(price) == ActivityRef(("price_item",), Price)
     assert activity_ref(never_registered) is None
+
+
+def test_a_handler_without_a_name_needs_the_type_named() -> None:
+    with pytest.raises(AppError) as exc:
+        KeelApp("x").activity()(lambda req: req)
+    assert str(exc.value) == (
+        "activity handler 'test_a_handler_without_a_name_needs_the_type_named.<locals>.<lambda>' "
+        "has no name to be its type: @app.activity('type_name')"
+    )
+    assert KeelApp("x").activity("echo")(lambda req: req)("same") == "same"
 
 
 def test_a_step_given_functions_is_the_step_given_names_digest_and_decisions() -> None:
