@@ -113,7 +113,7 @@ document_review = app.workflow(
         [
             State(
                 "review",
-                steps=[Step("review", "review_document", input=_all_documents)],
+                steps=[Step("review", review_document, input=_all_documents)],
                 transitions=[
                     Transition("approved", when=_decision_is("approved")),
                     Transition("rejected", when=_decision_is("rejected")),
@@ -191,12 +191,12 @@ parallel_checks = app.workflow(
         1,
         NInput,
         [
-            Step("check_a", "check_a"),
-            Step("check_b", "check_b"),
-            Step("check_c", "check_c"),
+            Step("check_a", check_a),
+            Step("check_b", check_b),
+            Step("check_c", check_c),
             Step(
                 "combine",
-                "combine_checks",
+                combine_checks,
                 after=["check_a", "check_b", "check_c"],
                 input=_combine_input,
             ),
@@ -240,9 +240,9 @@ three_step = app.workflow(
         1,
         NInput,
         [
-            Step("one", "add_one"),
-            Step("two", "double", after=["one"], input=_result_of("one")),
-            Step("three", "square", after=["two"], input=_result_of("two")),
+            Step("one", add_one),
+            Step("two", double, after=["one"], input=_result_of("one")),
+            Step("three", square, after=["two"], input=_result_of("two")),
         ],
         output=_result_of("three"),
         description="Three sequential trivial activities: ((n + 1) * 2) ** 2.",

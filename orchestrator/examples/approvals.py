@@ -108,7 +108,7 @@ payment_approval = app.workflow(
             ),
             State(
                 "pay",
-                steps=[Step("pay", "record_payment", input=_payment)],
+                steps=[Step("pay", record_payment, input=_payment)],
                 complete=_outcome("paid"),
             ),
             State("rejected", complete=_outcome("rejected")),

@@ -151,11 +151,11 @@ def _posting_workflow(name: str, retry: RetryPolicy, description: str) -> Workfl
             [
                 Step(
                     "post",
-                    "post_to_ledger",
+                    post_to_ledger,
                     input=_invoice,
                     retry=retry,
                     start_to_close=timedelta(seconds=5),
-                    status_query="ledger_posting_status",
+                    status_query=ledger_posting_status,
                 )
             ],
             output=_posting,
@@ -209,7 +209,7 @@ slow_step = app.workflow(
         [
             Step(
                 "sleep",
-                "sleep",
+                sleep,
                 input=lambda ctx: dict(ctx.input_dict),
                 retry=RetryPolicy(max_attempts=1),
                 schedule_to_start=timedelta(seconds=2),

@@ -61,7 +61,7 @@ summaries_batch = app.workflow(
                 steps=[
                     Step(
                         "summarize",
-                        "summarize_document",
+                        summarize_document,
                         for_each=_documents,
                         retry=RetryPolicy(max_attempts=3, initial_interval_ms=100),
                     )
