@@ -192,7 +192,7 @@ class Context(Generic[InputT]):
             name, model = step, of
         else:
             activity = activity_type_of(of, where)
-            running = [s.name for s in steps.values() if s.activity == activity]
+            running = [s.name for s in steps.values() if s.activity_type == activity]
             if step is not None and step not in running:
                 raise DefinitionError(f"{where}: step '{step}' does not run '{activity}'")
             if step is None and len(running) != 1:
