@@ -15,11 +15,11 @@ import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Generic, Protocol, TypeVar, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.domain.authoring.activity_refs import activity_ref, activity_type_of
-from orchestrator.domain.authoring.upcasting import schema_version_of, upcast
-from orchestrator.domain.model.errors import DefinitionError
+from orchestrator.domain.authoring.upcasting import SchemaUnreadable, schema_version_of, upcast
+from orchestrator.domain.model.errors import DefinitionError, format_validation_error
 from orchestrator.domain.model.limits import parse_json
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import ActivityStatus
@@ -75,6 +75,17 @@ class _Results(Mapping[str, Any]):
 
     def __contains__(self, step: object) -> bool:
         return step in self._state.step_results
+
+
+def _as_model(model: type[M], data: Any, what: str) -> M:
+    """``data`` as ``model``; a recorded value that does not fit is the code's problem, so
+    the run waits in ``needs_attention`` for a fixed deploy (as with any unreadable record)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SchemaUnreadable(
+            f"{what} does not match {model.__name__}: {format_validation_error(exc)}"
+        ) from None
 
 
 class Context(Generic[InputT]):
@@ -159,7 +170,7 @@ class Context(Generic[InputT]):
         name, model = self._typed_step(of, step, fan_out=False)
         if model is None:
             return self.results[name]
-        return model.model_validate(self._read_as(name, model))
+        return _as_model(model, self._read_as(name, model), f"the result of step '{name}'")
 
     @overload
     def item_results(self, of: type[M], *, step: str) -> list[M | None]: ...
@@ -176,7 +187,10 @@ class Context(Generic[InputT]):
         items: list[Any] = self.results[name]
         if model is None:
             return list(items)
-        return [None if item is None else model.model_validate(item) for item in items]
+        return [
+            None if item is None else _as_model(model, item, f"item {i} of step '{name}'")
+            for i, item in enumerate(items)
+        ]
 
     def _typed_step(
         self, of: Any, step: str | None, *, fan_out: bool

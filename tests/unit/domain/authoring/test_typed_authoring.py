@@ -35,6 +35,7 @@ from orchestrator.domain.model.messages import (
     StartWorkflow,
     WorkflowCompleted,
     WorkflowFailed,
+    WorkflowNeedsAttention,
 )
 from orchestrator.examples import travel, typed_travel
 
@@ -198,6 +199,22 @@ def test_typed_reads_decode_through_the_output_model_and_upcast_old_versions() -
         "cents": 1250,  # {"amount": 12.5} of version 1, upgraded to version 2
         "as_model": 3,
     }
+
+
+def test_a_recorded_result_the_model_cannot_read_stops_the_run_for_attention() -> None:
+    def misfit(sched: ActivityScheduled) -> tuple[Any, int]:
+        if sched.activity_type == "price_item":
+            return {"cents": "many"}, 2
+        return shop_answer(sched)
+
+    events = run(
+        shop(reserve_stock, price, release, reservation_status), misfit, {"sku": "A", "quantity": 1}
+    )
+    assert events[-1] == WorkflowNeedsAttention(
+        "",
+        "state 'run': the result of step 'price' does not match Price: "
+        "field 'cents': Input should be a valid integer, unable to parse string as an integer",
+    )
 
 
 def test_the_typed_travel_example_decides_as_travel_booking_on_its_recorded_runs() -> None:
