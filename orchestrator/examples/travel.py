@@ -13,6 +13,8 @@ the run compensates the flight, then the hotel, and ends ``compensated``.
 Each write carries the activity's idempotency key, so the service books (or cancels)
 once per key however often a worker retries; ``booking_status`` is the status query of
 every write (did the request with this key take effect?).
+
+``typed_travel.py`` is this saga written the typed way (docs/workflows.md, "Typed steps").
 """
 
 from __future__ import annotations
