@@ -143,7 +143,9 @@ def _dispatch(d: Decision, forward_id: str) -> bool:
     key = idempotency_key(s.workflow_id, comp.activity_type, logical)
     cid = compensation_id(forward_id)
     governing = d.defn.compensation_steps[act.step]
-    activities.dispatch(d, governing, act.step, cid, comp.activity_type, input_json, logical, 1, key)
+    activities.dispatch(
+        d, governing, act.step, cid, comp.activity_type, input_json, logical, 1, key
+    )
     return True
 
 
