@@ -94,10 +94,12 @@ evaluate: setup
 down:
 	$(BIN)/keel infra down
 
+# The bundled examples are also held to mypy --strict: written as a user's app is (docs/workflows.md).
 lint: $(BIN)/keel
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy orchestrator handlers connectors ops
+	$(BIN)/mypy --strict --follow-imports=silent orchestrator/examples
 	$(BIN)/lint-imports
 
 fmt: $(BIN)/keel

@@ -80,10 +80,10 @@ def roles_of(keel_app: KeelApp, workflow: str) -> Roles:
             if (
                 step.status_query is not None
                 or step.on_unknown != OnUnknown.ATTENTION
-                or step.activity in side
+                or step.activity_type in side
             ):
-                writes.add(step.activity)
-        undo |= {s.activity for s in definition.compensation_steps.values()}
+                writes.add(step.activity_type)
+        undo |= {s.activity_type for s in definition.compensation_steps.values()}
     return Roles(frozenset(writes - undo), frozenset(undo), side)
 
 

@@ -15,7 +15,7 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel
 
@@ -26,6 +26,7 @@ from orchestrator.application.activity_limits import (
 )
 from orchestrator.application.saga_declarations import Saga
 from orchestrator.application.webhook_sources import WebhookSource
+from orchestrator.domain.authoring.activity_refs import function_name, mark_activity
 from orchestrator.domain.authoring.definitions import (
     DefinitionError,
     InvalidInputError,
@@ -129,38 +130,67 @@ class KeelApp:
 
     # -- registration ---------------------------------------------------------------
 
+    @overload
+    def activity(self, activity_type: F, /) -> F: ...
+    @overload
     def activity(
         self,
-        activity_type: str,
+        activity_type: str | None = None,
         *,
         input: type[BaseModel] | None = None,
         output: type[BaseModel] | None = None,
         max_concurrent: int | None = None,
         rate_limit: RateLimit | str | None = None,
-    ) -> Callable[[F], F]:
-        """Decorator registering a sync or async handler for ``activity_type``.
+    ) -> Callable[[F], F]: ...
+    def activity(
+        self,
+        activity_type: str | F | None = None,
+        *,
+        input: type[BaseModel] | None = None,
+        output: type[BaseModel] | None = None,
+        max_concurrent: int | None = None,
+        rate_limit: RateLimit | str | None = None,
+    ) -> F | Callable[[F], F]:
+        """Decorator registering a sync or async handler for ``activity_type`` (default:
+        the function's name; bare ``@app.activity`` works too).
 
+        ``input`` and ``output`` default to the pydantic models the handler is annotated
+        with (``async def reserve(req: ReserveIn) -> Reservation``). The function is
+        returned unchanged, marked with its type, so a step may name it
+        (``Step("reserve", reserve)``) and ``ctx.result(reserve)`` reads its output model.
         ``max_concurrent`` and ``rate_limit`` (a :class:`RateLimit` or ``"10/min"``) bound
         the type across every worker (docs/limits.md, "Per-type limits").
         """
-        try:
-            limits = ActivityLimits.declare(activity_type, max_concurrent, rate_limit)
-        except LimitDeclarationError as exc:
-            raise AppError(str(exc)) from None
+        if callable(activity_type):
+            return self.activity()(activity_type)
 
         def register(fn: F) -> F:
-            existing = self.handlers.get(activity_type)
+            name = activity_type if isinstance(activity_type, str) else _name_of(fn)
+            if not name:
+                raise AppError(
+                    f"activity handler '{function_name(fn)}' has no name to be its type: "
+                    "@app.activity('type_name')"
+                )
+            try:
+                limits = ActivityLimits.declare(name, max_concurrent, rate_limit)
+            except LimitDeclarationError as exc:
+                raise AppError(str(exc)) from None
+            existing = self.handlers.get(name)
             if existing is not None and not _same_function(existing.fn, fn):
-                raise AppError(f"activity '{activity_type}' already has a handler")
-            check_upcasters(output, f"activity '{activity_type}': output")
-            self.handlers[activity_type] = ActivityHandler(
-                activity_type=activity_type,
+                raise AppError(f"activity '{name}' already has a handler")
+            models = _annotated_models(fn)
+            input_model = input if input is not None else models[0]
+            output_model = output if output is not None else models[1]
+            check_upcasters(output_model, f"activity '{name}': output")
+            self.handlers[name] = ActivityHandler(
+                activity_type=name,
                 fn=fn,
-                input_model=input,
-                output_model=output,
+                input_model=input_model,
+                output_model=output_model,
                 is_async=inspect.iscoroutinefunction(fn),
                 limits=limits,
             )
+            mark_activity(fn, name, output_model)
             return fn
 
         return register
@@ -297,7 +327,7 @@ class KeelApp:
         available = set(self.handlers) | self.external_activities
         for definition in self.definitions.values():
             for step in definition.steps_by_name.values():
-                if step.activity not in available and step.child_workflow is None:
+                if step.activity_type not in available and step.child_workflow is None:
                     raise UnknownActivityError(
                         f"{definition.label}: step '{step.name}' uses activity "
                         f"'{step.activity}', which has no handler and is not declared "
@@ -349,6 +379,27 @@ def _merge(
         if existing is not None and not same(existing, value):
             raise AppError(f"{what} '{name}' is already registered otherwise")
         into[name] = value
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", "")
+    return name if isinstance(name, str) and name != "<lambda>" else ""
+
+
+def _annotated_models(fn: Callable[..., Any]) -> tuple[type[BaseModel] | None, ...]:
+    """The pydantic models ``fn`` is annotated to take (its first parameter) and to
+    return; None where there is no annotation, it is no model, or it cannot be resolved
+    (the handler then gets and gives JSON data, as without ``input=``/``output=``)."""
+    try:
+        hints = get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters.values())
+    except (NameError, TypeError, ValueError, AttributeError):
+        return None, None
+    given = hints.get(params[0].name) if params else None
+    return tuple(
+        hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+        for hint in (given, hints.get("return"))
+    )
 
 
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:

@@ -78,13 +78,13 @@ def review_document(req: ReviewRequest) -> ReviewResult:
     return ReviewResult(decision=decision, documents=count)
 
 
-def _all_documents(ctx: Context) -> dict[str, Any]:
+def _all_documents(ctx: Context[ReviewInput]) -> dict[str, Any]:
     added = [p.get("document", "") for p in ctx.signals.get("documents_added", [])]
     return {"documents": [ctx.input_dict["document"], *added]}
 
 
 def _decision_is(decision: str) -> Any:
-    def check(ctx: Context) -> bool:
+    def check(ctx: Context[ReviewInput]) -> bool:
         return bool(ctx.results["review"]["decision"] == decision)
 
     check.__qualname__ = f"decision_is_{decision}"
@@ -97,7 +97,7 @@ def _review_progress(ctx: QueryContext) -> dict[str, Any]:
 
 
 def _output(decision: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[ReviewInput]) -> dict[str, Any]:
         review = ctx.results.get("review", {})
         return {"decision": decision, "documents": review.get("documents", 1)}
 
@@ -113,7 +113,7 @@ document_review = app.workflow(
         [
             State(
                 "review",
-                steps=[Step("review", "review_document", input=_all_documents)],
+                steps=[Step("review", review_document, input=_all_documents)],
                 transitions=[
                     Transition("approved", when=_decision_is("approved")),
                     Transition("rejected", when=_decision_is("rejected")),
@@ -176,12 +176,12 @@ def combine_checks(inp: CombineInput) -> Value:
     return Value(value=inp.a + inp.b + inp.c)
 
 
-def _combine_input(ctx: Context) -> dict[str, int]:
+def _combine_input(ctx: Context[NInput]) -> dict[str, int]:
     r = ctx.results
     return {"a": r["check_a"]["value"], "b": r["check_b"]["value"], "c": r["check_c"]["value"]}
 
 
-def _final_value(ctx: Context) -> dict[str, int]:
+def _final_value(ctx: Context[NInput]) -> dict[str, int]:
     return {"result": ctx.results["combine"]["value"]}
 
 
@@ -191,12 +191,12 @@ parallel_checks = app.workflow(
         1,
         NInput,
         [
-            Step("check_a", "check_a"),
-            Step("check_b", "check_b"),
-            Step("check_c", "check_c"),
+            Step("check_a", check_a),
+            Step("check_b", check_b),
+            Step("check_c", check_c),
             Step(
                 "combine",
-                "combine_checks",
+                combine_checks,
                 after=["check_a", "check_b", "check_c"],
                 input=_combine_input,
             ),
@@ -227,7 +227,7 @@ def square(inp: NInput) -> NInput:
 
 
 def _result_of(step: str) -> Any:
-    def take(ctx: Context) -> Any:
+    def take(ctx: Context[NInput]) -> Any:
         return ctx.results[step]
 
     take.__qualname__ = f"result_of_{step}"
@@ -240,9 +240,9 @@ three_step = app.workflow(
         1,
         NInput,
         [
-            Step("one", "add_one"),
-            Step("two", "double", after=["one"], input=_result_of("one")),
-            Step("three", "square", after=["two"], input=_result_of("two")),
+            Step("one", add_one),
+            Step("two", double, after=["one"], input=_result_of("one")),
+            Step("three", square, after=["two"], input=_result_of("two")),
         ],
         output=_result_of("three"),
         description="Three sequential trivial activities: ((n + 1) * 2) ** 2.",
@@ -259,11 +259,11 @@ class TimerInput(BaseModel):
     seconds: float = Field(ge=0)
 
 
-def _seconds(ctx: Context) -> float:
+def _seconds(ctx: Context[TimerInput]) -> float:
     return float(ctx.input_dict["seconds"])
 
 
-def _waited(ctx: Context) -> dict[str, Any]:
+def _waited(ctx: Context[TimerInput]) -> dict[str, Any]:
     return {"waited_seconds": ctx.input_dict["seconds"]}
 
 

@@ -55,21 +55,21 @@ def record_payment(payment: Payment) -> PaymentRecord:
     return PaymentRecord(payment_id=payment.payment_id, recorded=True)
 
 
-def _payment(ctx: Context) -> dict[str, Any]:
+def _payment(ctx: Context[PaymentRequest]) -> dict[str, Any]:
     i = ctx.input_dict
     return {"payment_id": i["payment_id"], "account": i["account"], "amount": i["amount"]}
 
 
-def _operation(ctx: Context) -> dict[str, Any]:
+def _operation(ctx: Context[PaymentRequest]) -> dict[str, Any]:
     return {"resource": "payments.pay", "arguments": _payment(ctx)}
 
 
-def _evidence(ctx: Context) -> dict[str, Any]:
+def _evidence(ctx: Context[PaymentRequest]) -> dict[str, Any]:
     return {"payment": _payment(ctx), "requested_by": ctx.input_dict["requested_by"]}
 
 
 def _outcome(status: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[PaymentRequest]) -> dict[str, Any]:
         task = ctx.human_tasks.get("approve_payment", {})
         return {
             "status": status,
@@ -108,7 +108,7 @@ payment_approval = app.workflow(
             ),
             State(
                 "pay",
-                steps=[Step("pay", "record_payment", input=_payment)],
+                steps=[Step("pay", record_payment, input=_payment)],
                 complete=_outcome("paid"),
             ),
             State("rejected", complete=_outcome("rejected")),

@@ -44,11 +44,11 @@ class BatchResult(BaseModel):
     failed: list[int]
 
 
-def _invoices(ctx: Context) -> list[dict[str, Any]]:
-    return [invoice.model_dump() for invoice in ctx.input.invoices]  # type: ignore[attr-defined]
+def _invoices(ctx: Context[InvoiceBatch]) -> list[dict[str, Any]]:
+    return [invoice.model_dump() for invoice in ctx.input.invoices]
 
 
-def _result(ctx: Context) -> dict[str, Any]:
+def _result(ctx: Context[InvoiceBatch]) -> dict[str, Any]:
     postings = [None if p is None else p["posting_id"] for p in ctx.results["post"]]
     return {"postings": postings, "failed": sorted(ctx.item_failures.get("post", {}))}
 

@@ -27,16 +27,16 @@ class Durations(BaseModel):
     seconds: list[float] = Field(max_length=1000)
 
 
-def _numbers(ctx: Context) -> list[dict[str, int]]:
-    return [{"n": n} for n in ctx.input.numbers]  # type: ignore[attr-defined]
+def _numbers(ctx: Context[Numbers]) -> list[dict[str, int]]:
+    return [{"n": n} for n in ctx.input.numbers]
 
 
-def _durations(ctx: Context) -> list[dict[str, float]]:
-    return [{"seconds": s} for s in ctx.input.seconds]  # type: ignore[attr-defined]
+def _durations(ctx: Context[Durations]) -> list[dict[str, float]]:
+    return [{"seconds": s} for s in ctx.input.seconds]
 
 
 def _results(step: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[Any]) -> dict[str, Any]:
         return {"results": ctx.results[step]}
 
     output.__qualname__ = f"results_of_{step}"

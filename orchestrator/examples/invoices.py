@@ -119,15 +119,15 @@ async def ledger_posting_status(query: StatusQuery) -> dict[str, Any]:
         raise TransientError(f"ledger status query failed: {exc!r}") from None
 
 
-def _posting(ctx: Context) -> dict[str, Any]:
+def _posting(ctx: Context[Invoice]) -> dict[str, Any]:
     return {"posting_id": ctx.results["post"]["posting_id"]}
 
 
-def _invoice(ctx: Context) -> dict[str, Any]:
+def _invoice(ctx: Context[Invoice]) -> dict[str, Any]:
     return dict(ctx.input_dict)
 
 
-def _posted_id(ctx: Context) -> str | None:
+def _posted_id(ctx: Context[Invoice]) -> str | None:
     """The ledger's posting id, once the posting step has one."""
     return ctx.results["post"]["posting_id"] if "post" in ctx.results else None
 
@@ -151,11 +151,11 @@ def _posting_workflow(name: str, retry: RetryPolicy, description: str) -> Workfl
             [
                 Step(
                     "post",
-                    "post_to_ledger",
+                    post_to_ledger,
                     input=_invoice,
                     retry=retry,
                     start_to_close=timedelta(seconds=5),
-                    status_query="ledger_posting_status",
+                    status_query=ledger_posting_status,
                 )
             ],
             output=_posting,
@@ -209,7 +209,7 @@ slow_step = app.workflow(
         [
             Step(
                 "sleep",
-                "sleep",
+                sleep,
                 input=lambda ctx: dict(ctx.input_dict),
                 retry=RetryPolicy(max_attempts=1),
                 schedule_to_start=timedelta(seconds=2),

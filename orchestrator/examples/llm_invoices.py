@@ -104,16 +104,16 @@ extract = LlmCall(
 )
 
 
-def _document(ctx: Context) -> dict[str, Any]:
+def _document(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
     return {"document": ctx.input_dict["document"]}
 
 
-def _is_large(ctx: Context) -> bool:
+def _is_large(ctx: Context[InvoiceDocument]) -> bool:
     return bool(ctx.results["extract"]["output"]["total"] > LARGE_TOTAL)
 
 
 def _routed(route: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
         fields = ctx.results["extract"]["output"]
         return {"route": route, "total": fields["total"], "vendor": fields["vendor"]}
 
@@ -121,7 +121,7 @@ def _routed(route: str) -> Any:
     return output
 
 
-def _correction_needed(ctx: Context) -> str:
+def _correction_needed(ctx: Context[InvoiceDocument]) -> str:
     return "extraction needs a human correction: " + ctx.failures["extract"]["message"]
 
 
@@ -175,7 +175,7 @@ class InvoiceCorrection(BaseModel):
 extract_or_flag = replace(extract, on_invalid=OnInvalid.FLAG)
 
 
-def _fields_v2(ctx: Context) -> dict[str, Any]:
+def _fields_v2(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
     """The extraction's fields: the human's correction when there is one."""
     task = ctx.human_tasks.get("correct_extraction")
     if task is not None and task["correction"] is not None:
@@ -183,12 +183,12 @@ def _fields_v2(ctx: Context) -> dict[str, Any]:
     return dict(ctx.results["extract"]["output"])
 
 
-def _is_large_v2(ctx: Context) -> bool:
+def _is_large_v2(ctx: Context[InvoiceDocument]) -> bool:
     return bool(_fields_v2(ctx)["total"] > LARGE_TOTAL)
 
 
 def _routed_v2(route: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
         fields = _fields_v2(ctx)
         corrected = ctx.human_tasks.get("correct_extraction")
         by = corrected["actor"] if corrected is not None else None
@@ -198,7 +198,7 @@ def _routed_v2(route: str) -> Any:
     return output
 
 
-def _correction_operation(ctx: Context) -> dict[str, Any]:
+def _correction_operation(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
     record = ctx.results["extract"]["llm"]
     return {
         "resource": "invoice.correct",
@@ -206,7 +206,7 @@ def _correction_operation(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _correction_evidence(ctx: Context) -> dict[str, Any]:
+def _correction_evidence(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
     """The raw outputs, the validation errors and the input the model was given."""
     record = ctx.results["extract"]["llm"]
     return {
@@ -220,7 +220,7 @@ def _correction_evidence(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _not_extracted(ctx: Context) -> str:
+def _not_extracted(ctx: Context[InvoiceDocument]) -> str:
     if "extract" in ctx.failures:
         return "extraction failed: " + ctx.failures["extract"]["message"]
     task = ctx.human_tasks["correct_extraction"]
@@ -345,11 +345,11 @@ def _classify_workflow(version: int, prompt: int, model: str, tool: str) -> Work
     )
 
 
-def _data_version(ctx: Context) -> str:
+def _data_version(ctx: Context[InvoiceDocument]) -> str:
     return str(ctx.input_dict.get("data_version", "1"))
 
 
-def _classified(ctx: Context) -> dict[str, Any]:
+def _classified(ctx: Context[InvoiceDocument]) -> dict[str, Any]:
     result = ctx.results["classify"]
     return {"category": result["output"]["category"], "cache": result["llm"]["cache"]["status"]}
 
@@ -397,11 +397,11 @@ VENDOR_PROMPT = prompts.register(
 )
 
 
-def _vendor(ctx: Context) -> dict[str, Any]:
+def _vendor(ctx: Context[VendorQuery]) -> dict[str, Any]:
     return {"vendor": ctx.input_dict["vendor"]}
 
 
-def _verdict(ctx: Context) -> dict[str, Any]:
+def _verdict(ctx: Context[VendorQuery]) -> dict[str, Any]:
     result = ctx.results["check"]
     return {
         "verdict": result["output"],
@@ -448,7 +448,7 @@ def _vendor_workflow(
     )
 
 
-def _agent_failed(ctx: Context) -> str:
+def _agent_failed(ctx: Context[VendorQuery]) -> str:
     return "vendor check failed: " + ctx.failures["check"]["message"]
 
 
@@ -458,11 +458,11 @@ vendor_v3 = _vendor_workflow(3, max_steps=20, max_cost_usd=0.001, on_exhausted="
 vendor_v4 = _vendor_workflow(4, max_steps=20, deadline_s=1.0, on_exhausted="fail")
 
 
-def _vendor_operation(ctx: Context) -> dict[str, Any]:
+def _vendor_operation(ctx: Context[VendorQuery]) -> dict[str, Any]:
     return {"resource": "vendor.trust", "arguments": {"vendor": ctx.input_dict["vendor"]}}
 
 
-def _agent_evidence(ctx: Context) -> dict[str, Any]:
+def _agent_evidence(ctx: Context[VendorQuery]) -> dict[str, Any]:
     """What the agent did before it ran out: its stop reason, steps and refusals."""
     record = ctx.results["check"]["llm"]
     return {
@@ -474,12 +474,12 @@ def _agent_evidence(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _decided_by_person(ctx: Context) -> dict[str, Any]:
+def _decided_by_person(ctx: Context[VendorQuery]) -> dict[str, Any]:
     task = ctx.human_tasks["review_vendor"]
     return {"vendor": ctx.input_dict["vendor"], "trusted": True, "by": task["actor"]}
 
 
-def _refused_by_person(ctx: Context) -> str:
+def _refused_by_person(ctx: Context[VendorQuery]) -> str:
     task = ctx.human_tasks["review_vendor"]
     return f"vendor refused by {task['actor'] or 'nobody'} ({task['status']})"
 

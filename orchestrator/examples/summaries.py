@@ -46,8 +46,8 @@ def summarize_document(doc: Document) -> Summary:
     return Summary(title=doc.title, words=len(words), opening=" ".join(words[:8]))
 
 
-def _documents(ctx: Context) -> list[dict[str, Any]]:
-    return [d.model_dump() for d in ctx.input.documents]  # type: ignore[attr-defined]
+def _documents(ctx: Context[Documents]) -> list[dict[str, Any]]:
+    return [d.model_dump() for d in ctx.input.documents]
 
 
 summaries_batch = app.workflow(
@@ -61,7 +61,7 @@ summaries_batch = app.workflow(
                 steps=[
                     Step(
                         "summarize",
-                        "summarize_document",
+                        summarize_document,
                         for_each=_documents,
                         retry=RetryPolicy(max_attempts=3, initial_interval_ms=100),
                     )

@@ -13,11 +13,14 @@ the run compensates the flight, then the hotel, and ends ``compensated``.
 Each write carries the activity's idempotency key, so the service books (or cancels)
 once per key however often a worker retries; ``booking_status`` is the status query of
 every write (did the request with this key take effect?).
+
+``typed_travel.py`` is this saga written the typed way (docs/workflows.md, "Typed steps").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -158,11 +161,11 @@ CANCEL_RETRY = RetryPolicy(
 )
 
 
-def _trip(ctx: Context) -> dict[str, Any]:
+def _trip(ctx: Context[TripInput]) -> dict[str, Any]:
     return {"trip": ctx.input_dict["trip"]}
 
 
-def _charge(ctx: Context) -> dict[str, Any]:
+def _charge(ctx: Context[TripInput]) -> dict[str, Any]:
     i = ctx.input_dict
     return {"trip": i["trip"], "card": i["card"], "amount": i["amount"]}
 
@@ -171,17 +174,18 @@ def _cancel(result: Any) -> dict[str, Any]:
     return {"reservation_id": result["reservation_id"]}
 
 
-def _cancellation() -> Compensation:
+def cancellation(input: Callable[[Any], Any] = _cancel) -> Compensation:
+    """Cancel the reservation a step made (its ``input`` computed from the step's result)."""
     return Compensation(
-        "cancel_reservation",
-        input=_cancel,
+        cancel_reservation,
+        input=input,
         retry=CANCEL_RETRY,
-        status_query="booking_status",
+        status_query=booking_status,
         start_to_close=timedelta(seconds=5),
     )
 
 
-def _booked(ctx: Context) -> dict[str, Any]:
+def _booked(ctx: Context[TripInput]) -> dict[str, Any]:
     r = ctx.results
     return {
         "hotel": r["hotel"]["reservation_id"],
@@ -190,15 +194,16 @@ def _booked(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _write(name: str, activity_type: str, **kw: Any) -> Step:
+def booking_write(name: str, activity: Callable[..., Any], **options: Any) -> Step:
+    """A write to the booking service: retried, asked about when its outcome is unknown."""
     return Step(
         name,
-        activity_type,
+        activity,
         retry=WRITE_RETRY,
         start_to_close=timedelta(seconds=5),
-        status_query="booking_status",
+        status_query=booking_status,
         on_exhausted="fail",
-        **kw,
+        **options,
     )
 
 
@@ -208,11 +213,11 @@ travel_booking = app.workflow(
         1,
         TripInput,
         [
-            _write("hotel", "reserve_hotel", input=_trip, compensation=_cancellation()),
-            _write(
-                "flight", "reserve_flight", after="hotel", input=_trip, compensation=_cancellation()
+            booking_write("hotel", reserve_hotel, input=_trip, compensation=cancellation()),
+            booking_write(
+                "flight", reserve_flight, after="hotel", input=_trip, compensation=cancellation()
             ),
-            _write("card", "charge_card", after="flight", input=_charge, irreversible=True),
+            booking_write("card", charge_card, after="flight", input=_charge, irreversible=True),
         ],
         output=_booked,
         description="Reserve a hotel, then a flight, then charge the card; undo on failure.",

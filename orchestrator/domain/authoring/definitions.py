@@ -262,8 +262,8 @@ class WorkflowDefinition:
     def activity_types(self) -> frozenset[str]:
         """Every activity type the definition dispatches (steps and their status queries)."""
         steps = (*self.steps_by_name.values(), *self.compensation_steps.values())
-        queries = (s.status_query for s in steps if s.status_query is not None)
-        return frozenset((*(s.activity for s in steps), *queries))
+        queries = (s.status_query_type for s in steps if s.status_query_type is not None)
+        return frozenset((*(s.activity_type for s in steps), *queries))
 
     def step_for(self, activity_id: str, step: str) -> Step | None:
         """The step whose policy governs activity ``activity_id`` of step ``step``: the

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.authoring.activity_refs import ActivityFunction, activity_type_of
 from orchestrator.domain.authoring.waits import Duration, duration_ms
 from orchestrator.domain.model.errors import DefinitionError
 from orchestrator.domain.model.fingerprint import callable_fingerprint
@@ -109,17 +110,32 @@ class Compensation:
     ``retry`` policy, its ``status_query`` and ``start_to_close`` timeout. Past its
     retries it is given up: the other compensations still run and the run ends
     ``compensation_failed`` with a human task naming what is left to undo.
+    ``activity`` and ``status_query`` name activity types, or are their registered handler
+    functions (the compensation holds the names: the same digest either way).
     """
 
-    activity: str
+    activity: str | ActivityFunction
     input: Callable[[Any], Any] | None = None
     retry: RetryPolicy | None = None
-    status_query: str | None = None
+    status_query: str | ActivityFunction | None = None
     start_to_close: Duration | None = None
+
+    def __post_init__(self) -> None:
+        if callable(self.activity):
+            named = activity_type_of(self.activity, "compensation")
+            object.__setattr__(self, "activity", named)
+        if callable(self.status_query):
+            named = activity_type_of(self.status_query, "compensation: status_query")
+            object.__setattr__(self, "status_query", named)
+
+    @property
+    def activity_type(self) -> str:
+        """The compensating activity type's name (a function given is resolved when built)."""
+        return self.activity if isinstance(self.activity, str) else ""
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "activity": self.activity,
+            "activity": self.activity_type,
             "input": callable_fingerprint(self.input),
             "retry": None if self.retry is None else self.retry.describe(),
         }

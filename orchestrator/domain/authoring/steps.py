@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.domain.authoring.activity_refs import ActivityFunction, activity_type_of
 from orchestrator.domain.authoring.policies import DEFAULT_RETRY, Compensation, RetryPolicy
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import (
@@ -58,6 +59,11 @@ ON_UNKNOWN: tuple[OnUnknown, ...] = tuple(OnUnknown)
 class Step:
     """One activity in a state's DAG.
 
+    ``activity`` names the activity type, or is its handler function (registered with
+    ``@app.activity``; the step then holds the type's name, so both forms are the same
+    step with the same digest). ``status_query`` and ``compensation`` may name theirs
+    the same ways.
+
     ``input`` maps the context to the activity input (default: the workflow input);
     ``after`` names steps of the same state that must complete first; ``retry`` bounds
     the retries of transient failures.
@@ -97,18 +103,18 @@ class Step:
     """
 
     name: str
-    activity: str
+    activity: str | ActivityFunction
     after: Sequence[str] = ()
     input: Callable[[Context], Any] | None = None
     retry: RetryPolicy | None = None
     schedule_to_start: Duration | None = None
     start_to_close: Duration | None = None
     heartbeat: Duration | None = None
-    status_query: str | None = None
+    status_query: str | ActivityFunction | None = None
     on_exhausted: OnExhausted | str = OnExhausted.DEAD_LETTER
     on_unknown: OnUnknown | str = OnUnknown.ATTENTION
     local: bool = False
-    compensation: Compensation | str | None = None
+    compensation: Compensation | str | ActivityFunction | None = None
     irreversible: bool = False
     output: type[BaseModel] | None = None
     for_each: Callable[[Context], Sequence[Any]] | None = None
@@ -147,17 +153,36 @@ class Step:
         )
 
     @property
+    def activity_type(self) -> str:
+        """The activity type's name (a handler function given is resolved when built)."""
+        return self.activity if isinstance(self.activity, str) else ""
+
+    @property
+    def status_query_type(self) -> str | None:
+        """The status query's activity type (None: none)."""
+        query = self.status_query
+        return query if isinstance(query, str) or query is None else ""
+
+    @property
     def child_workflow(self) -> str | None:
         """The workflow a child-workflow step starts (None: an activity step)."""
-        if not self.activity.startswith(CHILD_ACTIVITY_PREFIX):
+        if not self.activity_type.startswith(CHILD_ACTIVITY_PREFIX):
             return None
-        return self.activity[len(CHILD_ACTIVITY_PREFIX) :]
+        return self.activity_type[len(CHILD_ACTIVITY_PREFIX) :]
 
     def __post_init__(self) -> None:
         after = (self.after,) if isinstance(self.after, str) else tuple(self.after)
         object.__setattr__(self, "after", after)
-        if isinstance(self.compensation, str):
-            object.__setattr__(self, "compensation", Compensation(self.compensation))
+        what = f"step '{self.name}'"
+        if callable(self.activity):
+            object.__setattr__(self, "activity", activity_type_of(self.activity, what))
+        if callable(self.status_query):
+            named = activity_type_of(self.status_query, f"{what}: status_query")
+            object.__setattr__(self, "status_query", named)
+        comp = self.compensation
+        if isinstance(comp, str) or (callable(comp) and not isinstance(comp, Compensation)):
+            named = activity_type_of(comp, f"{what}: compensation")
+            object.__setattr__(self, "compensation", Compensation(named))
 
     @property
     def undo(self) -> Compensation | None:
@@ -187,7 +212,7 @@ class Step:
         """The digest's view (newer fields only when set, so old digests hold)."""
         out: dict[str, Any] = {
             "name": self.name,
-            "activity": self.activity,
+            "activity": self.activity_type,
             "after": list(self.after),
             "input": callable_fingerprint(self.input),
             "retry": None if self.retry is None else self.retry.describe(),
@@ -234,7 +259,7 @@ def compensation_step(comp: Compensation, step: str) -> Step:
     """The step whose policy governs the compensation of step ``step``."""
     return Step(
         step,
-        comp.activity,
+        comp.activity_type,
         retry=comp.retry,
         start_to_close=comp.start_to_close,
         status_query=comp.status_query,

@@ -310,12 +310,12 @@ def schedule_step(
     """The first attempt of a step's activity (a new logical attempt, a new key); a
     child-workflow step's key is the child's workflow id (``key``, or derived)."""
     check_computed(input_json, f"state '{d.s.current_state}': input of step '{step.name}'")
-    logical = d.s.logical_attempts.get(step.activity, 0) + 1
+    logical = d.s.logical_attempts.get(step.activity_type, 0) + 1
     if step.child_workflow is not None:
         key = key or child_workflow_id(d.s.workflow_id, activity_id)
     else:
-        key = idempotency_key(d.s.workflow_id, step.activity, logical)
-    dispatch(d, step, step.name, activity_id, step.activity, input_json, logical, 1, key)
+        key = idempotency_key(d.s.workflow_id, step.activity_type, logical)
+    dispatch(d, step, step.name, activity_id, step.activity_type, input_json, logical, 1, key)
 
 
 def dispatch(
@@ -396,8 +396,8 @@ def after_failure(d: Decision, act: ActivityState, retry_after_ms: int = 0) -> N
     policy = step.retry_policy if step is not None else DEFAULT_RETRY
     if cls == FailureClass.THROTTLED:
         _retry_or_exhaust(d, act, policy, step, retry_after_ms)
-    elif cls == FailureClass.UNKNOWN and step is not None and step.status_query is not None:
-        _start_query(d, act, step.status_query)
+    elif cls == FailureClass.UNKNOWN and step is not None and step.status_query_type is not None:
+        _start_query(d, act, step.status_query_type)
     elif cls == FailureClass.PERMANENT:
         d.fail_step(act, f"{label(act)} failed permanently: {error_type}: {message}")
     elif error_type in policy.non_retryable:

@@ -139,11 +139,13 @@ def _dispatch(d: Decision, forward_id: str) -> bool:
     except (Exception, RunNeedsAttention) as exc:
         d.emit(CompensationFailed(forward_id, f"input of the {what} failed: {exc!r}"[:2000]))
         return False
-    logical = s.logical_attempts.get(comp.activity, 0) + 1
-    key = idempotency_key(s.workflow_id, comp.activity, logical)
+    logical = s.logical_attempts.get(comp.activity_type, 0) + 1
+    key = idempotency_key(s.workflow_id, comp.activity_type, logical)
     cid = compensation_id(forward_id)
     governing = d.defn.compensation_steps[act.step]
-    activities.dispatch(d, governing, act.step, cid, comp.activity, input_json, logical, 1, key)
+    activities.dispatch(
+        d, governing, act.step, cid, comp.activity_type, input_json, logical, 1, key
+    )
     return True
 
 

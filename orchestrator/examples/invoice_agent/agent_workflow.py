@@ -87,11 +87,11 @@ LLM_RETRY = RetryPolicy(
 )
 
 
-def _agent_input(ctx: Context) -> dict[str, Any]:
+def _agent_input(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"file_name": ctx.input_dict["file_name"], "document": ctx.input_dict["document"]}
 
 
-def _tool_results(ctx: Context, tool: str) -> list[dict[str, Any]]:
+def _tool_results(ctx: Context[InvoiceFile], tool: str) -> list[dict[str, Any]]:
     """The recorded results of every call of ``tool`` the agent made, in order."""
     steps = ctx.results["agent"]["llm"]["steps"]
     return [
@@ -102,18 +102,18 @@ def _tool_results(ctx: Context, tool: str) -> list[dict[str, Any]]:
     ]
 
 
-def _posting_id(ctx: Context) -> str | None:
+def _posting_id(ctx: Context[InvoiceFile]) -> str | None:
     posted = [r for r in _tool_results(ctx, "post_invoice") if r.get("posted")]
     return str(posted[-1]["posting_id"]) if posted else None
 
 
-def _unsupported(ctx: Context) -> bool:
+def _unsupported(ctx: Context[InvoiceFile]) -> bool:
     """The agent says it posted (or reversed a posting) but its record holds no posting."""
     claimed = ctx.results["agent"]["output"]["outcome"] in ("posted", "compensated")
     return claimed and _posting_id(ctx) is None
 
 
-def _done(ctx: Context) -> dict[str, Any]:
+def _done(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     result = ctx.results["agent"]
     verdict = result["output"]
     approvals = [r for r in _tool_results(ctx, "request_approval") if r.get("approved")]
@@ -130,11 +130,11 @@ def _done(ctx: Context) -> dict[str, Any]:
     return out
 
 
-def _gave_up(ctx: Context) -> str:
+def _gave_up(ctx: Context[InvoiceFile]) -> str:
     return "the invoice agent gave up: " + ctx.failures["agent"]["message"]
 
 
-def _unsupported_reason(ctx: Context) -> str:
+def _unsupported_reason(ctx: Context[InvoiceFile]) -> str:
     outcome = ctx.results["agent"]["output"]["outcome"]
     return f"the invoice agent answered {outcome} but its record holds no ledger posting"
 

@@ -88,7 +88,7 @@ NOTIFY_RETRY = RetryPolicy(
 )
 
 
-def fields(ctx: Context) -> dict[str, Any]:
+def fields(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     """The invoice's fields: the latest clerk's correction when there is one, else what
     the model extracted (without its confidence)."""
     task = ctx.human_tasks.get("correct_invoice")
@@ -99,14 +99,14 @@ def fields(ctx: Context) -> dict[str, Any]:
     return out
 
 
-def _has_fields(ctx: Context) -> bool:
+def _has_fields(ctx: Context[InvoiceFile]) -> bool:
     task = ctx.human_tasks.get("correct_invoice")
     return (task is not None and task["correction"] is not None) or (
         "extract" in ctx.results and not has_flag("extract", INVALID_OUTPUT)(ctx)
     )
 
 
-def posting(ctx: Context) -> dict[str, Any]:
+def posting(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     """The exact ledger posting this run makes: what an approver approves, by digest."""
     f = fields(ctx)
     return {
@@ -119,11 +119,11 @@ def posting(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _document(ctx: Context) -> dict[str, Any]:
+def _document(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"document": ctx.input_dict["document"]}
 
 
-def _why_correct(ctx: Context) -> list[str]:
+def _why_correct(ctx: Context[InvoiceFile]) -> list[str]:
     if has_flag("extract", INVALID_OUTPUT)(ctx) and ctx.human_tasks.get("correct_invoice") is None:
         return ["the model's output stayed invalid after its repairs"]
     if "lookup" not in ctx.results:
@@ -131,13 +131,13 @@ def _why_correct(ctx: Context) -> list[str]:
     return rules.problems(fields(ctx))
 
 
-def _correction_operation(ctx: Context) -> dict[str, Any]:
+def _correction_operation(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     """What a clerk's decision is bound to: this file's fields. (Why it needs a person is
     evidence: it is computed when the task opens and must not move the digest.)"""
     return {"resource": "invoice.correct", "arguments": {"invoice_id": ctx.workflow_id}}
 
 
-def _correction_evidence(ctx: Context) -> dict[str, Any]:
+def _correction_evidence(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     record = ctx.results.get("extract", {}).get("llm", {})
     return {
         "file_name": ctx.input_dict["file_name"],
@@ -148,39 +148,39 @@ def _correction_evidence(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _lookup(ctx: Context) -> dict[str, Any]:
+def _lookup(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"invoice_key": rules.invoice_key(fields(ctx)), "workflow_id": ctx.workflow_id}
 
 
-def _duplicate_of(ctx: Context) -> str | None:
+def _duplicate_of(ctx: Context[InvoiceFile]) -> str | None:
     return ctx.results["lookup"]["duplicate_of"]  # type: ignore[no-any-return]
 
 
-def _fails_rules(ctx: Context) -> bool:
+def _fails_rules(ctx: Context[InvoiceFile]) -> bool:
     return bool(rules.problems(fields(ctx)))
 
 
-def _needs_approval(ctx: Context) -> bool:
+def _needs_approval(ctx: Context[InvoiceFile]) -> bool:
     return bool(fields(ctx)["total"] > rules.APPROVAL_THRESHOLD)
 
 
 def _sla(name: str) -> Any:
-    def duration(ctx: Context) -> timedelta:
+    def duration(ctx: Context[InvoiceFile]) -> timedelta:
         return timedelta(seconds=float(ctx.input_dict["sla"][name]))
 
     duration.__qualname__ = f"sla_{name}"
     return duration
 
 
-def _approval_operation(ctx: Context) -> dict[str, Any]:
+def _approval_operation(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"resource": "ledger.post", "arguments": posting(ctx)}
 
 
-def _approval_evidence(ctx: Context) -> dict[str, Any]:
+def _approval_evidence(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"file_name": ctx.input_dict["file_name"], "fields": fields(ctx)}
 
 
-def _payment(ctx: Context) -> dict[str, Any]:
+def _payment(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     p = posting(ctx)
     return {
         "posting_id": ctx.results["post"]["posting_id"],
@@ -190,11 +190,11 @@ def _payment(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _notice(ctx: Context) -> dict[str, Any]:
+def _notice(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"posting_id": ctx.results["post"]["posting_id"], "invoice_id": ctx.workflow_id}
 
 
-def _reconcile_input(ctx: Context) -> dict[str, Any]:
+def _reconcile_input(ctx: Context[InvoiceFile]) -> dict[str, Any]:
     return {"posting": posting(ctx), "posting_id": ctx.results["post"]["posting_id"]}
 
 
@@ -203,7 +203,7 @@ def _reversal(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome(kind: str) -> Any:
-    def output(ctx: Context) -> dict[str, Any]:
+    def output(ctx: Context[InvoiceFile]) -> dict[str, Any]:
         out: dict[str, Any] = {"outcome": kind, "file_name": ctx.input_dict["file_name"]}
         if kind == "posted":
             out |= {
@@ -229,7 +229,7 @@ def _outcome(kind: str) -> Any:
     return output
 
 
-def _matches(ctx: Context) -> bool:
+def _matches(ctx: Context[InvoiceFile]) -> bool:
     return bool(ctx.results["reconcile"]["matches"])
 
 

@@ -49,6 +49,7 @@ LAYERS: dict[str, float] = {
     "invariants": 1.9,
     "state": 2,
     "upcasting": 1.5,
+    "activity_refs": 1.6,
     "run_context": 3,
     "waits": 3.5,
     "policies": 3.7,
