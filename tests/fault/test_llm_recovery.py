@@ -59,9 +59,7 @@ def test_worker_killed_after_the_answer_was_stored_does_not_ask_again(
     r = redis.Redis.from_url(settings.redis, decode_responses=True)
     wait_until(lambda: r.exists(stored), 60, "the raw response to be stored")
     assert len(fake.requests()) == 1
-    wait_until(
-        lambda: "fault: pausing" in worker.log_path.read_text(), 30, "the worker to pause"
-    )
+    wait_until(lambda: "fault: pausing" in worker.log_path.read_text(), 30, "the worker to pause")
     services.kill(worker)  # SIGKILL: the answer is stored, the report was never sent
     assert client.projection.get("kill-w")["status"] == "running"
     services.start("worker", "--app", APP)
