@@ -3,9 +3,9 @@ real orchestrator and worker (the page's promise to a new user)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from tests.doc_blocks import snippets
 from tests.support import run_doc_block
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "client.md"
@@ -14,7 +14,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 def test_every_example_of_the_client_page_runs(settings, services) -> None:
     services.start("orchestrator")
     services.start("worker")
-    examples = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    examples = [s.code for s in snippets(PAGE) if s.is_python]
     assert len(examples) == 4
     outputs = []
     for code in examples:

@@ -13,16 +13,27 @@ from pathlib import Path
 
 from orchestrator.client.client import KeelClient
 from orchestrator.examples import app as examples
+from tests.doc_blocks import snippets
 from tests.integration.test_webhook_schemes import start_connector
 from tests.support import wait_until
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "connector.md"
-SECTION = PAGE.read_text().split("## Signature schemes")[1].split("\n## ")[0]
+_LINES = PAGE.read_text().splitlines()
+_START = next(n for n, line in enumerate(_LINES, 1) if line.startswith("## Signature schemes"))
+_END = next(
+    (n for n, line in enumerate(_LINES, 1) if n > _START and line.startswith("## ")),
+    len(_LINES) + 1,
+)
+SECTION = range(_START, _END)
 
 
 def block(kind: str, first_line: str) -> str:
+    """The section's one block of language ``kind`` that starts with ``first_line`` (read
+    with the docs harness's parser, so a block's markers do not hide it)."""
     found = [
-        b for b in re.findall(rf"```{kind}\n(.*?)```", SECTION, re.S) if b.startswith(first_line)
+        s.code
+        for s in snippets(PAGE)
+        if s.lang == kind and s.line in SECTION and s.code.startswith(first_line)
     ]
     assert len(found) == 1, f"one {kind} block starting {first_line!r} in the section"
     return found[0]

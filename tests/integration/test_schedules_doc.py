@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.schedules.spec import ScheduleSpec, next_fire, tick_iso
+from tests.doc_blocks import snippets
 from tests.support import run_doc_block
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "schedules.md"
@@ -31,7 +32,7 @@ def _keel(settings, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_schedules_page_runs_as_written(settings, services) -> None:
     services.start("orchestrator")
     services.start("worker")
-    (code,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    (code,) = [s.code for s in snippets(PAGE) if s.is_python]
     first, listed = run_doc_block(settings, code)
     spec = ScheduleSpec(name="n", workflow="w", cron="0 2 * * *", timezone="Europe/Paris")
     now = int(datetime.now(UTC).timestamp() * 1000)

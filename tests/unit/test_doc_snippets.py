@@ -7,6 +7,18 @@ exemption: an operator's view of the internals is told in prose, not in a snippe
 
 The one other import allowed is the bundled example application (``orchestrator.examples``),
 which the client pages start runs of; an application of one's own takes its place.
+
+Every Python block also runs (tests/unit/test_doc_blocks.py, and on a real stack
+tests/integration/test_doc_blocks_stack.py). Writing a page, say what a block needs after
+```` ```python ```` (tests/doc_blocks.py has the details):
+
+* nothing: a complete example that needs no server (it runs in a fresh interpreter, with
+  no Kafka and no Redis) -- the default, and the one to prefer;
+* ``needs-stack``: it uses a ``KeelClient`` (it runs against a real broker and Redis, with an
+  orchestrator and a worker loading the app it imports);
+* ``continued``: it goes on in the module of the page's previous block that runs;
+* ``fragment``: a deliberate excerpt (``...``, names defined elsewhere): only compiled and
+  import-checked here.
 """
 
 from __future__ import annotations
@@ -14,15 +26,14 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from orchestrator.public_face import ROLES
+from tests.doc_blocks import PYTHON, Snippet, pages, snippets
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = pages()
 
 #: Keel's own top-level packages; of them only the public face may be imported.
 KEEL_PACKAGES = frozenset({"orchestrator", "handlers", "connectors", "ops", "avro", "tests"})
@@ -30,46 +41,8 @@ KEEL_PACKAGES = frozenset({"orchestrator", "handlers", "connectors", "ops", "avr
 FACE_MODULES = frozenset({"orchestrator", *(f"orchestrator.{r}" for r in ROLES if r != "app")})
 #: The bundled example application, which the docs may run (never its internals' names).
 EXAMPLES = re.compile(r"orchestrator\.examples(\.\w+)*")
-PYTHON = frozenset({"python", "py", "python3"})
 
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$")
 _KEEL_IMPORT = re.compile(r"^\s*(from|import)\s+(orchestrator|handlers|connectors|ops)\b", re.M)
-
-
-@dataclass(frozen=True)
-class Snippet:
-    page: Path
-    line: int  # of the opening fence, 1-based
-    lang: str
-    code: str
-
-    def __str__(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def snippets(page: Path) -> list[Snippet]:
-    """The fenced code blocks of a page (indented ones, as in a list, dedented)."""
-    found: list[Snippet] = []
-    lines = page.read_text(encoding="utf-8").splitlines()
-    i = 0
-    while i < len(lines):
-        opening = _FENCE.match(lines[i])
-        if opening is None:
-            i += 1
-            continue
-        indent, fence = opening["indent"], opening["fence"]
-        lang = (opening["info"].strip().split() or [""])[0].lower()
-        body: list[str] = []
-        j = i + 1
-        while j < len(lines) and not (
-            lines[j].strip().startswith(fence) and lines[j].strip().strip(fence[0]) == ""
-        ):
-            text = lines[j]
-            body.append(text[len(indent) :] if text.startswith(indent) else text.lstrip())
-            j += 1
-        found.append(Snippet(page, i + 1, lang, "\n".join(body) + "\n"))
-        i = j + 1
-    return found
 
 
 def python_snippets() -> list[Snippet]:
