@@ -6,7 +6,9 @@ answers over real Redis: tests/integration/test_run_search.py)."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from orchestrator import (
 from orchestrator.client.run_search import (
     AttributeCondition,
     AttrOp,
+    RunPage,
     RunRow,
     _encode_cursor,
     parse_time,
@@ -31,6 +34,7 @@ from orchestrator.client.run_search import (
 from orchestrator.io.redis.run_index import IndexedRun, IndexQuery, Range, keyword_score
 
 NOON = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 NOON_MS = 1_796_299_200_000
 
 
@@ -285,3 +289,16 @@ def test_a_keyword_score_is_stable_and_exact_as_a_double() -> None:
     score = keyword_score("ACME")
     assert score == keyword_score("ACME") != keyword_score("ACME ")
     assert 0 <= score < 2**52 and float(score) == score
+
+
+@pytest.mark.parametrize(
+    ("page", "bullet"),
+    [("workflows.md", "- `list --json` prints"), ("run-search.md", "- `--json` prints")],
+)
+def test_the_pages_tell_the_listings_json_as_it_is_printed(page: str, bullet: str) -> None:
+    told = (DOCS / page).read_text().split(bullet, 1)[1].split("\n- ", 1)[0]
+    names = re.findall(r'"(\w+)"', told)
+    row = RunRow("a", "r", "pay", 1, "completed", None, NOON, NOON, None)
+    row_keys = list(row.as_dict())
+    assert sorted(names) == sorted([*RunPage([row], None, 1).as_dict(), *row_keys])
+    assert [n for n in names if n in row_keys] == row_keys  # in the order printed
