@@ -391,5 +391,6 @@ def _row(run: IndexedRun, kinds: Mapping[str, Mapping[SearchKind, list[str]]]) -
 
 
 def counts_by_status(projection: Projection) -> dict[str, int]:
-    """How many runs are in each status now (every status, zeros included)."""
-    return projection.counts()
+    """How many runs are in each status now (every status, zeros included), keyed by the
+    status's plain name (it prints ``{'running': 3, ...}``, not the enum's members)."""
+    return {str(status): n for status, n in projection.counts().items()}

@@ -21,6 +21,7 @@ from orchestrator import (
     SearchKind,
     State,
     WorkflowDefinition,
+    WorkflowStatus,
 )
 from orchestrator.client.run_search import (
     AttributeCondition,
@@ -28,6 +29,7 @@ from orchestrator.client.run_search import (
     RunPage,
     RunRow,
     _encode_cursor,
+    counts_by_status,
     parse_time,
     search_runs,
 )
@@ -302,3 +304,13 @@ def test_the_pages_tell_the_listings_json_as_it_is_printed(page: str, bullet: st
     row_keys = list(row.as_dict())
     assert sorted(names) == sorted([*RunPage([row], None, 1).as_dict(), *row_keys])
     assert [n for n in names if n in row_keys] == row_keys  # in the order printed
+
+
+def test_the_counts_by_status_are_keyed_by_plain_names() -> None:
+    class Counted:
+        def counts(self) -> dict[str, int]:
+            return dict.fromkeys(WorkflowStatus, 0) | {WorkflowStatus.RUNNING: 3}
+
+    counts = counts_by_status(Counted())  # type: ignore[arg-type]
+    assert {type(k) for k in counts} == {str}
+    assert str(counts).startswith("{'running': 3, 'waiting': 0, 'needs_attention': 0, ")
