@@ -11,9 +11,11 @@ The conventions, one info string after ```` ```python ```` (the only markers the
 * ```` ```python needs-stack ```` -- it talks to Kafka and Redis (a ``KeelClient``:
   starting runs, schedules, queries, decisions ...). It runs in a fresh interpreter against the
   integration suite's real broker and Redis, on a topic prefix of its page's own, with an
-  orchestrator and a worker running the app it imports (``from M import app``; without one,
-  ``orchestrator.examples``): tests/integration/test_doc_blocks_stack.py, unless the page is
-  in ``OWN_TESTS`` (a test of its own runs those blocks and checks what they print).
+  orchestrator and a worker running its app: the one its chain defines (``app = KeelApp(...)``
+  in the blocks it continues, written to a module the services load), else the one it
+  imports (``from M import app``), else ``orchestrator.examples``. That is
+  tests/integration/test_doc_blocks_stack.py, unless the page is in ``OWN_TESTS`` (a test of
+  its own runs those blocks and checks what they print).
 * ```` ```python continued ```` -- it goes on from the page's previous Python block that runs
   (fragments in between are skipped): it runs in that block's module, after it (their chain
   needs a stack if any of them says so, e.g. ```` ```python continued needs-stack ````).
@@ -37,6 +39,7 @@ import argparse
 import ast
 import builtins
 import contextlib
+import importlib
 import io
 import json
 import re
@@ -138,9 +141,33 @@ class Chain:
     def __str__(self) -> str:
         return str(self.first)
 
+    @property
+    def declaring(self) -> list[Snippet]:
+        """The blocks before the first needs-stack one (all of them without one)."""
+        marked = [NEEDS_STACK in b.markers for b in self.blocks]
+        return self.blocks[: marked.index(True)] if True in marked else self.blocks
+
+    @property
+    def defines_app(self) -> bool:
+        """Whether its declaring blocks assign ``app`` themselves (``app = KeelApp(...)``)."""
+        return any(
+            isinstance(node, ast.Assign | ast.AnnAssign)
+            and any(
+                isinstance(t, ast.Name) and t.id == "app"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+            for block in self.declaring
+            for node in ast.parse(block.code).body
+        )
+
     def app(self) -> str:
-        """The module whose ``app`` a stack chain's services load: the one it imports
-        ``app`` from (the bundled examples when none)."""
+        """The module whose ``app`` a stack chain's services load: the page's own app
+        (``doc_app_<page>_<line>``, written from the declaring blocks: ``app_source``) when
+        those blocks define one, else the module it imports ``app`` from (the bundled
+        examples when none)."""
+        if self.needs_stack and self.defines_app:
+            stem = re.sub(r"\W", "_", self.first.page.stem)
+            return f"doc_app_{stem}_{self.first.line}"
         for block in self.blocks:
             for node in ast.walk(ast.parse(block.code)):
                 if isinstance(node, ast.ImportFrom) and any(
@@ -148,6 +175,15 @@ class Chain:
                 ):
                     return node.module or DEFAULT_APP
         return DEFAULT_APP
+
+    def app_source(self) -> str:
+        """The declaring blocks as one module, each at its own line of the page (so a
+        traceback's line numbers are the page's)."""
+        lines: list[str] = []
+        for block in self.declaring:
+            lines += [""] * (block.line - len(lines))
+            lines += block.code.splitlines()
+        return "\n".join(lines) + "\n"
 
 
 def marker_errors(page: Path) -> list[str]:
@@ -302,18 +338,25 @@ def _located(block: Snippet) -> types.CodeType:
 
 
 def run_chain(chain: Chain, timeout_s: int) -> dict[str, Any]:
-    """Run one chain in a module of its own; its result (``ok``, or the failure)."""
+    """Run one chain in a module of its own; its result (``ok``, or the failure). A stack
+    chain that defines its own app goes on in the module the services load (imported from
+    ``PYTHONPATH``), so both hold the same definitions."""
     module = types.ModuleType(f"doc_block_{chain.first.page.stem}_{chain.first.line}")
     module.__file__ = str(chain.first.page)
-    sys.modules[module.__name__] = module
+    imported = chain.declaring if chain.needs_stack and chain.defines_app else []
     result: dict[str, Any] = {"chain": str(chain), "ok": True, "error": ""}
     current = chain.first
     printed = io.StringIO()
     signal.alarm(timeout_s)
     try:
-        for current in chain.blocks:
+        if imported:
             with contextlib.redirect_stdout(printed):
-                exec(_located(current), module.__dict__)
+                module = importlib.import_module(chain.app())
+        sys.modules[module.__name__] = module
+        for current in chain.blocks:
+            if current not in imported:
+                with contextlib.redirect_stdout(printed):
+                    exec(_located(current), module.__dict__)
             missing = undefined_globals(current.code, module.__dict__, current.line)
             if missing:
                 raise NameError(

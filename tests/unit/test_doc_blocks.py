@@ -65,6 +65,16 @@ def test_a_page_whose_stack_blocks_run_in_a_test_of_its_own_names_that_test() ->
 # -- the harness itself --------------------------------------------------------------
 
 
+#: A page's first block (lines 1 to 5) declaring an app, for the pages below to continue.
+SHOP = """\
+```python
+from orchestrator import KeelApp
+
+app = KeelApp("shop")
+```
+"""
+
+
 def _page(tmp_path: Path, text: str) -> Path:
     page = tmp_path / "p.md"
     page.write_text(textwrap.dedent(text))
@@ -149,12 +159,9 @@ def test_an_unmarked_block_that_needs_a_stack_says_so(tmp_path: Path) -> None:
 def test_a_continued_block_runs_in_the_previous_ones_module(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
-        """\
-        ```python
-        from orchestrator import KeelApp
-
-        app = KeelApp("shop")
-        ```
+        SHOP
+        + textwrap.dedent(
+            """\
 
         ```python continued
         assert app.name == "shop"
@@ -168,7 +175,8 @@ def test_a_continued_block_runs_in_the_previous_ones_module(tmp_path: Path) -> N
         ```python continued
         assert "app" in globals()
         ```
-        """,
+        """
+        ),
     )
     first, second = chains(page)
     assert [b.line for b in first.blocks] == [1, 7] and not first.needs_stack
@@ -228,3 +236,34 @@ def test_markers_are_checked(tmp_path: Path) -> None:
     ]
     # a continued block after a fragment continues the block that ran before it
     assert [[b.line for b in c.blocks] for c in chains(page)] == [[1], [5, 13]]
+
+
+def test_a_stack_chain_that_defines_its_app_has_it_written_as_a_module(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        SHOP
+        + textwrap.dedent(
+            """\
+
+        ```python continued
+        def double(x: int) -> int:
+            return 2 * x
+        ```
+
+        ```python continued needs-stack
+        print(app.name)
+        ```
+        """
+        ),
+    )
+    (chain,) = chains(page)
+    assert chain.defines_app and [b.line for b in chain.declaring] == [1, 7]
+    assert chain.app() == "doc_app_p_1"
+    source = chain.app_source()
+    # each block at its page line: the module's tracebacks point at the page's lines
+    assert source.splitlines()[3] == 'app = KeelApp("shop")'
+    assert source.splitlines()[8] == "    return 2 * x"
+    assert "print" not in source
+    namespace: dict = {}
+    exec(compile(source, "app.py", "exec"), namespace)
+    assert namespace["double"](2) == 4
