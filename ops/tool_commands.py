@@ -93,6 +93,14 @@ def evaluate(
         Path | None,
         typer.Option(help="With --app: the runs' inputs, a JSON array or JSON lines."),
     ] = None,
+    driver: Annotated[
+        str | None,
+        typer.Option(
+            "--driver",
+            help="With --app: MODULE:ATTR of a Driver whose rules answer the runs that wait "
+            "(signals, webhooks, human tasks) and play the model.",
+        ),
+    ] = None,
     runs: Annotated[
         int, typer.Option(min=3, max=200, help="Runs per fault class (sample invoices).")
     ] = 12,
@@ -141,6 +149,8 @@ def evaluate(
         raise InvalidInputError(f"unknown seeded bug {seeded_bug!r}; known: {', '.join(SeededBug)}")
     bug = None if seeded_bug is None else SeededBug(seeded_bug)
     settings = load_settings()
+    if driver is not None and app is None:
+        raise InvalidInputError("--driver answers a workflow of your own: give --app too")
     if app is not None or inputs is not None:
         from ops.evaluation.app_batch import load_inputs
         from ops.evaluation.evaluation_run import run_own_evaluation
@@ -150,7 +160,9 @@ def evaluate(
         asked = None if faults == EVALUATE_FAULTS else chosen  # None: what can strike it
         values = load_inputs(inputs, runs)
         raise typer.Exit(
-            run_own_evaluation(settings, app, workflow, values, asked, out, console, batch_timeout)
+            run_own_evaluation(
+                settings, app, workflow, values, asked, out, console, batch_timeout, driver
+            )
         )
     raise typer.Exit(
         run_evaluation(settings, workflow, runs, chosen, designs, out, console, batch_timeout, bug)

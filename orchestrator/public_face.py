@@ -136,6 +136,11 @@ FACE: tuple[Row, ...] = (
     *_rows("client", "orchestrator.client.query_answers", "QueryAnswer"),
     *_rows("client", "orchestrator.client.run_search", "RunFilter", "RunPage", "RunRow"),
     *_rows("client", "orchestrator.settings", "Settings", "load_settings"),
+    # the driver: rules that answer waiting runs for keel evaluate (docs/evaluation.md)
+    *(
+        Row(name, "client", "orchestrator.application.driver_rules", flat=False)
+        for name in ("Driver", "SignalRule", "WebhookRule", "TaskRule", "LlmAnswer")
+    ),
     # webhook sources and the actions a route returns (docs/connector.md)
     *_rows(
         "webhooks",

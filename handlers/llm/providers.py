@@ -117,7 +117,8 @@ class ScriptedProvider:
     """Answers from a file, for demos and tests: no network, no key.
 
     The file is JSON ``{"responses": [entry, ...], "default": entry?}``. Each call takes
-    the first unused entry whose ``match`` (optional) occurs in the request's messages;
+    the first unused entry whose ``match`` (optional) occurs in the request's messages
+    (an entry with ``"keep": true`` is never used up: it answers every such request);
     when none is left, ``default``. An entry is ``{"content": str}`` or ``{"json": value}``
     or ``{"tool_calls": [{"name", "arguments"}]}``, with optional ``prompt_tokens``,
     ``completion_tokens``, and ``status``/``retry_after`` to play a failure.
@@ -147,7 +148,7 @@ class ScriptedProvider:
             entry = None
             for i, candidate in enumerate(self.entries):
                 if candidate.get("match") is None or candidate["match"] in text:
-                    entry = self.entries.pop(i)
+                    entry = candidate if candidate.get("keep") else self.entries.pop(i)
                     break
             entry = entry or self.default
         if entry is None:

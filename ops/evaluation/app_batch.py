@@ -4,17 +4,20 @@ every fault class that can strike it (docs/evaluation.md, "Your own workflow").
 Its runs are started with the client from the inputs (a JSON array, or one JSON value a
 line), one run per input, each under a workflow id new to your systems in every batch
 (``_run_id``), and compared with the fault-free run of the same input. Keel cannot fake
-your external systems or play your people: ``crash`` (the orchestrator and the worker
-SIGKILLed during a call the worker holds for it, of a run with a call behind it) and
-``duplicate_callbacks`` (every start sent three times, out of order) strike Keel itself,
-and so does ``old_schema`` (half the runs start on your latest version N, with no worker
-yet; then N+1, its states with a migration from N at every wait, is deployed: the
-orchestrator restarts on it and the worker starts, the runs waiting migrate, the rest
-start on N+1); ``response_loss``, ``queue_full`` and ``compensation_failure`` are
-injected at your handlers by the worker's application, ``ops/evaluation/fault_app.py``,
-which also keeps the book of their calls. A run should end as the fault-free run of its
-input did (a compensated one, under ``compensation_failure``, ``compensation_failed``);
-a run waiting for a person is not answered, and fails the batch by not ending.
+your external systems: ``crash`` (the orchestrator and the worker SIGKILLed during a call
+the worker holds for it, of a run with a call behind it) and ``duplicate_callbacks``
+(every start sent three times, out of order, and every answer of the driver twice)
+strike Keel itself, and so does ``old_schema`` (half the runs start on your latest
+version N, with no worker yet; then N+1, its states with a migration from N at every
+wait, is deployed: the orchestrator restarts on it and the worker starts, the runs
+waiting migrate, the rest start on N+1); ``response_loss``, ``queue_full`` and
+``compensation_failure`` are injected at your handlers by the worker's application,
+``ops/evaluation/fault_app.py``, which also keeps the book of their calls. A run should
+end as the fault-free run of its input did (a compensated one, under
+``compensation_failure``, ``compensation_failed``). A run that waits for a signal, a
+webhook or a person is answered by the user's driver (``--driver``,
+``ops/evaluation/driving.py``), which also plays the model; one no rule answers stops
+the batch, naming it.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from rich.console import Console
 
 from ops.demo_job import fresh_prefix
+from ops.evaluation.driving import DriverAgent, webhook_secrets
 from ops.evaluation.fault_app import (
     APP_VARIABLE,
     BOOK_VARIABLE,
@@ -53,6 +58,7 @@ from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClas
 from ops.evaluation.lag_sampler import LagSampler
 from ops.evaluation.next_version import deployed
 from ops.invoices.invoice_demo import Stack
+from orchestrator.application.driver_rules import Driver
 from orchestrator.cli.output import styled
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
@@ -90,7 +96,7 @@ _OWN_WHAT = {
     f"the first write (503, Retry-After {OUTAGE_RETRY_AFTER_S} s), paced by its retries",
     FaultClass.COMPENSATION_FAILURE: "every compensation keeps failing, past its retries",
     FaultClass.DUPLICATE_CALLBACKS: "every start sent three times: at once, in reverse order "
-    "and interleaved",
+    "and interleaved; every answer of the driver (signal, webhook, decision) sent twice",
     FaultClass.OLD_SCHEMA: "half the runs start on your latest version, with no worker yet; "
     "then the next (its states, with a migration at every wait) is deployed: the "
     "orchestrator restarts on it and the worker starts, the runs waiting there migrate, "
@@ -167,9 +173,12 @@ def run_app_batch(
     baseline: BatchResult | None,
     console: Console,
     max_s: float,
+    driver: Driver | None = None,
+    driver_spec: str | None = None,
 ) -> BatchResult:
     """Run ``workflow`` of the application ``spec`` over ``inputs`` under ``plan``, each
-    run compared with ``baseline``'s run of its input (None: this is the fault-free batch)."""
+    run compared with ``baseline``'s run of its input (None: this is the fault-free batch);
+    ``driver`` (loaded from ``driver_spec``) answers the runs that wait."""
     from orchestrator.application.app import load_app
     from orchestrator.client.client import KeelClient
 
@@ -191,18 +200,33 @@ def run_app_batch(
     )
     user_app = load_app(spec)
     book_key = f"keel-eval:{settings.topic_prefix}"
-    env = settings.child_environment(
-        **_app_environment(settings),
-        KEEL_APP=FAULT_APP,
+    settings, driven = _driven(settings, log_dir, driver)
+    hooks = webhook_secrets(user_app, driver)
+    env = settings.child_environment(  # the batch's own values win over yours
         **{
+            **_app_environment(settings),
+            "KEEL_APP": FAULT_APP,
             APP_VARIABLE: spec,
             WORKFLOW_VARIABLE: workflow,
             FAULT_VARIABLE: str(plan.fault),
             BOOK_VARIABLE: book_key,
-        },
+            **driven,
+            **hooks,
+        }
     )
     stack = Stack(settings, log_dir, env)
     client = KeelClient(settings, user_app)
+    agent = DriverAgent(
+        settings,
+        user_app,
+        client,
+        driver,
+        driver_spec,
+        lambda: stack.connector_url,
+        hooks,
+        repeat=plan.deliveries > 1,
+    )
+    deadline_ms = int((time.time() + max_s - (time.monotonic() - began)) * 1000)
     from_version = user_app.get(workflow).version
     deliveries: list[tuple[str, int, int]] = []
     killed_ms: int | None = None
@@ -234,6 +258,8 @@ def run_app_batch(
     try:
         with LagSampler(settings) as lag:
             stack.start("orchestrator")
+            if hooks:  # the driver delivers webhooks through the connector's signed path
+                stack.start_connector()
             if plan.deploy_at is None:
                 stack.start("worker")
             # else the worker comes with the deployment: the first runs' activities wait
@@ -246,12 +272,14 @@ def run_app_batch(
             while (len(ended) < len(ids) or later) and time.monotonic() < began + max_s:
                 rows = client.projection.statuses(ids)
                 strike(rows)
+                agent.answer(ids, deadline_ms)
                 if later and deployable(rows[: len(rounds[0])], False):
                     deployed_ms = deploy(stack, {DEPLOYED_VARIABLE: "1"})
                     stack.start("worker")
                     next_app = deployed(user_app, workflow)
                     client.close()
                     client = KeelClient(settings, next_app)
+                    agent.use(client, next_app)
                     start(later)
                     later = []
                     migrations = migrate_waiting(settings, next_app, workflow, from_version)
@@ -289,6 +317,10 @@ def run_app_batch(
         deployed_ms=deployed_ms,
         from_version=from_version,
         migrations=migrations,
+        desk_problems=agent.refusals,
+        driver_actions=agent.counts(),
+        # duplicate_callbacks: every answer of the driver was sent a second time
+        decisions_repeated=len(agent.answered) if agent.repeat else 0,
     )
     _read_book(result, book, roles_of(user_app, workflow))
     result.took_s = time.monotonic() - began
@@ -321,6 +353,24 @@ def _read_book(result: BatchResult, book: FaultBook, roles: Roles) -> None:
             result.compensations_refused = fired
         case FaultClass.QUEUE_FULL:
             result.outage_ms = outage
+
+
+def _driven(
+    settings: Settings, log_dir: Path, driver: Driver | None
+) -> tuple[Settings, dict[str, str]]:
+    """What the batch's processes need for the driver to answer them: the task-token
+    secret its decisions are signed under (the user's, else one made for the batch) and
+    the scripted model's answers; the settings that sign."""
+    secret = settings.task_token_secret
+    if secret is None:
+        secret = SecretStr(secrets.token_hex(32))
+        settings = settings.model_copy(update={"task_token_secret": secret})
+    env = {"KEEL_TASK_TOKEN_SECRET": secret.get_secret_value()}
+    if driver is not None and driver.llm_answers:
+        script = log_dir / "llm-script.json"
+        script.write_text(json.dumps(driver.llm_script()))
+        env.update(KEEL_LLM_PROVIDER="scripted", KEEL_LLM_SCRIPT=str(script))
+    return settings, env
 
 
 def _app_environment(settings: Settings) -> dict[str, str]:

@@ -209,6 +209,8 @@ def class_metrics(batch: BatchResult, baseline: BatchResult | None) -> dict[str,
         "deliveries": len(batch.deliveries),
         "decisions_sent": batch.decisions_sent,
         "decisions_repeated": batch.decisions_repeated,
+        "driver_actions": dict(sorted(batch.driver_actions.items())),
+        "driver_refusals": batch.desk_problems[:10],
         "history_violations": sum(len(ev.violations) for ev in evs.values()),
         "failed_runs": failures,
         "took_s": round(batch.took_s, 1),
@@ -308,7 +310,11 @@ def _verdict(batch: BatchResult, m: dict[str, Any]) -> list[str]:
     if m["history_violations"]:
         reasons.append(f"{m['history_violations']} history invariant violation(s)")
     if batch.desk_problems:
-        reasons.append(f"the task desk refused {len(batch.desk_problems)} decision(s)")
+        n = len(batch.desk_problems)
+        if batch.books is None:  # a workflow of your own: its driver's answers
+            reasons.append(f"Keel refused {n} answer(s) of the driver: {batch.desk_problems[0]}")
+        else:
+            reasons.append(f"the task desk refused {n} decision(s)")
     if batch.fault is not FaultClass.NONE and not m["fault_hits"]:
         if m["fault_fired"]:
             reasons.append(

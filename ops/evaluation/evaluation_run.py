@@ -77,15 +77,21 @@ def run_own_evaluation(
     out: Path,
     console: Console,
     batch_s: float = 240.0,
+    driver_spec: str | None = None,
 ) -> int:
     """``--app``: the workflow of the application ``spec`` over ``inputs``, under
     ``faults`` (None: every class of ``OWN_FAULTS`` that can strike it), the fault-free
     batch first (it sets each run's expected outcome); the report in ``out``; 0 when
-    every class passed. A class that cannot strike the workflow is refused, saying why."""
+    every class passed. A class that cannot strike the workflow is refused, saying why.
+    ``driver_spec`` (``module:attr``) names the Driver that answers the runs that wait."""
     from orchestrator.application.app import load_app
+    from orchestrator.application.driver_rules import load_driver
 
     user_app = load_app(spec)
     user_app.get(workflow)  # an unknown app or workflow is refused before any batch
+    driver = None if driver_spec is None else load_driver(driver_spec)
+    if driver is not None:
+        driver.check(user_app, workflow)  # a rule that can never answer: refused now
     strikes = striking_faults(roles_of(user_app, workflow))
     if faults is None:
         faults = [f for f in OWN_FAULTS if not strikes[f]]
@@ -98,10 +104,22 @@ def run_own_evaluation(
         baseline = batches[0] if batches else None
         plan = plan_for(fault, len(inputs))
         batches.append(
-            run_app_batch(settings, plan, spec, workflow, inputs, baseline, console, batch_s)
+            run_app_batch(
+                settings,
+                plan,
+                spec,
+                workflow,
+                inputs,
+                baseline,
+                console,
+                batch_s,
+                driver,
+                driver_spec,
+            )
         )
     classes = [class_metrics(b, batches[0]) for b in batches]
     meta = {"variants": [OWN_VARIANT], "runs": len(inputs), "judged": OWN_VARIANT, "app": spec}
+    meta["driver"] = driver_spec
     return _finish(out, console, workflow, classes, meta, faults, began, started, None)
 
 
@@ -160,6 +178,13 @@ def _summary(console: Console, classes: list[dict]) -> None:
             c["verdict"],
         )
     console.print(table)
+    driven = [c for c in classes if c.get("driver_actions")]
+    if driven:  # a workflow of your own that waits: what its driver answered
+        answers = (
+            f"{c['fault']}: " + ", ".join(f"{k} {n}" for k, n in c["driver_actions"].items())
+            for c in driven
+        )
+        console.print("driver answered: " + "; ".join(answers), soft_wrap=True)
     for c in classes:
         for reason in c["verdict_reasons"]:
             console.print(

@@ -103,7 +103,11 @@ class BatchResult:
     deliveries: list[tuple[str, int, int]] = field(default_factory=list)
     decisions_sent: int = 0
     decisions_repeated: int = 0
+    #: Answers Keel refused: the task desk's (a decision), the connector's (a delivery).
     desk_problems: list[str] = field(default_factory=list)
+    #: A workflow of your own: the waits its driver answered, by how (signal, webhook,
+    #: human_task).
+    driver_actions: dict[str, int] = field(default_factory=dict)
     killed_ms: int | None = None
     #: Answers the ledger dropped after committing (its fault switch, spent).
     answers_dropped: int = 0

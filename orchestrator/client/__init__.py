@@ -2,7 +2,10 @@
 
 What an application imports (``from orchestrator.client import KeelClient``, like
 ``temporalio.client``): ``KeelClient`` and what it returns, the run filter and page, the
-settings it is built from (docs/client.md). Those names load on first use, so importing
+settings it is built from (docs/client.md), and the ``Driver`` whose rules answer runs
+that wait, as the people and systems around them would (``keel evaluate --driver``,
+docs/evaluation.md; it is pure, so it is defined beside the application object:
+``orchestrator.application.driver_rules``). Those names load on first use, so importing
 this package, or a module of it, loads nothing but the table in ``orchestrator.public_face``.
 
 The modules: validated commands out, the read model and the logs read back (``client``:
@@ -25,6 +28,11 @@ __all__, __getattr__, __dir__ = _role_module("client", globals())
 
 
 if _typing.TYPE_CHECKING:  # for type checkers; at run time names load on first use
+    from orchestrator.application.driver_rules import Driver as Driver
+    from orchestrator.application.driver_rules import LlmAnswer as LlmAnswer
+    from orchestrator.application.driver_rules import SignalRule as SignalRule
+    from orchestrator.application.driver_rules import TaskRule as TaskRule
+    from orchestrator.application.driver_rules import WebhookRule as WebhookRule
     from orchestrator.client.client import KeelClient as KeelClient
     from orchestrator.client.client import StartResult as StartResult
     from orchestrator.client.query_answers import QueryAnswer as QueryAnswer
