@@ -6,6 +6,8 @@ tests/integration/test_evaluate_a_waiting_workflow.py evaluates with ``keel eval
 ``approve_order``, role ``order-approver``), then the payment provider's webhook
 (``payments``, signed under the ``keel`` scheme) settles it, then the order ships and
 waits for the carrier's ``delivered`` signal. An order above 500 is rejected.
+
+``llm_driver`` plays the model (and the confirmation) for a bundled LLM example.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from orchestrator.workflow import (
     WorkflowDefinition,
 )
 
-__all__ = ["app", "driver"]
+__all__ = ["app", "driver", "llm_driver"]
 
 app = KeelApp("waiting orders")
 
@@ -124,3 +126,18 @@ driver.webhook(
     },
 )
 driver.signal("delivered", {"carrier": "DHL"})
+
+#: Plays the model and the confirmation for ``invoice_extraction_confirm`` of
+#: ``orchestrator.examples.llm_invoices:app``: every extraction gets the same answer.
+llm_driver = Driver("extractions")
+llm_driver.llm(
+    "Extract vendor",
+    json={
+        "vendor": "ACME",
+        "invoice_number": "1",
+        "total": 12.5,
+        "currency": "EUR",
+        "confidence": 0.95,
+    },
+)
+llm_driver.signal("confirm", {"ok": True})

@@ -61,3 +61,23 @@ def test_without_a_driver_the_evaluation_stops_at_the_first_wait_naming_it(serve
     assert "(order_approval v1) waits in state 'approval' for human task 'approve_order'" in error
     assert "and no driver answers" in error and 'driver.human_task("approve_order", ...)' in error
     assert "did not end" not in done.stdout + done.stderr
+
+
+def test_the_driver_plays_the_model_for_every_run(servers, tmp_path):
+    """``invoice_extraction_confirm``: an LLM step, then a wait for ``confirm``. The
+    worker's model is the scripted provider with the driver's answer, which answers every
+    run's call (a script's own entry answers one), and the driver confirms each run."""
+    inputs = tmp_path / "documents.jsonl"
+    inputs.write_text('{"document": "invoice 1 from ACME, total 12.50 EUR"}\n')
+    out = tmp_path / "report"
+    args = ["evaluate", "--app", "orchestrator.examples.llm_invoices:app"]
+    args += ["--workflow", "invoice_extraction_confirm", "--inputs", str(inputs), "--runs", "3"]
+    args += ["--faults", "duplicate_callbacks", "--driver", "tests.waiting_app:llm_driver"]
+    done = run_keel(servers, tmp_path, *args, "--out", str(out), timeout_s=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "pass", [c["verdict_reasons"] for c in report["classes"]]
+    for c in report["classes"]:
+        assert (c["outcomes"], c["model_calls"]) == ({"completed": 3}, 3), c
+        assert c["driver_actions"] == {"signal": 3}, c
+        _sound_batch(servers, c["prefix"], 3)
