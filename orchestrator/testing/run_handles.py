@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.client.history_io import write_history
 from orchestrator.client.human_task_decisions import decision_message_id
+from orchestrator.client.json_args import payload_json
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.fingerprint import canonical_json
@@ -44,6 +45,10 @@ P = TypeVar("P")
 
 #: How long :meth:`RunHandle.result` lets time pass by default: longer than any test's timer.
 DEFAULT_RESULT_LIMIT = timedelta(days=3660)
+
+
+def _is(env: Envelope[Any], kind: type | str) -> bool:
+    return env.type == kind if isinstance(kind, str) else isinstance(env.payload, kind)
 
 
 def _at(ms: int) -> datetime | None:
@@ -105,16 +110,17 @@ class RunHandle:
         ``.recorded_at`` the environment's time of the decision), in order."""
         return self.env.events(self.workflow_id)
 
-    def events(self, kind: type[P]) -> list[P]:
-        """The payloads of the recorded events of type ``kind`` (e.g. ``HumanTaskExpired``)."""
-        return [e.payload for e in self.history() if isinstance(e.payload, kind)]
+    def events(self, kind: type[P] | str) -> list[P]:
+        """The payloads of the recorded events of type ``kind``: the class, or its name
+        (``"HumanTaskExpired"``, docs/event-log.md)."""
+        return [e.payload for e in self.history() if _is(e, kind)]
 
-    def recorded_at(self, kind: type) -> list[datetime]:
+    def recorded_at(self, kind: type | str) -> list[datetime]:
         """When each event of type ``kind`` was recorded (the environment's clock)."""
         return [
             datetime.fromtimestamp(e.recorded_at / 1000, UTC)
             for e in self.history()
-            if isinstance(e.payload, kind)
+            if _is(e, kind)
         ]
 
     def export(self, path: Path) -> int:
@@ -180,7 +186,7 @@ class RunHandle:
 
     def signal(self, name: str, payload: Any = None) -> None:
         """Send signal ``name`` with ``payload`` (a JSON value), then run to idle."""
-        text = self.env.check_payload(payload, f"payload of signal '{name}'")
+        text = payload_json(payload, f"payload of signal '{name}'")
         state = self._require_running(f"signal '{name}'")
         definition = self.env.app.get(state.name, state.version)
         if name not in definition.signal_names:

@@ -35,7 +35,7 @@ from handlers.llm.providers import ScriptedProvider
 from handlers.llm.runtime import LlmRuntime, configure
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
-from orchestrator.client.json_args import input_value, payload_json
+from orchestrator.client.json_args import input_value
 from orchestrator.codec import default_codec
 from orchestrator.domain.history.invariants import check_histories
 from orchestrator.domain.model.errors import WorkflowIdConflictError
@@ -393,10 +393,6 @@ class WorkflowEnvironment:
 
     def _partition(self, workflow_id: str) -> int:
         return partition_for(workflow_id.encode(), self.settings.partitions)
-
-    def check_payload(self, value: Any, what: str) -> str:
-        """``value`` as the JSON text a command carries (``InvalidInputError`` if not)."""
-        return payload_json(value, what)
 
 
 def _behind(intake: MemoryCommandIntake, log: list[list[Any]]) -> bool:
