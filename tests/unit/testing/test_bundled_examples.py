@@ -118,3 +118,16 @@ def test_a_declined_card_cancels_the_flight_then_the_hotel() -> None:
         assert undo == ["run#1/flight/undo", "run#1/hotel/undo"]
     assert booking.cancelled == ["flight-T1", "hotel-T1"]
     assert booking.live == []
+
+
+def test_child_runs_on_other_partitions_wait_their_own_timers() -> None:
+    with WorkflowEnvironment(app, partitions=4) as env:
+        began = env.now()
+        run = env.start("timers_batch", {"seconds": [3600, 86400]}, workflow_id="batch-1")
+        out = run.result()
+        assert len(out["results"]) == 2
+        assert env.now() - began == timedelta(days=1)  # both children waited, side by side
+        children = {e.workflow_id for e in env.events()} - {"batch-1"}
+        assert len(children) == 2
+        assert len({env._partition(c) for c in children} | {env._partition("batch-1")}) > 1
+        assert all(env.handle(c).status == "completed" for c in children)
