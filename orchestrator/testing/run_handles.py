@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from orchestrator.client.history_io import write_history
 from orchestrator.client.human_task_decisions import decision_message_id
 from orchestrator.client.json_args import payload_json
+from orchestrator.client.query_answers import without_ciphertext
+from orchestrator.domain.authoring.queries import run_query
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.fingerprint import canonical_json
@@ -33,6 +35,7 @@ from orchestrator.domain.model.refusal_messages import CommandRefused
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import HumanDecision, HumanTaskStatus, WorkflowStatus
 from orchestrator.testing.kit_errors import RunBlockedError, WorkflowFailedError
+from orchestrator.trust.sealing import mask
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -122,6 +125,14 @@ class RunHandle:
             for e in self.history()
             if _is(e, kind)
         ]
+
+    def query(self, name: str, args: Any = None) -> Any:
+        """Answer the run's query ``name`` (with ``args``: a JSON value or a model) over the
+        state the engine holds, as ``KeelClient.query`` answers it from the read model;
+        sealed values show as ``***``."""
+        state = self.state()
+        definition = self.env.app.get(state.name, state.version)
+        return mask(run_query(definition, without_ciphertext(state), name, args))
 
     def export(self, path: Path) -> int:
         """Write the history as ``keel workflow export`` does (JSON lines), for

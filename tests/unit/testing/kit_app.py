@@ -14,6 +14,7 @@ from orchestrator import (
     HumanTask,
     KeelApp,
     OnExpiry,
+    Query,
     RetryPolicy,
     SignalWait,
     State,
@@ -141,6 +142,7 @@ await_delivery = app.workflow(
             State("done", complete=lambda ctx: {"delivered": ctx.signals["delivered"][-1]}),
             State("lost", fail="the parcel was not delivered within 60 days"),
         ],
+        queries=[Query("where", lambda q: {"state": q.state, "status": q.status})],
     )
 )
 

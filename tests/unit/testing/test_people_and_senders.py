@@ -47,6 +47,7 @@ def test_a_decision_the_engine_refuses_is_answered_with_its_reason(
 
 def test_a_signal_to_a_signal_the_run_does_not_know_is_refused(env: WorkflowEnvironment) -> None:
     run = env.start("await_delivery", ORDER, workflow_id="o-1")
+    assert run.query("where") == {"state": "in_transit", "status": "waiting"}
     with pytest.raises(CommandRejected, match="has no signal 'lost'"):
         run.signal("lost", {})
     run.signal("delivered", {"at": "noon"})
