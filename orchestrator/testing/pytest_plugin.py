@@ -4,7 +4,8 @@
   of the project's ``pyproject.toml``; override the fixture to name another.
 * ``keel_env`` — a :class:`~orchestrator.testing.WorkflowEnvironment` of ``keel_app``: in
   process, no broker, time skipped; its histories are checked against Keel's invariants
-  when the test ends.
+  when the test ends. ``@pytest.mark.keel_env(activities=..., start_time=...)`` gives the
+  environment's options.
 * ``keel_stack`` — a real Kafka and Redis for the session
   (:func:`~orchestrator.testing.real_stack.real_stack`), or the test is skipped with the
   reason there is none; ``keel_stack.settings(tmp_path)`` and ``keel_stack.serve(app, s)``
@@ -25,6 +26,14 @@ if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
     from orchestrator.testing.real_stack import RealStack
     from orchestrator.testing.workflow_environment import WorkflowEnvironment
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "keel_env(**options): options of the keel_env fixture's WorkflowEnvironment "
+        "(activities=, start_time=, partitions=, webhook_secrets=; docs/testing.md)",
+    )
 
 
 @pytest.fixture
@@ -49,11 +58,12 @@ def keel_app() -> KeelApp:
 
 
 @pytest.fixture
-def keel_env(keel_app: KeelApp) -> Iterator[WorkflowEnvironment]:
+def keel_env(keel_app: KeelApp, request: pytest.FixtureRequest) -> Iterator[WorkflowEnvironment]:
     """An in-process environment of ``keel_app`` with a manual clock (docs/testing.md)."""
     from orchestrator.testing.workflow_environment import WorkflowEnvironment
 
-    env = WorkflowEnvironment(keel_app)
+    marker = request.node.get_closest_marker("keel_env")
+    env = WorkflowEnvironment(keel_app, **(marker.kwargs if marker else {}))
     try:
         yield env
     finally:

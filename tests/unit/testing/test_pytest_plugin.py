@@ -73,15 +73,22 @@ def test_keel_env_runs_the_projects_app_with_time_skipped(pytester: pytest.Pytes
         test_cart="""
         from datetime import timedelta
 
+        import pytest
+
         def test_the_reminder_goes_out_after_three_days(keel_env):
             began = keel_env.now()
             run = keel_env.start("abandoned_cart", {"cart_id": "c-1"})
             assert run.result() == {"reminded": "c-1"}
             assert keel_env.now() - began == timedelta(days=3)
+
+        @pytest.mark.keel_env(activities={"remind": lambda cart: {"reminded": "stub"}})
+        def test_the_marker_gives_the_environment_its_stubs(keel_env):
+            assert keel_env.start("abandoned_cart", {"cart_id": "c-1"}).result()["reminded"] == "stub"
         """
     )
-    result = pytester.runpytest_subprocess(*_plugin_args(), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    args = (*_plugin_args(), "-p", "no:cacheprovider", "--strict-markers")
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=2)
 
 
 def test_a_keel_app_fixture_of_ones_own_takes_precedence(pytester: pytest.Pytester) -> None:
