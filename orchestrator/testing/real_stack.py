@@ -111,6 +111,17 @@ def _keel(*args: str, env: dict[str, str], timeout_s: float) -> subprocess.Compl
     )
 
 
+def _last_json(stdout: str) -> dict[str, Any]:
+    """The JSON object a ``--json`` command printed last ({} when it printed none)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
 def _docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False
@@ -141,15 +152,12 @@ def _from_keel_infra() -> Iterator[RealStack]:
             "`keel infra` is not installed here (the dev tools' entry point); set "
             "KEEL_BOOTSTRAP_SERVERS and KEEL_REDIS_URL to running servers instead"
         )
-    running = False
-    if status.returncode == 0:
-        found = json.loads(status.stdout or "{}")
-        running = bool(found.get("processes"))
+    running = status.returncode == 0 and bool(_last_json(status.stdout).get("processes"))
     up = _keel("infra", "up", "--json", env=env, timeout_s=INFRA_UP_TIMEOUT_S)
-    if up.returncode != 0:
+    found = _last_json(up.stdout)
+    if up.returncode != 0 or "bootstrap_servers" not in found:
         why = (up.stderr.strip().splitlines() or [f"exit status {up.returncode}"])[-1]
         raise StackUnavailable(f"`keel infra up` failed: {why}")
-    found = json.loads(up.stdout.strip().splitlines()[-1])
     try:
         yield RealStack(found["bootstrap_servers"], found["redis_url"], "keel infra")
     finally:
