@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from orchestrator.client.history_io import write_history
 from orchestrator.client.human_task_decisions import decision_message_id
@@ -40,9 +40,12 @@ from orchestrator.trust.sealing import mask
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from orchestrator.testing.workflow_environment import WorkflowEnvironment
+    from orchestrator.application.app import KeelApp
+    from orchestrator.records.clock import Clock
+    from orchestrator.trust.decision_proofs import DecisionProofs
+    from orchestrator.trust.human_task_tokens import TaskTokens
 
-__all__ = ["HumanTaskView", "RunHandle", "TaskDecision"]
+__all__ = ["HumanTaskView", "RunDriver", "RunHandle", "TaskDecision"]
 
 P = TypeVar("P")
 
@@ -56,6 +59,33 @@ def _is(env: Envelope[Any], kind: type | str) -> bool:
 
 def _at(ms: int) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+class RunDriver(Protocol):
+    """What a handle asks of its environment (``WorkflowEnvironment``): commands in, the
+    engine stepped, state and events out."""
+
+    @property
+    def app(self) -> KeelApp: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def tokens(self) -> TaskTokens: ...
+
+    @property
+    def proofs(self) -> DecisionProofs: ...
+
+    def send(self, workflow_id: str, payload: Any, message_id: str | None = None) -> str: ...
+
+    def run_until_idle(self) -> None: ...
+
+    def skip_to_next_timer(self, limit_ms: int | None = None) -> bool: ...
+
+    def state(self, workflow_id: str) -> WorkflowState | None: ...
+
+    def events(self, workflow_id: str | None = None) -> list[Envelope[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +118,7 @@ class TaskDecision:
 class RunHandle:
     """One workflow id in a :class:`WorkflowEnvironment` (every run of it)."""
 
-    def __init__(self, env: WorkflowEnvironment, workflow_id: str) -> None:
+    def __init__(self, env: RunDriver, workflow_id: str) -> None:
         self.env = env
         self.workflow_id = workflow_id
 

@@ -16,7 +16,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connectors.schemes.verifiers import keys_of, verify_delivery
 from connectors.signing import SIGNATURE_HEADER, SignatureError, signature_header
@@ -28,9 +28,7 @@ from orchestrator.application.webhook_sources import (
 )
 from orchestrator.domain.model.errors import InvalidInputError, NotFoundError
 from orchestrator.domain.model.messages import SignalWorkflow
-
-if TYPE_CHECKING:
-    from orchestrator.testing.workflow_environment import WorkflowEnvironment
+from orchestrator.testing.run_handles import RunDriver
 
 __all__ = ["WebhookDesk", "WebhookReceipt"]
 
@@ -55,7 +53,7 @@ class WebhookReceipt:
 class WebhookDesk:
     """The webhook ingress of one environment: secrets per source, delivered event ids."""
 
-    def __init__(self, env: WorkflowEnvironment, secrets_by_source: dict[str, str]) -> None:
+    def __init__(self, env: RunDriver, secrets_by_source: dict[str, str]) -> None:
         self.env = env
         self._secrets = secrets_by_source
         self._delivered: set[tuple[str, str]] = set()
