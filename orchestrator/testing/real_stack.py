@@ -2,7 +2,8 @@
 
 Where the servers come from, in order (the same as Keel's own suite, tests/conftest.py):
 
-1. ``KEEL_BOOTSTRAP_SERVERS`` and ``KEEL_REDIS_URL`` name running servers: they are used;
+1. ``KEEL_BOOTSTRAP_SERVERS`` and ``KEEL_REDIS_URL`` (or the project's ``[tool.keel]``) name
+   running servers: they are used;
 2. ``KEEL_TESTCONTAINERS=1`` and a Docker engine answers: testcontainers starts them;
 3. otherwise ``keel infra up`` (docs/local-infra.md) starts them under the project's
    ``KEEL_HOME`` (or finds them running there), and ``keel infra down`` stops them at the
@@ -167,11 +168,12 @@ def _from_keel_infra() -> Iterator[RealStack]:
 
 def real_stack() -> AbstractContextManager[RealStack]:
     """The servers of this session (see the module doc); ``StackUnavailable`` if none."""
-    servers = os.environ.get("KEEL_BOOTSTRAP_SERVERS")
-    redis_url = os.environ.get("KEEL_REDIS_URL")
-    if servers and redis_url:
-        return _given(RealStack(servers, redis_url, "environment"))
-    if os.environ.get("KEEL_TESTCONTAINERS") == "1" and _docker_answers():
+    from orchestrator.settings import load_settings
+
+    settings = load_settings()
+    if settings.bootstrap_servers and settings.redis_url:
+        return _given(RealStack(settings.bootstrap_servers, settings.redis_url, "environment"))
+    if settings.testcontainers and _docker_answers():
         return _from_testcontainers()
     return _from_keel_infra()
 
