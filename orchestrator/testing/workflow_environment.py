@@ -36,14 +36,13 @@ from handlers.llm.runtime import LlmRuntime, configure
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
 from orchestrator.client.json_args import input_value
-from orchestrator.codec import default_codec
+from orchestrator.codec import codec_for
 from orchestrator.domain.history.invariants import check_histories
 from orchestrator.domain.model.errors import WorkflowIdConflictError
 from orchestrator.domain.model.messages import Envelope, StartWorkflow
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.orchestrator import Orchestrator
 from orchestrator.engine.runtime_context import Topics
-from orchestrator.io.kafka.partitioning import partition_for
 from orchestrator.io.memory import (
     MemoryBroker,
     MemoryCommandIntake,
@@ -51,6 +50,7 @@ from orchestrator.io.memory import (
     MemoryGroupIntake,
     MemoryOutcomeSink,
 )
+from orchestrator.io.partitioning import partition_for
 from orchestrator.records.clock import ManualClock
 from orchestrator.records.envelopes import command_envelope
 from orchestrator.settings import Settings
@@ -116,12 +116,12 @@ class WorkflowEnvironment:
             redis_url="redis://127.0.0.1:1/0",
             task_token_secret=SecretStr(_TEST_SECRET),
             task_token_secret_file=None,
-            test_seeded_bug=None,
+            adapter_hooks="",  # no faults or tracing hooks from the environment
         )
         self.user_app = app
         self.failures = FailurePlan()
         self.app = stubbed_app(app, activities or {}, self.failures)
-        self.codec = default_codec()
+        self.codec = codec_for(self.settings)
         self.topics = Topics.for_prefix(self.settings.topic)
         self.broker = MemoryBroker(partitions)
         self.effects = MemoryEffectBook()
@@ -135,6 +135,7 @@ class WorkflowEnvironment:
             adapters=(intake, MemoryEventLog(self.broker, "keel-test.orchestrator.kit", intake)),
             hard_exit_on_stall=False,
             clock=self.clock,
+            codec=self.codec,
             local_effects=self.effects,
         )
         self._commands = intake
@@ -148,6 +149,7 @@ class WorkflowEnvironment:
             effects=self.effects,
             hard_exit_on_stall=False,
             clock=self.clock,
+            codec=self.codec,
         )
         self.tokens: TaskTokens = load_task_tokens(self.settings, create=False)
         self.proofs = DecisionProofs.from_tokens(self.tokens)
