@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 __all__ = [
     "FACE",
-    "RESERVED",
     "ROLES",
     "Role",
     "Row",
@@ -33,7 +32,9 @@ __all__ = [
 ]
 
 #: ``app`` is ``orchestrator`` itself: the application object and the old names.
-Role = Literal["app", "workflow", "activity", "client", "webhooks", "llm", "sagas", "errors"]
+Role = Literal[
+    "app", "workflow", "activity", "client", "webhooks", "llm", "sagas", "testing", "errors"
+]
 ROLES: tuple[Role, ...] = (
     "app",
     "workflow",
@@ -42,11 +43,9 @@ ROLES: tuple[Role, ...] = (
     "webhooks",
     "llm",
     "sagas",
+    "testing",
     "errors",
 )
-#: Role names held for a face another issue builds (``orchestrator.testing``, issue 46):
-#: no row may take them.
-RESERVED = ("testing",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +184,28 @@ FACE: tuple[Row, ...] = (
         "StartWorkflow",
         "SignalWorkflow",
         "CancelWorkflow",
+    ),
+    # the test kit: an in-process environment with time skipping, replay, one activity
+    # (docs/testing.md); qualified only (``orchestrator.testing.WorkflowEnvironment``)
+    *(
+        Row(name, "testing", f"orchestrator.testing.{module}", flat=False)
+        for module, names in (
+            ("workflow_environment", ("WorkflowEnvironment",)),
+            ("run_handles", ("RunHandle", "HumanTaskView", "TaskDecision")),
+            ("activity_environment", ("ActivityEnvironment",)),
+            ("webhook_deliveries", ("WebhookReceipt",)),
+            ("history_replay", ("replay",)),
+            (
+                "kit_errors",
+                (
+                    "WorkflowFailedError",
+                    "RunBlockedError",
+                    "ReplayDivergedError",
+                    "HistoryInvariantError",
+                ),
+            ),
+        )
+        for name in names
     ),
     # Keel's own errors, one root (KeelError); the CLI maps each to an exit status
     *_rows(

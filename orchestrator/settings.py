@@ -289,6 +289,11 @@ class Settings(BaseSettings):
         "cgrp,eos,broker (coordinator lookups, transactions, connections); librdkafka "
         "writes their lines to the process's stderr. Empty: none (docs/operations.md).",
     )
+    testcontainers: bool = Field(
+        default=False,
+        description="Tests: the keel_stack fixture takes Kafka and Redis from testcontainers "
+        "where a Docker engine answers, instead of `keel infra` (docs/testing.md).",
+    )
     adapter_hooks: str = Field(
         default="",
         pattern=r"^([A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*)?$",

@@ -101,6 +101,7 @@ class Orchestrator:
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
         codec: Codec | None = None,
+        local_effects: Any = None,
     ) -> None:
         """``hooks``: what the composition root wraps the decider in (none in production;
         ``keel evaluate``'s seeded bug, orchestrator/io/adapter_hooks.py)."""
@@ -162,6 +163,9 @@ class Orchestrator:
                 topic_prefix=settings.topic_prefix,
                 stop=self._stop,
                 bound_ms=local_bound_ms,
+                # the effect store of local side effects (None: Redis at settings.redis);
+                # the in-process test kit gives its in-memory one (orchestrator/testing)
+                effects=local_effects,
             )
         #: Committed events for an in-process projector (``committed.py``), if any.
         self.committed = committed

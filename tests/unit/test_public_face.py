@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from orchestrator.public_face import FACE, RESERVED, ROLES, Row
+from orchestrator.public_face import FACE, ROLES, Row
 from tests.unit.test_doc_snippets import foreign_imports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,16 +61,19 @@ def test_the_table_is_consistent() -> None:
     assert len(keys) == len(set(keys))
     flat = [r.name for r in FACE if r.flat]
     assert len(flat) == len(set(flat)), "a flat name is offered by two roles"
-    # a name never shadows a role module, nor the reserved orchestrator.testing
-    assert not {r.name for r in FACE} & {*ROLES, *RESERVED}
+    # a name never shadows a role module
+    assert not {r.name for r in FACE} & set(ROLES)
     assert all(not r.deprecated or (r.role == "app" and r.flat) for r in FACE)
-    assert set(ROLES) & set(RESERVED) == set()
 
 
-def test_testing_is_reserved_for_the_test_kit() -> None:
-    """``orchestrator.testing`` is issue 46's: a name no row takes, and not a face yet."""
-    assert "testing" in RESERVED
-    assert "testing" not in orchestrator.__all__
+def test_the_test_kit_is_a_role_read_qualified() -> None:
+    """``orchestrator.testing`` (issue 46) is a role module like ``temporalio.testing``:
+    its names are read qualified, never from the flat face."""
+    import orchestrator.testing
+
+    assert "testing" in orchestrator.__all__
+    assert "WorkflowEnvironment" in orchestrator.testing.__all__
+    assert not any(r.flat for r in FACE if r.role == "testing")
 
 
 def _typed_imports(path: Path) -> dict[str, tuple[str, str]]:
@@ -245,6 +248,7 @@ PUBLIC_NAMES = {
     "webhooks",
     "llm",
     "sagas",
+    "testing",
     "errors",
     # activities
     "ActivityContext",

@@ -484,12 +484,13 @@ def test_the_definition_digest_covers_the_task() -> None:
 
 @pytest.fixture
 def approvals() -> Iterator[Any]:
-    """The example module, registered on the example app only for this test (other
-    tests list the app's workflows exactly)."""
+    """The example module, and the example app's registrations restored after the test.
+
+    Never reloaded: a reload rebinds the module's models while the app keeps the handlers
+    registered first, whose results then fail their own output model in any later test."""
     saved = (dict(app.definitions), dict(app.handlers), app._decider)
     name = "orchestrator.examples.approvals"
-    module = importlib.reload(sys.modules[name]) if name in sys.modules else None
-    module = module or importlib.import_module(name)
+    module = sys.modules.get(name) or importlib.import_module(name)
     try:
         yield module
     finally:

@@ -34,39 +34,7 @@ from handlers.sdk.activity_errors import FailureClass, classify, retry_after_ms
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import DefinitionError, InvalidInputError
-
-
-class MemoryStore:
-    """The LlmStore interface on dicts (unit tests only)."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[str, str], dict[str, Any]] = {}
-        self.cache: dict[str, dict[str, Any]] = {}
-        self.waits: dict[str, float] = {}
-        self.starts: dict[str, float] = {}
-
-    async def get_call(self, key: str, index: Any) -> dict[str, Any] | None:
-        return self.calls.get((key, str(index)))
-
-    async def put_call(self, key: str, index: Any, record: dict[str, Any]) -> Any:
-        fresh = (key, str(index)) not in self.calls
-        self.calls.setdefault((key, str(index)), json.loads(json.dumps(record)))
-        return self.calls[(key, str(index))], fresh
-
-    async def started_at(self, key: str, now: float) -> float:
-        return self.starts.setdefault(key, now)
-
-    async def not_before(self, key: str) -> float:
-        return self.waits.get(key, 0.0)
-
-    async def set_not_before(self, key: str, when: float) -> None:
-        self.waits[key] = when
-
-    async def cache_get(self, h: str) -> dict[str, Any] | None:
-        return self.cache.get(h)
-
-    async def cache_put(self, h: str, entry: dict[str, Any], ttl_s: int) -> None:
-        self.cache[h] = entry
+from orchestrator.testing.memory_stores import MemoryCallStore as MemoryStore
 
 
 class Fields(BaseModel):
