@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
+from orchestrator.io.redis.client_factory import RedisUse, async_redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.settings import Settings
@@ -191,12 +192,7 @@ class Dedupe:
     ) -> Dedupe:
         """Markers in the Redis at ``url``, over a pool of its own with bounded waits."""
         return cls(
-            Redis.from_url(
-                url,
-                socket_connect_timeout=2,
-                socket_timeout=5,
-                max_connections=MAX_REDIS_CONNECTIONS,
-            ),
+            async_redis_client(url, RedisUse.WEBHOOK_DEDUPE, max_connections=MAX_REDIS_CONNECTIONS),
             keyspace,
             lock_s,
             wait_s,

@@ -36,12 +36,11 @@ from enum import StrEnum
 from typing import Any, TypeVar, cast
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
 # the task is abandoned (and redelivered).
 from orchestrator.io.ports import Stopping
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
@@ -52,10 +51,6 @@ T = TypeVar("T")
 DEFAULT_TTL_S = 14 * 24 * 3600
 #: The raw result kept with a refused effect, for the operator (characters).
 MAX_RAW_CHARS = 64 * 1024
-#: A Redis call that takes longer than this counts as Redis being unreachable.
-REDIS_SOCKET_TIMEOUT_S = 2.0
-#: The errors that mean "Redis is unreachable right now", not "this request is wrong".
-REDIS_DOWN: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 
 class ClaimOutcome(StrEnum):
@@ -126,17 +121,6 @@ class Claim:
     message: str | None = None
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A client that fails fast when Redis is away (the caller decides how to wait)."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=REDIS_SOCKET_TIMEOUT_S,
-        socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S,
-        retry=Retry(NoBackoff(), 1),
-    )
-
-
 class EffectStore:
     def __init__(self, client: redis.Redis, prefix: str, ttl_s: int = DEFAULT_TTL_S) -> None:
         self.r = client
@@ -147,7 +131,7 @@ class EffectStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> EffectStore:
-        return cls(redis_client(url), prefix)
+        return cls(redis_client(url, RedisUse.WORKER_RECORDS), prefix)
 
     def key(self, idempotency_key: str) -> str:
         """The Redis key of one effect record."""
@@ -200,7 +184,10 @@ class RedisGate:
     """Runs effect-store calls, waiting out a Redis outage instead of failing the attempt.
 
     Backoff is exponential from ``initial_s`` to ``max_s``; the outage and the recovery
-    are logged once each, however many tasks wait; ``stop`` ends the wait.
+    are logged once each, however many tasks wait; ``stop`` ends the wait. A Sentinel
+    failover is such an outage (``REDIS_AWAY``: the dead master's lost connections, no
+    master elected yet, a demoted master's ``READONLY``): each retry asks the sentinels
+    again, so the call goes through once the promoted replica is master.
     """
 
     def __init__(
@@ -228,7 +215,7 @@ class RedisGate:
         while True:
             try:
                 result = await asyncio.to_thread(fn, *args)
-            except REDIS_DOWN as exc:
+            except REDIS_AWAY as exc:
                 self._went_down(what, exc)
                 if self.stop.is_set():
                     raise Stopping(f"stopping while Redis is unreachable ({what})") from None

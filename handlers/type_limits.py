@@ -38,12 +38,13 @@ from typing import Any, cast
 
 import redis
 
-from handlers.effects import REDIS_DOWN, RedisGate, redis_client
+from handlers.effects import RedisGate
 from orchestrator.application.activity_limits import ActivityLimits
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.messages import ActivityTask, FailActivity
 from orchestrator.domain.model.vocabulary import FailureClass
 from orchestrator.io.ports import Stopping
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = [
@@ -207,7 +208,7 @@ class TypeLimiter:
 
     @classmethod
     def from_url(cls, url: str, prefix: str, gate: RedisGate) -> TypeLimiter:
-        return cls(redis_client(url), prefix, gate)
+        return cls(redis_client(url, RedisUse.WORKER_RECORDS), prefix, gate)
 
     # -- the worker's side ---------------------------------------------------------------
     async def admit(self, app: KeelApp, task: ActivityTask) -> Admission:
@@ -298,13 +299,13 @@ class TypeLimiter:
         while not self.gate.stop.wait(self.lease_ttl_ms / 3000):
             try:
                 self.renew()
-            except REDIS_DOWN as exc:  # the lease may lapse: another worker may start one
+            except REDIS_AWAY as exc:  # the lease may lapse: another worker may start one
                 log.warning("leases not renewed (%s); retrying", type(exc).__name__)
 
 
 def read_usage(url: str, prefix: str, limited: dict[str, ActivityLimits]) -> list[TypeUsage]:
     """What each limited type uses now, read without changing anything (``keel workers``)."""
-    r = redis_client(url)
+    r = redis_client(url, RedisUse.WORKER_RECORDS)
     keys = Keyspace(prefix)
     seconds, micros = r.time()
     now = int(seconds) * 1000 + int(micros) // 1000

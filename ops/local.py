@@ -536,10 +536,10 @@ def _private_dir(path: Path) -> Path:
 
 
 def _redis_answers(url: str) -> bool:
-    import redis
+    from orchestrator.io.redis.client_factory import RedisUse, redis_client
 
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        client = redis_client(url, RedisUse.PROBE)
         try:
             return bool(client.ping())
         finally:

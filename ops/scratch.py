@@ -25,8 +25,8 @@ import redis
 from confluent_kafka import KafkaError, KafkaException
 
 from orchestrator.io.kafka.topics import admin_client, create_topics
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.read_model import redis_client
 from orchestrator.settings import TOPIC_KINDS, Settings
 
 __all__ = ["Dropped", "drop", "fresh"]
@@ -105,7 +105,7 @@ def _drop_topics(settings: Settings, failures: list[str]) -> int:
 
 
 def _drop_redis(settings: Settings) -> int:
-    client = redis_client(settings.redis)
+    client = redis_client(settings.redis, RedisUse.READ_MODEL)
     try:
         pattern = f"{Keyspace(settings.topic_prefix).root}:*"
         removed = 0

@@ -22,8 +22,9 @@ _MASK = "***"
 #: A run of characters a URL's or a host list's userinfo may hold (it ends at a space,
 #: ``/`` or ``,``).
 _TOKEN = re.compile(r"[^\s/,]+")
-#: A key whose value is a password in a query string (``?password=...``).
-_QUERY_KEY = re.compile(r"(?i)[?&;](?:password|passwd|pass|secret|token)=")
+#: A key whose value is a password in a query string (``?password=...``, a Sentinel URL's
+#: ``?sentinel_password=...``).
+_QUERY_KEY = re.compile(r"(?i)[?&;](?:sentinel_password|password|passwd|pass|secret|token)=")
 #: A Kafka client's password property (``sasl.password``, or in a config dict's repr) and
 #: the variable that carries it.
 _PROPERTY_KEY = re.compile(

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from handlers.effects import REDIS_DOWN, redis_client
 from handlers.sdk.activity_errors import TransientError
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["CALL_TTL_S", "LlmStore"]
@@ -52,7 +52,7 @@ class LlmStore:
 
     @classmethod
     def from_url(cls, url: str, topic_prefix: str) -> LlmStore:
-        return cls(redis_client(url), topic_prefix)
+        return cls(redis_client(url, RedisUse.WORKER_RECORDS), topic_prefix)
 
     # -- keys (the variable part last) ------------------------------------------------
     def call_key(self, attempt_key: str, index: int | str) -> str:
@@ -118,7 +118,7 @@ class LlmStore:
         while True:
             try:
                 return await asyncio.to_thread(fn, *args)
-            except REDIS_DOWN as exc:
+            except REDIS_AWAY as exc:
                 if waited >= REDIS_WAIT_S:
                     raise TransientError(
                         f"Redis unreachable for {waited:.0f}s ({what}: {type(exc).__name__}); "

@@ -41,7 +41,7 @@ from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClas
 from ops.evaluation.next_version import deployed
 from orchestrator import OnUnknown, OutcomeUnknownError, TransientError, activity
 from orchestrator.application.app import ActivityHandler, KeelApp, load_app
-from orchestrator.io.redis.read_model import redis_client
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.settings import Settings
 
 __all__ = ["FaultBook", "Roles", "app", "roles_of", "wrapped_app"]
@@ -91,7 +91,7 @@ class FaultBook:
     """The book a batch's handlers keep in Redis under ``key`` (module doc)."""
 
     def __init__(self, redis_url: str, key: str) -> None:
-        self._r = redis_client(redis_url)
+        self._r = redis_client(redis_url, RedisUse.READ_MODEL)
         self.key = key
 
     def returned(self, activity_type: str, idempotency_key: str) -> None:

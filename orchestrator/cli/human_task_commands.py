@@ -31,10 +31,10 @@ _TOKEN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _view(settings: Settings) -> TasksView:
+    from orchestrator.io.redis.client_factory import RedisUse, redis_client
     from orchestrator.io.redis.human_task_inbox import TasksView
-    from orchestrator.io.redis.read_model import redis_client
 
-    return TasksView(redis_client(settings.redis), settings.topic_prefix)
+    return TasksView(redis_client(settings.redis, RedisUse.READ_MODEL), settings.topic_prefix)
 
 
 def _when(ms: int | None) -> str:

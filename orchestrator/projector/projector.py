@@ -44,6 +44,7 @@ from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
 from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record, Stopping
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.human_task_inbox import TaskKeys, TaskWrites, task_writes
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import (
@@ -51,7 +52,6 @@ from orchestrator.io.redis.read_model import (
     Projection,
     RebuildRunning,
     SeqConflict,
-    redis_client,
 )
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.records import fast_json
@@ -108,7 +108,10 @@ class Projector:
         self.projection: ReadModelStore
         if adapters is None:
             self.projection = RedisReadModelStore(
-                redis_client(settings.redis), settings.topic_prefix, settings.redis, app.definitions
+                redis_client(settings.redis, RedisUse.READ_MODEL),
+                settings.topic_prefix,
+                settings.redis,
+                app.definitions,
             )
         else:
             self._given_feed, self.projection = adapters

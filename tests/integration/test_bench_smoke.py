@@ -15,7 +15,7 @@ import time
 
 from ops import scratch
 from orchestrator.io.kafka.topics import admin_client
-from orchestrator.io.redis.read_model import redis_client
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.settings import TOPIC_KINDS
 from tests.conftest import REPO
 
@@ -50,7 +50,11 @@ def _left(settings, prefix: str) -> tuple[list[str], list[str]]:
         for t in admin_client(settings).list_topics(timeout=30).topics
         if t.startswith(prefix + ".")
     )
-    keys = sorted(redis_client(settings.redis).scan_iter(match=f"keel:{prefix}:*", count=1000))
+    keys = sorted(
+        redis_client(settings.redis, RedisUse.READ_MODEL).scan_iter(
+            match=f"keel:{prefix}:*", count=1000
+        )
+    )
     return topics, keys
 
 
@@ -197,7 +201,7 @@ def test_drop_removes_its_own_prefix_and_not_one_that_starts_with_it(settings):
     mine = scratch.fresh(settings, lambda _m: None, "drop")
     other = mine.model_copy(update={"topic_prefix": f"{mine.topic_prefix}.x"})
     create_topics(other)
-    r = redis_client(settings.redis)
+    r = redis_client(settings.redis, RedisUse.READ_MODEL)
     for s in (mine, other):
         r.set(f"keel:{s.topic_prefix}:rm:wf:a", "1")
     dropped = scratch.drop(mine)

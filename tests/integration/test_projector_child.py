@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 
 from orchestrator.client.client import KeelClient
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.read_model import redis_client
 from orchestrator.runtime.health import status_path
 from tests.integration import local_app
 from tests.support import Services, assert_sound_history, histories, wait_until
@@ -42,7 +42,7 @@ def _supervised(status: Path) -> dict:
 
 
 def _health(settings) -> list[dict]:
-    r = redis_client(settings.redis)
+    r = redis_client(settings.redis, RedisUse.READ_MODEL)
     keys = r.keys(f"{Keyspace(settings.topic_prefix).read_model}health:projector:*")
     return [json.loads(r.get(k) or "{}") for k in keys]
 

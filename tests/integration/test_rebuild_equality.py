@@ -205,9 +205,9 @@ def refold(settings: Any, records: list[Any], prefix: str, batches: Any) -> dict
 
 
 def store_client(settings: Any) -> Any:
-    from orchestrator.io.redis.read_model import redis_client
+    from orchestrator.io.redis.client_factory import RedisUse, redis_client
 
-    return redis_client(settings.redis)
+    return redis_client(settings.redis, RedisUse.READ_MODEL)
 
 
 def one_by_one(projector: Projector, records: list[Any]) -> None:

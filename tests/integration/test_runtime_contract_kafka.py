@@ -8,7 +8,7 @@ from confluent_kafka import Producer
 from orchestrator.io.kafka.adapter import KafkaCommandIntake, KafkaEventLog, KafkaGroupIntake
 from orchestrator.io.kafka.clients import to_record
 from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
-from orchestrator.io.redis.read_model import redis_client
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.projector.projector import RedisReadModelStore
 from tests.runtime_contract import Harness, RuntimeContract
 from tests.support import read_topic
@@ -84,7 +84,9 @@ class KafkaHarness(Harness):
 
     def store(self) -> RedisReadModelStore:
         s = self.settings
-        return RedisReadModelStore(redis_client(s.redis), s.topic_prefix, s.redis)
+        return RedisReadModelStore(
+            redis_client(s.redis, RedisUse.READ_MODEL), s.topic_prefix, s.redis
+        )
 
 
 class TestKafkaAdapter(RuntimeContract):

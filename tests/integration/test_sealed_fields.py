@@ -14,8 +14,8 @@ import json
 from pydantic import SecretStr
 
 from orchestrator.client.client import KeelClient
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.read_model import redis_client
 from orchestrator.settings import TOPIC_KINDS
 from orchestrator.trust.sealing import MASK, SEALED_KEY, new_key_entry
 from tests.integration import sealed_app
@@ -27,7 +27,7 @@ API_KEY = "sk-live-9f8e7d6c5b4a-PLAINTEXT-MARKER"
 
 def _redis_dump(settings) -> bytes:
     """Every key of the test's prefix with its whole value, as bytes."""
-    r = redis_client(settings.redis)
+    r = redis_client(settings.redis, RedisUse.READ_MODEL)
     out = []
     for key in r.scan_iter(match=f"{Keyspace(settings.topic_prefix).root}:*"):
         kind = r.type(key)

@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 
-from handlers.effects import RedisGate, redis_client
+from handlers.effects import RedisGate
 from handlers.type_limits import (
     RESERVATION_SLACK_MS,
     Admission,
@@ -17,11 +17,17 @@ from handlers.type_limits import (
 )
 from orchestrator.application.activity_limits import ActivityLimits, RateLimit
 from orchestrator.domain.model.messages import ActivityTask
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 
 
 def _limiter(settings, lease_ttl_ms: int = 30_000) -> TypeLimiter:
     gate = RedisGate(threading.Event())
-    return TypeLimiter(redis_client(settings.redis), settings.topic_prefix, gate, lease_ttl_ms)
+    return TypeLimiter(
+        redis_client(settings.redis, RedisUse.WORKER_RECORDS),
+        settings.topic_prefix,
+        gate,
+        lease_ttl_ms,
+    )
 
 
 def test_leases_bound_concurrency_and_a_dead_workers_lease_expires(settings):
@@ -99,7 +105,11 @@ def test_prefixes_do_not_share_limits(settings):
     limits = ActivityLimits(max_concurrent=1)
     gate = RedisGate(threading.Event())
     mine = _limiter(settings)
-    theirs = TypeLimiter(redis_client(settings.redis), settings.topic_prefix + "-other", gate)
+    theirs = TypeLimiter(
+        redis_client(settings.redis, RedisUse.WORKER_RECORDS),
+        settings.topic_prefix + "-other",
+        gate,
+    )
     assert mine.admit_now("u", limits, "k/1", 1).wait_ms is None
     assert theirs.admit_now("u", limits, "k/1", 1).wait_ms is None
 

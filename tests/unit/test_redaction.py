@@ -18,6 +18,10 @@ from orchestrator.redaction import clip, mask_servers, redact
         ("redis://S3cr3t@h/0", "redis://***@h/0"),
         ("redis://h/0?password=s3cret&db=1", "redis://h/0?password=***&db=1"),
         (
+            "redis+sentinel://:s3cret@s1:26379,s2/mymaster/0?sentinel_password=S2",
+            "redis+sentinel://:***@s1:26379,s2/mymaster/0?sentinel_password=***",
+        ),
+        (
             "SASL_SSL://alice:pw1@b1:9092,bob:pw2@b2:9092",
             "SASL_SSL://alice:***@b1:9092,bob:***@b2:9092",
         ),

@@ -44,7 +44,8 @@ def test_environment_overrides(monkeypatch):
         (
             "KEEL_REDIS_URL",
             "http://x",
-            "invalid setting KEEL_REDIS_URL=http://x: Value error, must start with redis://, rediss:// or unix://",
+            "invalid setting KEEL_REDIS_URL=http://x: Value error, must start with redis://, "
+            "rediss://, unix://, redis+sentinel:// or rediss+sentinel://",
         ),
         (
             "KEEL_KAFKA_BROKER_PROPERTIES",
@@ -72,7 +73,8 @@ def test_a_password_in_a_bad_url_is_never_echoed(monkeypatch):
         load_settings()
     assert str(info.value) == (
         "invalid setting KEEL_REDIS_URL=http://keel:***@redis.internal:6379/0: "
-        "Value error, must start with redis://, rediss:// or unix://"
+        "Value error, must start with redis://, rediss://, unix://, redis+sentinel:// or "
+        "rediss+sentinel://"
     )
 
 
@@ -229,6 +231,19 @@ def test_the_tuning_and_service_knobs_are_settings(monkeypatch):
             "unix:///run/redis.sock",
         ),
         (
+            "KEEL_REDIS_URL",
+            "redis+sentinel://:S3cr3t@s1:26379,s2:99999/mymaster/0",
+            "KEEL_REDIS_URL=redis+sentinel://:***@s1:26379,s2:99999/mymaster/0: Value error, "
+            "the port '99999' is not a number from 1 to 65535",
+        ),
+        (
+            "KEEL_REDIS_URL",
+            "redis+sentinel://s1:26379/mymaster/0?sentinel_password=S3cr3t&db=1",
+            "KEEL_REDIS_URL=redis+sentinel://s1:26379/mymaster/0?sentinel_password=***&db=1: "
+            "Value error, ?db is not an option of a redis+sentinel:// URL (it takes only "
+            "sentinel_password)",
+        ),
+        (
             "KEEL_GC_THRESHOLDS",
             "not json",
             "KEEL_GC_THRESHOLDS=not json: Value error, must be a JSON array of three integers, "
@@ -271,6 +286,8 @@ def test_good_redis_urls_and_thresholds_load(monkeypatch):
         "redis://[::1]:6379/0",
         "rediss://:pw@h/1?db=2&socket_timeout=0.5",
         "unix:///r.sock",
+        "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2/mymaster/1",
+        "rediss+sentinel://[::1]:26379/keel?sentinel_password=x",
     ):
         monkeypatch.setenv("KEEL_REDIS_URL", url)
         assert load_settings().redis_url == url

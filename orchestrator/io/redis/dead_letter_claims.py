@@ -8,6 +8,7 @@ from __future__ import annotations
 import redis
 
 from orchestrator.domain.model.errors import UnavailableError
+from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.settings import Settings
 
@@ -21,9 +22,7 @@ class ClaimsUnavailable(UnavailableError):
 class LetterClaims:
     def __init__(self, settings: Settings) -> None:
         self.keys = Keyspace(settings.topic_prefix)
-        self.r = redis.Redis.from_url(
-            settings.redis, decode_responses=True, socket_timeout=5, socket_connect_timeout=5
-        )
+        self.r = redis_client(settings.redis, RedisUse.OPERATOR)
 
     def read(self, letter_ids: list[str]) -> dict[str, str]:
         """The claims held on ``letter_ids`` (letter id -> the claim's text)."""

@@ -28,6 +28,7 @@ from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.run_index import Found, IndexQuery, RunIndex
@@ -52,17 +53,6 @@ REBUILD_LOCK_TTL_S = 60
 _MAX_SCRIPT_COMMAND_ARGS = 4000
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A Redis client with bounded waits, so an unreachable server is an error, not a hang."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=5,
-        socket_timeout=15,
-        health_check_interval=30,
-    )
-
-
 def _text(value: object) -> str | None:
     """A Redis reply (decoded to ``str`` by the client) or None."""
     return None if value is None else str(value)
@@ -73,7 +63,7 @@ def reachable(url: str) -> Iterator[None]:
     """Turn "Redis did not answer" into one operator line (:class:`UnavailableError`)."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except REDIS_AWAY as exc:
         raise UnavailableError(f"Redis at {redact(url)} did not answer: {exc}") from None
 
 
@@ -134,7 +124,7 @@ class Projection:
 
     @classmethod
     def from_url(cls, url: str, topic_prefix: str) -> Projection:
-        return cls(redis_client(url), topic_prefix, url)
+        return cls(redis_client(url, RedisUse.READ_MODEL), topic_prefix, url)
 
     def k_wf(self, wf: str) -> str:
         return self.ks.workflow(wf)

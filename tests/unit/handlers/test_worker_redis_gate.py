@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import redis
+from redis.sentinel import MasterNotFoundError
 
 from handlers.effects import RedisGate
 from orchestrator.io.ports import Stopping
@@ -52,6 +53,34 @@ def test_timeouts_count_as_an_outage_but_other_errors_are_raised():
     assert asyncio.run(gate.call("claim", Flaky(2, redis.TimeoutError("timed out")))) == "ok"
     with pytest.raises(redis.ResponseError):
         asyncio.run(gate.call("claim", Flaky(1, redis.ResponseError("WRONGTYPE"))))
+
+
+class Failover:
+    """A Sentinel failover as a client meets it: the dead master's connection, no master
+    elected yet, a demoted master refusing a script's write; then the new master answers."""
+
+    def __init__(self) -> None:
+        self.errors: list[Exception] = [
+            redis.ConnectionError("Connection closed by server."),
+            MasterNotFoundError("No master found for 'keel'"),
+            redis.ReadOnlyError("You can't write against a read only replica."),
+        ]
+
+    def __call__(self, *args: object) -> str:
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def test_a_sentinel_failover_is_one_outage_waited_out_not_an_error(caplog):
+    gate = RedisGate(threading.Event(), initial_s=0.001, max_s=0.002)
+    with caplog.at_level(logging.WARNING, logger="keel.worker.effects"):
+        assert asyncio.run(gate.call("claim", Failover())) == "ok"
+    assert gate.outages == 1 and not gate.is_down
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Redis unreachable (claim: ConnectionError): effect claims paused")
+    assert lines[1].startswith("Redis reachable again after ")
 
 
 def test_backoff_grows_and_is_bounded(monkeypatch):

@@ -1,0 +1,153 @@
+"""The one factory of Redis clients: every client a Keel process makes (the worker's effect
+records, the read model, the connector's dedupe markers, the CLI's claims) comes from
+:func:`redis_client` or :func:`async_redis_client`, so one URL picks the topology for all.
+
+* ``redis://``, ``rediss://``, ``unix://``: one server, as redis-py reads the URL;
+* ``redis+sentinel://h1:26379,h2:26379/mymaster/0`` (``orchestrator/redis_url.py``): the
+  master of a Sentinel group. Each new connection asks the sentinels for the master, so
+  after a failover the client finds the promoted replica by itself; a connection still
+  open to a demoted master gets ``READONLY`` and redis-py closes it, raising a
+  ``ConnectionError``. Until a master is elected, connecting raises
+  ``MasterNotFoundError`` (a ``ConnectionError`` too).
+
+Every one of these is in :data:`REDIS_AWAY`: "Redis is not there right now, wait and try
+again" (the worker's ``RedisGate``), never "this request is wrong".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, cast
+
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from orchestrator.redis_url import RedisTopology, SentinelUrl, parse_sentinel_url, topology_of
+
+__all__ = ["REDIS_AWAY", "SENTINEL_TIMEOUT_S", "RedisUse", "async_redis_client", "redis_client"]
+
+#: The errors that mean "Redis is unreachable right now", not "this request is wrong":
+#: a lost connection or a timeout, no master known to the sentinels yet
+#: (``MasterNotFoundError``, a ``ConnectionError``), and a write refused by a demoted
+#: master (``ReadOnlyError``; redis-py turns it into a ``ConnectionError`` on a Sentinel
+#: client, but a script's or a plain client's reaches the caller as is).
+REDIS_AWAY: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.ReadOnlyError,
+)
+
+#: How long a question to one sentinel may take: a master lookup asks them in turn, so a
+#: sentinel that does not answer must not hold up the next.
+SENTINEL_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long a client waits for a connection and for a reply, and how often redis-py
+    retries a command itself (None: its default, exponential backoff)."""
+
+    connect_s: float
+    read_s: float
+    retries: int | None = None
+    health_check_s: int = 0
+
+
+class RedisUse(Enum):
+    """What a client is for, which sets its :class:`Waits`."""
+
+    #: the worker's effect records, type limits and model calls: fail fast, the worker's
+    #: ``RedisGate`` waits out an outage
+    WORKER_RECORDS = Waits(connect_s=2.0, read_s=2.0, retries=1)
+    #: the read model and human-task inbox (projector, client, CLI): bounded waits, so an
+    #: unreachable server is an error, not a hang
+    READ_MODEL = Waits(connect_s=5.0, read_s=15.0, health_check_s=30)
+    #: an operator's one-off claims (dead-letter redrive and discard)
+    OPERATOR = Waits(connect_s=5.0, read_s=5.0)
+    #: the connector's webhook dedupe markers (async, a pool of its own)
+    WEBHOOK_DEDUPE = Waits(connect_s=2.0, read_s=5.0)
+    #: "does Redis answer?" (``keel infra``)
+    PROBE = Waits(connect_s=1.0, read_s=1.0, retries=0)
+
+
+def redis_client(url: str, use: RedisUse, *, decode_responses: bool = True) -> redis.Redis:
+    """A client of the Redis at ``url`` (a checked URL: ``orchestrator.redis_url``), or of
+    the master of the Sentinel group it names."""
+    options = _options(use, decode_responses)
+    if use.value.retries is not None:
+        options["retry"] = Retry(NoBackoff(), use.value.retries)
+    if topology_of(url) is RedisTopology.SENTINEL:
+        return cast("redis.Redis", _master_of(Sentinel, url, options))
+    return redis.Redis.from_url(url, **options)
+
+
+def async_redis_client(
+    url: str,
+    use: RedisUse,
+    *,
+    max_connections: int | None = None,
+    decode_responses: bool = False,
+) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`redis_client` (the connector's)."""
+    options = _options(use, decode_responses)
+    if max_connections is not None:
+        options["max_connections"] = max_connections
+    if use.value.retries is not None:
+        options["retry"] = redis.asyncio.retry.Retry(NoBackoff(), use.value.retries)
+    if topology_of(url) is RedisTopology.SENTINEL:
+        return cast("redis.asyncio.Redis", _master_of(AsyncSentinel, url, options))
+    return redis.asyncio.Redis.from_url(url, **options)
+
+
+def _options(use: RedisUse, decode_responses: bool) -> dict[str, Any]:
+    """A client's options from its use's waits (the same for both topologies)."""
+    waits = use.value
+    return {
+        "decode_responses": decode_responses,
+        "socket_connect_timeout": waits.connect_s,
+        "socket_timeout": waits.read_s,
+        "health_check_interval": waits.health_check_s,
+    }
+
+
+def _master_of(sentinel_class: type[Any], url: str, options: dict[str, Any]) -> Any:
+    """The client of the master the sentinels of a ``redis+sentinel://`` URL name."""
+    target = parse_sentinel_url(url)
+    sentinel = sentinel_class(
+        target.sentinels,
+        sentinel_kwargs=_sentinel_options(target),
+        **_node_options(target),
+        **options,
+    )
+    return sentinel.master_for(target.service)
+
+
+def _node_options(target: SentinelUrl) -> dict[str, Any]:
+    """How to log in to the master (and its replicas): the URL's user, password, database."""
+    options: dict[str, Any] = {"db": target.db}
+    if target.username:
+        options["username"] = target.username
+    if target.password is not None:
+        options["password"] = target.password
+    if target.tls:
+        options["ssl"] = True
+    return options
+
+
+def _sentinel_options(target: SentinelUrl) -> dict[str, Any]:
+    """How to ask a sentinel: briefly (:data:`SENTINEL_TIMEOUT_S`), with its own password."""
+    options: dict[str, Any] = {
+        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+        "socket_timeout": SENTINEL_TIMEOUT_S,
+    }
+    if target.sentinel_password is not None:
+        options["password"] = target.sentinel_password
+    if target.tls:
+        options["ssl"] = True
+    return options

@@ -1,0 +1,97 @@
+"""The one Redis client factory (orchestrator/io/redis/client_factory.py): a URL picks one server
+or a Sentinel group's master, with the waits of the client's use. No server is contacted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
+from redis.sentinel import MasterNotFoundError, SentinelConnectionPool
+
+from orchestrator.io.redis.client_factory import (
+    REDIS_AWAY,
+    SENTINEL_TIMEOUT_S,
+    RedisUse,
+    async_redis_client,
+    redis_client,
+)
+
+SENTINEL_URL = "redis+sentinel://keel:S3cr3t@s1:26380,s2/keel-master/2?sentinel_password=T0p"
+
+
+def test_a_plain_url_is_one_server_with_the_waits_of_its_use() -> None:
+    client = redis_client("redis://h:6380/1", RedisUse.READ_MODEL)
+    pool = client.connection_pool
+    assert type(pool) is redis.ConnectionPool
+    kwargs = pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("h", 6380, 1)
+    assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (5.0, 15.0)
+    assert kwargs["health_check_interval"] == 30
+    assert client.get_encoder().decode_responses is True
+
+
+def test_a_sentinel_url_is_its_services_master_found_through_the_sentinels() -> None:
+    client = redis_client(SENTINEL_URL, RedisUse.WORKER_RECORDS)
+    pool = client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.service_name == "keel-master" and pool.is_master
+    kwargs = pool.connection_kwargs
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (2, "keel", "S3cr3t")
+    assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (2.0, 2.0)
+    assert kwargs["retry"].get_retries() == 1
+    sentinels = pool.sentinel_manager.sentinels
+    addresses = [
+        (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+        for s in sentinels
+    ]
+    assert addresses == [("s1", 26380), ("s2", 26379)]
+    sentinel_kwargs = sentinels[0].connection_pool.connection_kwargs
+    assert sentinel_kwargs["password"] == "T0p"
+    assert sentinel_kwargs["socket_timeout"] == SENTINEL_TIMEOUT_S
+
+
+def test_the_passwords_stay_out_of_the_clients_repr() -> None:
+    client = redis_client(SENTINEL_URL, RedisUse.OPERATOR)
+    shown = repr(client) + repr(client.connection_pool.sentinel_manager)
+    assert "keel-master" in shown and "S3cr3t" not in shown and "T0p" not in shown
+
+
+def test_the_connectors_async_client_takes_the_same_url() -> None:
+    plain = async_redis_client("redis://h/0", RedisUse.WEBHOOK_DEDUPE, max_connections=7)
+    assert plain.connection_pool.max_connections == 7
+    client = async_redis_client(SENTINEL_URL, RedisUse.WEBHOOK_DEDUPE, max_connections=7)
+    pool = client.connection_pool
+    assert isinstance(pool, AsyncSentinelPool)
+    assert (pool.service_name, pool.max_connections) == ("keel-master", 7)
+    assert pool.connection_kwargs["password"] == "S3cr3t"
+    asyncio.run(client.aclose())
+    asyncio.run(plain.aclose())
+
+
+def test_no_sentinel_answering_is_redis_away() -> None:
+    """Nothing listens on port 1: the master lookup fails as ``MasterNotFoundError``, which
+    the worker's gate and the read model treat as an outage."""
+    client = redis_client("redis+sentinel://127.0.0.1:1/keel/0", RedisUse.PROBE)
+    with pytest.raises(MasterNotFoundError) as info:
+        client.ping()
+    assert isinstance(info.value, REDIS_AWAY)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("lost"),
+        redis.TimeoutError("slow"),
+        redis.ReadOnlyError("You can't write against a read only replica."),
+        MasterNotFoundError("No master found for 'keel'"),
+    ],
+)
+def test_failover_errors_are_redis_away(error: Exception) -> None:
+    assert isinstance(error, REDIS_AWAY)
+
+
+def test_a_wrong_request_is_not_redis_away() -> None:
+    assert not isinstance(redis.ResponseError("WRONGTYPE"), REDIS_AWAY)
