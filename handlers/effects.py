@@ -21,6 +21,8 @@ unknown) releases the claim. Records live under ``Keyspace.effect`` (``fx``), wh
 rebuild clears, and outlive the retry horizon (TTL). While Redis is unreachable the
 worker pauses claims (:class:`RedisGate`) instead of failing the attempt, so an outage
 costs time, never a retry; and the external system also deduplicates by the same key.
+In a Sentinel group every record is on a replica before the worker acts on it (``WAIT``),
+so the master's loss does not lose it (docs/operations.md, "Redis high availability").
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from enum import StrEnum
 from typing import Any, TypeVar, cast
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from orchestrator.domain.model.errors import UnavailableError
 
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
 # the task is abandoned (and redelivered).
@@ -43,6 +49,7 @@ from orchestrator.io.ports import Stopping
 from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
+from orchestrator.redis_url import RedisTopology, topology_of
 
 log = logging.getLogger("keel.worker.effects")
 
@@ -51,6 +58,10 @@ T = TypeVar("T")
 DEFAULT_TTL_S = 14 * 24 * 3600
 #: The raw result kept with a refused effect, for the operator (characters).
 MAX_RAW_CHARS = 64 * 1024
+#: In a Sentinel group, the replicas that must hold an effect record before a worker acts
+#: on it, and how long a write waits for them before it counts as "Redis away".
+SENTINEL_REPLICA_ACKS = 1
+REPLICA_ACK_TIMEOUT_MS = 500
 
 
 class ClaimOutcome(StrEnum):
@@ -87,6 +98,9 @@ if attempt < top then
 end
 if state == 'pending' and top == attempt then
   if redis.call('HGET', KEYS[1], 'owner') == ARGV[3] then
+    -- written again, so a replica acknowledgement (WAIT) asked for on another connection
+    -- than the first call's still covers the claim
+    redis.call('HSET', KEYS[1], 'owner', ARGV[3])
     return {'run', ''}
   end
   return {'in_doubt', tostring(top)}
@@ -95,6 +109,14 @@ redis.call('HSET', KEYS[1], 'state', 'pending', 'attempt', ARGV[1], 'top', ARGV[
            'owner', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return {'run', ''}
+"""
+
+# Record how a claimed call ended (committed or refused): ARGV[1] the TTL, then field/value
+# pairs; in one script, so the record and its TTL change together.
+_SETTLE = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
 """
 
 # Release only the claim this attempt holds: a later attempt's claim is never touched.
@@ -121,17 +143,36 @@ class Claim:
     message: str | None = None
 
 
+class ReplicaAckMissing(UnavailableError, redis.ConnectionError):
+    """No replica acknowledged an effect record in time. A failover now could promote a
+    replica without it, so the record is not yet safe to act on: the call counts as "Redis
+    away" and the worker's gate repeats it (a repeat by the same caller is harmless)."""
+
+
 class EffectStore:
-    def __init__(self, client: redis.Redis, prefix: str, ttl_s: int = DEFAULT_TTL_S) -> None:
+    """The effect records of one topic prefix (see the module doc).
+
+    ``replica_acks``: in a Sentinel group (1 by :meth:`from_url`), every write returns only
+    once that many replicas hold it (Redis ``WAIT`` on the writing connection), so the
+    replica Sentinel promotes after the master's loss (the one furthest ahead) has every
+    record a worker acted on. 0 (one server): no wait.
+    """
+
+    def __init__(
+        self, client: redis.Redis, prefix: str, ttl_s: int = DEFAULT_TTL_S, replica_acks: int = 0
+    ) -> None:
         self.r = client
         self.keys = Keyspace(prefix)
         self.ttl_s = ttl_s
+        self.replica_acks = replica_acks
         self._begin = client.register_script(_BEGIN)
+        self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(_RELEASE)
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> EffectStore:
-        return cls(redis_client(url, RedisUse.WORKER_RECORDS), prefix)
+        acks = SENTINEL_REPLICA_ACKS if topology_of(url) is RedisTopology.SENTINEL else 0
+        return cls(redis_client(url, RedisUse.WORKER_RECORDS), prefix, replica_acks=acks)
 
     def key(self, idempotency_key: str) -> str:
         """The Redis key of one effect record."""
@@ -140,7 +181,7 @@ class EffectStore:
     def begin(self, key: str, attempt: int, token: str | None = None) -> Claim:
         """Claim ``key`` for ``attempt``; ``token`` makes a repeated call by one run safe."""
         owner = token or uuid.uuid4().hex
-        outcome, value = self._begin(keys=[self.key(key)], args=[attempt, self.ttl_s, owner])
+        outcome, value = self._write(self._begin, self.key(key), [attempt, self.ttl_s, owner])
         if outcome == ClaimOutcome.COMMITTED:
             return Claim(outcome, result_json=value)
         if outcome == ClaimOutcome.REFUSED:
@@ -151,21 +192,14 @@ class EffectStore:
         return Claim(outcome)
 
     def commit(self, key: str, result_json: str) -> None:
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self.key(key), mapping={"state": EffectState.COMMITTED, "result": result_json})
-        pipe.expire(self.key(key), self.ttl_s)
-        pipe.execute()
+        fields = ["state", EffectState.COMMITTED, "result", result_json]
+        self._write(self._settle, self.key(key), [self.ttl_s, *fields])
 
     def refuse(self, key: str, error_type: str, message: str, raw: str) -> None:
         """The handler returned but its result was refused: keep the claim, for good."""
         refusal = json.dumps({"error_type": error_type, "message": message})
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(
-            self.key(key),
-            mapping={"state": EffectState.REFUSED, "refusal": refusal, "raw": raw[:MAX_RAW_CHARS]},
-        )
-        pipe.expire(self.key(key), self.ttl_s)
-        pipe.execute()
+        fields = ["state", EffectState.REFUSED, "refusal", refusal, "raw", raw[:MAX_RAW_CHARS]]
+        self._write(self._settle, self.key(key), [self.ttl_s, *fields])
 
     def release(self, key: str, attempt: int | None = None) -> bool:
         """The call failed without an effect (a definite failure): a retry may run.
@@ -173,11 +207,35 @@ class EffectStore:
         Only a ``pending`` claim is released, and with ``attempt`` only that attempt's;
         the highest attempt claimed is kept, so an older attempt stays fenced off.
         """
-        done = self._release(keys=[self.key(key)], args=["" if attempt is None else attempt])
+        done = self._write(self._release, self.key(key), ["" if attempt is None else attempt])
         return bool(done)
 
     def get(self, key: str) -> dict[str, str]:
         return cast("dict[str, str]", self.r.hgetall(self.key(key)))
+
+    def _write(self, script: Script, key: str, args: list[Any]) -> Any:
+        """``script``'s reply on ``key``; with ``replica_acks``, once replicas hold its write."""
+        if not self.replica_acks:
+            return script(keys=[key], args=args)
+        try:
+            return self._acknowledged(script, key, args)
+        except NoScriptError:  # a promoted master has not seen the script yet
+            self.r.script_load(script.script)
+            return self._acknowledged(script, key, args)
+
+    def _acknowledged(self, script: Script, key: str, args: list[Any]) -> Any:
+        """The script, then ``WAIT`` on the same connection (one pipeline: WAIT counts
+        the replicas that hold this connection's writes)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.evalsha(script.sha, 1, key, *args)
+        pipe.wait(self.replica_acks, REPLICA_ACK_TIMEOUT_MS)
+        reply, acked = pipe.execute()
+        if int(acked) < self.replica_acks:
+            raise ReplicaAckMissing(
+                f"{acked} of {self.replica_acks} replicas acknowledged an effect record "
+                f"within {REPLICA_ACK_TIMEOUT_MS} ms"
+            )
+        return reply
 
 
 class RedisGate:
