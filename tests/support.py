@@ -133,6 +133,28 @@ def assert_sound_history(wf: str, events: list) -> None:
     assert events[-1] is terminal[0], f"{wf}: events after the terminal one"
 
 
+def longest_stall_s(by_wf: dict[str, list], prefix: str, since_ms: int) -> tuple[float, float]:
+    """The longest time from ``since_ms`` on in which no run whose id starts with ``prefix``
+    committed an event, and when that gap began (seconds after ``since_ms``).
+
+    Read from the event store: each event's ``recorded_at`` is the orchestrator's clock at
+    the decision that wrote it, so a gap is time in which nothing of those runs was decided
+    and committed (a stalled orchestrator, worker, broker or Redis alike).
+    """
+    times = sorted(
+        ev.recorded_at
+        for wf, events in by_wf.items()
+        if wf.startswith(prefix)
+        for ev in events
+        if ev.recorded_at >= since_ms
+    )
+    longest, began = 0, 0
+    for before, after in zip([since_ms, *times], times, strict=False):
+        if after - before > longest:
+            longest, began = after - before, before - since_ms
+    return longest / 1000, began / 1000
+
+
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
     deadline = time.monotonic() + timeout_s
     while True:
