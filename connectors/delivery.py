@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
-from orchestrator.io.redis.client_factory import RedisUse, async_redis_client
+from orchestrator.io.redis.client_factory import RedisUse, async_redis_client, away_reason
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.settings import Settings
@@ -275,9 +275,9 @@ class Dedupe:
         except UnavailableError as exc:
             return str(exc)
         except RedisError as exc:
-            return f"Redis is unreachable: {type(exc).__name__}: {exc}"
+            return f"Redis is unreachable: {type(exc).__name__}: {away_reason(exc)}"
         return None
 
 
 def _redis_down(exc: RedisError) -> UnavailableError:
-    return UnavailableError(f"Redis is unavailable: {type(exc).__name__}: {exc}")
+    return UnavailableError(f"Redis is unavailable: {type(exc).__name__}: {away_reason(exc)}")

@@ -16,6 +16,7 @@ again" (the worker's ``RedisGate``), never "this request is wrong".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, cast
@@ -30,7 +31,14 @@ from redis.sentinel import Sentinel
 
 from orchestrator.redis_url import RedisTopology, SentinelUrl, parse_sentinel_url, topology_of
 
-__all__ = ["REDIS_AWAY", "SENTINEL_TIMEOUT_S", "RedisUse", "async_redis_client", "redis_client"]
+__all__ = [
+    "REDIS_AWAY",
+    "SENTINEL_TIMEOUT_S",
+    "RedisUse",
+    "async_redis_client",
+    "away_reason",
+    "redis_client",
+]
 
 #: The errors that mean "Redis is unreachable right now", not "this request is wrong":
 #: a lost connection or a timeout, no master known to the sentinels yet
@@ -41,6 +49,12 @@ REDIS_AWAY: tuple[type[BaseException], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.ReadOnlyError,
+)
+
+#: redis-py's repr of a sentinel's client inside ``MasterNotFoundError``'s message (ends
+#: with the three closing brackets of client, pool and connection).
+_SENTINEL_CLIENT = re.compile(
+    r"<redis\.(?:asyncio\.)?client\.Redis\(.*?,host=([^,]+),port=(\d+),.*?\)>\)>\)>"
 )
 
 #: How long a question to one sentinel may take: a master lookup asks them in turn, so a
@@ -74,6 +88,12 @@ class RedisUse(Enum):
     WEBHOOK_DEDUPE = Waits(connect_s=2.0, read_s=5.0)
     #: "does Redis answer?" (``keel infra``)
     PROBE = Waits(connect_s=1.0, read_s=1.0, retries=0)
+
+
+def away_reason(exc: BaseException) -> str:
+    """A Redis error as one short line: a master lookup that failed names each sentinel by
+    its address, not by redis-py's repr of its client (a screenful of options)."""
+    return _SENTINEL_CLIENT.sub(r"sentinel \1:\2", str(exc))
 
 
 def redis_client(url: str, use: RedisUse, *, decode_responses: bool = True) -> redis.Redis:

@@ -28,7 +28,7 @@ from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
-from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, away_reason, redis_client
 from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.run_index import Found, IndexQuery, RunIndex
@@ -64,7 +64,9 @@ def reachable(url: str) -> Iterator[None]:
     try:
         yield
     except REDIS_AWAY as exc:
-        raise UnavailableError(f"Redis at {redact(url)} did not answer: {exc}") from None
+        raise UnavailableError(
+            f"Redis at {redact(url)} did not answer: {away_reason(exc)}"
+        ) from None
 
 
 def _seq_text(seq: int | None) -> str | None:

@@ -16,6 +16,7 @@ from orchestrator.io.redis.client_factory import (
     SENTINEL_TIMEOUT_S,
     RedisUse,
     async_redis_client,
+    away_reason,
     redis_client,
 )
 
@@ -95,3 +96,33 @@ def test_failover_errors_are_redis_away(error: Exception) -> None:
 
 def test_a_wrong_request_is_not_redis_away() -> None:
     assert not isinstance(redis.ResponseError("WRONGTYPE"), REDIS_AWAY)
+
+
+def test_a_failed_master_lookup_names_each_sentinel_in_one_short_line() -> None:
+    client = redis_client("redis+sentinel://:S3cr3t@127.0.0.1:1,127.0.0.1:2/keel/0", RedisUse.PROBE)
+    with pytest.raises(MasterNotFoundError) as info:
+        client.ping()
+    assert len(str(info.value)) > 1000  # redis-py's repr of each sentinel's client
+    assert away_reason(info.value) == (
+        "No master found for 'keel' : "
+        "sentinel 127.0.0.1:1 - network:ConnectionError: Error 111 connecting to 127.0.0.1:1. "
+        "Connection refused., "
+        "sentinel 127.0.0.1:2 - network:ConnectionError: Error 111 connecting to 127.0.0.1:2. "
+        "Connection refused."
+    )
+
+
+def test_the_connectors_failed_lookup_is_one_short_line_too() -> None:
+    async def ping() -> BaseException:
+        client = async_redis_client("redis+sentinel://127.0.0.1:1/keel/0", RedisUse.PROBE)
+        try:
+            await client.ping()
+        except REDIS_AWAY as exc:
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("no error from a sentinel that does not listen")
+
+    reason = away_reason(asyncio.run(ping()))
+    assert reason.startswith("No master found for 'keel' : sentinel 127.0.0.1:1 - ")
+    assert len(reason) < 200
