@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psutil
@@ -87,14 +88,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def through_outage(fn: Callable[[], T], what: str, timeout_s: float = 30) -> T:
+def through_outage(
+    fn: Callable[[], T], what: str, timeout_s: float = 30, waited: list[float] | None = None
+) -> T:
     """``fn()`` retried while Redis is away (as the worker's gate does), for the test's own
-    calls; anything else is raised."""
-    deadline = time.monotonic() + timeout_s
+    calls; anything else is raised. ``waited`` gets the seconds it waited, if any."""
+    began = time.monotonic()
+    deadline = began + timeout_s
+    away = False
     while True:
         try:
-            return fn()
+            value = fn()
+            if waited is not None and away:
+                waited.append(time.monotonic() - began)
+            return value
         except (*REDIS_AWAY, UnavailableError):
+            away = True
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: Redis still away after {timeout_s}s") from None
             time.sleep(0.05)
@@ -200,7 +209,15 @@ def test_a_master_sigkill_under_load_loses_no_run_and_repeats_no_effect(
     reviews = [f"review-{i}" for i in range(REVIEWS)]
     for wf in reviews:
         assert hook.deliver(url, hook.requested(f"{wf}-start", wf, "invoice 7"))[0] == 202
-    wait_until(lambda: len(tasks.list()) == APPROVALS, 60, "the approvals in the inbox")
+
+    def all_open() -> list[dict[str, Any]] | None:
+        found = tasks.list()
+        return found if len(found) == APPROVALS else None
+
+    open_tasks = wait_until(all_open, 60, "the approvals in the inbox")
+    signer = settings.model_copy(update={"task_token_secret": SecretStr(secret)})
+    desk = TaskDesk(signer, tasks, client.send_as, wait_s=30)
+    tokens = TaskTokens(secret.encode(), "tests")
     for wf in reviews:
         wait_until(lambda wf=wf: _needs_documents(client, wf, 1), 60, f"{wf} to wait")
     client.start_many(
@@ -216,27 +233,34 @@ def test_a_master_sigkill_under_load_loses_no_run_and_repeats_no_effect(
     killed_at_ms = int(time.time() * 1000)
     watcher.start()
 
-    # During the failover: more postings and a webhook per review; then the decisions.
+    # During the failover: more postings, a webhook per review (a sender retrying what is
+    # answered 503) and every approval decided (retried while Redis is away), side by side.
     client.start_many(
         "invoice_posting", [(f"post-{i}", _invoice(i)) for i in range(POSTINGS // 2, POSTINGS)]
     )
-    delivered = [
-        hook.deliver_until_accepted(url, hook.added(f"{wf}-1", wf, "receipt")) for wf in reviews
-    ]
+
+    def deliver_all() -> list:
+        return [
+            hook.deliver_until_accepted(url, hook.added(f"{wf}-1", wf, "receipt")) for wf in reviews
+        ]
+
+    def decide(task: dict[str, Any]) -> Any:
+        token = tokens.issue(task["task_id"])
+        return desk.decide(token, *APPROVER, "approve", "ok", task["operation_digest"])
+
+    waited: list[float] = []
+
+    def decide_all() -> list:
+        return [through_outage(lambda t=t: decide(t), "a decision", 30, waited) for t in open_tasks]
+
+    with ThreadPoolExecutor(2) as pool:
+        hooks, decisions = pool.submit(deliver_all), pool.submit(decide_all)
+        delivered, outcomes = hooks.result(), decisions.result()
+    for outcome in outcomes:
+        assert outcome.status in (DecisionStatus.DECIDED, DecisionStatus.REPEATED), outcome
     watcher.join(FAILOVER_BOUND_S + 5)
     assert promoted, f"no replica promoted within {FAILOVER_BOUND_S}s"
     [(new, failover_s)] = promoted
-    signer = settings.model_copy(update={"task_token_secret": SecretStr(secret)})
-    desk = TaskDesk(signer, tasks, client.send_as, wait_s=30)
-    tokens = TaskTokens(secret.encode(), "tests")
-    for task in through_outage(tasks.list, "the inbox"):
-        outcome = through_outage(
-            lambda task=task: desk.decide(
-                tokens.issue(task["task_id"]), *APPROVER, "approve", "ok", task["operation_digest"]
-            ),
-            "a decision",
-        )
-        assert outcome.status in (DecisionStatus.DECIDED, DecisionStatus.REPEATED), outcome
     for wf in reviews:
         wait_until(lambda wf=wf: _needs_documents(client, wf, 2), 60, f"{wf}'s second wait")
         status, _, attempts = hook.deliver_until_accepted(
@@ -257,7 +281,8 @@ def test_a_master_sigkill_under_load_loses_no_run_and_repeats_no_effect(
     print(
         f"Redis master {old} SIGKILLed; replica {new} promoted after {failover_s:.2f}s; "
         f"longest stall {stall:.2f}s, from {began:.2f}s after the kill; "
-        f"webhook deliveries during it: {[a for _, _, a in delivered]}"
+        f"webhook deliveries during it: {[a for _, _, a in delivered]}; decisions that waited "
+        f"for Redis: {[round(w, 2) for w in waited]}"
     )
 
     # The ledger's books: one posting per key, every key posted.
