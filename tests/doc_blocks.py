@@ -19,6 +19,10 @@ The conventions, one info string after ```` ```python ```` (the only markers the
 * ```` ```python continued ```` -- it goes on from the page's previous Python block that runs
   (fragments in between are skipped): it runs in that block's module, after it (their chain
   needs a stack if any of them says so, e.g. ```` ```python continued needs-stack ````).
+* ```` ```python file=PATH ```` -- the whole file ``PATH`` of a project the page builds
+  (docs/tutorial.md: the shop of docs/tutorial/). Never run here: the page's own test
+  checks each such block equals the project's file and runs the project's tests
+  (tests/unit/test_tutorial.py); like a fragment it must compile and import only the face.
 * ```` ```python fragment ```` -- deliberately incomplete (``...`` for what is left out, names
   defined elsewhere, an excerpt of a bundled example's source): it must compile and import only
   the public face, and is never run. Prefer a complete block; a fragment is for an excerpt.
@@ -58,6 +62,8 @@ PYTHON = frozenset({"python", "py", "python3"})
 #: The markers an info string may carry after the language.
 CONTINUED, FRAGMENT, NEEDS_STACK = "continued", "fragment", "needs-stack"
 MARKERS = frozenset({CONTINUED, FRAGMENT, NEEDS_STACK})
+#: ``file=PATH``: the block is the file PATH of the project its page builds.
+FILE_PREFIX = "file="
 #: The app a stack block's services load when it imports none.
 DEFAULT_APP = "orchestrator.examples"
 #: Pages whose needs-stack blocks a test of their own runs (checking what they print).
@@ -96,6 +102,17 @@ class Snippet:
     @property
     def is_python(self) -> bool:
         return self.lang in PYTHON
+
+    @property
+    def project_file(self) -> str | None:
+        """``PATH`` of a ``file=PATH`` marker: a file of the project the page builds."""
+        found = [m.removeprefix(FILE_PREFIX) for m in self.markers if m.startswith(FILE_PREFIX)]
+        return found[0] if found else None
+
+    @property
+    def runs(self) -> bool:
+        """Whether this harness runs it (not a fragment, not a project's file)."""
+        return FRAGMENT not in self.markers and self.project_file is None
 
 
 def snippets(page: Path) -> list[Snippet]:
@@ -192,20 +209,22 @@ def marker_errors(page: Path) -> list[str]:
     errors: list[str] = []
     runs = False  # a block that runs came before
     for block in (s for s in snippets(page) if s.is_python):
-        unknown = [m for m in block.markers if m not in MARKERS]
+        unknown = [m for m in block.markers if m not in MARKERS and FILE_PREFIX not in m]
         if unknown:
             errors.append(
                 f"{block}: unknown marker(s) {', '.join(unknown)} after ```{block.lang} "
                 f"(known: {', '.join(sorted(MARKERS))}; tests/doc_blocks.py)"
             )
-        if FRAGMENT in block.markers and len(set(block.markers) & MARKERS) > 1:
-            errors.append(f"{block}: a fragment is never run; it takes no other marker")
+        if not block.runs and len(block.markers) > 1:
+            errors.append(
+                f"{block}: a fragment or a file= block never runs; it takes no other marker"
+            )
         if CONTINUED in block.markers and not runs:
             errors.append(
                 f"{block}: 'continued' needs a Python block before it on the page that runs "
                 "(not a fragment)"
             )
-        runs = runs or FRAGMENT not in block.markers
+        runs = runs or block.runs
     return errors
 
 
@@ -213,7 +232,7 @@ def chains(page: Path) -> list[Chain]:
     """The page's blocks that run, grouped into chains (fragments left out)."""
     found: list[Chain] = []
     for block in (s for s in snippets(page) if s.is_python):
-        if FRAGMENT in block.markers:
+        if not block.runs:
             continue
         if CONTINUED in block.markers and found:
             found[-1].blocks.append(block)

@@ -129,6 +129,21 @@ def test_a_fragment_is_compiled_but_never_run(tmp_path: Path) -> None:
     assert compile_error(broken) == f"{page}:5: not valid Python: '(' was never closed (line 6)"
 
 
+def test_a_project_file_block_is_left_to_its_pages_own_test(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """\
+        ```python file=shop/app.py
+        raise SystemExit("a project's file ran")
+        ```
+        """,
+    )
+    (block,) = snippets(page)
+    assert (block.project_file, block.runs) == ("shop/app.py", False)
+    assert marker_errors(page) == [] and chains(page) == []
+    assert run_page(page, stack=False) == []
+
+
 def test_an_unmarked_block_that_needs_a_stack_says_so(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
@@ -232,7 +247,7 @@ def test_markers_are_checked(tmp_path: Path) -> None:
         "(not a fragment)",
         f"{page}:5: unknown marker(s) needs_stack after ```python "
         f"(known: {CONTINUED}, {FRAGMENT}, {NEEDS_STACK}; tests/doc_blocks.py)",
-        f"{page}:9: a fragment is never run; it takes no other marker",
+        f"{page}:9: a fragment or a file= block never runs; it takes no other marker",
     ]
     # a continued block after a fragment continues the block that ran before it
     assert [[b.line for b in c.blocks] for c in chains(page)] == [[1], [5, 13]]
