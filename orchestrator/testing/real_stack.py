@@ -18,6 +18,7 @@ process, and hands back a :class:`~orchestrator.client.client.KeelClient`.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -80,17 +81,18 @@ class RealStack:
         from orchestrator.io.handoff.committed_channel import CommittedEvents
         from orchestrator.projector.projector import Projector
 
-        orch = Orchestrator(settings, app, hard_exit_on_stall=False)
-        processes: list[Any] = [orch, Worker(settings, app, hard_exit_on_stall=False)]
+        served = _with_schedules(app, settings)
+        orch = Orchestrator(settings, served, hard_exit_on_stall=False)
+        processes: list[Any] = [orch, Worker(settings, served, hard_exit_on_stall=False)]
         if isinstance(orch.committed, CommittedEvents):  # this process's committed events
-            processes.append(Projector(settings, app, committed=orch.committed))
+            processes.append(Projector(settings, served, committed=orch.committed))
         threads = [
             threading.Thread(target=p.run, name=f"keel-{type(p).__name__.lower()}", daemon=True)
             for p in processes
         ]
         for t in threads:
             t.start()
-        client = KeelClient(settings, app)
+        client = KeelClient(settings, served)
         try:
             yield client
         finally:
@@ -99,6 +101,20 @@ class RealStack:
                 p.stop()
             for t in threads:
                 t.join(30)
+
+
+def _with_schedules(app: KeelApp, settings: Settings) -> KeelApp:
+    """A copy of ``app`` that knows the built-in ``keel.schedule``, its ticks starting runs
+    on ``settings`` (as ``keel orchestrator`` and ``keel worker`` serve an app: a schedule
+    created in the test fires); ``app`` itself is left as it was."""
+    from orchestrator.client.client import KeelClient
+    from orchestrator.client.schedule_ticks import install_schedules
+
+    served = copy.copy(app)
+    served.definitions = dict(app.definitions)
+    served.handlers = dict(app.handlers)
+    served._decider = None
+    return install_schedules(served, lambda: KeelClient(settings, served))
 
 
 def _keel(*args: str, env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
