@@ -94,12 +94,14 @@ evaluate: setup
 down:
 	$(BIN)/keel infra down
 
-# The bundled examples are also held to mypy --strict: written as a user's app is (docs/workflows.md).
+# The bundled examples and the tutorial's shop are also held to mypy --strict: written as a
+# user's app is (docs/workflows.md, docs/tutorial.md; the shop with its own [tool.mypy]).
 lint: $(BIN)/keel
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy orchestrator handlers connectors ops
 	$(BIN)/mypy --strict --follow-imports=silent orchestrator/examples
+	cd docs/tutorial && $(abspath $(BIN))/mypy shop tests
 	$(BIN)/lint-imports
 
 fmt: $(BIN)/keel
