@@ -41,7 +41,13 @@ from orchestrator.client.client import KeelClient
 from orchestrator.domain.model.messages import WorkflowCompleted
 from orchestrator.settings import Settings
 from tests.fault.conftest import heal
-from tests.support import Services, assert_sound_history, histories, wait_until
+from tests.support import (
+    Services,
+    assert_sound_history,
+    histories,
+    longest_stall_s,
+    wait_until,
+)
 
 BATCH = 300
 WORKFLOW = "three_step"
@@ -272,29 +278,6 @@ def start_batch(k: Keel, label: str) -> None:
     k.started += BATCH
 
 
-def longest_stall_s(k: Keel, label: str, killed_at_ms: int) -> tuple[float, float]:
-    """The longest time the batch ``label`` went without a committed event after the
-    kill, and when (seconds after the kill) that gap began.
-
-    Read from the event store: each event's ``recorded_at`` is the orchestrator's clock
-    at the decision that wrote it, so a gap is time in which nothing of the batch was
-    decided and committed (a stalled orchestrator, worker or broker alike).
-    """
-    by_wf = histories(k.settings, expect_events=0)
-    times = sorted(
-        ev.recorded_at
-        for wf, events in by_wf.items()
-        if wf.startswith(f"{label}-")
-        for ev in events
-        if ev.recorded_at >= killed_at_ms
-    )
-    longest, began = 0, 0
-    for before, after in zip([killed_at_ms, *times], times, strict=False):
-        if after - before > longest:
-            longest, began = after - before, before - killed_at_ms
-    return longest / 1000, began / 1000
-
-
 def placed(
     k: Keel, label: str, target: Callable[[Keel], tuple[int, set[Role]]]
 ) -> tuple[int, set[Role]]:
@@ -329,7 +312,8 @@ def kill_round(k: Keel, label: str, target: Callable[[Keel], tuple[int, set[Role
     what = f"{label} (broker {node}, {' + '.join(sorted(held))}, killed with {in_flight} in flight)"
     await_batch(k, what)
     assert k.orch.poll() is None and k.worker.poll() is None
-    stall, began = longest_stall_s(k, label, killed_at_ms)
+    by_wf = histories(k.settings, expect_events=0)
+    stall, began = longest_stall_s(by_wf, f"{label}-", killed_at_ms)
     print(f"{what}: longest stall {stall:.2f}s, from {began:.2f}s after the kill")
     if STALL_REPORT:
         with open(STALL_REPORT, "a") as out:
