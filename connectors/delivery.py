@@ -32,12 +32,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.redis.client_factory import RedisUse, async_redis_client, away_reason
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
-from orchestrator.settings import Settings
 
 __all__ = ["MAX_REDIS_CONNECTIONS", "AckingProducer", "Claim", "ClaimState", "Dedupe"]
 

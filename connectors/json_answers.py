@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestrator.redaction import clip
+from orchestrator.config.redaction import clip
 
 __all__ = ["error_answer", "json_answer", "json_errors", "read_body", "standard_json"]
 

@@ -41,6 +41,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from orchestrator.config.redis_url import RedisTopology, topology_of
 from orchestrator.domain.model.errors import UnavailableError
 
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
@@ -49,7 +50,6 @@ from orchestrator.io.ports import Stopping
 from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
-from orchestrator.redis_url import RedisTopology, topology_of
 
 log = logging.getLogger("keel.worker.effects")
 

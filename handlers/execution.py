@@ -34,10 +34,10 @@ from handlers.sdk.activity_errors import (
 )
 from handlers.sdk.markers import has_side_effect
 from orchestrator.application.app import ActivityHandler, KeelApp
+from orchestrator.config.settings import load_settings
 from orchestrator.domain.model.errors import KeelError, LimitExceededError, format_validation_error
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
 from orchestrator.io.ports import Stopping
-from orchestrator.settings import load_settings
 from orchestrator.trust.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
 
 log = logging.getLogger("keel.worker")

@@ -56,7 +56,7 @@ from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
 from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text
 from orchestrator.domain.model.messages import (
@@ -77,11 +77,11 @@ from orchestrator.io.ports import (
     Stopping,
     TaskIntake,
 )
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import report_envelope
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import worker_metrics
 

@@ -59,7 +59,7 @@ from ops.bench_rig import (
     fold_deferred_s,
 )
 from orchestrator.client.client import KeelClient
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 
 
 def _hops(before: dict[str, Any], after: dict[str, Any], workflows: int) -> dict[str, float]:
@@ -399,7 +399,7 @@ def run_bench(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     parser = argparse.ArgumentParser(prog="python -m ops.bench", description=__doc__)
     parser.add_argument("--workflows", type=int, default=2000)

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from orchestrator.codec import codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENT_NAMES,
     TERMINAL_EVENTS,
@@ -25,7 +25,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.io.kafka.clients import consume_batch, consumer_config
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import codec_for
 
 __all__ = ["EventTail", "RssSampler", "clock_ms"]
 

@@ -31,8 +31,8 @@ from ops.bench_rig import (
     fold_deferred_s,
 )
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import Settings
 from orchestrator.records.envelopes import now_ms
-from orchestrator.settings import Settings
 
 __all__ = ["run_finished", "run_recovery"]
 

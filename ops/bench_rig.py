@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 
 REMOTE = "three_step"
 LOCAL = "three_step_local"

@@ -33,11 +33,11 @@ from rich.table import Table
 from ops.demo_checks import Expectation, Findings, Kind, check
 from ops.fakes.ledger import LedgerClient
 from orchestrator.cli.output import styled
-from orchestrator.codec import codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, SignalWorkflow, StateEntered
 from orchestrator.io.kafka.clients import security_config
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import codec_for
 
 START_RATE_PER_S = 80.0
 WAITING_STATE = "needs_documents"

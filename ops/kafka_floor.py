@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.bench_rig import _percentile
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.clients import (
     admin_config,
     consumer_config,
@@ -34,7 +35,6 @@ from orchestrator.io.kafka.clients import (
     read_partitions,
     transactional_producer,
 )
-from orchestrator.settings import Settings
 
 __all__ = ["hop", "read_ceiling"]
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import psutil
 
+from orchestrator.config.settings import Settings, broker_properties, private_dir
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.settings import Settings, broker_properties, private_dir
 
 OPS_DIR = Path(__file__).resolve().parent
 POM = OPS_DIR / "kafka" / "pom.xml"

@@ -37,11 +37,11 @@ from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history, write_history
 from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
 from orchestrator.client.run_views import RunSummary
+from orchestrator.config.settings import Settings, load_settings
 from orchestrator.domain.model.messages import RedriveActivity, SignalWorkflow
 from orchestrator.examples import app
 from orchestrator.io.kafka.topics import create_topics
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.settings import Settings, load_settings
 from orchestrator.trust.human_task_tokens import TaskTokens
 
 WAIT_S = 60.0

@@ -28,10 +28,10 @@ from ops.record_histories import WAIT_S, _process, recording_env
 from orchestrator.client.client import KeelClient
 from orchestrator.client.history_io import read_topic_history, write_history
 from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
+from orchestrator.config.settings import Settings, load_settings
 from orchestrator.examples.llm_invoices import app
 from orchestrator.io.kafka.topics import create_topics
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.settings import Settings, load_settings
 from orchestrator.trust.human_task_tokens import TaskTokens
 
 APP = "orchestrator.examples.llm_invoices:app"

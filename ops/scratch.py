@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import redis
 from confluent_kafka import KafkaError, KafkaException
 
+from orchestrator.config.settings import TOPIC_KINDS, Settings
 from orchestrator.io.kafka.topics import admin_client, create_topics
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.settings import TOPIC_KINDS, Settings
 
 __all__ = ["Dropped", "drop", "fresh"]
 

@@ -13,7 +13,7 @@ role like ``temporalio.workflow`` / ``temporalio.activity``, the modules
   ``orchestrator.errors``; ``orchestrator.testing`` is reserved for the test kit.
 
 Every name of those modules is also a name of this package (the flat face, kept for
-compatibility), both generated from the one table in ``orchestrator.public_face``. The
+compatibility), both generated from the one table in ``orchestrator.application.public_face``. The
 domain's internals, the runtime, the processes and the CLI stay behind the processes and
 may change between releases; the docs import from the face only
 (tests/unit/test_doc_snippets.py).
@@ -28,9 +28,9 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
-from orchestrator.public_face import ROLES as _ROLES
-from orchestrator.public_face import flat_names as _flat_names
-from orchestrator.public_face import load as _load
+from orchestrator.application.public_face import ROLES as _ROLES
+from orchestrator.application.public_face import flat_names as _flat_names
+from orchestrator.application.public_face import load as _load
 
 __all__ = _flat_names()
 
@@ -86,6 +86,8 @@ if _typing.TYPE_CHECKING:  # for type checkers; at run time names load on first 
     from orchestrator.client.run_search import RunFilter as RunFilter
     from orchestrator.client.run_search import RunPage as RunPage
     from orchestrator.client.run_search import RunRow as RunRow
+    from orchestrator.config.settings import Settings as Settings
+    from orchestrator.config.settings import load_settings as load_settings
     from orchestrator.domain.authoring.definitions import RetryPolicy as RetryPolicy
     from orchestrator.domain.authoring.definitions import SignalWait as SignalWait
     from orchestrator.domain.authoring.definitions import State as State
@@ -125,8 +127,6 @@ if _typing.TYPE_CHECKING:  # for type checkers; at run time names load on first 
     from orchestrator.domain.model.vocabulary import OnUnknown as OnUnknown
     from orchestrator.domain.model.vocabulary import ParentClosePolicy as ParentClosePolicy
     from orchestrator.domain.model.vocabulary import WorkflowStatus as WorkflowStatus
-    from orchestrator.settings import Settings as Settings
-    from orchestrator.settings import load_settings as load_settings
     from orchestrator.trust.sealing import SealedValue as SealedValue
     from orchestrator.trust.sealing import Sensitive as Sensitive
 

@@ -6,7 +6,7 @@ a handler raises (transient, permanent, outcome unknown), ``RateLimit`` for
 
 Like ``temporalio.activity``: ``from orchestrator import activity`` then
 ``activity.context()``. Names load on first use from the table in
-``orchestrator.public_face``; imports no I/O client.
+``orchestrator.application.public_face``; imports no I/O client.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import types as _types
 import typing as _typing
 import warnings as _warnings
 
-from orchestrator.public_face import load as _load
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import load as _load
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("activity", globals())
 

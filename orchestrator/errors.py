@@ -3,14 +3,14 @@ application object raise (a bad definition or input, an unknown workflow, a refu
 command, an unavailable broker). The CLI maps each kind to an exit status.
 
 The failure classes a handler raises are in ``orchestrator.activity``. Names load on
-first use from the table in ``orchestrator.public_face``; imports no I/O client.
+first use from the table in ``orchestrator.application.public_face``; imports no I/O client.
 """
 
 from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("errors", globals())
 

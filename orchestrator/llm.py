@@ -4,14 +4,14 @@ what an invalid output leads to and the risk rules that send a result to a perso
 
 Declaring loads neither the HTTP provider nor the Redis record of model calls (the worker
 loads those when it runs a step). Names load on first use from the table in
-``orchestrator.public_face``.
+``orchestrator.application.public_face``.
 """
 
 from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("llm", globals())
 

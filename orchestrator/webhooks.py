@@ -3,7 +3,7 @@ actions a route returns, ``WebhookSignal`` to a workflow or ``WebhookStart`` of 
 verified ``WebhookEvent`` a provider's scheme hands it, the ``SignatureScheme`` and the
 ``RouteError`` a route raises to answer 400.
 
-Names load on first use from the table in ``orchestrator.public_face``; imports no I/O
+Names load on first use from the table in ``orchestrator.application.public_face``; imports no I/O
 client (the connector serves the sources).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("webhooks", globals())
 

@@ -5,14 +5,14 @@ attributes and recorded migrations (docs/workflows.md).
 
 Pure: these are the domain's own types, re-exported (``isinstance`` holds across paths),
 so importing them loads no I/O client. Names load on first use from the table in
-``orchestrator.public_face``; imports nothing else of Keel until then.
+``orchestrator.application.public_face``; imports nothing else of Keel until then.
 """
 
 from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("workflow", globals())
 

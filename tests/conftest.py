@@ -113,7 +113,7 @@ def _from_testcontainers() -> Iterator[Servers]:
 
 
 def stack_settings(home: Path, kafka_port: int, redis_port: int):
-    from orchestrator.settings import Settings
+    from orchestrator.config.settings import Settings
 
     return Settings(
         home=home,
@@ -177,8 +177,8 @@ def settings(servers: Servers, topic_prefix: str, request: pytest.FixtureRequest
     """Settings for one test: the session's servers, a fresh prefix, topics created, and
     a home of its own (a key file one test's code creates there never signs another's
     decisions); afterwards the prefix's histories must keep the invariants."""
+    from orchestrator.config.settings import Settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 
     s = Settings(

@@ -7,8 +7,8 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityTask, Envelope
+from orchestrator.payload_schemas.codec import Codec
 
 
 def read_topic(
@@ -103,7 +103,7 @@ class Services:
 
 
 def decode_all(records) -> list:
-    from orchestrator.codec import Codec
+    from orchestrator.payload_schemas.codec import Codec
 
     codec = Codec()
     return [codec.decode(r.value()) for r in records]

@@ -1,6 +1,6 @@
 """Which verifier checks a source's deliveries, and the keys it checks them with.
 
-:func:`verify_delivery` is the connector's one entry (connectors/service.py): under
+:func:`verify_delivery` is the connector's one entry (connectors/server/service.py): under
 ``keel`` it checks ``Keel-Signature`` (connectors/signing.py) and asks the source's
 ``event_id`` for the id; under a provider's scheme the provider's verifier names it.
 Either way the id is checked against the event-id rule (docs/connector.md).

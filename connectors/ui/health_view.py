@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.application.app import KeelApp
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.backlog import consumer_lag
 from orchestrator.runtime.health import service_health
-from orchestrator.settings import Settings
 
 __all__ = ["GONE_SHOWN_S", "Health", "health"]
 

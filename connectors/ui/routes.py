@@ -35,12 +35,12 @@ from connectors.ui.timeline import duration, timeline
 from orchestrator.application.app import KeelApp
 from orchestrator.client.client import KeelClient, parse_json
 from orchestrator.client.migration_requests import MigrationPlan
+from orchestrator.config.redaction import clip
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import InvalidInputError, KeelError, NotFoundError, iso_utc
 from orchestrator.domain.model.state import STATUSES, TERMINAL_STATUSES
 from orchestrator.domain.model.vocabulary import Resolution
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
-from orchestrator.redaction import clip
-from orchestrator.settings import Settings
 
 __all__ = ["OPERATOR_ROLE", "OperatorUi", "mount"]
 

@@ -10,8 +10,8 @@ step never imports this module, so an application's code loads neither.
 from __future__ import annotations
 
 from handlers.llm.runtime import LlmRuntime, use_factory
+from orchestrator.config.settings import Settings
 from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
-from orchestrator.settings import Settings
 
 __all__ = ["runtime_from_environment", "use_environment"]
 
@@ -24,7 +24,7 @@ def runtime_from_environment(
     from handlers.llm.llm_settings import load_llm_settings
     from handlers.llm.providers import provider_from_settings
     from handlers.llm.store import LlmStore
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     keel = settings if settings is not None else load_settings()
     llm = load_llm_settings()

@@ -60,9 +60,9 @@ from ops.evaluation.next_version import deployed
 from ops.invoices.invoice_demo import Stack
 from orchestrator.application.driver_rules import Driver
 from orchestrator.cli.output import styled
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
-from orchestrator.settings import Settings
 
 __all__ = [
     "OWN_FAULTS",

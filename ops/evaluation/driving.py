@@ -47,11 +47,11 @@ from orchestrator.client.client import KeelClient
 from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
 from orchestrator.client.json_args import payload_json
 from orchestrator.client.query_answers import without_ciphertext
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import load_task_tokens
 
 __all__ = ["Answered", "DriverAgent", "webhook_secrets"]

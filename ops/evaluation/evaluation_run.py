@@ -24,8 +24,8 @@ from ops.evaluation.fault_batch import BatchResult, evaluation_items, run_batch
 from ops.evaluation.fault_plans import FaultClass, Variant, plan_for
 from ops.faults.service_faults import SeededBug
 from orchestrator.cli.output import styled
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import InvalidInputError, iso_utc
-from orchestrator.settings import Settings
 
 __all__ = ["WORKFLOWS", "run_evaluation", "run_own_evaluation"]
 

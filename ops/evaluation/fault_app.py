@@ -41,8 +41,8 @@ from ops.evaluation.fault_plans import OUTAGE_RETRY_AFTER_S, OUTAGE_S, FaultClas
 from ops.evaluation.next_version import deployed
 from orchestrator import OnUnknown, OutcomeUnknownError, TransientError, activity
 from orchestrator.application.app import ActivityHandler, KeelApp, load_app
+from orchestrator.config.settings import Settings
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
-from orchestrator.settings import Settings
 
 __all__ = ["FaultBook", "Roles", "app", "roles_of", "wrapped_app"]
 

@@ -33,8 +33,8 @@ from ops.invoices.invoice_demo import Desk, fakes_running, pipeline_stack, uploa
 from ops.invoices.invoice_report import Books
 from ops.invoices.invoice_samples import Sample, Scenario, samples
 from orchestrator.cli.output import styled
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.state import TERMINAL_STATUSES
-from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp

@@ -14,8 +14,8 @@ import threading
 import time
 from types import TracebackType
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.backlog import consumer_lag
-from orchestrator.settings import Settings
 
 __all__ = ["LagSampler", "lag_name"]
 

@@ -49,9 +49,9 @@ from ops.invoices.invoice_samples import (
     samples,
 )
 from orchestrator.cli.output import styled
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.state import TERMINAL_STATUSES
-from orchestrator.settings import Settings
 
 __all__ = [
     "APP",

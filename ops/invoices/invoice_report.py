@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.cli.output import styled
+from orchestrator.config.settings import Settings
 from orchestrator.domain.history.invariants import check_history
 from orchestrator.domain.history.unknown_outcomes import OutcomeFold, SettledBy, Unknown
 from orchestrator.domain.model.messages import (
@@ -36,7 +37,6 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.saga_messages import WorkflowCompensationFailed
 from orchestrator.records.llm_usage import usages_of
-from orchestrator.settings import Settings
 
 __all__ = ["Books", "Findings", "duplicate_effects", "find", "outcome_of", "report"]
 

@@ -2,7 +2,7 @@
 
 One run per distinct file, its SHA-256 the workflow id: a file submitted again (or
 received through the connector's ``invoices`` source) joins the run it started
-(docs/invoice-pipeline.md). ``ops/tool_commands.py`` declares the command and calls
+(docs/invoice-pipeline.md). ``ops/cli/tool_commands.py`` declares the command and calls
 :func:`submit_files` when it runs, so ``keel`` loads this module only then.
 """
 
@@ -25,10 +25,10 @@ MAX_FILE_BYTES = 200_000
 def submit_files(files: list[Path], wait: float, json_: bool) -> None:
     """Start one invoice_pipeline run per file (a file already received joins its run)."""
     from orchestrator.client.client import KeelClient
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import InvalidInputError
     from orchestrator.examples.invoice_pipeline import app
     from orchestrator.examples.invoice_pipeline.pipeline_models import submission
-    from orchestrator.settings import load_settings
 
     bodies = []
     for path in files:  # read and check every file before sending anything

@@ -18,7 +18,7 @@ are signed (:class:`SignatureScheme`, ``keel`` by default): under a provider's s
 provider names the event id and type, so ``event_id`` is left out and ``route`` receives a
 :class:`WebhookEvent`. This module is authoring: it imports the domain only, so the
 application object holds its sources without loading the connector
-(``connectors/webhooks.py`` reads deliveries; ``connectors/service.py`` serves them).
+(``connectors/webhooks.py`` reads deliveries; ``connectors/server/service.py`` serves them).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 def error_line(exc: BaseException) -> str:
     """The one line an expected failure prints: no newline, no password."""
-    from orchestrator.settings import redact
+    from orchestrator.config.settings import redact
 
     return "error: " + " ".join(redact(str(exc)).split())
 

@@ -20,9 +20,9 @@ import typer
 
 if TYPE_CHECKING:
     from orchestrator.application.app import KeelApp
+    from orchestrator.config.settings import Settings
     from orchestrator.io.adapter_hooks import AdapterHooks
     from orchestrator.records.clock import Clock
-    from orchestrator.settings import Settings
 
 DEFAULT_APP = "orchestrator.examples:app"
 AppOption = Annotated[
@@ -38,9 +38,9 @@ AppOption = Annotated[
 
 def app_spec(flag: str | None) -> str:
     """The ``MODULE:ATTR`` to load (``ConfigError`` inside a user's project naming none)."""
+    from orchestrator.config.project_config import find_project
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import ConfigError
-    from orchestrator.project_config import find_project
-    from orchestrator.settings import load_settings
 
     if flag:
         return flag
@@ -59,7 +59,7 @@ def app_spec(flag: str | None) -> str:
 
 def importable_here() -> None:
     """Put the working directory, then the project's folder, first on ``sys.path``."""
-    from orchestrator.project_config import find_project
+    from orchestrator.config.project_config import find_project
 
     folder = find_project().folder
     for path in reversed([Path.cwd(), *([folder] if folder is not None else [])]):

@@ -1,4 +1,4 @@
-"""``keel connector``: the webhook service (connectors/service.py, docs/connector.md)."""
+"""``keel connector``: the webhook service (connectors/server/service.py, docs/connector.md)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def connector(
     """Run the connector: signed webhooks in, commands to Kafka (GET /healthz, POST /webhooks/S)."""
     import asyncio
 
-    from connectors.service import Connector, serve
+    from connectors.server.service import Connector, serve
     from orchestrator.cli.app_spec import adapter_hooks
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import KeelError
     from orchestrator.records.clock import SystemClock
-    from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.tracing import configure_tracing

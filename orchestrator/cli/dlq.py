@@ -31,7 +31,7 @@ def list_(
 ) -> None:
     """Open dead letters by time across partitions, oldest first (``--all``: closed too)."""
     from orchestrator.client.dead_letters import DeadLetters, LetterState, shown_time
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     letters = DeadLetters(load_settings()).letters(newest_first=newest_first)
     shown = [x for x in letters if all_ or x.state == LetterState.OPEN]
@@ -66,7 +66,7 @@ def list_(
 def redrive(letter_id: str, app: AppOption = None) -> None:
     """Send a dead letter out again, once: a new attempt of an activity, or the record."""
     from orchestrator.client.dead_letters import DeadLetters
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     console.print(DeadLetters(load_settings()).redrive(letter_id))
 
@@ -82,7 +82,7 @@ def discard(
 ) -> None:
     """Close a dead letter without sending anything, once; who, when and why are recorded."""
     from orchestrator.client.dead_letters import DeadLetters
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     typer.echo(DeadLetters(load_settings()).discard(letter_id, reason, actor))
 
@@ -104,8 +104,8 @@ def resolve(
 ) -> None:
     """Settle an activity whose outcome Keel could not establish (needs_attention)."""
     from orchestrator.client.client import KeelClient, parse_json
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.settings import load_settings
 
     chosen = [o for o in (found is not None, not_found, failed is not None) if o]
     if len(chosen) != 1:

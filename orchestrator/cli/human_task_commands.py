@@ -21,8 +21,8 @@ from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
+    from orchestrator.config.settings import Settings
     from orchestrator.io.redis.human_task_inbox import TasksView
-    from orchestrator.settings import Settings
 
 human_tasks_app = typer.Typer(help="Human tasks: the inbox, and deciding a task.")
 console = LazyConsole(highlight=False, emoji=False)
@@ -127,8 +127,8 @@ def list_(
     app: UnusedAppOption = None,
 ) -> None:
     """Open human tasks by due time: owner, escalation level, workflow, evidence."""
+    from orchestrator.config.settings import load_settings
     from orchestrator.io.redis.read_model import reachable
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     with reachable(settings.redis):
@@ -149,8 +149,8 @@ def show(
     app: UnusedAppOption = None,
 ) -> None:
     """One task: evidence, operation digest, decision, and its history."""
+    from orchestrator.config.settings import load_settings
     from orchestrator.io.redis.read_model import reachable
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     view = _view(settings)
@@ -238,6 +238,7 @@ def decide(
     from orchestrator.client.client import KeelClient
     from orchestrator.client.human_task_decisions import DecisionStatus, Refusal
     from orchestrator.client.json_args import read_json_arg
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import (
         CommandRejected,
         ConfigError,
@@ -246,7 +247,6 @@ def decide(
         NotFoundError,
     )
     from orchestrator.io.redis.read_model import reachable
-    from orchestrator.settings import load_settings
     from orchestrator.trust.human_task_tokens import load_task_tokens
 
     if approve == reject:

@@ -21,7 +21,7 @@ def workers(
     """Per activity type with limits: max concurrent and running now, the rate limit,
     starts in its current window, starts reserved, and when the next may start."""
     from handlers.type_limits import read_usage
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     settings = load_settings()
     application = service_app(app)

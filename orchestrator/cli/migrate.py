@@ -53,8 +53,8 @@ def migrate(
     """Move live runs to another version of their workflow (recorded: who, why)."""
     from orchestrator.client.client import KeelClient
     from orchestrator.client.migration_requests import Outcome
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import InvalidInputError
-    from orchestrator.settings import load_settings
 
     if to_version < 1:
         raise InvalidInputError("--to-version N is required (a version >= 1)")

@@ -8,9 +8,9 @@ from orchestrator.cli.services import _stop_on_signals
 
 def sagas(app: AppOption = None) -> None:
     """Run the saga manager: workflow events in, commands out, exactly once."""
+    from orchestrator.config.settings import load_settings
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.sagas.manager import SagaManager
-    from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
 

@@ -27,7 +27,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _client(app: str | None) -> KeelClient:
     from orchestrator.client.client import KeelClient
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     return KeelClient(load_settings(), service_app(app))
 

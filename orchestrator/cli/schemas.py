@@ -39,9 +39,13 @@ def export(
 
     Export to the same folder again after a model changed: its files count as published,
     so the changed model gets its next version and nothing is rewritten."""
-    from orchestrator.codec import default_schema_dir, load_schema_files, schema_fingerprint
     from orchestrator.domain.model.errors import ConfigError
     from orchestrator.payload_schemas import declared_schemas, plan_export
+    from orchestrator.payload_schemas.codec import (
+        default_schema_dir,
+        load_schema_files,
+        schema_fingerprint,
+    )
 
     root = default_schema_dir()
     published = load_schema_files(root)

@@ -25,7 +25,7 @@ from orchestrator.cli.output import LazyConsole, new_table
 from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
-    from orchestrator.settings import Settings
+    from orchestrator.config.settings import Settings
     from orchestrator.telemetry.prometheus import KafkaGauges
 
 MetricsPortOption = Annotated[
@@ -120,11 +120,11 @@ def orchestrator(
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
     from handlers.llm.environment import use_environment
     from orchestrator.application.saga_declarations import sagas_of
-    from orchestrator.codec import codec_for
+    from orchestrator.config.settings import load_settings
     from orchestrator.engine.orchestrator import Orchestrator
+    from orchestrator.payload_schemas.codec import codec_for
     from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
-    from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
@@ -202,8 +202,8 @@ def orchestrator(
 def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.worker import Worker
+    from orchestrator.config.settings import load_settings
     from orchestrator.records.clock import SystemClock
-    from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
@@ -231,11 +231,11 @@ def projector(
     metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
-    from orchestrator.codec import codec_for
+    from orchestrator.config.settings import load_settings
+    from orchestrator.payload_schemas.codec import codec_for
     from orchestrator.projector.projector import Projector
     from orchestrator.records.clock import SystemClock
     from orchestrator.runtime.supervisor import Supervisor
-    from orchestrator.settings import load_settings
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
@@ -273,9 +273,9 @@ def rebuild(app: AppOption = None) -> None:
     Safe while services run: live projectors pause until it ends, then reload. Refused,
     with nothing changed, when the events hold a workflow the application does not define.
     """
+    from orchestrator.config.settings import load_settings
     from orchestrator.projector.projector import Projector
     from orchestrator.projector.rebuild_guard import recorded_events, refuse_undefined
-    from orchestrator.settings import load_settings
 
     settings, spec = load_settings(), app_spec(app)
     application = service_app(spec)
@@ -292,8 +292,8 @@ def projections_status(
     app: UnusedAppOption = None,
 ) -> None:
     """Each live projector's health (published every few seconds), and any rebuild running."""
+    from orchestrator.config.settings import load_settings
     from orchestrator.io.redis.read_model import Projection
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     projection = Projection.from_url(settings.redis, settings.topic_prefix)

@@ -19,8 +19,8 @@ def topics_create(
     ] = None,
 ) -> None:
     """Create Keel's topics if missing (idempotent) and report them."""
+    from orchestrator.config.settings import load_settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import load_settings
 
     settings = load_settings() if partitions is None else load_settings(partitions=partitions)
     reports = create_topics(settings)

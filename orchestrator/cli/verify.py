@@ -18,8 +18,8 @@ from orchestrator.runtime.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from orchestrator.client.history_io import Verification
+    from orchestrator.config.settings import Settings
     from orchestrator.domain.history.invariants import ProofCheck
-    from orchestrator.settings import Settings
 
 console = LazyConsole(highlight=False, emoji=False)
 
@@ -52,8 +52,8 @@ def verify(
     if bool(workflow_ids) == all_:
         raise typer.BadParameter("give workflow IDs or --all (exactly one of them)")
     from orchestrator.client.history_io import verify_topic
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.history.invariants import Invariant, Violation
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     proof_ok = decision_proof_check(settings)

@@ -41,9 +41,9 @@ def replay_check(
     """Re-decide recorded runs with this code; exit 1 on the first differing decision."""
     from orchestrator.application.app import decider_of
     from orchestrator.client.history_io import read_history_dir, read_topic_history
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.history.replay import replay_history
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.settings import load_settings
     from orchestrator.trust.human_task_tokens import recorded_token_hashes
 
     if from_topic == (histories is not None):
@@ -143,8 +143,8 @@ def export(
 ) -> None:
     """Write workflows' histories as JSON lines (the format replay-check reads)."""
     from orchestrator.client.history_io import read_topic_history, write_history
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.settings import load_settings
 
     envelopes = read_topic_history(load_settings(), workflow_ids, commands=commands)
     found = {e.workflow_id for e in envelopes}

@@ -33,7 +33,7 @@ JSON_ARG_HELP = "JSON text, @FILE to read it from a file, or - to read it from s
 
 def _client(app: str | None) -> KeelClient:
     from orchestrator.client.client import KeelClient
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
     from orchestrator.telemetry.tracing import configure_tracing
 
     configure_tracing("keel-cli")

@@ -6,7 +6,8 @@ settings it is built from (docs/client.md), and the ``Driver`` whose rules answe
 that wait, as the people and systems around them would (``keel evaluate --driver``,
 docs/evaluation.md; it is pure, so it is defined beside the application object:
 ``orchestrator.application.driver_rules``). Those names load on first use, so importing
-this package, or a module of it, loads nothing but the table in ``orchestrator.public_face``.
+this package, or a module of it, loads nothing but the table in
+``orchestrator.application.public_face``.
 
 The modules: validated commands out, the read model and the logs read back (``client``:
 ``KeelClient``), dead letters (``dead_letters``), human-task decisions
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("client", globals())
 
@@ -39,5 +40,5 @@ if _typing.TYPE_CHECKING:  # for type checkers; at run time names load on first 
     from orchestrator.client.run_search import RunFilter as RunFilter
     from orchestrator.client.run_search import RunPage as RunPage
     from orchestrator.client.run_search import RunRow as RunRow
-    from orchestrator.settings import Settings as Settings
-    from orchestrator.settings import load_settings as load_settings
+    from orchestrator.config.settings import Settings as Settings
+    from orchestrator.config.settings import load_settings as load_settings

@@ -29,7 +29,8 @@ from orchestrator.client.run_search import RunFilter, RunPage, counts_by_status,
 from orchestrator.client.run_views import RunSummary, RunView
 from orchestrator.client.schedule_client import ScheduleClient
 from orchestrator.client.workflow_id_reuse import id_conflict, input_digest, read_recorded_start
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.redaction import clip
+from orchestrator.config.settings import Settings, redact
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import (
     CommandRejected,
@@ -53,10 +54,9 @@ from orchestrator.io.kafka.clients import ClientProducer, plain_producer
 from orchestrator.io.redis.human_task_inbox import TasksView
 from orchestrator.io.redis.read_model import Projection
 from orchestrator.io.redis.row_watch import RowWatch
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import command_envelope
-from orchestrator.redaction import clip
-from orchestrator.settings import Settings, redact
 from orchestrator.telemetry import tracing
 from orchestrator.trust.sealing import SealKeys, load_seal_keys, sensitive_paths
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import (
     CommandRejected,
     InvalidInputError,
@@ -56,8 +56,8 @@ from orchestrator.io.kafka.dead_letter_log import (
     write_in_one_transaction,
 )
 from orchestrator.io.redis.dead_letter_claims import ClaimsUnavailable, LetterClaims
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.envelopes import command_envelope, now_ms, runtime_envelope
-from orchestrator.settings import Settings
 
 __all__ = [
     "DISCARD_HEADER",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.codec import DecodeError, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.history.invariants import (
     ChildLinks,
     HistoryChecker,
@@ -31,7 +31,7 @@ from orchestrator.domain.history.invariants import (
 from orchestrator.domain.model.errors import HistoryError, InvalidInputError
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
 from orchestrator.io.kafka.clients import list_partitions, read_partitions
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import DecodeError, codec_for
 
 __all__ = [
     "HISTORY_SUFFIX",

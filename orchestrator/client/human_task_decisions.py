@@ -43,13 +43,13 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.client.awaiting import send_and_await
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import CommandRefused, DeadLetter, DecideHumanTask
 from orchestrator.domain.model.vocabulary import HumanDecision, WorkflowStatus
 from orchestrator.io.kafka.clients import EndTail
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.trust.decision_proofs import DecisionProofs, load_decision_proofs
 
 __all__ = [

@@ -25,7 +25,7 @@ from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.client.awaiting import send_and_await
 from orchestrator.client.history_io import read_topic_history
 from orchestrator.client.human_task_decisions import RefusalWatch
-from orchestrator.codec import Codec
+from orchestrator.config.settings import Settings
 from orchestrator.domain.history.replay import (
     RunReport,
     group_runs,
@@ -35,9 +35,9 @@ from orchestrator.domain.history.replay import (
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
 from orchestrator.domain.model.messages import Envelope, MigrateWorkflow, WorkflowMigrated
 from orchestrator.domain.model.state import TERMINAL_STATUSES
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.clock import Clock
 from orchestrator.records.envelopes import command_envelope, now_ms
-from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import recorded_token_hashes
 
 __all__ = ["MigrationOutcome", "MigrationPlan", "Migrations", "Outcome"]

@@ -30,7 +30,6 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from orchestrator.codec import DecodeError
 from orchestrator.domain import CommandRejected
 from orchestrator.domain.lifecycle.missing_versions import PARKED, RunParked
 from orchestrator.domain.lifecycle.run_scope import engine_only_reason
@@ -70,6 +69,7 @@ from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedS
 from orchestrator.io.handoff.committed_pipe import PipePublisher
 from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import DeliveryCallback, Record, TxnAbortable
+from orchestrator.payload_schemas.codec import DecodeError
 from orchestrator.records.envelopes import (
     check_record_size,
     runtime_envelope,

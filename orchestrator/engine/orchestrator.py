@@ -30,7 +30,7 @@ from typing import Any
 
 from orchestrator.application.app import KeelApp
 from orchestrator.client.dead_letters import DeadLetters
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.command_loop import CommandLoop
 from orchestrator.engine.local_activities import LOCAL_BOUND_MS, LocalActivities
@@ -48,11 +48,11 @@ from orchestrator.engine.timers import TimerHeap
 from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 from orchestrator.io.handoff.committed_channel import CommittedSink, channel
 from orchestrator.io.ports import CommandIntake, EventLog, ProducerReset, Stopping, TxnAbortable
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import follow_up as _follow_up
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
-from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import decider_for
 
 __all__ = [

@@ -23,12 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.errors import KeelError
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.log_scan import TailRecords
 from orchestrator.engine.snapshot_records import snapshot_state_json
+from orchestrator.payload_schemas.codec import Codec
 
 __all__ = [
     "QUARANTINE_FIELD",

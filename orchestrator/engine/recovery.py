@@ -23,7 +23,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.codec import DecodeError
 from orchestrator.domain.lifecycle.decider import SUMMARY_EVENTS
 from orchestrator.domain.lifecycle.missing_versions import stand_in
 from orchestrator.domain.model.messages import TERMINAL_EVENTS, WorkflowSnapshot
@@ -44,6 +43,7 @@ from orchestrator.engine.snapshot_records import (
     snapshot_headers,
 )
 from orchestrator.engine.tail_records import ARMED_HEADER, parse_armed
+from orchestrator.payload_schemas.codec import DecodeError
 from orchestrator.records import fast_json
 from orchestrator.records.envelopes import check_record_size, snapshot_envelope
 

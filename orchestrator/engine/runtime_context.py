@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.codec import Codec
 from orchestrator.engine.budget import RetryBudget
 from orchestrator.engine.owned import OrchestratorStats, PartitionState
 from orchestrator.io.ports import CommandIntake, EventLog, TimerIndex
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["RuntimeContext", "Topics"]

@@ -23,10 +23,10 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.codec import Codec, DecodeError
 from orchestrator.domain.model.messages import WorkflowSnapshot
 from orchestrator.domain.model.state import TERMINAL_STATUSES, WorkflowState
 from orchestrator.domain.model.vocabulary import WorkflowStatus
+from orchestrator.payload_schemas.codec import Codec, DecodeError
 
 __all__ = [
     "SNAPSHOT_HEADER",

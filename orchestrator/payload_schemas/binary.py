@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.codec_fast import write_long
+from orchestrator.payload_schemas.codec_fast import write_long
 
 __all__ = ["Mismatch", "Write", "compile_writer"]
 

@@ -177,7 +177,7 @@ class ExportPlan:
 
 
 class SchemaFileLike(Protocol):
-    """A schema file as the codec loads it (``orchestrator.codec.SchemaFile``)."""
+    """A schema file as the codec loads it (``orchestrator.payload_schemas.codec.SchemaFile``)."""
 
     @property
     def name(self) -> str: ...

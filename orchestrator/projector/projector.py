@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orchestrator.application.app import KeelApp, decider_of
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
@@ -53,11 +53,11 @@ from orchestrator.io.redis.read_model import (
     RebuildRunning,
     SeqConflict,
 )
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.records import fast_json
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.history_entries import history_entry
-from orchestrator.settings import Settings
 
 log = logging.getLogger("keel.projector")
 

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from orchestrator.codec import codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.domain.model.migration_messages import WorkflowMigrated
 from orchestrator.io.kafka.clients import list_partitions, read_partitions
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import codec_for
 
 
 def undefined_workflows(

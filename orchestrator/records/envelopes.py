@@ -12,7 +12,7 @@ construction stay where they are, and nowhere else builds an ``Envelope`` by han
   and the commands replay rebuilds from a recorded history (``replay``); the domain is
   below this module and imports nothing from the runtime;
 - decoding, which rebuilds an envelope that was already written, field for field:
-  ``orchestrator/codec.py`` (the Avro reader) and
+  ``orchestrator/payload_schemas/codec.py`` (the Avro reader) and
   ``orchestrator/client/history_io.py`` (an exported history's JSON lines);
 - tests, which build what they feed.
 

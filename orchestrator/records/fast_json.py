@@ -24,9 +24,9 @@ from typing import Any
 
 import orjson
 
+from orchestrator.config.redaction import clip
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES, loads_bounded
-from orchestrator.redaction import clip
 
 
 def dumps(value: Any) -> str:

@@ -24,8 +24,8 @@ from typing import Any
 
 import psutil
 
+from orchestrator.config.settings import private_dir
 from orchestrator.runtime.supervisor import health_of_all
-from orchestrator.settings import private_dir
 
 __all__ = ["STALE_AFTER_S", "StatusFile", "service_health", "status_path"]
 

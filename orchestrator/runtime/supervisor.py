@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+from orchestrator.config.settings import redact
 from orchestrator.records.envelopes import now_ms
-from orchestrator.settings import redact
 
 log = logging.getLogger("keel.supervisor")
 

@@ -4,7 +4,7 @@ What an application imports (``from orchestrator.sagas import Saga, Emit``): ``S
 the ``SagaFact`` and ``SagaView`` its ``react`` reads, ``Emit`` and the commands it emits
 (``StartWorkflow``, ``SignalWorkflow``, ``CancelWorkflow``); it declares a saga with
 ``app.saga(...)``. Those names load on first use from the table in
-``orchestrator.public_face``, so importing this package loads no process.
+``orchestrator.application.public_face``, so importing this package loads no process.
 
 The process, one module (``manager``): sagas across workflows react to committed events
 with commands; ``keel sagas`` (alone) or ``keel orchestrator`` (a supervised thread, when
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("sagas", globals())
 

@@ -41,7 +41,7 @@ from orchestrator.application.saga_declarations import (
     command_id,
     sagas_of,
 )
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.limits import loads_bounded
 from orchestrator.domain.model.messages import (
     TERMINAL_EVENTS,
@@ -52,8 +52,8 @@ from orchestrator.domain.model.messages import (
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions
 from orchestrator.io.kafka.saga_feed import SagaFeed, SagaLog
 from orchestrator.io.ports import ProducerReset, Stopping, TxnAbortable
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.envelopes import command_envelope, now_ms, runtime_envelope
-from orchestrator.settings import Settings
 
 __all__ = ["SagaManager", "sagas_topic"]
 

@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from orchestrator.config.redaction import clip
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.limits import MAX_DURATION_MS
-from orchestrator.redaction import clip
 
 __all__ = [
     "DAY_MS",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gc
 
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 
 __all__ = ["configure_gc"]
 

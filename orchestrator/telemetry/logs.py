@@ -1,6 +1,6 @@
 """Structured logs: one JSON object per line on stderr, for every Keel service.
 
-Every line passes through :func:`orchestrator.settings.redact`, so a URL's password
+Every line passes through :func:`orchestrator.config.settings.redact`, so a URL's password
 never reaches a log file, whoever logged it.
 """
 
@@ -11,8 +11,8 @@ import logging
 import sys
 import time
 
+from orchestrator.config.settings import LOG_LEVELS, Settings, load_settings, redact
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.settings import LOG_LEVELS, Settings, load_settings, redact
 
 LEVELS = LOG_LEVELS
 

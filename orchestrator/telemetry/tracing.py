@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from orchestrator.settings import Settings, load_settings
+from orchestrator.config.settings import Settings, load_settings
 
 _propagator = TraceContextTextMapPropagator()
 _configured = False

@@ -7,7 +7,7 @@ on the real engine and worker with a manual clock that skips time (``workflow_en
 ``replay`` of a recorded history (``history_replay``). The pytest plugin
 (``pytest_plugin``, registered by entry point) gives the fixtures ``keel_env`` and
 ``keel_stack`` (``real_stack``). Names load on first use, so importing this package, as
-pytest does for the plugin, loads nothing but the table in ``orchestrator.public_face``.
+pytest does for the plugin, loads nothing but the table in ``orchestrator.application.public_face``.
 
 At the application's edge: may import the processes (the engine, the worker, the
 connector's verification), the client, the I/O adapters (the in-memory one), and
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typing as _typing
 
-from orchestrator.public_face import role_module as _role_module
+from orchestrator.application.public_face import role_module as _role_module
 
 __all__, __getattr__, __dir__ = _role_module("testing", globals())
 

@@ -42,8 +42,8 @@ def keel_app() -> KeelApp:
     import sys
 
     from orchestrator.application.app import load_app
-    from orchestrator.project_config import find_project
-    from orchestrator.settings import load_settings
+    from orchestrator.config.project_config import find_project
+    from orchestrator.config.settings import load_settings
 
     spec = load_settings().app
     if not spec:

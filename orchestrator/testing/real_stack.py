@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.application.app import KeelApp
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import KeelError
-from orchestrator.settings import Settings
 
 __all__ = ["RealStack", "StackUnavailable", "real_stack"]
 
@@ -184,7 +184,7 @@ def _from_keel_infra() -> Iterator[RealStack]:
 
 def real_stack() -> AbstractContextManager[RealStack]:
     """The servers of this session (see the module doc); ``StackUnavailable`` if none."""
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     settings = load_settings()
     if settings.bootstrap_servers and settings.redis_url:

@@ -1,6 +1,6 @@
 """Webhook deliveries in the test environment, taken as the connector takes them.
 
-The same steps as ``connectors/service.py`` (docs/connector.md), on the same code: the
+The same steps as ``connectors/server/service.py`` (docs/connector.md), on the same code: the
 signature is verified under the source's scheme (``connectors.schemes.verifiers``), the
 delivery routed by the source's ``route`` into a checked command (``WebhookSource.command_of``),
 a signal to a run that cannot take it answered at once (``connectors.webhooks.signal_refusal``),

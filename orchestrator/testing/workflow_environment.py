@@ -36,7 +36,7 @@ from handlers.llm.runtime import LlmRuntime, configure
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
 from orchestrator.client.json_args import input_value
-from orchestrator.codec import codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.history.invariants import check_histories
 from orchestrator.domain.model.errors import WorkflowIdConflictError
 from orchestrator.domain.model.messages import Envelope, StartWorkflow
@@ -51,9 +51,9 @@ from orchestrator.io.memory import (
     MemoryOutcomeSink,
 )
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import codec_for
 from orchestrator.records.clock import ManualClock
 from orchestrator.records.envelopes import command_envelope
-from orchestrator.settings import Settings
 from orchestrator.testing.activity_stubs import (
     ActivityRef,
     FailurePlan,

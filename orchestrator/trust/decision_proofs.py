@@ -26,11 +26,11 @@ import hmac
 import re
 from typing import Any
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.waits import sha256_hex
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.settings import Settings
 from orchestrator.trust.human_task_tokens import TaskTokens, load_task_tokens
 
 __all__ = [

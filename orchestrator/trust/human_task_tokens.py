@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.application.app import KeelApp, decider_of
+from orchestrator.config.settings import MIN_SECRET_CHARS, Settings, private_dir
 from orchestrator.domain.authoring.waits import HumanTask, token_hash
 from orchestrator.domain.lifecycle.decider import Decider
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.domain.model.messages import Envelope, HumanTaskOpened
-from orchestrator.settings import MIN_SECRET_CHARS, Settings, private_dir
 
 __all__ = [
     "DEFAULT_SECRET_FILE",

@@ -31,11 +31,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from orchestrator.config.settings import private_dir
 from orchestrator.domain.model.errors import ConfigError, InvalidInputError
-from orchestrator.settings import private_dir
 
 if TYPE_CHECKING:
-    from orchestrator.settings import Settings
+    from orchestrator.config.settings import Settings
 
 log = logging.getLogger("keel.sealing")
 

@@ -71,8 +71,8 @@ def stack(servers, request: pytest.FixtureRequest, tmp_path_factory) -> Iterator
     """Orchestrator, worker and connector of the UI test app on a prefix of their own."""
     from ops.fakes.openai_server import running
     from orchestrator.client.client import KeelClient
+    from orchestrator.config.settings import Settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
     from tests.integration.test_connector import start_connector
     from tests.support import Services

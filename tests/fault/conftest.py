@@ -80,8 +80,8 @@ def cluster_settings(
 ):
     """A test's prefix on the cluster; afterwards (every broker back) its histories
     must keep the invariants (tests/history_check.py)."""
+    from orchestrator.config.settings import Settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import Settings
     from tests.history_check import verify_after_test
 
     s = Settings(

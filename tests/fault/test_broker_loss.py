@@ -38,8 +38,8 @@ from ops.cluster import (
 )
 from ops.local import LocalStack
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import WorkflowCompleted
-from orchestrator.settings import Settings
 from tests.fault.conftest import heal
 from tests.support import (
     Services,

@@ -58,8 +58,8 @@ def _signal_broker(stack: LocalStack, sig: signal.Signals) -> None:
 
 @pytest.fixture
 def stall_settings(own_broker, servers, topic_prefix, tmp_path):
+    from orchestrator.config.settings import Settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import Settings
 
     s = Settings(
         bootstrap_servers=own_broker.bootstrap_servers,

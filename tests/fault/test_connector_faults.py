@@ -16,9 +16,9 @@ import pytest
 from connectors.webhooks import message_id
 from ops.local import LocalStack, port_in_use
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import Settings
 from orchestrator.examples import app as examples
 from orchestrator.io.kafka.topics import create_topics
-from orchestrator.settings import Settings
 from tests.conftest import KEEL_DIR
 from tests.integration import test_connector as hook
 from tests.support import Services, wait_until

@@ -206,8 +206,8 @@ def test_each_activity_timeout_fires_from_recorded_timers(
 def test_a_task_whose_input_fails_its_schema_is_a_permanent_failure(settings, services):
     from confluent_kafka import Producer
 
-    from orchestrator.codec import Codec
     from orchestrator.domain.model.messages import ActivityTask, Envelope
+    from orchestrator.payload_schemas.codec import Codec
 
     services.start("worker")
     task = Envelope(

@@ -14,9 +14,9 @@ import sys
 import time
 
 from ops import scratch
+from orchestrator.config.settings import TOPIC_KINDS
 from orchestrator.io.kafka.topics import admin_client
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
-from orchestrator.settings import TOPIC_KINDS
 from tests.conftest import REPO
 
 LIGHT_KEYS = {

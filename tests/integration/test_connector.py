@@ -34,7 +34,7 @@ def start_connector(services, *args: str, **env: str):
     """`keel connector --port 0` with the example webhook app; returns (process, base URL)."""
     env.setdefault("KEEL_WEBHOOK_DOCUMENTS_SECRETS", f"{SECRET},{OLD_SECRET}")
     proc = services.start(
-        "connector", "--app", "connectors.examples:app", "--port", "0", *args, **env
+        "connector", "--app", "orchestrator.examples.webhook_app:app", "--port", "0", *args, **env
     )
 
     def listening() -> str | None:
@@ -306,7 +306,7 @@ def test_redis_unavailable_is_a_503_and_nothing_is_produced(settings, services):
 
 def test_a_connector_without_its_secrets_refuses_to_start(settings, services):
     proc = services.start(
-        "connector", "--app", "connectors.examples:app", "--port", "0",
+        "connector", "--app", "orchestrator.examples.webhook_app:app", "--port", "0",
         KEEL_WEBHOOK_DOCUMENTS_SECRETS=" , ",
     )  # fmt: skip
     assert proc.wait(timeout=60) == 1

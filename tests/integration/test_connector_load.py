@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from connectors.service import Connector, create_app
+from connectors.server.service import Connector, create_app
 from connectors.webhooks import message_id
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import WorkflowStarted
@@ -139,7 +139,7 @@ class _InProcessConnector:
     acknowledgement go missing after the record was written (a lost ack)."""
 
     def __init__(self, settings) -> None:
-        from connectors.examples import app
+        from orchestrator.examples.webhook_app import app
 
         self.connector = Connector(
             settings, app, environ={"KEEL_WEBHOOK_DOCUMENTS_SECRETS": SECRET}

@@ -23,7 +23,6 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
     CommandRefused,
@@ -34,6 +33,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.examples import app as examples_app
 from orchestrator.io.kafka.clients import producer_config
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import now_ms
 from orchestrator.trust.decision_proofs import DecisionProofs, decision_proof, derive_proof_key
 from orchestrator.trust.human_task_tokens import TaskTokens

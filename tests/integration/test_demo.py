@@ -57,7 +57,7 @@ def test_the_demo_runs_a_checked_batch_through_a_crash(servers, tmp_path):
 
     # The event store agrees, read independently of the demo.
     prefix = re.search(r"topic prefix (demo-[\w-]+)", out).group(1)
-    from orchestrator.settings import Settings
+    from orchestrator.config.settings import Settings
 
     demo_settings = Settings(
         bootstrap_servers=servers.bootstrap_servers,

@@ -11,10 +11,10 @@ import threading
 from confluent_kafka import Producer
 
 from orchestrator.client.dead_letters import DISCARD_HEADER, DeadLetters
-from orchestrator.codec import Codec
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.messages import DeadLetter
 from orchestrator.io.kafka.clients import header, producer_config
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import now_ms, runtime_envelope
 from tests.integration.test_dlq_redrive import _letters
 from tests.integration.test_durable_core import keel

@@ -22,7 +22,6 @@ import pytest
 from confluent_kafka import Producer
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     CommandRefused,
     Envelope,
@@ -32,6 +31,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.examples import app as examples_app
 from orchestrator.io.kafka.clients import producer_config
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import now_ms
 from tests.integration.test_durable_core import keel
 from tests.support import decode_all, histories, produce, read_topic, wait_until

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 from tests.support import assert_sound_history, histories, run_keel
 
 FAULTS = (

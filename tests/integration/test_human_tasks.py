@@ -298,7 +298,7 @@ def test_an_app_with_human_tasks_and_no_key_refuses_to_start(tmp_path: Path):
 
 
 def _letters(settings) -> list[str]:
-    from orchestrator.codec import Codec
+    from orchestrator.payload_schemas.codec import Codec
 
     codec = Codec()
     raw = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=5)

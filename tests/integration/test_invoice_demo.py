@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 from tests.integration.test_demo import table_rows
 from tests.support import assert_sound_history, histories, run_keel
 

@@ -8,7 +8,7 @@ every event of a ``keel demo`` batch (issue 32's bar).
 
 A second test writes one record of every payload type in every envelope version ever
 released, plus two records no reader can decode, to a topic of its own: the reader resolves
-each old writer schema to the newest as ``orchestrator/codec.py`` does, and counts the two
+each old writer schema to the newest as ``orchestrator/payload_schemas/codec.py`` does, and counts the two
 failures. ``make setup`` builds the jar; the tests build it too when it is missing or older
 than its sources, and skip only when ``java`` or ``mvn`` is absent.
 """
@@ -31,7 +31,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from fastavro import parse_schema, schemaless_writer
 
 from orchestrator.client.history_io import envelope_to_dict
-from orchestrator.codec import (
+from orchestrator.config.settings import Settings
+from orchestrator.domain.model.messages import ActivityScheduled, Envelope
+from orchestrator.payload_schemas.codec import (
     ENVELOPE_NAME,
     MAGIC,
     TYPED_FIELDS,
@@ -40,8 +42,6 @@ from orchestrator.codec import (
     SchemaFile,
     load_schema_files,
 )
-from orchestrator.domain.model.messages import ActivityScheduled, Envelope
-from orchestrator.settings import Settings
 from tests.integration.test_read_model import keel
 from tests.support import read_topic, wait_until
 from tests.unit.test_schema_evolution import _plain  # the schema without logical types

@@ -14,8 +14,8 @@ import redis
 
 from ops.fakes.openai_server import running
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import TOPIC_KINDS
 from orchestrator.examples.llm_invoices import app as llm_app
-from orchestrator.settings import TOPIC_KINDS
 from tests.support import decode_all, read_topic
 
 APP = "orchestrator.examples.llm_invoices:app"

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityTimedOut, WorkflowCompleted, WorkflowFailed
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration.local_app import APP
 from tests.integration.local_app import app as local_app
 from tests.support import assert_sound_history, histories, read_topic, wait_until

@@ -12,9 +12,9 @@ import uuid
 
 from confluent_kafka import Producer
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import Envelope, SignalWorkflow, StartWorkflow
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 

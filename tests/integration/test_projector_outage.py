@@ -63,8 +63,8 @@ def own_redis(tmp_path):
 
 
 def test_the_projector_rides_out_a_redis_outage(settings, tmp_path, own_redis):
+    from orchestrator.config.settings import Settings
     from orchestrator.examples import app
-    from orchestrator.settings import Settings
 
     url = f"redis://127.0.0.1:{own_redis.port}/0"
     own = Settings(**{**settings.model_dump(), "redis_url": url})

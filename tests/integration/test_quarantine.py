@@ -11,7 +11,6 @@ import uuid
 
 from confluent_kafka import Producer
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import (
     Envelope,
     StartWorkflow,
@@ -21,6 +20,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.engine.recovery import TYPE_HEADER
 from orchestrator.examples import app
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import now_ms
 from tests.support import decode_all, histories, read_topic, wait_until
 

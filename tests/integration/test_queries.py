@@ -23,7 +23,7 @@ from orchestrator import (
     QueryAnswer,
     QueryError,
 )
-from orchestrator.settings import TOPIC_KINDS
+from orchestrator.config.settings import TOPIC_KINDS
 from orchestrator.trust.sealing import new_key_entry
 from tests.integration import queries_app
 from tests.integration.queries_app import APP

@@ -154,8 +154,8 @@ def test_a_rebuild_under_traffic_leaves_every_history_whole(settings, services, 
 def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     settings, services, client
 ):
-    from orchestrator.codec import Codec
     from orchestrator.domain.model.messages import Envelope, WorkflowCompleted
+    from orchestrator.payload_schemas.codec import Codec
 
     services.start("orchestrator")
     services.start("worker")

@@ -14,9 +14,9 @@ import json
 from pydantic import SecretStr
 
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import TOPIC_KINDS
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.settings import TOPIC_KINDS
 from orchestrator.trust.sealing import MASK, SEALED_KEY, new_key_entry
 from tests.integration import sealed_app
 from tests.integration.sealed_app import APP

@@ -8,8 +8,8 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from orchestrator.codec import Codec
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration.test_read_model import keel
 from tests.support import histories
 

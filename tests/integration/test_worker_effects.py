@@ -9,8 +9,8 @@ import json
 
 from handlers.effects import EffectStore
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import ActivityFailed, ActivityScheduled, FailActivity
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import signal
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import CompleteActivity
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration.worker_app import APP
 from tests.support import Services, produce, reports, task_envelope, wait_until
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES
 from orchestrator.domain.model.messages import Envelope, FailActivity, StartWorkflow
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration import worker_app
 from tests.integration.worker_app import APP
 from tests.support import (

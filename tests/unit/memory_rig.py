@@ -6,7 +6,7 @@ import itertools
 import json
 from typing import Any
 
-from orchestrator.codec import Codec
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
@@ -18,8 +18,8 @@ from orchestrator.engine.orchestrator import Orchestrator
 from orchestrator.engine.runtime_context import Topics
 from orchestrator.examples import app as example_app
 from orchestrator.io.memory import MemoryBroker, MemoryCommandIntake, MemoryEventLog
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import now_ms
-from orchestrator.settings import Settings
 
 codec = Codec()
 

@@ -18,15 +18,7 @@ from fastavro.schema import to_parsing_canonical_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.codec import (
-    MAGIC,
-    Codec,
-    DecodeError,
-    codec_for,
-    default_schema_dir,
-    rabin_fingerprint,
-    schema_fingerprint,
-)
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import (
     PAYLOAD_TYPES,
     DeadLetter,
@@ -36,7 +28,15 @@ from orchestrator.domain.model.messages import (
     StartWorkflow,
     TimerFired,
 )
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import (
+    MAGIC,
+    Codec,
+    DecodeError,
+    codec_for,
+    default_schema_dir,
+    rabin_fingerprint,
+    schema_fingerprint,
+)
 
 AVRO_DIR = Path(__file__).resolve().parents[2] / "avro"
 V1 = AVRO_DIR / "keel.Envelope.v1.avsc"

@@ -1,4 +1,4 @@
-"""The compiled Avro writers/readers (``orchestrator/codec_fast.py``) against fastavro.
+"""The compiled Avro writers/readers (``orchestrator/payload_schemas/codec_fast.py``) against fastavro.
 
 For every payload type of the current schema, with ordinary, empty, non-ASCII, null and
 extreme values, the compiled writer must produce fastavro's bytes exactly and the
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.codec import Codec, DecodeError
-from orchestrator.codec_fast import read_long, write_long
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope, TimerFired
+from orchestrator.payload_schemas.codec import Codec, DecodeError
+from orchestrator.payload_schemas.codec_fast import read_long, write_long
 
 _INTS = [0, 1, -1, 63, 64, -64, -65, 8191, 8192, -8192, 2**31 - 1, -(2**31), 2**40, 2**63 - 1]
 _TEXTS = [
@@ -110,7 +110,7 @@ def test_large_longs_written_again_are_the_same_bytes_and_the_memory_is_bounded(
 
     from fastavro import schemaless_writer
 
-    from orchestrator import codec_fast
+    from orchestrator.payload_schemas import codec_fast
 
     start = 1_764_547_200_000  # epoch ms, as recorded_at is
     for n in range(start, start + 3 * codec_fast._RECENT_MAX):

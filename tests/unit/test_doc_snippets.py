@@ -1,6 +1,6 @@
 """The docs teach the public face only: every Python snippet in README.md and docs/*.md
 imports from ``orchestrator`` (the flat face), its role modules (``orchestrator.workflow``,
-``orchestrator.activity``, ...: the table in ``orchestrator.public_face``), the standard
+``orchestrator.activity``, ...: the table in ``orchestrator.application.public_face``), the standard
 library or third-party packages, never from Keel's internals (``orchestrator.domain`` and
 every other ``orchestrator.<sub>``, ``handlers``, ``connectors``, ``ops``). There is no
 exemption: an operator's view of the internals is told in prose, not in a snippet.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.public_face import ROLES
+from orchestrator.application.public_face import ROLES
 from tests.doc_blocks import PYTHON, Snippet, pages, snippets
 
 PAGES = pages()

@@ -14,8 +14,8 @@ from orchestrator.domain.model.errors import KeelError
 #: ``except KeelError`` on their way (the domain's, a CLI's) must not swallow them.
 CONTROL_FLOW = {
     # the fast Avro compiler meets a schema it does not compile: fastavro instead
-    "orchestrator.codec_fast._Unsupported",
-    "orchestrator.codec_fast.Unsupported",
+    "orchestrator.payload_schemas.codec_fast._Unsupported",
+    "orchestrator.payload_schemas.codec_fast.Unsupported",
     # a value that does not fit its payload schema stays JSON only (no typed payload)
     "orchestrator.payload_schemas.binary.Mismatch",
     # the decider's own: a definition function failed / the run hit a limit / a recorded
@@ -58,8 +58,8 @@ def test_every_error_of_the_product_is_a_keel_error() -> None:
 
 def test_the_activity_errors_and_decode_errors_are_keel_errors() -> None:
     from handlers.sdk.activity_errors import ActivityError, PermanentError, TransientError, classify
-    from orchestrator.codec import DecodeError
     from orchestrator.domain.model.vocabulary import FailureClass
+    from orchestrator.payload_schemas.codec import DecodeError
 
     assert issubclass(ActivityError, KeelError)
     assert issubclass(DecodeError, KeelError) and issubclass(DecodeError, ValueError)

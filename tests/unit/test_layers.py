@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.public_face import ROLES
+from orchestrator.application.public_face import ROLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,8 +104,8 @@ AUTHORING = (
     "orchestrator.application.app",
     "orchestrator.application.webhook_sources",
     "orchestrator.application.saga_declarations",
-    "orchestrator.codec",
-    "orchestrator.settings",
+    "orchestrator.payload_schemas.codec",
+    "orchestrator.config.settings",
     "handlers.sdk.activity_context",
     "handlers.sdk.activity_errors",
     "handlers.sdk.markers",
@@ -125,7 +125,7 @@ def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:
     one)."""
     code = (
         "import importlib, json, sys, warnings\n"
-        "from orchestrator.public_face import FACE\n"
+        "from orchestrator.application.public_face import FACE\n"
         "warnings.simplefilter('ignore', DeprecationWarning)\n"
         "for row in FACE:\n"
         "    if row.role not in ('client', 'testing'):\n"
@@ -140,52 +140,78 @@ def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:
     assert _clients(set(json.loads(done.stdout))) == []
 
 
-def _cycles() -> list[list[str]]:
-    """Strongly connected groups of more than one module among all of Keel's modules,
-    imports inside functions and under ``TYPE_CHECKING`` included."""
-    import grimp
-
-    graph = grimp.build_graph("orchestrator", "handlers", "connectors", "ops", cache_dir=None)
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of more than one node that reach each other (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
 
-    def visit(module: str) -> None:  # Tarjan's algorithm
-        index[module] = low[module] = len(index)
-        stack.append(module)
-        on_stack.add(module)
-        for imported in sorted(graph.find_modules_directly_imported_by(module)):
-            if imported not in index:
-                visit(imported)
-                low[module] = min(low[module], low[imported])
-            elif imported in on_stack:
-                low[module] = min(low[module], index[imported])
-        if low[module] == index[module]:
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
             group = []
             while True:
                 member = stack.pop()
                 on_stack.discard(member)
                 group.append(member)
-                if member == module:
+                if member == node:
                     break
             if len(group) > 1:
                 found.append(sorted(group))
 
+    nodes = set(edges) | {n for targets in edges.values() for n in targets}
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10_000))
     try:
-        for module in sorted(graph.modules):
-            if module not in index:
-                visit(module)
+        for node in sorted(nodes):
+            if node not in index:
+                visit(node)
     finally:
         sys.setrecursionlimit(limit)
     return found
 
 
+def _import_graph() -> dict[str, set[str]]:
+    """Every module of Keel and the modules of Keel it imports, imports inside functions and
+    under ``TYPE_CHECKING`` included."""
+    import grimp
+
+    graph = grimp.build_graph("orchestrator", "handlers", "connectors", "ops", cache_dir=None)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+
+
+def _folder(module: str) -> str:
+    """The folder a module sits in: a package for its ``__init__``, else its parent package."""
+    if (ROOT / module.replace(".", "/")).is_dir():
+        return module
+    return module.rpartition(".")[0]
+
+
 def test_no_module_imports_itself_through_others() -> None:
-    assert _cycles() == []
+    assert _strongly_connected(_import_graph()) == []
+
+
+def test_no_folder_imports_itself_through_others() -> None:
+    """A folder is a room (docs/architecture.md, "The layers"): the rooms form a hierarchy, so
+    no folder's module may reach, through other folders, a module of its own folder (the
+    top-level face modules and settings once sat beside ``__main__``, and made one)."""
+    folders: dict[str, set[str]] = {}
+    for module, imported in _import_graph().items():
+        here = _folder(module)
+        folders.setdefault(here, set()).update(
+            there for there in map(_folder, imported) if there != here
+        )
+    assert _strongly_connected(folders) == []
 
 
 PACKAGES = ("orchestrator", "handlers", "connectors", "ops")

@@ -13,7 +13,12 @@ TEST_SWITCH = re.compile(r"seeded_bug|test_pause|pause_after|TEST ONLY|SeededBug
 def test_no_service_reads_a_test_switch() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{n}"
-        for folder in ("orchestrator/engine", "handlers", "connectors", "orchestrator/settings.py")
+        for folder in (
+            "orchestrator/engine",
+            "handlers",
+            "connectors",
+            "orchestrator/config/settings.py",
+        )
         for path in sorted(
             (ROOT / folder).rglob("*.py") if (ROOT / folder).is_dir() else [ROOT / folder]
         )

@@ -1,5 +1,5 @@
 """``[tool.keel]`` of the project's pyproject.toml: found from the working directory upwards,
-below the environment and flags, strict about names and secrets (orchestrator/project_config.py)."""
+below the environment and flags, strict about names and secrets (orchestrator/config/project_config.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.app_spec import DEFAULT_APP, app_from, app_spec
+from orchestrator.config.project_config import find_project, find_pyproject
+from orchestrator.config.settings import load_settings
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.project_config import find_project, find_pyproject
-from orchestrator.settings import load_settings
 
 SHOP = """
 from orchestrator.examples import app as shop_app

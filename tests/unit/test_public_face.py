@@ -1,6 +1,6 @@
 """The public face: what an application imports from ``orchestrator`` and its role modules
 (``orchestrator.workflow``, ``orchestrator.activity``, ...), all generated from one table
-(``orchestrator.public_face.FACE``), and nothing heavy."""
+(``orchestrator.application.public_face.FACE``), and nothing heavy."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from orchestrator.public_face import FACE, ROLES, Row
+from orchestrator.application.public_face import FACE, ROLES, Row
 from tests.unit.test_doc_snippets import foreign_imports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +145,12 @@ def _orchestrator_modules_after(code: str) -> set[str]:
 @pytest.mark.parametrize("role", [r for r in ROLES if r != "app"])
 def test_importing_a_role_module_loads_only_the_table(role: str) -> None:
     loaded = _orchestrator_modules_after(f"import orchestrator.{role}")
-    assert loaded == {"orchestrator", "orchestrator.public_face", f"orchestrator.{role}"}
+    assert loaded == {
+        "orchestrator",
+        "orchestrator.application",  # its __init__ imports nothing
+        "orchestrator.application.public_face",
+        f"orchestrator.{role}",
+    }
 
 
 def test_a_module_of_the_client_loads_no_more_than_it_needs() -> None:
@@ -320,7 +325,6 @@ def test_the_exported_names_are_pinned() -> None:
 APPLICATIONS = sorted(
     [
         *(ROOT / "orchestrator" / "examples").glob("*.py"),
-        ROOT / "connectors" / "examples.py",
         ROOT / "ops" / "bench_app.py",
         *(ROOT / "tests" / "integration").glob("*_app.py"),
         *(ROOT / "tests" / "fault").glob("*_app.py"),
@@ -338,7 +342,7 @@ def test_an_application_imports_only_the_public_face(path: Path) -> None:
 
 def test_the_applications_are_found() -> None:
     names = {p.name for p in APPLICATIONS}
-    assert {"invoices.py", "examples.py", "worker_app.py", "travel_sagas_app.py"} <= names
+    assert {"invoices.py", "webhook_app.py", "worker_app.py", "travel_sagas_app.py"} <= names
 
 
 def test_the_old_compatibility_paths_are_gone() -> None:
@@ -350,6 +354,6 @@ def test_the_old_compatibility_paths_are_gone() -> None:
         "connectors.ledger",
     ):
         assert importlib.util.find_spec(gone) is None, gone
-    import orchestrator.settings
+    import orchestrator.config.settings
 
-    assert not hasattr(orchestrator.settings, "SettingsError")
+    assert not hasattr(orchestrator.config.settings, "SettingsError")

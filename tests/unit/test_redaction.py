@@ -1,4 +1,4 @@
-"""Redaction (orchestrator/redaction.py): every credential form masked, in time linear in the
+"""Redaction (orchestrator/config/redaction.py): every credential form masked, in time linear in the
 text's length, whatever the text (issue 44: an 8,000-character path took 0.9 s)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator.redaction import clip, mask_servers, redact
+from orchestrator.config.redaction import clip, mask_servers, redact
 
 
 @pytest.mark.parametrize(

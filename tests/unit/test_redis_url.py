@@ -1,11 +1,11 @@
-"""Redis URLs (orchestrator/redis_url.py): a Sentinel URL is read into its parts, and each
+"""Redis URLs (orchestrator/config/redis_url.py): a Sentinel URL is read into its parts, and each
 wrong part is refused with a line that names it."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.redis_url import (
+from orchestrator.config.redis_url import (
     DEFAULT_SENTINEL_PORT,
     RedisTopology,
     SentinelUrl,

@@ -21,8 +21,13 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
-from orchestrator.codec import ENVELOPE_NAME, TYPED_FIELDS, SchemaFile, load_schema_files
 from orchestrator.domain.model.messages import PAYLOAD_TYPES, Envelope
+from orchestrator.payload_schemas.codec import (
+    ENVELOPE_NAME,
+    TYPED_FIELDS,
+    SchemaFile,
+    load_schema_files,
+)
 
 AVRO_DIR = Path(__file__).resolve().parents[2] / "avro"
 FILES = load_schema_files(AVRO_DIR)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.config.settings import Settings, load_settings, redact
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.settings import Settings, load_settings, redact
 
 
 def test_defaults_point_at_the_local_stack(monkeypatch):
@@ -168,7 +168,7 @@ def test_every_keel_variable_of_the_product_is_read_through_settings(monkeypatch
         for top in ("orchestrator", "handlers", "connectors")
         for path in sorted((root / top).rglob("*.py"))
         if "examples" not in path.relative_to(root).parts
-        and path.relative_to(root).as_posix() != "orchestrator/settings.py"
+        and path.relative_to(root).as_posix() != "orchestrator/config/settings.py"
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if read.search(line)
     ]
@@ -322,7 +322,7 @@ def test_keel_home_is_created_0700_by_whichever_process_creates_it_first(tmp_pat
 
 
 def test_a_keel_home_the_user_made_keeps_its_mode(tmp_path):
-    from orchestrator.settings import private_dir
+    from orchestrator.config.settings import private_dir
 
     home = tmp_path / "home"
     home.mkdir(mode=0o750)
@@ -347,10 +347,10 @@ def test_two_settings_models_read_the_environment_as_docs_configuration_says():
     )
     assert models == [
         "handlers/llm/llm_settings.py:LlmSettings",
-        "orchestrator/settings.py:Settings",
+        "orchestrator/config/settings.py:Settings",
     ]
     assert LlmSettings.model_config["env_prefix"] == "KEEL_LLM_"
     assert not any(name.startswith("llm_") for name in Settings.model_fields)
     doc = (root / "docs" / "configuration.md").read_text()
-    assert "`Settings` (`orchestrator/settings.py`)" in doc
+    assert "`Settings` (`orchestrator/config/settings.py`)" in doc
     assert "`LlmSettings` (`handlers/llm/llm_settings.py`)" in doc

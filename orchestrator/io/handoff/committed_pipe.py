@@ -30,8 +30,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from orchestrator.codec import Codec
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, HandedRecord
+from orchestrator.payload_schemas.codec import Codec
 
 __all__ = ["MAX_QUEUED_BYTES", "PipePublisher", "decode_frames", "encode_frame", "read_frames"]
 

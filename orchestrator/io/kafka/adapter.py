@@ -26,6 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.broker_errors import (
     CALL_GRACE_S,
@@ -50,7 +51,6 @@ from orchestrator.io.ports import (
     DeliveryCallback,
     Record,
 )
-from orchestrator.settings import Settings
 
 __all__ = ["KafkaCommandIntake", "KafkaEventLog", "KafkaGroupIntake", "KafkaOutcomeSink"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.topics import admin_client
-from orchestrator.settings import Settings
 
 __all__ = ["consumer_lag"]
 

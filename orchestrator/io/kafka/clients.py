@@ -30,10 +30,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from orchestrator.config.settings import KafkaSecurityProtocol, Settings, redact
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.io.ports import Record, Stopping
 from orchestrator.records.envelopes import dead_letter_envelope, now_ms
-from orchestrator.settings import KafkaSecurityProtocol, Settings, redact
 
 log = logging.getLogger("keel.kafka")
 

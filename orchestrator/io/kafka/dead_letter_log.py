@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import ClientMessage, read_partitions, transactional_producer
-from orchestrator.settings import Settings
 
 __all__ = ["OutRecord", "TransactionNotCommitted", "read_topic_records", "write_in_one_transaction"]
 

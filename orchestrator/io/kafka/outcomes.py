@@ -15,6 +15,7 @@ from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.broker_errors import CALL_GRACE_S, BoundedCaller
 from orchestrator.io.kafka.clients import producer_config
 from orchestrator.io.ports import (
@@ -24,7 +25,6 @@ from orchestrator.io.ports import (
     RecordRefused,
     Stopping,
 )
-from orchestrator.settings import Settings
 
 __all__ = ["KafkaOutcomeSink"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.adapter import KafkaEventLog
 from orchestrator.io.kafka.clients import ClientMessage, consumer_config, next_offsets, poll_records
-from orchestrator.settings import Settings
 
 __all__ = ["SagaFeed", "SagaLog"]
 

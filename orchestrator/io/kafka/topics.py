@@ -22,9 +22,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
+from orchestrator.config.settings import TOPIC_KINDS, Settings
 from orchestrator.domain.model.errors import KeelError
 from orchestrator.io.kafka.clients import admin_config
-from orchestrator.settings import TOPIC_KINDS, Settings
 
 _quiet = logging.getLogger("keel.topics.librdkafka")
 _quiet.addHandler(logging.NullHandler())

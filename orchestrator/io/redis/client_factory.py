@@ -3,7 +3,7 @@ records, the read model, the connector's dedupe markers, the CLI's claims) comes
 :func:`redis_client` or :func:`async_redis_client`, so one URL picks the topology for all.
 
 * ``redis://``, ``rediss://``, ``unix://``: one server, as redis-py reads the URL;
-* ``redis+sentinel://h1:26379,h2:26379/mymaster/0`` (``orchestrator/redis_url.py``): the
+* ``redis+sentinel://h1:26379,h2:26379/mymaster/0`` (``orchestrator/config/redis_url.py``): the
   master of a Sentinel group. Each new connection asks the sentinels for the master, so
   after a failover the client finds the promoted replica by itself; a connection still
   open to a demoted master gets ``READONLY`` and redis-py closes it, raising a
@@ -29,7 +29,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from orchestrator.redis_url import RedisTopology, SentinelUrl, parse_sentinel_url, topology_of
+from orchestrator.config.redis_url import (
+    RedisTopology,
+    SentinelUrl,
+    parse_sentinel_url,
+    topology_of,
+)
 
 __all__ = [
     "REDIS_AWAY",
@@ -97,7 +102,7 @@ def away_reason(exc: BaseException) -> str:
 
 
 def redis_client(url: str, use: RedisUse, *, decode_responses: bool = True) -> redis.Redis:
-    """A client of the Redis at ``url`` (a checked URL: ``orchestrator.redis_url``), or of
+    """A client of the Redis at ``url`` (a checked URL: ``orchestrator.config.redis_url``), or of
     the master of the Sentinel group it names."""
     options = _options(use, decode_responses)
     if use.value.retries is not None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import redis
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.settings import Settings
 
 __all__ = ["ClaimsUnavailable", "LetterClaims"]
 

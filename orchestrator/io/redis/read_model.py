@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from orchestrator.config.settings import redact
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
 from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
@@ -36,7 +37,6 @@ from orchestrator.records import fast_json
 from orchestrator.records.history_entries import history_entry
 from orchestrator.records.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.records.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
-from orchestrator.settings import redact
 from orchestrator.trust.sealing import mask
 
 T = TypeVar("T")

@@ -41,7 +41,7 @@ NOT_FOR_THE_COMMAND_TABLE = (
     "confluent_kafka",
     "opentelemetry",
     "orchestrator.domain",
-    "orchestrator.settings",
+    "orchestrator.config.settings",
     "pydantic_settings",
     "redis",
     "rich",

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 #: Where processes and commands end: each must name its status through ExitCode.
 EXITING = [
     *sorted((ROOT / "orchestrator" / "cli").glob("*.py")),
-    ROOT / "ops" / "tool_commands.py",
+    ROOT / "ops" / "cli" / "tool_commands.py",
     ROOT / "orchestrator" / "engine" / "orchestrator.py",
     ROOT / "handlers" / "worker.py",
 ]

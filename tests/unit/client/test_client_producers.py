@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.client.client import KeelClient
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import CancelWorkflow
-from orchestrator.settings import Settings
 from tests.integration.local_app import app
 
 

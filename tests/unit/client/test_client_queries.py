@@ -11,6 +11,7 @@ import pytest
 from orchestrator.application.app import decider_of
 from orchestrator.client.client import KeelClient
 from orchestrator.client.query_answers import QueryAnswer, without_ciphertext
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.queries import QueryError
 from orchestrator.domain.model.errors import (
     InvalidIdError,
@@ -20,7 +21,6 @@ from orchestrator.domain.model.errors import (
     UnknownWorkflowError,
 )
 from orchestrator.domain.model.state import WorkflowState
-from orchestrator.settings import Settings
 from orchestrator.trust.sealing import SEALED_KEY, new_key_entry, parse_keys
 from tests.integration import queries_app
 from tests.unit.memory_rig import MemoryRig

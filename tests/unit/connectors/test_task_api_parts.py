@@ -18,8 +18,8 @@ from orchestrator.client.human_task_decisions import (
     decision_message_id,
     refusal_of,
 )
+from orchestrator.config.settings import load_settings
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.settings import load_settings
 from orchestrator.trust.human_task_tokens import TaskTokens
 
 

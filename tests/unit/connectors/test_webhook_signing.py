@@ -199,8 +199,8 @@ def test_sources_are_declared_once_with_valid_names_on_the_app():
 
 
 def test_the_example_app_serves_the_bundled_workflows_and_a_documents_source():
-    from connectors.examples import app
     from orchestrator.examples import app as bundled
+    from orchestrator.examples.webhook_app import app
 
     assert app.definitions == bundled.definitions
     assert sorted(app.webhooks) == ["documents"]

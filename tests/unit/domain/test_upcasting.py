@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
 from orchestrator.client.history_io import envelope_from_dict, envelope_to_dict, write_history
-from orchestrator.codec import Codec
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.definitions import State, Step, Transition, WorkflowDefinition
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.authoring.upcasting import SchemaUnreadable, check_upcasters, upcast
@@ -40,7 +40,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import Codec
 
 T0 = 1_750_000_000_000
 

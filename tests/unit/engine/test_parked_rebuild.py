@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from orchestrator.client.dead_letters import Letter, LetterKind
-from orchestrator.codec import Codec
 from orchestrator.domain.lifecycle.missing_versions import is_parked, parked_version
 from orchestrator.domain.model.messages import StartWorkflow, WorkflowNeedsAttention
 from orchestrator.domain.model.vocabulary import WorkflowStatus
 from orchestrator.engine.parked_redrive import parked_to_redrive
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import Codec
 from tests.integration import versions_app
 from tests.unit.memory_rig import MemoryRig
 

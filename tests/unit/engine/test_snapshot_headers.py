@@ -12,7 +12,6 @@ import json
 
 import pytest
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.engine.recovery import CHECKPOINT_KEY
 from orchestrator.engine.snapshot_records import (
@@ -21,6 +20,7 @@ from orchestrator.engine.snapshot_records import (
     read_snapshot_header,
 )
 from orchestrator.io.partitioning import partition_for
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.records.envelopes import snapshot_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 

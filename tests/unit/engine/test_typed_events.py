@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.codec import TYPED_FIELDS, Codec
+from orchestrator.payload_schemas.codec import TYPED_FIELDS, Codec
 from tests.unit.memory_rig import MemoryRig
 
 

@@ -14,10 +14,10 @@ from typing import Any
 from handlers.effects import RedisGate
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import Codec
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import ActivityTask, Envelope
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import Codec
 from tests.unit.handlers.test_worker_loop import MemoryEffects
 
 codec = Codec()

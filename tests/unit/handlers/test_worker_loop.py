@@ -20,7 +20,7 @@ from handlers.effects import Claim, ClaimOutcome, RedisGate
 from handlers.sdk.markers import side_effect
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
-from orchestrator.codec import Codec
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.domain.model.messages import (
     ActivityTask,
@@ -33,7 +33,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.io.kafka.broker_errors import classify
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.io.ports import ConsumerReset, Stopping
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import Codec
 
 codec = Codec()
 GROUP = "mem.workers"

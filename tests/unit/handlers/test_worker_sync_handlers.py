@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from handlers.sdk.activity_context import activity
 from handlers.sdk.markers import side_effect
 from orchestrator.application.app import KeelApp
+from orchestrator.config.settings import Settings, load_settings
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.domain.model.messages import CompleteActivity, FailActivity, HeartbeatActivity
-from orchestrator.settings import Settings, load_settings
 from tests.unit.handlers.test_worker_loop import Rig
 
 #: How long a handler waits for the others at the barrier: a pass takes microseconds, so

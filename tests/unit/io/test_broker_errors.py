@@ -180,8 +180,8 @@ class _FencedConsumer:
 
 
 def test_a_fatal_consumer_is_replaced_and_the_group_joined_again(tmp_path):
+    from orchestrator.config.settings import Settings
     from orchestrator.io.kafka.adapter import KafkaCommandIntake
-    from orchestrator.settings import Settings
 
     settings = Settings(bootstrap_servers="127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
     intake = KafkaCommandIntake(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.clients import admin_config, client_log, consumer_config, producer_config
-from orchestrator.settings import Settings
 
 
 def _settings(**kw: str) -> Settings:

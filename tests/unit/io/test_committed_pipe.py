@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from orchestrator.codec import Codec
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents
 from orchestrator.io.handoff.committed_pipe import (
@@ -17,6 +16,7 @@ from orchestrator.io.handoff.committed_pipe import (
     encode_frame,
     read_frames,
 )
+from orchestrator.payload_schemas.codec import Codec
 
 codec = Codec()
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from orchestrator.config.settings import Settings
 from orchestrator.io.kafka import adapter
 from orchestrator.io.kafka.adapter import COMMIT_STALL_S, STALL_GRACE_S, STALL_S, KafkaEventLog
 from orchestrator.io.ports import CallStalled, ProducerReset
-from orchestrator.settings import Settings
 
 SETTINGS = Settings(
     topic_prefix="mem",

@@ -23,6 +23,13 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config.settings import (
+    KafkaSecurityProtocol,
+    SaslMechanism,
+    Settings,
+    load_settings,
+    redact,
+)
 from orchestrator.domain.model.errors import ConfigError
 from orchestrator.io.kafka import clients as kafka
 from orchestrator.io.kafka.clients import (
@@ -33,13 +40,6 @@ from orchestrator.io.kafka.clients import (
     producer_config,
     security_config,
     transactional_producer,
-)
-from orchestrator.settings import (
-    KafkaSecurityProtocol,
-    SaslMechanism,
-    Settings,
-    load_settings,
-    redact,
 )
 
 ROOT = Path(__file__).resolve().parents[3]

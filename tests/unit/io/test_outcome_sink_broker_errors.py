@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.adapter import KafkaGroupIntake
 from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
 from orchestrator.io.ports import ConsumerReset, Stopping
-from orchestrator.settings import Settings
 
 SETTINGS = Settings(
     topic_prefix="mem",

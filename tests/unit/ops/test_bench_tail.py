@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ops.bench_probes import EventTail, _type_of
+from orchestrator.config.settings import Settings
 from orchestrator.engine.recovery import TYPE_HEADER
-from orchestrator.settings import Settings
 
 
 class _Msg:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.settings import Settings
+from orchestrator.config.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "docker-compose.yml"

@@ -23,13 +23,13 @@ from orchestrator.application.driver_rules import (
 )
 from orchestrator.application.webhook_sources import SignatureScheme, WebhookSignal, WebhookSource
 from orchestrator.client import Driver, SignalRule, TaskRule, WebhookRule
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.run_context import Context
 from orchestrator.domain.model.errors import InvalidInputError
 from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.state_parts import HumanTaskState, TimerState, WaitState
 from orchestrator.domain.model.vocabulary import HumanDecision, WaitKind, WorkflowStatus
-from orchestrator.settings import Settings
 from tests.waiting_app import app
 from tests.waiting_app import driver as orders_driver
 

@@ -19,6 +19,7 @@ from ops.faults.service_faults import (
 )
 from orchestrator.application.app import AppLoadError, decider_of
 from orchestrator.cli.app_spec import adapter_hooks
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityScheduled,
@@ -28,7 +29,6 @@ from orchestrator.domain.model.messages import (
 from orchestrator.io.adapter_hooks import NO_HOOKS
 from orchestrator.io.memory import MemoryOutcomeSink
 from orchestrator.records.envelopes import command_envelope
-from orchestrator.settings import Settings
 from tests.unit.handlers.test_worker_loop import Rig, app
 
 

@@ -26,7 +26,7 @@ def test_the_tools_commands_come_from_their_entry_point() -> None:
     from importlib.metadata import entry_points
 
     tools = {e.name: e.value for e in entry_points(group="keel.tools")}
-    assert tools == {"ops": "ops.tool_commands:register"}
+    assert tools == {"ops": "ops.cli.tool_commands:register"}
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     assert {"infra", "dev", "bench", "demo", "evaluate"} <= names
 
@@ -50,7 +50,7 @@ def test_the_product_imports_no_tool() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # the entry point loads the tools' commands module, and only it: the stack, the bench
     # and the demo load when their command runs
-    assert done.stdout.strip() == "['ops', 'ops.tool_commands']"
+    assert done.stdout.strip() == "['ops', 'ops.cli', 'ops.cli.tool_commands']"
 
 
 def test_keel_dev_makes_one_demo_approver_and_keeps_its_token(tmp_path) -> None:
@@ -59,7 +59,7 @@ def test_keel_dev_makes_one_demo_approver_and_keeps_its_token(tmp_path) -> None:
     import stat
 
     from connectors.auth import Actors
-    from ops.tool_commands import DEV_ACTOR, dev_actor
+    from ops.cli.tool_commands import DEV_ACTOR, dev_actor
 
     actors_path, token = dev_actor(tmp_path)
     again_path, again = dev_actor(tmp_path)

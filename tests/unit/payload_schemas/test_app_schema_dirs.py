@@ -12,10 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator import KeelApp
-from orchestrator.codec import Codec, load_schema_files, schema_fingerprint
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.messages import ActivityScheduled, Envelope
 from orchestrator.payload_schemas import declared_schemas, plan_export
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec import Codec, load_schema_files, schema_fingerprint
 
 AVRO_DIR = Path(__file__).resolve().parents[3] / "avro"
 PAYMENT = '{"payment_id": "p-1", "account": "DE00", "amount": 12.5}'

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.codec import load_schema_files, schema_fingerprint
 from orchestrator.examples import app
 from orchestrator.payload_schemas import Binding, declared_schemas, plan_export
+from orchestrator.payload_schemas.codec import load_schema_files, schema_fingerprint
 
 AVRO_DIR = Path(__file__).resolve().parents[3] / "avro"
 PAYLOAD_FILES = [f for f in load_schema_files(AVRO_DIR) if f.name.startswith("keel.payload.")]

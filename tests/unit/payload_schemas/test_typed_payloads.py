@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.codec import Codec, DecodeError
 from orchestrator.domain.model.messages import (
     ActivityCompleted,
     ActivityScheduled,
@@ -24,6 +23,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.state_parts import ActivityState
 from orchestrator.payload_schemas import schema_json
+from orchestrator.payload_schemas.codec import Codec, DecodeError
 from orchestrator.payload_schemas.typed import MAX_TYPED_BYTES
 
 AVRO_DIR = Path(__file__).resolve().parents[3] / "avro"
@@ -128,8 +128,8 @@ def test_the_compiled_writer_writes_what_fastavro_writes() -> None:
     """Every published schema, and the generator's test model with every mapped type."""
     from fastavro import parse_schema, schemaless_writer
 
-    from orchestrator.codec import load_schema_files
     from orchestrator.payload_schemas.binary import compile_writer
+    from orchestrator.payload_schemas.codec import load_schema_files
     from orchestrator.payload_schemas.generator import model_schema
     from tests.unit.payload_schemas.test_payload_generator import Order
 

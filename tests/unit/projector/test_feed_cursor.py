@@ -11,11 +11,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.codec import Codec
 from orchestrator.io.handoff.committed_channel import CommittedEvents
 from orchestrator.io.handoff.committed_pipe import PipePublisher, read_frames
 from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import Record
+from orchestrator.payload_schemas.codec import Codec
 from orchestrator.projector.feed_cursor import FeedCursor
 from tests.unit.memory_rig import MemoryRig
 from tests.unit.projector.test_projector_in_process import Rig

@@ -6,8 +6,8 @@ import gc
 
 import pytest
 
+from orchestrator.config.settings import load_settings
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.settings import load_settings
 from orchestrator.telemetry.gc_policy import configure_gc
 
 

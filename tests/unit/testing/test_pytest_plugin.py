@@ -167,5 +167,11 @@ def test_loading_the_plugin_loads_nothing_of_keel_but_the_face_table() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == str(
-        ["orchestrator", "orchestrator.public_face", "orchestrator.testing", PLUGIN]
+        [
+            "orchestrator",
+            "orchestrator.application",
+            "orchestrator.application.public_face",
+            "orchestrator.testing",
+            PLUGIN,
+        ]
     )

@@ -11,10 +11,10 @@ import json
 import pytest
 from pydantic import SecretStr
 
+from orchestrator.config.settings import Settings
 from orchestrator.domain.authoring.waits import sha256_hex
 from orchestrator.domain.model.errors import CommandRejected
 from orchestrator.domain.model.messages import DecideHumanTask, HumanTaskDecided
-from orchestrator.settings import Settings
 from orchestrator.trust import decision_proofs
 from orchestrator.trust.decision_proofs import (
     PROOF_KEY_LABEL,

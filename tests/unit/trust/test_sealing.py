@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field, SecretStr
 from handlers import execution
 from handlers.execution import BadTaskInput, parse_input, result_json
 from orchestrator.application.app import KeelApp
+from orchestrator.config.settings import Settings, load_settings
 from orchestrator.domain.model.errors import ConfigError, InvalidInputError
-from orchestrator.settings import Settings, load_settings
 from orchestrator.trust.sealing import (
     MASK,
     SEALED_KEY,

@@ -26,7 +26,7 @@ import org.apache.avro.message.BinaryMessageDecoder;
  * fingerprint, the body) to the JSON object {@code keel workflow export} prints for it.
  *
  * <p>The writer schema is found by fingerprint in {@link Schemas#store} and resolved to the
- * newest {@code keel.Envelope}, as {@code orchestrator/codec.py} does. The payload union's
+ * newest {@code keel.Envelope}, as {@code orchestrator/payload_schemas/codec.py} does. The payload union's
  * branch becomes an object of its fields; a {@code *_json} field (JSON text) becomes the
  * value it holds, parsed by Jackson ({@code ""}, "none", becomes null).
  *

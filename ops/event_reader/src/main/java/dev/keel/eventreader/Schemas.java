@@ -19,7 +19,7 @@ import org.apache.avro.message.SchemaStore;
  * Every schema in Keel's {@code avro/} folder: a {@link SchemaStore} that finds a writer
  * schema by its fingerprint, and the newest version of each named type (the reader schema).
  *
- * <p>As strict as {@code orchestrator/codec.py}: a file must be named {@code
+ * <p>As strict as {@code orchestrator/payload_schemas/codec.py}: a file must be named {@code
  * <fullname>.v<N>.avsc} and define that type, and no two versions of a type may share a
  * canonical form (one fingerprint would then name two schemas).
  */

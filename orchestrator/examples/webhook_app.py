@@ -1,7 +1,7 @@
 """The bundled example application plus one webhook source, for ``keel connector`` demos.
 
-``--app connectors.examples:app`` serves the same workflows and handlers as the default
-``orchestrator.examples:app`` and declares source ``documents`` (secrets in
+``--app orchestrator.examples.webhook_app:app`` serves the same workflows and handlers as the
+default ``orchestrator.examples:app`` and declares source ``documents`` (secrets in
 ``KEEL_WEBHOOK_DOCUMENTS_SECRETS``), whose deliveries look like::
 
     {"id": "evt-1", "type": "document.added",   "workflow_id": "review-1", "document": "receipt"}

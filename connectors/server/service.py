@@ -47,7 +47,7 @@ from connectors.webhooks import MAX_BODY_BYTES, message_id, signal_refusal
 from orchestrator.application.app import KeelApp
 from orchestrator.application.webhook_sources import WebhookEvent, WebhookSource
 from orchestrator.client.client import KeelClient
-from orchestrator.codec import Codec, codec_for
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import (
     InvalidInputError,
     KeelError,
@@ -57,9 +57,9 @@ from orchestrator.domain.model.messages import SignalWorkflow
 from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.read_model import reachable
+from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.envelopes import command_envelope
-from orchestrator.settings import Settings
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import exposition
 from orchestrator.trust.human_task_tokens import tokens_for_app

@@ -58,7 +58,7 @@ def demo(
     worker are SIGKILLed halfway. Needs Kafka and Redis: `keel infra up` first, or
     KEEL_BOOTSTRAP_SERVERS and KEEL_REDIS_URL. Exits 1 if any invariant failed.
     """
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     console = new_console(highlight=False, width=None)
     if basic:
@@ -139,8 +139,8 @@ def evaluate(
     from ops.evaluation.fault_plans import parse_faults, parse_variants
     from ops.evaluation.report_plots import require_matplotlib
     from ops.faults.service_faults import SeededBug
+    from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import InvalidInputError
-    from orchestrator.settings import load_settings
 
     require_matplotlib()
     console = new_console(highlight=False, width=None)
@@ -187,7 +187,7 @@ def invoices_submit(
 
 
 def _print_status(status: StackStatus, as_json: bool, headline: str | None = None) -> None:
-    from orchestrator.settings import redact
+    from orchestrator.config.settings import redact
 
     if as_json:
         typer.echo(json.dumps(status.to_json()))
@@ -216,7 +216,7 @@ def up(
 ) -> None:
     """Fetch Kafka once, start the broker(s) and Redis; return when both answer."""
     from ops.local import LocalStack
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     stack = LocalStack(load_settings(), brokers=brokers)
     was_running = stack.status().running
@@ -259,8 +259,8 @@ def _print_services(rows: list[dict[str, Any]]) -> None:
 def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the local stack's processes and the health Keel's services last reported."""
     from ops.local import LocalStack
+    from orchestrator.config.settings import load_settings
     from orchestrator.runtime.health import service_health
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     current = LocalStack(settings).status()
@@ -278,7 +278,7 @@ def status(json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
 def down() -> None:
     """Stop the local stack by its recorded PIDs and wait for every process to exit."""
     from ops.local import LocalStack
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     stopped = LocalStack(load_settings()).down()
     if stopped:
@@ -291,7 +291,7 @@ def down() -> None:
 def fetch() -> None:
     """Fetch the pinned Kafka jars from Maven Central into KEEL_HOME (once)."""
     from ops.local import LocalStack
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     path = LocalStack(load_settings()).fetch_kafka()
     console.print(f"Kafka jars in {path}")
@@ -305,8 +305,8 @@ def dev(
 ) -> None:
     """Everything in one command: local stack, topics, orchestrator, worker and connector."""
     from ops.local import LocalStack
+    from orchestrator.config.settings import load_settings
     from orchestrator.io.kafka.topics import create_topics
-    from orchestrator.settings import load_settings
 
     settings = load_settings()
     spec = app_spec(app)  # resolved once: every child loads the same application
@@ -355,7 +355,7 @@ def dev_actor(home: Path) -> tuple[Path, str]:
     import hashlib
     import secrets
 
-    from orchestrator.settings import private_dir  # the command table loads no settings
+    from orchestrator.config.settings import private_dir  # the command table loads no settings
 
     folder = private_dir(home / "dev")
     actors, token_file = folder / "actors.json", folder / f"{DEV_ACTOR}.token"
@@ -396,7 +396,7 @@ def bench(
     from ops.bench import run_bench
     from ops.bench_restart import run_finished, run_recovery
     from ops.local import LocalStack
-    from orchestrator.settings import load_settings
+    from orchestrator.config.settings import load_settings
 
     settings = load_settings()
     if not settings.bootstrap_servers:

@@ -134,7 +134,7 @@ FACE: tuple[Row, ...] = (
     *_rows("client", "orchestrator.client.client", "KeelClient", "StartResult"),
     *_rows("client", "orchestrator.client.query_answers", "QueryAnswer"),
     *_rows("client", "orchestrator.client.run_search", "RunFilter", "RunPage", "RunRow"),
-    *_rows("client", "orchestrator.settings", "Settings", "load_settings"),
+    *_rows("client", "orchestrator.config.settings", "Settings", "load_settings"),
     # the driver: rules that answer waiting runs for keel evaluate (docs/evaluation.md)
     *(
         Row(name, "client", "orchestrator.application.driver_rules", flat=False)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from orchestrator.redaction import clip
+from orchestrator.config.redaction import clip
 
 #: The largest TCP port.
 MAX_PORT = 65_535

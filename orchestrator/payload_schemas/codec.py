@@ -30,7 +30,7 @@ from typing import Any, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import to_parsing_canonical_form
 
-from orchestrator.codec_fast import Unsupported, compile_schema
+from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import KeelError
 from orchestrator.domain.model.messages import (
     PAYLOAD_TYPES,
@@ -41,7 +41,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.payload_schemas import BindingKey, Slot, TypedPayloads, TypedValue
-from orchestrator.settings import Settings
+from orchestrator.payload_schemas.codec_fast import Unsupported, compile_schema
 
 __all__ = [
     "ENVELOPE_NAME",
@@ -142,11 +142,11 @@ class SchemaFile:
 
 def default_schema_dir() -> Path:
     """The repo's ``avro/`` next to this package, else ``orchestrator/_avro`` (wheel installs)."""
-    here = Path(__file__).resolve().parent
-    repo = here.parent / "avro"
+    package = Path(__file__).resolve().parents[1]  # orchestrator/
+    repo = package.parent / "avro"
     if repo.is_dir() and any(repo.glob("*.avsc")):
         return repo
-    return here / "_avro"
+    return package / "_avro"
 
 
 def load_schema_files(schema_dir: Path | str | None = None) -> list[SchemaFile]:

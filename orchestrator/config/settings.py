@@ -1,6 +1,6 @@
 """Keel's configuration: every knob is an environment variable named ``KEEL_<FIELD>``,
 or ``<field>`` in ``[tool.keel]`` of the project's ``pyproject.toml`` (a flag, then the
-environment, win over the file: orchestrator/project_config.py).
+environment, win over the file: orchestrator/config/project_config.py).
 
 One pydantic-settings model, so a bad value is refused up front with the name of
 the variable that carries it, instead of surfacing later as a broker error.
@@ -33,10 +33,10 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as _SourceError
 
+from orchestrator.config.project_config import ProjectSettingsSource, find_project
+from orchestrator.config.redaction import clip, mask_servers, redact
+from orchestrator.config.redis_url import MAX_PORT, check_redis_url
 from orchestrator.domain.model.errors import ConfigError
-from orchestrator.project_config import ProjectSettingsSource, find_project
-from orchestrator.redaction import clip, mask_servers, redact
-from orchestrator.redis_url import MAX_PORT, check_redis_url
 
 #: Every topic of a deployment, each ``<prefix>.<kind>``; ``keel topics create`` makes them
 #: all with one replication policy (docs/operations.md).
