@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,11 +87,16 @@ class LoadedSource:
     secrets: list[bytes]
 
 
-def load_sources(app: KeelApp, environ: Mapping[str, str]) -> dict[str, LoadedSource]:
+def secret_variables(app: KeelApp) -> list[str]:
+    """The variables that hold ``app``'s webhook sources' secrets, for the composition root."""
+    return [source.secret_env for source in app.webhooks.values()]
+
+
+def load_sources(app: KeelApp, secrets: Mapping[str, str]) -> dict[str, LoadedSource]:
     """Every declared source with its active secrets' keys; ConfigError names a missing
     variable or an unreadable secret (by position, never by value)."""
     return {
-        name: LoadedSource(source, keys_of(source, environ.get(source.secret_env)))
+        name: LoadedSource(source, keys_of(source, secrets.get(source.secret_env)))
         for name, source in app.webhooks.items()
     }
 
@@ -105,20 +109,21 @@ class Connector:
         settings: Settings,
         app: KeelApp,
         *,
+        secrets: Mapping[str, str],
         ack_timeout_s: float = 10.0,
-        environ: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
         codec: Codec | None = None,
     ) -> None:
-        """``hooks``: what its producer is wrapped in when it opens (none in production;
-        orchestrator/io/adapter_hooks.py)."""
+        """``secrets``: the webhook sources' secret variables and their values, as the
+        composition root read them (``Settings.named_secrets``); ``hooks``: what its producer
+        is wrapped in when it opens (none in production; orchestrator/io/adapter_hooks.py)."""
         self.settings = settings
         self.hooks = hooks
         self.app = app
         #: Commands' recorded times, signature tolerances, dedupe markers, UI sessions.
         self.clock = clock
-        self.sources = load_sources(app, os.environ if environ is None else environ)
+        self.sources = load_sources(app, secrets)
         self.ack_timeout_s = ack_timeout_s
         self.codec = codec or codec_for(settings)
         self.keyspace = Keyspace(settings.topic_prefix)

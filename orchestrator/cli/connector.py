@@ -23,7 +23,7 @@ def connector(
     """Run the connector: signed webhooks in, commands to Kafka (GET /healthz, POST /webhooks/S)."""
     import asyncio
 
-    from connectors.server.service import Connector, serve
+    from connectors.server.service import Connector, secret_variables, serve
     from orchestrator.cli.app_spec import adapter_hooks
     from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import KeelError
@@ -36,9 +36,11 @@ def connector(
     configure_tracing("keel-connector")
     settings = load_settings()
     configure_gc(settings)
+    application = app_from(app)
     service = Connector(
         settings,
-        app_from(app),
+        application,
+        secrets=settings.named_secrets(secret_variables(application)),
         ack_timeout_s=ack_timeout,
         clock=SystemClock(),  # the one clock of this process (docs/architecture.md, "Time")
         hooks=adapter_hooks(settings),

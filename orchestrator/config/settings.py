@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -474,6 +475,13 @@ class Settings(BaseSettings):
             "KEEL_KAFKA_SSL_CA_LOCATION": self.kafka_ssl_ca_location,
         }
         return {name: value for name, value in values.items() if value}
+
+    def named_secrets(self, variables: Iterable[str]) -> dict[str, str]:
+        """The values of the variables an application names for its own secrets (a webhook
+        source's ``secret_env``, docs/connector.md), read when a service is built: its names
+        are the application's, not Keel's, so no field of these settings can hold them. A
+        variable not set is absent; the caller says what it is missing."""
+        return {name: os.environ[name] for name in variables if name in os.environ}
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment for a Keel process started on these servers and topics: this

@@ -142,7 +142,7 @@ class _InProcessConnector:
         from orchestrator.examples.webhook_app import app
 
         self.connector = Connector(
-            settings, app, environ={"KEEL_WEBHOOK_DOCUMENTS_SECRETS": SECRET}
+            settings, app, secrets={"KEEL_WEBHOOK_DOCUMENTS_SECRETS": SECRET}
         )
         self.loop = asyncio.new_event_loop()
         self.lose_acks_of: set[str] = set()  # message ids whose first ack is "lost"
