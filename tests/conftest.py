@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """In the controller of a parallel session, start the one broker and Redis its workers
     share (they inherit the environment naming them), unless servers are named already."""
     parallel = getattr(config.option, "numprocesses", None)
-    if not parallel or hasattr(config, "workerinput"):
+    if not parallel or hasattr(config, "workerinput") or _only_unit_tests(config):
         return
     if os.environ.get("KEEL_BOOTSTRAP_SERVERS") and os.environ.get("KEEL_REDIS_URL"):
         return
@@ -68,6 +68,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _SHARED_STACK.append(stack)
     os.environ["KEEL_BOOTSTRAP_SERVERS"] = status.bootstrap_servers
     os.environ["KEEL_REDIS_URL"] = status.redis_url
+
+
+def _only_unit_tests(config: pytest.Config) -> bool:
+    """Whether every path the session was given lies in tests/unit: the unit stage needs
+    no server, so its parallel session starts none."""
+    unit = Path(__file__).resolve().parent / "unit"
+    paths = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    return bool(paths) and all(p == unit or unit in p.parents for p in paths)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
