@@ -34,11 +34,10 @@ from handlers.sdk.activity_errors import (
 )
 from handlers.sdk.markers import has_side_effect
 from orchestrator.application.app import ActivityHandler, KeelApp
-from orchestrator.config.settings import load_settings
 from orchestrator.domain.model.errors import KeelError, LimitExceededError, format_validation_error
 from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text, loads_bounded
 from orchestrator.io.ports import Stopping
-from orchestrator.trust.sealing import SealKeys, contains_sealed, load_seal_keys, sensitive_paths
+from orchestrator.trust.sealing import SealKeySource, contains_sealed, sensitive_paths
 
 log = logging.getLogger("keel.worker")
 
@@ -51,27 +50,15 @@ IN_DOUBT = (
 )
 
 
-_seal_keys: SealKeys | None = None
-
-
-def seal_keys() -> SealKeys:
-    """The worker's sealing keys (``KEEL_SEAL_KEY``...), read once (docs/secrets.md)."""
-    global _seal_keys
-    if _seal_keys is None:
-        _seal_keys = load_seal_keys(load_settings())
-    return _seal_keys
-
-
-def use_seal_keys(keys: SealKeys | None) -> None:
-    """Set (or with None, forget) the keys :func:`seal_keys` returns (tests, embedding)."""
-    global _seal_keys
-    _seal_keys = keys
-
-
 #: Whether a model has sensitive fields, per model class: walking a model's fields on
 #: every task cost the worker ~15 % of its time (git show 6f66b40:docs/performance.md,
 #: "Throughput").
 _SENSITIVE: dict[type[BaseModel], bool] = {}
+
+
+def _given(seal_keys: SealKeySource | None) -> SealKeySource:
+    """The keys a caller gave; none given holds no key (a sealed field is refused)."""
+    return seal_keys if seal_keys is not None else SealKeySource()
 
 
 def _has_sensitive(model: type[BaseModel] | None) -> bool:
@@ -178,19 +165,21 @@ class BadTaskInput(PermanentError):
 
 async def execute(
     app: KeelApp,
-    effects: EffectBook,
-    gate: RedisGate,
+    effects: EffectBook | None,
+    gate: RedisGate | None,
     activity_type: str,
     input_json: str,
     idempotency_key: str,
     attempt: int,
     threads: HandlerThreads | None = None,
     on_start: Callable[[], None] | None = None,
+    seal_keys: SealKeySource | None = None,
 ) -> str:
     """Run the handler for one task and return its result as JSON (see module doc).
 
     A sync handler runs on ``threads`` when given (the worker), else inline (a local
-    step, already on its runner thread). ``on_start`` is called once a side effect has
+    step, already on its runner thread); ``seal_keys`` open its input and seal its result
+    (handlers/attempt_runner.py passes its process's). ``on_start`` is called once a side effect has
     claimed its key, just before the call that may write: from then on its outcome is
     in doubt until it reports (the worker reports the start, docs/activities.md).
 
@@ -199,9 +188,11 @@ async def execute(
     the worker stops while Redis is away.
     """
     handler = app.handler(activity_type)
-    arg = parse_input(handler, input_json)
+    arg = parse_input(handler, input_json, seal_keys)
     if not has_side_effect(handler.fn):
-        return result_json(handler, await call(handler, arg, threads), side_effect=False)
+        raw = await call(handler, arg, threads)
+        return result_json(handler, raw, side_effect=False, seal_keys=seal_keys)
+    assert effects is not None and gate is not None, "a @side_effect handler needs its store"
     token = uuid.uuid4().hex
     claim = await gate.call("claim", effects.begin, idempotency_key, attempt, token)
     if claim.outcome == ClaimOutcome.COMMITTED:
@@ -222,7 +213,7 @@ async def execute(
             await _settle(gate, "release", effects.release, idempotency_key, attempt)
         raise
     try:
-        result = result_json(handler, raw, side_effect=True)
+        result = result_json(handler, raw, side_effect=True, seal_keys=seal_keys)
     except ResultRefusedError as exc:
         await _settle(
             gate, "refuse", effects.refuse, idempotency_key, exc.error_type, str(exc), _raw(raw)
@@ -244,8 +235,13 @@ async def _settle(gate: RedisGate, what: str, fn: Any, key: str, *args: Any) -> 
         log.warning("effect %s of %s not recorded (stopping, Redis unreachable)", what, key)
 
 
-def parse_input(handler: ActivityHandler, input_json: str) -> Any:
-    """The handler's argument from the task's input; ``BadTaskInput`` or ``ValidationError``."""
+def parse_input(
+    handler: ActivityHandler, input_json: str, seal_keys: SealKeySource | None = None
+) -> Any:
+    """The handler's argument from the task's input; ``BadTaskInput`` or ``ValidationError``.
+
+    A sealed value is opened with ``seal_keys`` (none given: a sealed input is refused).
+    """
     what = f"input of activity '{handler.activity_type}'"
     try:
         raw = loads_bounded(input_json, what)
@@ -255,9 +251,9 @@ def parse_input(handler: ActivityHandler, input_json: str) -> Any:
         raise BadTaskInput(f"{what} is not valid JSON: {exc}") from None
     try:
         if _has_sensitive(handler.output_model):
-            seal_keys()  # a missing key fails the task here, before any side effect
+            _given(seal_keys).get()  # a missing key fails the task here, before any effect
         if contains_sealed(raw):  # opened only here, for the handler (docs/secrets.md)
-            raw = seal_keys().unseal_tree(raw)
+            raw = _given(seal_keys).get().unseal_tree(raw)
     except KeelError as exc:
         raise BadTaskInput(f"{what}: {exc}") from None
     return handler.input_model.model_validate(raw) if handler.input_model else raw
@@ -271,8 +267,15 @@ async def call(handler: ActivityHandler, arg: Any, threads: HandlerThreads | Non
     return handler.fn(arg)
 
 
-def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str:
-    """The handler's return value as JSON within the limits, or ``ResultRefusedError``."""
+def result_json(
+    handler: ActivityHandler,
+    raw: Any,
+    *,
+    side_effect: bool,
+    seal_keys: SealKeySource | None = None,
+) -> str:
+    """The handler's return value as JSON within the limits, or ``ResultRefusedError``;
+    its sensitive fields sealed with ``seal_keys``."""
     what = f"result of activity '{handler.activity_type}'"
     try:
         result = raw
@@ -280,7 +283,8 @@ def result_json(handler: ActivityHandler, raw: Any, *, side_effect: bool) -> str
             result = handler.output_model.model_validate(raw)
         text = result.model_dump_json() if isinstance(result, BaseModel) else json.dumps(result)
         if _has_sensitive(handler.output_model):  # sealed before it is reported or stored
-            data = seal_keys().seal_fields(handler.output_model, json.loads(text))
+            keys = _given(seal_keys).get()
+            data = keys.seal_fields(handler.output_model, json.loads(text))
             text = json.dumps(data, separators=(",", ":"))
         check_json_text(text, "the result", MAX_PAYLOAD_BYTES)
     except (ValidationError, LimitExceededError, TypeError, ValueError, RecursionError) as exc:

@@ -2,10 +2,11 @@
 
 Delivery is at least once: the task offsets are committed only after the outcome
 commands are acknowledged by Kafka. A task run twice reports twice; the orchestrator
-drops the stale or duplicate report. Handlers marked ``@side_effect`` go through the
-effect store (``handlers.effects``, run by ``handlers.execution``), so a redelivered
-task never repeats a write: it returns the recorded result, or reports its outcome as
-unknown so the orchestrator asks the external system (the activity's status query).
+drops the stale or duplicate report. Each attempt runs through the process's
+:class:`~handlers.attempt_runner.AttemptRunner` (its context, the handler, its report),
+as a local step does; ``@side_effect`` handlers go through the effect store, so a
+redelivered task never repeats a write: it returns the recorded result, or reports its
+outcome as unknown so the orchestrator asks the external system (its status query).
 
 One bad record never stops the worker (docs/activities.md, "Poison tasks"): a null,
 undecodable or foreign record is dead-lettered (the dead letter drops what does not
@@ -14,12 +15,11 @@ failure; a report the broker would refuse is never produced; produce and commit 
 are logged and the batch is run again, never raised.
 
 The worker talks to Kafka only through two ports (``orchestrator.io.ports``): a
-:class:`~orchestrator.io.ports.TaskIntake` and an
-:class:`~orchestrator.io.ports.OutcomeSink`; the Kafka adapter bounds every
-blocking call (a stop request is seen within a fraction of a second) and a consumer
-that hits a fatal error or a stalled call is recreated. Too many resets in a window
-exit with status 70 for a supervisor. The worker writes
-``<KEEL_HOME>/status/worker-<instance>.json`` and a periodic ``health:`` log line.
+``TaskIntake`` and an ``OutcomeSink``; the Kafka adapter bounds every blocking call (a
+stop request is seen within a fraction of a second) and a consumer that hits a fatal
+error or a stalled call is recreated. Too many resets in a window exit with status 70
+for a supervisor. It writes ``<KEEL_HOME>/status/worker-<instance>.json`` and a
+periodic ``health:`` log line (``worker_health.py``).
 
 The tasks of one batch run side by side (``_run_batch`` says which stay in order): async
 handlers on the worker's event loop, synchronous ones on its bounded pool of
@@ -40,20 +40,14 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from handlers.attempt_runner import AttemptRunner
 from handlers.effects import EffectStore, RedisGate
-from handlers.execution import (
-    IN_DOUBT,
-    EffectBook,
-    HandlerThreads,
-    SupersededAttempt,
-    describe,
-    execute,
-)
+from handlers.execution import IN_DOUBT, EffectBook, HandlerThreads, SupersededAttempt, describe
 from handlers.llm.environment import use_environment
-from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
-from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
+from handlers.sdk.activity_context import reset_current, set_current
 from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
+from handlers.worker_health import worker_health_line
 from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
 from orchestrator.config.settings import Settings
@@ -84,6 +78,7 @@ from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.prometheus import worker_metrics
+from orchestrator.trust.sealing import SealKeySource
 
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 
@@ -91,21 +86,6 @@ log = logging.getLogger("keel.worker")
 
 #: How long the worker waits for a batch's reports to be acknowledged.
 FLUSH_TIMEOUT_S = 60.0
-
-
-def worker_health_line(status: dict[str, Any]) -> str:
-    """The periodic ``health:`` log line of a worker."""
-    redis = status.get("redis", {})
-    return (
-        f"health: partitions={status.get('assigned_partitions')} "
-        f"last_commit_age_s={status.get('last_commit_age_s')} "
-        f"consumer_errors={status.get('consumer_errors', 0)} "
-        f"consumer_resets={status.get('consumer_resets', 0)} "
-        f"stalled_calls={status.get('stalled_calls', 0)} "
-        f"redis={'down' if redis.get('down') else 'up'} "
-        f"completed={status.get('completed', 0)} failed={status.get('failed', 0)} "
-        f"dead_letters={status.get('dead_letters', 0)}"
-    )
 
 
 class Worker:
@@ -124,9 +104,11 @@ class Worker:
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
         codec: Codec | None = None,
+        attempts: AttemptRunner | None = None,
     ) -> None:
         """``hooks``: what the composition root wraps the task consumer and the LLM call
-        store in (none in production; orchestrator/io/adapter_hooks.py)."""
+        store in (none in production; orchestrator/io/adapter_hooks.py). ``attempts``: the
+        process's activity-attempt runner (by default one with ``settings``' seal keys)."""
         self.settings = settings
         self.app = app
         #: Reports' recorded times, heartbeat spacing, Redis backoff and the reset window.
@@ -134,6 +116,10 @@ class Worker:
         # LLM steps build their provider and call store from this worker's environment
         use_environment(settings, hooks)
         self.codec = codec or codec_for(settings)
+        #: Runs each task's attempt: its context, the handler, its report.
+        self.attempts = attempts or AttemptRunner(
+            app, seal_keys=SealKeySource(settings), clock=clock
+        )
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")
         self.t_commands = settings.topic("commands")
@@ -145,11 +131,9 @@ class Worker:
         self.max_resets = max_resets
         self.reset_window_s = reset_window_s
         self.hard_exit_on_stall = hard_exit_on_stall
-        self.effects: EffectBook = (
-            effects
-            if effects is not None
-            else EffectStore.from_url(settings.redis, settings.topic_prefix)
-        )
+        if effects is None:  # the effect records of @side_effect handlers, in Redis
+            effects = EffectStore.from_url(settings.redis, settings.topic_prefix)
+        self.effects: EffectBook = effects
         self._stop = threading.Event()
         self.redis_gate = RedisGate(self._stop, clock=clock)
         # per-type limits (docs/limits.md): a type without any never asks Redis
@@ -509,16 +493,11 @@ class Worker:
             self._report(rec, task, beat, f"{task.message_id}/beat/{t.attempt}/{beats}", None)
             self.sink.poll()
 
-        ctx = ActivityContext(
-            workflow_id=task.workflow_id,
-            activity_id=t.activity_id,
-            activity_type=t.activity_type,
-            attempt=t.attempt,
-            logical_attempt=t.logical_attempt,
-            idempotency_key=t.idempotency_key,
+        ctx = self.attempts.context(
+            task.workflow_id,
+            t,
             heartbeat_ms=t.heartbeat_ms,
-            _send=self.threads.on_loop(send_heartbeat),
-            _monotonic=self.clock.monotonic,
+            send=self.threads.on_loop(send_heartbeat),
         )
         # over a per-type limit: reported throttled, never waited for inside the batch
         admission = await self.limits.admit(self.app, t)
@@ -529,44 +508,28 @@ class Worker:
         try:
             if t.report_start and not side:  # a side effect's start: once it has its claim
                 ctx.heartbeat(None, force=True)
-            result_json = await execute(
-                self.app,
+            outcome = await self.attempts.run(
+                t,
                 self.effects,
                 self.redis_gate,
-                t.activity_type,
-                t.input_json,
-                t.idempotency_key,
-                t.attempt,
-                self.threads,
-                lambda: ctx.heartbeat(None, force=True),
-            )
-        except Stopping:
-            raise
-        except Exception as exc:
-            failure_class = classify(exc)
-            self.failed += 1
-            message = describe(exc)
-            log.info(
-                "activity %s of %s failed (%s): %s",
-                t.activity_id,
-                task.workflow_id,
-                failure_class,
-                message,
-            )
-            return FailActivity(
-                t.activity_id,
-                t.attempt,
-                str(failure_class),
-                error_type(exc),
-                message,
-                retry_after_ms(exc),
+                threads=self.threads,
+                on_start=lambda: ctx.heartbeat(None, force=True),
             )
         finally:
             reset_current(token)
             await self.limits.release(admission)
-        self.completed += 1
-        version = 0 if handler is None else handler.schema_version
-        return CompleteActivity(t.activity_id, t.attempt, result_json, version)
+        if isinstance(outcome, FailActivity):
+            self.failed += 1
+            log.info(
+                "activity %s of %s failed (%s): %s",
+                t.activity_id,
+                task.workflow_id,
+                outcome.failure_class,
+                outcome.message,
+            )
+        else:
+            self.completed += 1
+        return outcome
 
     # ------------------------------------------------------------------ producing
     def _report(

@@ -118,6 +118,7 @@ def orchestrator(
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
+    from handlers.attempt_runner import AttemptRunner
     from handlers.llm.environment import use_environment
     from orchestrator.application.saga_declarations import sagas_of
     from orchestrator.config.settings import load_settings
@@ -129,6 +130,7 @@ def orchestrator(
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
     from orchestrator.telemetry.tracing import configure_tracing
+    from orchestrator.trust.sealing import SealKeySource
 
     configure_logging()
     configure_tracing("keel-orchestrator")
@@ -140,6 +142,8 @@ def orchestrator(
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     codec = codec_for(settings)  # and its one codec
     application = service_app(app, clock, settings)
+    # the one activity-attempt runner of this process, for its local steps
+    attempts = AttemptRunner(application, seal_keys=SealKeySource(settings), clock=clock)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     metrics_dir = None
@@ -161,6 +165,7 @@ def orchestrator(
         clock=clock,
         hooks=hooks,
         codec=codec,
+        attempts=attempts,
     )
     stoppables: list = [orch]
     child = None
@@ -201,6 +206,7 @@ def orchestrator(
 
 def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
+    from handlers.attempt_runner import AttemptRunner
     from handlers.worker import Worker
     from orchestrator.config.settings import load_settings
     from orchestrator.records.clock import SystemClock
@@ -208,6 +214,7 @@ def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> Non
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
     from orchestrator.telemetry.tracing import configure_tracing
+    from orchestrator.trust.sealing import SealKeySource
 
     configure_logging()
     configure_tracing("keel-worker")
@@ -216,7 +223,9 @@ def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> Non
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     application = service_app(app, clock, settings)
-    w = Worker(settings, application, clock=clock, hooks=adapter_hooks(settings))
+    # the one activity-attempt runner of this process, with its sealing keys
+    attempts = AttemptRunner(application, seal_keys=SealKeySource(settings), clock=clock)
+    w = Worker(settings, application, clock=clock, hooks=adapter_hooks(settings), attempts=attempts)
     _stop_on_signals(w)
     serve_metrics_of(settings, metrics_port)
     w.run()

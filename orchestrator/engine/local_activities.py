@@ -11,7 +11,10 @@ remote worker:
 * **exactly-once recording**: the report is decided like a worker's (same message id
   shape), so a duplicate can never record twice;
 * **effects keyed by K**: ``@side_effect`` handlers go through the same effect store
-  (``handlers.execution``), so a rerun after a crash returns the recorded result.
+  (``handlers.execution``), so a rerun after a crash returns the recorded result;
+* **the same attempt**: the worker's :class:`~handlers.attempt_runner.AttemptRunner`
+  builds the context, runs the handler and words the report (failure class, message,
+  schema version), so a step reports the same whether it ran here or on a worker.
 
 Each run is bounded: ``min(start_to_close, bound_ms)``. A run past its bound is
 cancelled and reports nothing; the step's durable start-to-close timer then fails the
@@ -28,15 +31,18 @@ be down (the workers wait an outage out without failing the attempt).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
+from handlers.attempt_runner import AttemptRunner
+from handlers.effects import EffectStore, RedisGate
+from handlers.execution import EffectBook
+from handlers.sdk.activity_context import reset_current, set_current
+from handlers.sdk.markers import has_side_effect
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.authoring.definitions import Step
 from orchestrator.domain.model.frozen_init import fast_init
@@ -44,6 +50,7 @@ from orchestrator.domain.model.messages import ActivityScheduled, CompleteActivi
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import TimeoutKind
 from orchestrator.io.ports import Stopping, TxnAbortable
+from orchestrator.trust.sealing import SealKeySource
 
 __all__ = ["LOCAL_BOUND_MS", "LocalActivities", "LocalRun"]
 
@@ -90,15 +97,19 @@ class LocalActivities:
         topic_prefix: str,
         stop: threading.Event,
         bound_ms: int = LOCAL_BOUND_MS,
-        effects: Any = None,
+        effects: EffectBook | None = None,
+        attempts: AttemptRunner | None = None,
     ) -> None:
+        """``attempts``: the process's activity-attempt runner (the composition root's; by
+        default one that holds no seal keys, so a sealed input is refused)."""
         self.app = app
+        self.attempts = attempts or AttemptRunner(app, seal_keys=SealKeySource())
         self.redis_url = redis_url
         self.topic_prefix = topic_prefix
         self.stop = stop
         self.bound_ms = bound_ms
         self._effects = effects
-        self._gate: Any = None
+        self._gate: RedisGate | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: _Runner | None = None
         self.runs = 0
@@ -190,14 +201,10 @@ class LocalActivities:
 
     def _sync_call(self, r: LocalRun, handler: Any) -> Callable[[], str]:
         """The run of a sync handler, with its activity context, for the runner thread."""
-        h = _handlers()
-        reset_current, set_current = h.context.reset_current, h.context.set_current
-        parse_input, result_json = h.execution.parse_input, h.execution.result_json
-
         s = r.scheduled
-        side_effect = h.markers.has_side_effect(handler.fn)
-        ctx = self._context(r)
-        store: tuple[Any, Any] | Exception = (None, None)
+        side_effect = has_side_effect(handler.fn)
+        ctx = self.attempts.context(r.workflow_id, s)
+        store: tuple[EffectBook | None, RedisGate | None] | Exception = (None, None)
         if side_effect:  # opened here, on the orchestrator's thread, once
             try:
                 store = self._store()
@@ -207,56 +214,23 @@ class LocalActivities:
         def call() -> str:
             token = set_current(ctx)
             try:
-                if not side_effect:
-                    arg = parse_input(handler, s.input_json)
-                    return result_json(handler, handler.fn(arg), side_effect=False)
                 if isinstance(store, Exception):
                     raise store
                 effects, gate = store
-                return asyncio.run(self._execution(s, effects, gate))
+                return self.attempts.execute_sync(s, effects, gate, side_effect=side_effect)
             finally:
                 reset_current(token)
 
         return call
 
-    @staticmethod
-    def _context(r: LocalRun) -> Any:
-        s = r.scheduled
-        return _handlers().context.ActivityContext(
-            workflow_id=r.workflow_id,
-            activity_id=s.activity_id,
-            activity_type=s.activity_type,
-            attempt=s.attempt,
-            logical_attempt=s.logical_attempt,
-            idempotency_key=s.idempotency_key,
-            heartbeat_ms=0,
-            _send=lambda _details: None,  # a local step has no heartbeat timeout
-        )
-
-    def _execution(self, s: ActivityScheduled, effects: Any, gate: Any) -> Any:
-        """The worker's own code path for one attempt (a coroutine), keyed by its K."""
-        return _handlers().execution.execute(
-            self.app, effects, gate, s.activity_type, s.input_json, s.idempotency_key, s.attempt
-        )
-
     def _outcome(self, r: LocalRun, ok: bool, value: Any) -> CompleteActivity | FailActivity:
-        """A sync run's report: its result, or its failure classified as a worker would."""
+        """A run's report: its result, or its failure classified as a worker would."""
         s = r.scheduled
         if ok:
-            version = self.app.handler(s.activity_type).schema_version
-            return CompleteActivity(s.activity_id, s.attempt, value, version)
-        h = _handlers()
-        errors = h.errors
+            return self.attempts.completion(s, value)
         if isinstance(value, Stopping):  # stopping while Redis is away: commit nothing
             raise TxnAbortable(f"local activity {s.activity_id} abandoned: {value}") from value
-        return FailActivity(
-            s.activity_id,
-            s.attempt,
-            str(errors.classify(value)),
-            errors.error_type(value),
-            h.execution.describe(value),
-            errors.retry_after_ms(value),
-        )
+        return self.attempts.failure(s, value)
 
     def _overran(self, r: LocalRun) -> FailActivity | None:
         """Past its bound: None when its start-to-close timer fails it, else a failure now."""
@@ -271,7 +245,7 @@ class LocalActivities:
         )
         if r.timer_armed:
             return None
-        side_effect = _handlers().markers.has_side_effect(self.app.handler(s.activity_type).fn)
+        side_effect = has_side_effect(self.app.handler(s.activity_type).fn)
         return FailActivity(
             s.activity_id,
             s.attempt,
@@ -283,36 +257,33 @@ class LocalActivities:
     async def _all(self, runs: list[LocalRun]) -> list[CompleteActivity | FailActivity | None]:
         return list(await asyncio.gather(*(self._one(r) for r in runs)))
 
-    def _store(self) -> tuple[Any, Any]:
-        effects = _handlers().effects
+    def _store(self) -> tuple[EffectBook, RedisGate]:
         if self._effects is None:
             if not self.redis_url:
                 raise RuntimeError("a @side_effect local activity needs KEEL_REDIS_URL")
-            self._effects = effects.EffectStore.from_url(self.redis_url, self.topic_prefix)
+            self._effects = EffectStore.from_url(self.redis_url, self.topic_prefix)
         if self._gate is None:
-            self._gate = effects.RedisGate(self.stop)
+            self._gate = RedisGate(self.stop)
         return self._effects, self._gate
 
     async def _one(self, r: LocalRun) -> CompleteActivity | FailActivity | None:
         """An async handler's run on the private loop, bounded."""
-        h = _handlers()
         s = r.scheduled
-        handler = self.app.handler(s.activity_type)
-        side_effect = h.markers.has_side_effect(handler.fn)
-        effects: Any = None
-        gate: Any = None
-        token = h.context.set_current(self._context(r))
+        side_effect = has_side_effect(self.app.handler(s.activity_type).fn)
+        effects: EffectBook | None = None
+        gate: RedisGate | None = None
+        token = set_current(self.attempts.context(r.workflow_id, s))
         try:
             if side_effect:  # only a @side_effect handler touches the effect store
                 effects, gate = self._store()
-            work = self._execution(s, effects, gate)
+            work = self.attempts.execute(s, effects, gate)
             result = await asyncio.wait_for(work, r.bound_ms / 1000)
         except TimeoutError:
             return self._overran(r)
         except Exception as exc:
             return self._outcome(r, False, exc)
         finally:
-            h.context.reset_current(token)
+            reset_current(token)
         return self._outcome(r, True, result)
 
     def close(self) -> None:
@@ -322,28 +293,6 @@ class LocalActivities:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
-
-
-class _Plumbing:
-    """The worker's handler modules, which a local run goes through as a worker would."""
-
-    def __init__(self) -> None:
-        from handlers import effects, execution
-        from handlers.sdk import activity_context, activity_errors, markers
-
-        self.context: ModuleType = activity_context
-        self.effects: ModuleType = effects
-        self.errors: ModuleType = activity_errors
-        self.execution: ModuleType = execution
-        self.markers: ModuleType = markers
-
-
-@functools.cache
-def _handlers() -> _Plumbing:
-    """Imported on the first local run, not at start-up (git show 6f66b40:docs/performance.md,
-    "Recovery: start-up imports"), and once: an import in the function cost ~2 µs a call, ~40 µs of
-    the loop's ~600 per three-step local run."""
-    return _Plumbing()
 
 
 @dataclass(eq=False, slots=True)

@@ -28,6 +28,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from handlers.attempt_runner import AttemptRunner
+from handlers.execution import EffectBook
 from orchestrator.application.app import KeelApp
 from orchestrator.client.dead_letters import DeadLetters
 from orchestrator.config.settings import Settings
@@ -54,6 +56,7 @@ from orchestrator.records.envelopes import follow_up as _follow_up
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.trust.human_task_tokens import decider_for
+from orchestrator.trust.sealing import SealKeySource
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -101,10 +104,13 @@ class Orchestrator:
         clock: Clock = SYSTEM_CLOCK,
         hooks: AdapterHooks = NO_HOOKS,
         codec: Codec | None = None,
-        local_effects: Any = None,
+        local_effects: EffectBook | None = None,
+        attempts: AttemptRunner | None = None,
     ) -> None:
         """``hooks``: what the composition root wraps the decider in (none in production;
-        ``keel evaluate``'s seeded bug, orchestrator/io/adapter_hooks.py)."""
+        ``keel evaluate``'s seeded bug, orchestrator/io/adapter_hooks.py). ``attempts``: the
+        process's activity-attempt runner, which local steps run through (by default one
+        with ``settings``' seal keys and ``clock``)."""
         self.settings = settings
         #: Timer due checks, decision times, checkpoints and retry intervals read it.
         self.clock = clock
@@ -166,6 +172,8 @@ class Orchestrator:
                 # the effect store of local side effects (None: Redis at settings.redis);
                 # the in-process test kit gives its in-memory one (orchestrator/testing)
                 effects=local_effects,
+                attempts=attempts
+                or AttemptRunner(app, seal_keys=SealKeySource(settings), clock=clock),
             )
         #: Committed events for an in-process projector (``committed.py``), if any.
         self.committed = committed

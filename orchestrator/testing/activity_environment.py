@@ -4,7 +4,8 @@ Like Temporal's ``ActivityEnvironment``: a handler that reads ``activity.context
 idempotency key, attempt, heartbeats) is called with a context the test chooses, and
 every heartbeat it sends is kept (``heartbeats``). :meth:`ActivityEnvironment.run` calls
 the function as it is; :meth:`ActivityEnvironment.execute` runs a registered activity the
-way the worker does (``handlers.execution``: the input validated against its model, a
+way the worker does (the worker's ``handlers.attempt_runner.AttemptRunner``: the input
+validated against its model, a
 ``@side_effect`` handler's claim on its idempotency key, the result checked against its
 output model), so a second call with the same key returns the recorded result instead of
 writing again.
@@ -22,14 +23,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from handlers.attempt_runner import AttemptRunner, attempt_context
 from handlers.effects import RedisGate
-from handlers.execution import execute
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.keys import idempotency_key
+from orchestrator.domain.model.messages import ActivityTask
 from orchestrator.records.clock import ManualClock
 from orchestrator.testing.activity_stubs import ActivityRef, activity_type_of
 from orchestrator.testing.memory_stores import MemoryEffectBook
+from orchestrator.trust.sealing import SealKeys, SealKeySource
 
 __all__ = ["ActivityEnvironment"]
 
@@ -38,7 +41,8 @@ class ActivityEnvironment:
     """The context of one attempt: ``workflow_id``, ``activity_type``, ``attempt`` and
     ``logical_attempt`` make the idempotency key as the engine makes it (unless
     ``idempotency_key`` is given); ``heartbeat_ms`` spaces heartbeats as the worker does,
-    on a manual clock (``clock``)."""
+    on a manual clock (``clock``); ``seal_keys`` open a sealed input and seal a sensitive
+    result in :meth:`execute` (none: a sealed value is refused)."""
 
     def __init__(
         self,
@@ -50,6 +54,7 @@ class ActivityEnvironment:
         logical_attempt: int = 1,
         idempotency_key: str | None = None,
         heartbeat_ms: int = 0,
+        seal_keys: SealKeys | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         self.activity_id = activity_id
@@ -65,6 +70,7 @@ class ActivityEnvironment:
         self.heartbeats: list[Any] = []
         #: The effect records ``execute`` claims, as the worker's Redis would hold them.
         self.effects = MemoryEffectBook()
+        self._seal_keys = SealKeySource(keys=seal_keys)
 
     @property
     def idempotency_key(self) -> str:
@@ -74,18 +80,22 @@ class ActivityEnvironment:
 
     def context(self, activity_type: str | None = None) -> ActivityContext:
         """The context a handler reads with ``activity.context()``."""
-        kind = activity_type or self.activity_type
-        key = self._key or idempotency_key(self.workflow_id, kind, self.logical_attempt)
-        return ActivityContext(
-            workflow_id=self.workflow_id,
-            activity_id=self.activity_id,
-            activity_type=kind,
-            attempt=self.attempt,
-            logical_attempt=self.logical_attempt,
-            idempotency_key=key,
+        return attempt_context(
+            self.workflow_id,
+            self._attempt(activity_type or self.activity_type, "null"),
             heartbeat_ms=self.heartbeat_ms,
-            _send=lambda details: self.heartbeats.append(json.loads(details)),
-            _monotonic=self.clock.monotonic,
+            send=self._beat,
+            monotonic=self.clock.monotonic,
+        )
+
+    def _beat(self, details: str) -> None:
+        self.heartbeats.append(json.loads(details))
+
+    def _attempt(self, kind: str, input_json: str) -> ActivityTask:
+        """This attempt of ``kind`` as the worker's task would carry it."""
+        key = self._key or idempotency_key(self.workflow_id, kind, self.logical_attempt)
+        return ActivityTask(
+            self.activity_id, kind, "", input_json, self.logical_attempt, self.attempt, key
         )
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -105,13 +115,15 @@ class ActivityEnvironment:
         handler's exception propagates, as the worker would classify it."""
         kind = activity_type_of(app, activity)
         text = input.model_dump_json() if isinstance(input, BaseModel) else json.dumps(input)
-        ctx = self.context(kind)
+        runner = AttemptRunner(app, seal_keys=self._seal_keys, clock=self.clock)
+        spec = self._attempt(kind, text)
+        ctx = runner.context(
+            self.workflow_id, spec, heartbeat_ms=self.heartbeat_ms, send=self._beat
+        )
 
         async def attempt() -> str:
             gate = RedisGate(threading.Event(), clock=self.clock)
-            return await execute(
-                app, self.effects, gate, kind, text, ctx.idempotency_key, self.attempt
-            )
+            return await runner.execute(spec, self.effects, gate)
 
         token = set_current(ctx)
         try:

@@ -75,15 +75,20 @@ class RealStack:
     def serve(self, app: KeelApp, settings: Settings) -> Iterator[Any]:
         """Run ``app``'s orchestrator (its projector fed in process) and a worker on
         ``settings`` in threads; yield a ``KeelClient``; stop them all at the end."""
+        from handlers.attempt_runner import AttemptRunner
         from handlers.worker import Worker
         from orchestrator.client.client import KeelClient
         from orchestrator.engine.orchestrator import Orchestrator
         from orchestrator.io.handoff.committed_channel import CommittedEvents
         from orchestrator.projector.projector import Projector
+        from orchestrator.trust.sealing import SealKeySource
 
         served = _with_schedules(app, settings)
-        orch = Orchestrator(settings, served, hard_exit_on_stall=False)
-        processes: list[Any] = [orch, Worker(settings, served, hard_exit_on_stall=False)]
+        # one activity-attempt runner for the engine's local steps and the worker
+        attempts = AttemptRunner(served, seal_keys=SealKeySource(settings))
+        orch = Orchestrator(settings, served, hard_exit_on_stall=False, attempts=attempts)
+        worker = Worker(settings, served, hard_exit_on_stall=False, attempts=attempts)
+        processes: list[Any] = [orch, worker]
         if isinstance(orch.committed, CommittedEvents):  # this process's committed events
             processes.append(Projector(settings, served, committed=orch.committed))
         threads = [

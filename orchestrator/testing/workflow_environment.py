@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from handlers.attempt_runner import AttemptRunner
 from handlers.llm.llm_settings import LlmSettings, ProviderKind
 from handlers.llm.providers import ScriptedProvider
 from handlers.llm.runtime import LlmRuntime, configure
@@ -67,6 +68,7 @@ from orchestrator.testing.run_handles import RunHandle
 from orchestrator.testing.webhook_deliveries import WebhookDesk, WebhookReceipt
 from orchestrator.trust.decision_proofs import DecisionProofs, load_proof_key, proof_matches
 from orchestrator.trust.human_task_tokens import TaskTokens, load_task_tokens
+from orchestrator.trust.sealing import SealKeySource
 
 __all__ = ["DEFAULT_START", "WorkflowEnvironment"]
 
@@ -128,6 +130,8 @@ class WorkflowEnvironment:
         self.llm_store = MemoryCallStore()
         self._llm: ScriptedProvider | None = None
         self.script_llm([])
+        # one activity-attempt runner for the engine's local steps and the worker
+        attempts = AttemptRunner(self.app, seal_keys=SealKeySource(self.settings), clock=self.clock)
         intake = MemoryCommandIntake(self.broker, self.topics.commands, "keel-test.orchestrator")
         self.orchestrator = Orchestrator(
             self.settings,
@@ -137,6 +141,7 @@ class WorkflowEnvironment:
             clock=self.clock,
             codec=self.codec,
             local_effects=self.effects,
+            attempts=attempts,
         )
         self._commands = intake
         self._tasks = MemoryGroupIntake(
@@ -150,6 +155,7 @@ class WorkflowEnvironment:
             hard_exit_on_stall=False,
             clock=self.clock,
             codec=self.codec,
+            attempts=attempts,
         )
         self.tokens: TaskTokens = load_task_tokens(self.settings, create=False)
         self.proofs = DecisionProofs.from_tokens(self.tokens)

@@ -293,3 +293,25 @@ def load_seal_keys(settings: Settings, *, create: bool = False) -> SealKeys:
         path,
     )
     return _read(path, "the seal key file")
+
+
+class SealKeySource:
+    """A process's sealing keys, handed to what opens and seals (the activity runner).
+
+    Read from its settings on first use and kept: a worker whose tasks carry no sensitive
+    field runs without a key, and a missing key fails the first task that needs one, with
+    :func:`load_seal_keys`' message. ``SealKeySource(keys=...)`` gives fixed keys (tests,
+    embedding); with neither settings nor keys, a task that needs a key fails for want of one.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, keys: SealKeys | None = None) -> None:
+        self._settings = settings
+        self._keys = keys
+
+    def get(self) -> SealKeys:
+        """The keys; ``ConfigError`` when none are configured (tried again on the next call)."""
+        if self._keys is None:
+            if self._settings is None:
+                raise ConfigError("no sealing key: this process was given no seal keys")
+            self._keys = load_seal_keys(self._settings)
+        return self._keys

@@ -19,6 +19,7 @@ from orchestrator.trust.sealing import (
     MASK,
     SEALED_KEY,
     SealedValue,
+    SealKeySource,
     Sensitive,
     is_sealed,
     load_seal_keys,
@@ -125,7 +126,7 @@ def test_the_local_key_file_is_created_private_and_reused(tmp_path):
 
 def test_the_worker_opens_the_input_and_seals_the_output():
     keys = parse_keys(new_key_entry("w"), "test")
-    execution.use_seal_keys(keys)
+    given = SealKeySource(keys=keys)
     app = KeelApp("t")
     seen = {}
 
@@ -135,18 +136,14 @@ def test_the_worker_opens_the_input_and_seals_the_output():
         return {"digest": hashlib.sha256(call.api_key.encode()).hexdigest(), "echo": call.api_key}
 
     handler = app.handler("use")
-    try:
-        sealed = json.dumps(keys.seal_fields(Call, {"name": "n", "api_key": "sek"}))
-        arg = parse_input(handler, sealed)
-        raw = asyncio.run(execution.call(handler, arg))
-        assert seen["key"] == "sek"
-        text = result_json(handler, raw, side_effect=False)
-        assert "sek" not in text
-        out = json.loads(text)
-        assert keys.unseal(out["echo"]) == "sek"
-        other = parse_keys(new_key_entry("x"), "KEEL_SEAL_KEY")
-        execution.use_seal_keys(other)
-        with pytest.raises(BadTaskInput, match="key 'w', which KEEL_SEAL_KEY does not hold"):
-            parse_input(handler, sealed)
-    finally:
-        execution.use_seal_keys(None)
+    sealed = json.dumps(keys.seal_fields(Call, {"name": "n", "api_key": "sek"}))
+    arg = parse_input(handler, sealed, given)
+    raw = asyncio.run(execution.call(handler, arg))
+    assert seen["key"] == "sek"
+    text = result_json(handler, raw, side_effect=False, seal_keys=given)
+    assert "sek" not in text
+    out = json.loads(text)
+    assert keys.unseal(out["echo"]) == "sek"
+    other = SealKeySource(keys=parse_keys(new_key_entry("x"), "KEEL_SEAL_KEY"))
+    with pytest.raises(BadTaskInput, match="key 'w', which KEEL_SEAL_KEY does not hold"):
+        parse_input(handler, sealed, other)
