@@ -15,7 +15,7 @@ with the caller.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from handlers.effects import RedisGate
 from handlers.execution import (
@@ -26,6 +26,7 @@ from handlers.execution import (
     parse_input,
     result_json,
 )
+from handlers.llm.runtime import LlmRuntimes
 from handlers.sdk.activity_context import ActivityContext
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
 from orchestrator.application.app import KeelApp
@@ -58,9 +59,10 @@ def attempt_context(
     heartbeat_ms: int,
     send: Callable[[str], None],
     monotonic: Callable[[], float],
+    services: Mapping[type, object] | None = None,
 ) -> ActivityContext:
     """The context of one attempt: ``send`` takes its heartbeats (JSON details), spaced by
-    ``heartbeat_ms`` on ``monotonic``."""
+    ``heartbeat_ms`` on ``monotonic``; ``services``: what the process gives its attempts."""
     return ActivityContext(
         workflow_id=workflow_id,
         activity_id=spec.activity_id,
@@ -71,6 +73,7 @@ def attempt_context(
         heartbeat_ms=heartbeat_ms,
         _send=send,
         _monotonic=monotonic,
+        services=services or {},
     )
 
 
@@ -78,15 +81,24 @@ class AttemptRunner:
     """Runs one attempt of ``app``'s handlers, async or sync, and reports it.
 
     ``seal_keys`` open a task's sealed input and seal the result's sensitive fields
-    (docs/secrets.md); ``clock`` spaces the heartbeats of the contexts it builds.
+    (docs/secrets.md); ``clock`` spaces the heartbeats of the contexts it builds; ``llm``
+    is the process's LLM runtime, which its LLM steps find in their context (none: an LLM
+    step fails saying where LLM steps run).
     """
 
     def __init__(
-        self, app: KeelApp, *, seal_keys: SealKeySource, clock: Clock = SYSTEM_CLOCK
+        self,
+        app: KeelApp,
+        *,
+        seal_keys: SealKeySource,
+        clock: Clock = SYSTEM_CLOCK,
+        llm: LlmRuntimes | None = None,
     ) -> None:
         self.app = app
         self.seal_keys = seal_keys
         self.clock = clock
+        self.llm = llm
+        self._services: dict[type, object] = {} if llm is None else {LlmRuntimes: llm}
 
     def context(
         self,
@@ -98,7 +110,12 @@ class AttemptRunner:
     ) -> ActivityContext:
         """The context the handler reads with ``activity.context()``, on the runner's clock."""
         return attempt_context(
-            workflow_id, spec, heartbeat_ms=heartbeat_ms, send=send, monotonic=self.clock.monotonic
+            workflow_id,
+            spec,
+            heartbeat_ms=heartbeat_ms,
+            send=send,
+            monotonic=self.clock.monotonic,
+            services=self._services,
         )
 
     async def execute(

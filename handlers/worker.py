@@ -43,7 +43,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from handlers.attempt_runner import AttemptRunner
 from handlers.effects import EffectStore, RedisGate
 from handlers.execution import IN_DOUBT, EffectBook, HandlerThreads, SupersededAttempt, describe
-from handlers.llm.environment import use_environment
+from handlers.llm.environment import llm_runtimes
 from handlers.sdk.activity_context import reset_current, set_current
 from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import TypeLimiter
@@ -77,7 +77,7 @@ from orchestrator.records.envelopes import report_envelope
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.telemetry import tracing
-from orchestrator.telemetry.prometheus import worker_metrics
+from orchestrator.telemetry.prometheus import ServiceMetrics
 from orchestrator.trust.sealing import SealKeySource
 
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
@@ -105,21 +105,24 @@ class Worker:
         hooks: AdapterHooks = NO_HOOKS,
         codec: Codec | None = None,
         attempts: AttemptRunner | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         """``hooks``: what the composition root wraps the task consumer and the LLM call
         store in (none in production; orchestrator/io/adapter_hooks.py). ``attempts``: the
-        process's activity-attempt runner (by default one with ``settings``' seal keys)."""
+        process's activity-attempt runner (by default one with ``settings``' seal keys and an
+        LLM runtime on ``settings``, its call store wrapped in ``hooks``)."""
         self.settings = settings
         self.app = app
         #: Reports' recorded times, heartbeat spacing, Redis backoff and the reset window.
         self.clock = clock
-        # LLM steps build their provider and call store from this worker's environment
-        use_environment(settings, hooks)
         self.codec = codec or codec_for(settings)
         #: Runs each task's attempt: its context, the handler, its report.
         self.attempts = attempts or AttemptRunner(
-            app, seal_keys=SealKeySource(settings), clock=clock
+            app, seal_keys=SealKeySource(settings), clock=clock, llm=llm_runtimes(settings, hooks)
         )
+        #: Where the process counts this worker's tasks (its composition root's; none: not
+        #: counted).
+        self.metrics = metrics
         self.batch_size = batch_size
         self.t_activity_tasks = settings.topic("activity-tasks")
         self.t_commands = settings.topic("commands")
@@ -455,7 +458,8 @@ class Worker:
         else:
             payload = await self._outcome(rec, task)
             traceparent = incoming
-        worker_metrics().task_done(t.activity_type, payload, self.clock.monotonic() - began)
+        if self.metrics is not None:
+            self.metrics.worker.task_done(t.activity_type, payload, self.clock.monotonic() - began)
         mid = f"{task.message_id}/report/{t.attempt}"
         problem = self._report(rec, task, payload, mid, traceparent)
         if problem is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,17 +23,16 @@ from typing import Any
 
 from handlers.llm.chat import CallStore, ChatRequest, Provider, ProviderUnavailable
 from handlers.llm.llm_settings import LlmSettings
-from handlers.sdk.activity_context import ActivityContext
+from handlers.sdk.activity_context import ActivityContext, activity
 from orchestrator.domain.model.errors import ConfigError, DefinitionError, format_validation_error
 
 __all__ = [
     "LlmRuntime",
+    "LlmRuntimes",
     "Pricing",
-    "configure",
     "obtain",
     "parse_output",
     "runtime",
-    "use_factory",
 ]
 
 log = logging.getLogger("keel.worker.llm")
@@ -73,35 +73,44 @@ class LlmRuntime:
         return Pricing(s.price_input_per_mtok, s.price_output_per_mtok)
 
 
-_runtime: LlmRuntime | None = None
-#: Builds this process's runtime on first use: set by the process that runs LLM steps (the
-#: worker, the orchestrator for local steps) to ``environment.runtime_from_environment``.
-_factory: Callable[[], LlmRuntime] | None = None
+class LlmRuntimes:
+    """Where a process's attempts find its LLM runtime: one per process, made by its
+    composition root (orchestrator/cli/services.py) and given to its activity-attempt
+    runner, which hands it to every attempt's context. The runtime is built by ``factory``
+    on the first LLM step, so the provider (aiohttp) and the store (redis) load only then.
+    """
+
+    def __init__(self, factory: Callable[[], LlmRuntime]) -> None:
+        self._factory = factory
+        self._built: LlmRuntime | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> LlmRuntime:
+        """The runtime, built on first use."""
+        with self._lock:
+            if self._built is None:
+                self._built = self._factory()
+            return self._built
+
+    def use(self, rt: LlmRuntime | None) -> None:
+        """Answer with ``rt`` from now on (a test's scripted model); None: build with the
+        factory again on next use."""
+        with self._lock:
+            self._built = rt
+
+
+NO_RUNTIME = (
+    "no LLM runtime for this attempt: LLM steps run in `keel worker` (or `keel orchestrator` "
+    "for local steps), whose attempt runner is given one"
+)
 
 
 def runtime() -> LlmRuntime:
-    """The process's runtime: the one ``configure`` set, else built by the factory once."""
-    global _runtime
-    if _runtime is None:
-        if _factory is None:
-            raise ConfigError(
-                "no LLM runtime in this process: LLM steps run in `keel worker` (or "
-                "`keel orchestrator` for local steps), or after handlers.llm.runtime.configure"
-            )
-        _runtime = _factory()
-    return _runtime
-
-
-def configure(rt: LlmRuntime | None) -> None:
-    """Use ``rt`` in this process (tests; None: build it with the factory again)."""
-    global _runtime
-    _runtime = rt
-
-
-def use_factory(factory: Callable[[], LlmRuntime]) -> None:
-    """How this process builds its runtime on first use (the worker: from the environment)."""
-    global _factory
-    _factory = factory
+    """The runtime of the attempt being run: the one its process's runner gave its context."""
+    found = activity().services.get(LlmRuntimes)
+    if not isinstance(found, LlmRuntimes):
+        raise ConfigError(NO_RUNTIME)
+    return found.get()
 
 
 async def _respect_retry_after(rt: LlmRuntime, key: str, index: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +28,9 @@ class ActivityContext:
     _last_beat: float = field(default=0.0, repr=False)
     #: The process's clock (``Clock.monotonic``): a test's manual clock spaces heartbeats too.
     _monotonic: Callable[[], float] = field(default=time.monotonic, repr=False)
+    #: What the process's composition root gives its attempts, by type (the LLM runtime of
+    #: LLM steps, handlers/llm/runtime.py): no handler reaches a process-wide object.
+    services: Mapping[type, object] = field(default_factory=dict, repr=False)
 
     def heartbeat(self, details: Any = None, force: bool = False) -> None:
         """Report progress; sent at most every third of the heartbeat timeout."""

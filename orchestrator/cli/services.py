@@ -26,7 +26,7 @@ from orchestrator.projector.placement import ProjectorPlacement
 
 if TYPE_CHECKING:
     from orchestrator.config.settings import Settings
-    from orchestrator.telemetry.prometheus import KafkaGauges
+    from orchestrator.telemetry.prometheus import KafkaGauges, ServiceMetrics
 
 MetricsPortOption = Annotated[
     int | None,
@@ -64,10 +64,12 @@ def kafka_gauges(settings: Settings) -> KafkaGauges:
     )
 
 
-def serve_metrics_of(settings: Settings, port: int | None, gauges: bool = False) -> None:
-    """Start the service's ``/metrics`` endpoint when a port is set (option, else
-    ``KEEL_METRICS_PORT``), with the Kafka gauges if ``gauges`` (also exported through
-    OpenTelemetry when an OTLP endpoint is set, port or none); prints where."""
+def serve_metrics_of(
+    settings: Settings, port: int | None, metrics: ServiceMetrics, gauges: bool = False
+) -> None:
+    """Start the service's ``/metrics`` endpoint for its ``metrics`` when a port is set
+    (option, else ``KEEL_METRICS_PORT``), with the Kafka gauges if ``gauges`` (also exported
+    through OpenTelemetry when an OTLP endpoint is set, port or none); prints where."""
     import os
 
     from orchestrator.telemetry.metrics import ENDPOINT_VARS
@@ -76,14 +78,12 @@ def serve_metrics_of(settings: Settings, port: int | None, gauges: bool = False)
     otel = gauges and any(os.environ.get(v) for v in ENDPOINT_VARS)
     if not port and not otel:
         return
-    from orchestrator.telemetry.prometheus import serve_metrics
-
     collectors = [kafka_gauges(settings)] if gauges else []
     if otel:
         for collector in collectors:
             collector.register_otel()
     if port:
-        bound = serve_metrics(port, settings.metrics_host, collectors)
+        bound = metrics.serve(port, settings.metrics_host, collectors)
         print(f"metrics on http://{settings.metrics_host}:{bound}/metrics", flush=True)
 
 
@@ -119,7 +119,7 @@ def orchestrator(
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
     from handlers.attempt_runner import AttemptRunner
-    from handlers.llm.environment import use_environment
+    from handlers.llm.environment import llm_runtimes
     from orchestrator.application.saga_declarations import sagas_of
     from orchestrator.config.settings import load_settings
     from orchestrator.engine.orchestrator import Orchestrator
@@ -129,6 +129,7 @@ def orchestrator(
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
+    from orchestrator.telemetry.prometheus import ServiceMetrics
     from orchestrator.telemetry.tracing import configure_tracing
     from orchestrator.trust.sealing import SealKeySource
 
@@ -138,12 +139,16 @@ def orchestrator(
     settings = load_settings()
     configure_gc(settings)
     hooks = adapter_hooks(settings)
-    use_environment(settings, hooks)  # for local LLM steps
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     codec = codec_for(settings)  # and its one codec
     application = service_app(app, clock, settings)
-    # the one activity-attempt runner of this process, for its local steps
-    attempts = AttemptRunner(application, seal_keys=SealKeySource(settings), clock=clock)
+    # the one activity-attempt runner of this process, for its local steps (LLM ones too)
+    attempts = AttemptRunner(
+        application,
+        seal_keys=SealKeySource(settings),
+        clock=clock,
+        llm=llm_runtimes(settings, hooks),
+    )
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     metrics_dir = None
@@ -156,7 +161,8 @@ def orchestrator(
             from orchestrator.telemetry.prometheus import use_multiprocess_dir
 
             metrics_dir = use_multiprocess_dir(settings.home, "orchestrator")
-    serve_metrics_of(settings, metrics_port, gauges=True)
+    metrics = ServiceMetrics()  # the process's metrics, served below
+    serve_metrics_of(settings, metrics_port, metrics, gauges=True)
     orch = Orchestrator(
         settings,
         application,
@@ -183,7 +189,14 @@ def orchestrator(
         from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
-        feed = Projector(settings, application, committed=orch.committed, clock=clock, codec=codec)
+        feed = Projector(
+            settings,
+            application,
+            committed=orch.committed,
+            clock=clock,
+            codec=codec,
+            metrics=metrics,
+        )
         stoppables.append(Supervisor("projector", feed).start())
     if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
         from orchestrator.sagas.manager import SagaManager
@@ -207,12 +220,14 @@ def orchestrator(
 def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
     from handlers.attempt_runner import AttemptRunner
+    from handlers.llm.environment import llm_runtimes
     from handlers.worker import Worker
     from orchestrator.config.settings import load_settings
     from orchestrator.records.clock import SystemClock
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
+    from orchestrator.telemetry.prometheus import ServiceMetrics
     from orchestrator.telemetry.tracing import configure_tracing
     from orchestrator.trust.sealing import SealKeySource
 
@@ -223,11 +238,18 @@ def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> Non
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     application = service_app(app, clock, settings)
-    # the one activity-attempt runner of this process, with its sealing keys
-    attempts = AttemptRunner(application, seal_keys=SealKeySource(settings), clock=clock)
-    w = Worker(settings, application, clock=clock, hooks=adapter_hooks(settings), attempts=attempts)
+    hooks = adapter_hooks(settings)
+    # the one activity-attempt runner of this process, with its sealing keys and LLM runtime
+    attempts = AttemptRunner(
+        application,
+        seal_keys=SealKeySource(settings),
+        clock=clock,
+        llm=llm_runtimes(settings, hooks),
+    )
+    metrics = ServiceMetrics()  # the process's metrics
+    w = Worker(settings, application, clock=clock, hooks=hooks, attempts=attempts, metrics=metrics)
     _stop_on_signals(w)
-    serve_metrics_of(settings, metrics_port)
+    serve_metrics_of(settings, metrics_port, metrics)
     w.run()
 
 
@@ -248,6 +270,7 @@ def projector(
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
+    from orchestrator.telemetry.prometheus import ServiceMetrics
 
     configure_logging()
     configure_metrics("keel-projector")
@@ -260,11 +283,17 @@ def projector(
     configure_gc(settings)
     clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
     codec = codec_for(settings)  # the one codec of this process
+    metrics = ServiceMetrics()  # the process's metrics
     projector = Projector(
-        settings, service_app(app, clock), committed=committed, clock=clock, codec=codec
+        settings,
+        service_app(app, clock),
+        committed=committed,
+        clock=clock,
+        codec=codec,
+        metrics=metrics,
     )
     if feed_fd is None:  # a child's counts are served by its orchestrator (docs/metrics.md)
-        serve_metrics_of(settings, metrics_port)
+        serve_metrics_of(settings, metrics_port, metrics)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.io.handoff.committed_pipe import read_frames

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.config.settings import Settings
@@ -58,6 +58,9 @@ from orchestrator.projector.feed_cursor import FeedCursor, Handed
 from orchestrator.records import fast_json
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.history_entries import history_entry
+
+if TYPE_CHECKING:  # given by the composition root
+    from orchestrator.telemetry.prometheus import ServiceMetrics
 
 log = logging.getLogger("keel.projector")
 
@@ -95,7 +98,10 @@ class Projector:
         committed: CommittedEvents | None = None,
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
+        """``metrics``: where the process counts what this projector writes (its composition
+        root's; none: nothing counted, as in a rebuild)."""
         self.settings = settings
         #: When rows were applied and health published (the hand-off's waits stay real:
         #: they wait on another thread, not on time).
@@ -112,6 +118,7 @@ class Projector:
                 settings.topic_prefix,
                 settings.redis,
                 app.definitions,
+                metrics,
             )
         else:
             self._given_feed, self.projection = adapters

@@ -14,7 +14,6 @@ variables itself (docs/operations.md, "Metrics").
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from enum import StrEnum
 
@@ -73,19 +72,6 @@ class LlmMetrics:
             self.nodes.add(1, attrs)
             if u.cache_hit:
                 self.cache_hits.add(1, attrs)
-
-
-_lock = threading.Lock()
-_default: LlmMetrics | None = None
-
-
-def llm_metrics() -> LlmMetrics:
-    """The process's counters, created on first use from the global meter provider."""
-    global _default
-    with _lock:
-        if _default is None:
-            _default = LlmMetrics()
-        return _default
 
 
 def otlp_meter_provider(service: str) -> MeterProvider | None:

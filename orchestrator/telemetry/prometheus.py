@@ -39,7 +39,7 @@ from orchestrator.domain.model.state import WorkflowState
 from orchestrator.domain.model.vocabulary import ActivityStatus
 from orchestrator.records.llm_usage import NodeUsage
 from orchestrator.telemetry.metric_catalogue import SPECS, Kind, Metric
-from orchestrator.telemetry.metrics import ENDPOINT_VARS
+from orchestrator.telemetry.metrics import ENDPOINT_VARS, LlmMetrics
 from orchestrator.telemetry.workflow_metrics import MetricUpdate, StateClock, batch_updates
 
 __all__ = [
@@ -47,10 +47,8 @@ __all__ = [
     "KafkaGauges",
     "MetricsSink",
     "ProjectorMetrics",
-    "projector_metrics",
-    "serve_metrics",
+    "ServiceMetrics",
     "use_multiprocess_dir",
-    "worker_metrics",
 ]
 
 log = logging.getLogger("keel.metrics")
@@ -194,31 +192,73 @@ class WorkerMetrics:
         )
 
 
-_lock = threading.Lock()
-_projector: ProjectorMetrics | None = None
-_worker: WorkerMetrics | None = None
-_served = False
+class ServiceMetrics:
+    """A process's metrics, made once by its composition root (orchestrator/cli/services.py)
+    and handed to the parts that count: the projector's read-model writes and LLM usage,
+    the worker's tasks. Each set is created on first use in ``registry`` (prometheus-client's
+    default one, what the process serves, or in multiprocess mode the files its parent sums).
+    Projector counts are kept only where someone reads them: once :meth:`serve` serves this
+    process's, in a projector child whose orchestrator serves them (multiprocess mode), or
+    when OpenTelemetry exports them."""
 
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._served = False
+        self._projector: ProjectorMetrics | None = None
+        self._worker: WorkerMetrics | None = None
+        self._llm: LlmMetrics | None = None
 
-def projector_metrics() -> ProjectorMetrics:
-    """The process's projector metrics, created on first use in the default registry;
-    enabled in a projector child whose orchestrator serves them (multiprocess mode), when
-    OpenTelemetry exports them, or once :func:`serve_metrics` serves this process's."""
-    global _projector
-    with _lock:
-        if _projector is None:
-            enabled = _served or bool(os.environ.get(MULTIPROC_VAR)) or otel_enabled()
-            _projector = ProjectorMetrics(MetricsSink(PROJECTOR_METRICS), enabled=enabled)
-        return _projector
+    @property
+    def projector(self) -> ProjectorMetrics:
+        with self._lock:
+            if self._projector is None:
+                enabled = self._served or bool(os.environ.get(MULTIPROC_VAR)) or otel_enabled()
+                sink = MetricsSink(PROJECTOR_METRICS, self.registry)
+                self._projector = ProjectorMetrics(sink, enabled=enabled)
+            return self._projector
 
+    @property
+    def worker(self) -> WorkerMetrics:
+        with self._lock:
+            if self._worker is None:
+                self._worker = WorkerMetrics(MetricsSink(WORKER_METRICS, self.registry))
+            return self._worker
 
-def worker_metrics() -> WorkerMetrics:
-    """The process's worker metrics, created on first use in the default registry."""
-    global _worker
-    with _lock:
-        if _worker is None:
-            _worker = WorkerMetrics(MetricsSink(WORKER_METRICS))
-        return _worker
+    @property
+    def llm(self) -> LlmMetrics:
+        """The LLM counters, on OpenTelemetry's meter (docs/metrics.md)."""
+        with self._lock:
+            if self._llm is None:
+                self._llm = LlmMetrics()
+            return self._llm
+
+    def serve(
+        self, port: int, host: str = "127.0.0.1", collectors: Iterable[Collector] = ()
+    ) -> int:
+        """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the port.
+
+        In multiprocess mode the endpoint sums the files of every process of the folder
+        (this one's and its projector child's); else it serves the registry. Extra
+        ``collectors`` (the Kafka gauges) are added either way.
+        """
+        from prometheus_client import REGISTRY
+
+        with self._lock:
+            self._served = True
+            if self._projector is not None:
+                self._projector.enabled = True
+        registry = self.registry if self.registry is not None else REGISTRY
+        multiproc = os.environ.get(MULTIPROC_VAR)
+        if multiproc:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=multiproc)
+        for collector in collectors:
+            registry.register(collector)
+        server, _ = start_http_server(port, addr=host, registry=registry)
+        bound = int(server.server_address[1])
+        log.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound
 
 
 # ---------------------------------------------------------------------- gauges on scrape
@@ -347,37 +387,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's: alive
         return True
     return True
-
-
-def serve_metrics(
-    port: int,
-    host: str = "127.0.0.1",
-    collectors: Iterable[Collector] = (),
-) -> int:
-    """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the port.
-
-    In multiprocess mode the endpoint sums the files of every process of the folder
-    (this one's and its projector child's); else it serves the default registry. Extra
-    ``collectors`` (the Kafka gauges) are added either way.
-    """
-    from prometheus_client import REGISTRY
-
-    global _served
-    with _lock:
-        _served = True
-        if _projector is not None:
-            _projector.enabled = True
-    registry = REGISTRY
-    multiproc = os.environ.get(MULTIPROC_VAR)
-    if multiproc:
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=multiproc)
-    for collector in collectors:
-        registry.register(collector)
-    server, _ = start_http_server(port, addr=host, registry=registry)
-    bound = int(server.server_address[1])
-    log.info("metrics on http://%s:%d/metrics", host, bound)
-    return bound
 
 
 def exposition(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:

@@ -76,6 +76,7 @@ class RealStack:
         """Run ``app``'s orchestrator (its projector fed in process) and a worker on
         ``settings`` in threads; yield a ``KeelClient``; stop them all at the end."""
         from handlers.attempt_runner import AttemptRunner
+        from handlers.llm.environment import llm_runtimes
         from handlers.worker import Worker
         from orchestrator.client.client import KeelClient
         from orchestrator.engine.orchestrator import Orchestrator
@@ -85,7 +86,9 @@ class RealStack:
 
         served = _with_schedules(app, settings)
         # one activity-attempt runner for the engine's local steps and the worker
-        attempts = AttemptRunner(served, seal_keys=SealKeySource(settings))
+        attempts = AttemptRunner(
+            served, seal_keys=SealKeySource(settings), llm=llm_runtimes(settings)
+        )
         orch = Orchestrator(settings, served, hard_exit_on_stall=False, attempts=attempts)
         worker = Worker(settings, served, hard_exit_on_stall=False, attempts=attempts)
         processes: list[Any] = [orch, worker]

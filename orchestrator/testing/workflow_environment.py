@@ -33,7 +33,7 @@ from pydantic import SecretStr
 from handlers.attempt_runner import AttemptRunner
 from handlers.llm.llm_settings import LlmSettings, ProviderKind
 from handlers.llm.providers import ScriptedProvider
-from handlers.llm.runtime import LlmRuntime, configure
+from handlers.llm.runtime import LlmRuntime, LlmRuntimes
 from handlers.worker import Worker
 from orchestrator.application.app import KeelApp
 from orchestrator.client.json_args import input_value
@@ -129,9 +129,16 @@ class WorkflowEnvironment:
         self.effects = MemoryEffectBook()
         self.llm_store = MemoryCallStore()
         self._llm: ScriptedProvider | None = None
+        #: What the LLM steps of this environment call: the scripted model.
+        self._llm_runtimes = LlmRuntimes(lambda: self._scripted_runtime())
         self.script_llm([])
         # one activity-attempt runner for the engine's local steps and the worker
-        attempts = AttemptRunner(self.app, seal_keys=SealKeySource(self.settings), clock=self.clock)
+        attempts = AttemptRunner(
+            self.app,
+            seal_keys=SealKeySource(self.settings),
+            clock=self.clock,
+            llm=self._llm_runtimes,
+        )
         intake = MemoryCommandIntake(self.broker, self.topics.commands, "keel-test.orchestrator")
         self.orchestrator = Orchestrator(
             self.settings,
@@ -186,7 +193,6 @@ class WorkflowEnvironment:
             for process in (self.orchestrator, self.worker):
                 process.stop()
                 process.run()  # stopped already: it only closes its clients, as on SIGTERM
-            configure(None)
             self._home.cleanup()
 
     # ------------------------------------------------------------------ time
@@ -352,8 +358,12 @@ class WorkflowEnvironment:
         (``{"json": value}``, ``{"content": text}``, ``{"tool_calls": [...]}``, optionally
         ``"match"``, or ``{"status": 503}`` to play a failure; docs/llm-nodes.md)."""
         self._llm = ScriptedProvider({"responses": list(responses), "default": default})
+        self._llm_runtimes.use(self._scripted_runtime())
+
+    def _scripted_runtime(self) -> LlmRuntime:
         settings = LlmSettings(provider=ProviderKind.SCRIPTED, model="scripted")
-        configure(LlmRuntime(settings, self.llm_store, self._llm))
+        assert self._llm is not None
+        return LlmRuntime(settings, self.llm_store, self._llm)
 
     @property
     def llm_calls(self) -> int:

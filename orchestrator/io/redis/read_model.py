@@ -19,7 +19,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -38,6 +38,9 @@ from orchestrator.records.history_entries import history_entry
 from orchestrator.records.llm_usage import NodeUsage, UsageField, empty_summary, usages_of
 from orchestrator.records.read_model_rows import ANNOUNCE, GUARDED_WRITE_LUA, ROW_FIELDS, row_view
 from orchestrator.trust.sealing import mask
+
+if TYPE_CHECKING:  # given by a live projector; the client never loads prometheus-client
+    from orchestrator.telemetry.prometheus import ServiceMetrics
 
 T = TypeVar("T")
 
@@ -113,9 +116,12 @@ class Projection:
         topic_prefix: str,
         url: str = "redis",
         definitions: Mapping[tuple[str, int], WorkflowDefinition] | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
-        """``definitions``: whose search attributes the writes index (a projector's app)."""
+        """``definitions``: whose search attributes the writes index (a projector's app);
+        ``metrics``: where a live projector counts what it wrote (none: nothing counted)."""
         self.r = client
+        self.metrics = metrics
         self.ks = Keyspace(topic_prefix)
         #: The index of runs by name, status, time and search attribute (``run_index.py``).
         self.index = RunIndex(self.ks, definitions)
@@ -334,18 +340,15 @@ class Projection:
                 except redis.WatchError:
                     continue
 
-    @staticmethod
-    def _record_metrics(updates: Updates, usages: dict[str, list[NodeUsage]]) -> None:
+    def _record_metrics(self, updates: Updates, usages: dict[str, list[NodeUsage]]) -> None:
         """Count the committed events and LLM node usage in the metrics (live projectors
         only: a rebuild replays events already counted; docs/metrics.md)."""
-        from orchestrator.telemetry.metrics import llm_metrics
-        from orchestrator.telemetry.prometheus import projector_metrics
-
-        projector_metrics().record(updates, usages)
+        if self.metrics is None:
+            return
+        self.metrics.projector.record(updates, usages)
         if not usages:
             return
-
-        m = llm_metrics()
+        m = self.metrics.llm
         for wf, found in usages.items():
             m.record(found, updates[wf][0].name)
 

@@ -27,7 +27,7 @@ from handlers.llm.node import (
 )
 from handlers.llm.prompts import PromptTemplate
 from handlers.llm.providers import OpenAIProvider, ScriptedProvider
-from handlers.llm.runtime import LlmRuntime, Pricing, configure, parse_output
+from handlers.llm.runtime import LlmRuntime, LlmRuntimes, Pricing, parse_output
 from handlers.llm.tools import Tool
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from handlers.sdk.activity_errors import FailureClass, classify, retry_after_ms
@@ -61,8 +61,11 @@ def run(
 ) -> tuple[Any, ScriptedProvider, MemoryStore]:
     store = store or MemoryStore()
     provider = ScriptedProvider(script)
-    configure(LlmRuntime(LlmSettings(model="m"), store, provider))  # type: ignore[arg-type]
-    ctx = ActivityContext("wf", "a1", activity_type, 1, 1, key, 0, lambda _: None)
+    rt = LlmRuntime(LlmSettings(model="m"), store, provider)  # type: ignore[arg-type]
+    services = {LlmRuntimes: LlmRuntimes(lambda: rt)}
+    ctx = ActivityContext(
+        "wf", "a1", activity_type, 1, 1, key, 0, lambda _: None, services=services
+    )
     token = set_current(ctx)
     try:
         handler = app.handler(activity_type)
@@ -71,7 +74,6 @@ def run(
         return exc, provider, store
     finally:
         reset_current(token)
-        configure(None)
 
 
 def node_app(**call_options: Any) -> tuple[KeelApp, LlmCall, dict[str, Any]]:
