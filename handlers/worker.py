@@ -53,7 +53,7 @@ from handlers.llm.environment import use_environment
 from handlers.sdk.activity_context import ActivityContext, reset_current, set_current
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
 from handlers.sdk.markers import has_side_effect
-from handlers.type_limits import TypeLimiter
+from handlers.type_limits import StartLapsed, TypeLimiter
 from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
 from orchestrator.codec import Codec, codec_for
@@ -525,10 +525,15 @@ class Worker:
         if admission.wait_ms is not None:
             self.throttled += 1
             return admission.report(t)
-        token = set_current(ctx)
-        try:
+
+        async def confirm() -> None:  # the grant may have lapsed on its way to the call
+            nonlocal admission
+            admission = await self.limits.confirm(self.app, t, admission)
             if t.report_start and not side:  # a side effect's start: once it has its claim
                 ctx.heartbeat(None, force=True)
+
+        token = set_current(ctx)
+        try:
             result_json = await execute(
                 self.app,
                 self.effects,
@@ -539,9 +544,13 @@ class Worker:
                 t.attempt,
                 self.threads,
                 lambda: ctx.heartbeat(None, force=True),
+                confirm,
             )
         except Stopping:
             raise
+        except StartLapsed as lapsed:  # the handler was not called
+            self.throttled += 1
+            return lapsed.admission.report(t)
         except Exception as exc:
             failure_class = classify(exc)
             self.failed += 1
