@@ -15,7 +15,7 @@ with the caller.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from handlers.effects import RedisGate
 from handlers.execution import (
@@ -29,6 +29,7 @@ from handlers.execution import (
 from handlers.llm.runtime import LlmRuntimes
 from handlers.sdk.activity_context import ActivityContext
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms
+from handlers.type_limits import StartLapsed
 from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.messages import (
     ActivityScheduled,
@@ -126,11 +127,13 @@ class AttemptRunner:
         *,
         threads: HandlerThreads | None = None,
         on_start: Callable[[], None] | None = None,
+        before_call: Callable[[], Awaitable[None]] | None = None,
     ) -> str:
         """The attempt's result as JSON; raises what failed (``handlers.execution.execute``).
 
         ``effects`` and ``gate`` are used by a ``@side_effect`` handler only; a sync
-        handler runs on ``threads`` when given, else on the caller's thread.
+        handler runs on ``threads`` when given, else on the caller's thread; ``before_call``
+        may refuse the call just before it is made (a lapsed rate-limit grant).
         """
         return await execute(
             self.app,
@@ -143,6 +146,7 @@ class AttemptRunner:
             threads=threads,
             on_start=on_start,
             seal_keys=self.seal_keys,
+            before_call=before_call,
         )
 
     def execute_sync(
@@ -191,12 +195,16 @@ class AttemptRunner:
         *,
         threads: HandlerThreads | None = None,
         on_start: Callable[[], None] | None = None,
+        before_call: Callable[[], Awaitable[None]] | None = None,
     ) -> AttemptOutcome:
-        """:meth:`execute`, reported; ``Stopping`` (the process stops while Redis is away)
-        propagates: such an attempt reports nothing."""
+        """:meth:`execute`, reported. ``Stopping`` (the process stops while Redis is away)
+        and ``StartLapsed`` (``before_call`` found the rate-limit grant lapsed: the handler
+        was not called) propagate: the caller reports the one nothing, the other throttled."""
         try:
-            result = await self.execute(spec, effects, gate, threads=threads, on_start=on_start)
-        except Stopping:
+            result = await self.execute(
+                spec, effects, gate, threads=threads, on_start=on_start, before_call=before_call
+            )
+        except (Stopping, StartLapsed):
             raise
         except Exception as exc:
             return self.failure(spec, exc)

@@ -18,7 +18,7 @@ import contextvars
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -174,6 +174,7 @@ async def execute(
     threads: HandlerThreads | None = None,
     on_start: Callable[[], None] | None = None,
     seal_keys: SealKeySource | None = None,
+    before_call: Callable[[], Awaitable[None]] | None = None,
 ) -> str:
     """Run the handler for one task and return its result as JSON (see module doc).
 
@@ -182,6 +183,9 @@ async def execute(
     (handlers/attempt_runner.py passes its process's). ``on_start`` is called once a side effect has
     claimed its key, just before the call that may write: from then on its outcome is
     in doubt until it reports (the worker reports the start, docs/activities.md).
+    ``before_call`` is awaited just before that (a side effect's key claimed), and may
+    refuse the call by raising: the worker confirms a rate-limited start there
+    (handlers/type_limits.py, "confirmation"); a side effect's claim is then released.
 
     Raises what the handler raised, ``ResultRefusedError`` for an unusable result,
     ``SupersededAttempt``/``OutcomeUnknownError`` from the claim and ``Stopping`` when
@@ -190,6 +194,8 @@ async def execute(
     handler = app.handler(activity_type)
     arg = parse_input(handler, input_json, seal_keys)
     if not has_side_effect(handler.fn):
+        if before_call is not None:
+            await before_call()
         raw = await call(handler, arg, threads)
         return result_json(handler, raw, side_effect=False, seal_keys=seal_keys)
     assert effects is not None and gate is not None, "a @side_effect handler needs its store"
@@ -204,6 +210,12 @@ async def execute(
         raise SupersededAttempt(f"attempt {attempt} was superseded by a later attempt")
     if claim.outcome == ClaimOutcome.IN_DOUBT:
         raise OutcomeUnknownError(IN_DOUBT.format(attempt=attempt))
+    if before_call is not None:
+        try:
+            await before_call()
+        except BaseException:  # nothing was called: the key is free for a later attempt
+            await _settle(gate, "release", effects.release, idempotency_key, attempt)
+            raise
     if on_start is not None:
         on_start()
     try:

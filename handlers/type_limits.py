@@ -19,7 +19,18 @@ script, so two workers never both take the last slot, and the clock is Redis's o
   attempt of the key arriving in ``[T, T + RESERVATION_SLACK_MS]`` takes its reservation
   (shrunk to its real start); earlier, it waits again for ``T``; later, it starts over.
   So the service sees at most ``count`` calls in any window of ``per``, however late
-  a dispatch arrives.
+  a dispatch arrives, provided each call reaches the service within its slack of the
+  grant.
+* **confirmation**: that proviso is the worker's to keep. Between the grant and the
+  handler's call the worker still claims a side effect's key (a thread hop through the
+  gate, queued behind the whole batch's admissions and claims), reports its start and
+  waits for the event loop; nothing bounds that, and in a burst on a loaded machine (the
+  backlog an orchestrator restart releases) it can take longer than the slack, so calls
+  granted in one window reach the service in the next. So a granted start is confirmed
+  just before its handler is called: one whose grant is older than half its slack (timed
+  from before the script ran) is taken out of the books and admitted again, and one now
+  over the limit is reported ``throttled`` without calling the handler (a side effect's
+  claim released).
 
 A task over a limit never sleeps in the worker's batch (which would hold the batch's
 offsets past the poll interval): it is reported ``throttled`` with the wait, and the
@@ -30,10 +41,13 @@ away, admissions wait through the worker's :class:`~handlers.effects.RedisGate`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import redis
@@ -53,6 +67,7 @@ __all__ = [
     "START_SLACK_MS",
     "START_SLACK_SHARE",
     "Admission",
+    "StartLapsed",
     "TypeLimiter",
     "TypeUsage",
     "read_usage",
@@ -68,6 +83,10 @@ LEASE_TTL_MS = 30_000
 START_SLACK_MS = 500
 #: The share of a rate's window a start counts as lasting, at least ``START_SLACK_MS``.
 START_SLACK_SHARE = 20
+#: A granted start must reach its handler within its slack divided by this, timed from
+#: before the admission asked Redis; the rest of the slack is the handler's own way to
+#: the service. Past it the start is admitted again (:meth:`TypeLimiter.confirm`).
+CONFIRM_SHARE = 2
 #: How late after its slot a re-dispatched attempt may still take its reservation.
 RESERVATION_SLACK_MS = 3_000
 #: The wait of an attempt over ``max_concurrent``: uniform in this range (ms), times the
@@ -77,7 +96,8 @@ _CONCURRENCY_BACKOFF_CAP = 8
 
 # KEYS: concurrency zset, rate zset, reservation key. ARGV: max_concurrent (0: none),
 # count (0: none), per_ms, lease id, lease ttl, start slack, reservation slack, the
-# concurrency wait, the idempotency key. Returns {verdict, wait_ms}.
+# concurrency wait, the idempotency key, and a lapsed start of this attempt to take out
+# of the rate's books first ('' for none: see "confirmation"). Returns {verdict, wait_ms}.
 _ADMIT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -90,6 +110,9 @@ if max_conc > 0 then
   end
 end
 if count > 0 then
+  if ARGV[10] ~= '' then
+    redis.call('ZREM', KEYS[2], ARGV[10])
+  end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - per)
   local mine = 'r:' .. ARGV[9]
   local reserved = redis.call('GET', KEYS[3])
@@ -145,12 +168,18 @@ return renewed
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What the limiter said: ``wait_ms`` None to run now (holding ``lease`` on the
-    concurrency set ``lease_key`` when the type has ``max_concurrent``), else throttled."""
+    concurrency set ``lease_key`` when the type has ``max_concurrent``), else throttled.
+
+    A start granted under a rate is ``start`` in the rate's books; its handler must be
+    called by ``call_by`` (the limiter's monotonic clock) or the start is asked again.
+    """
 
     wait_ms: int | None = None
     why: str = ""
     lease: str | None = None
     lease_key: str | None = None
+    start: str | None = None
+    call_by: float = math.inf
 
     def report(self, task: ActivityTask) -> FailActivity:
         """The ``throttled`` failure the worker reports instead of running ``task``."""
@@ -165,6 +194,15 @@ class Admission:
 
 
 FREE = Admission()
+
+
+class StartLapsed(Exception):
+    """A granted start that lapsed before its handler was called and is now over the
+    limit: raised just before the call, caught by the worker, reported ``throttled``."""
+
+    def __init__(self, admission: Admission) -> None:
+        super().__init__(admission.why)
+        self.admission = admission
 
 
 def start_slack_ms(per_ms: int) -> int:
@@ -194,9 +232,16 @@ class TypeLimiter:
     """The per-type limits of one worker's tasks (see the module doc)."""
 
     def __init__(
-        self, client: redis.Redis, prefix: str, gate: RedisGate, lease_ttl_ms: int = LEASE_TTL_MS
+        self,
+        client: redis.Redis,
+        prefix: str,
+        gate: RedisGate,
+        lease_ttl_ms: int = LEASE_TTL_MS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.r = client
+        #: Times a grant until its handler's call (a test's clock makes one lapse).
+        self.monotonic = monotonic
         self.keys = Keyspace(prefix)
         self.gate = gate
         self.lease_ttl_ms = lease_ttl_ms
@@ -229,10 +274,59 @@ class TypeLimiter:
         self, activity_type: str, limits: ActivityLimits, idempotency_key: str, attempt: int
     ) -> Admission:
         """One admission (the script); a lease taken is renewed until :meth:`release`."""
+        admission = self._ask(activity_type, limits, idempotency_key, attempt, lapsed=None)
+        if admission.wait_ms is not None or limits.max_concurrent is None:
+            return admission
+        lease = admission.lease
+        assert lease is not None
+        key = self.keys.concurrency(activity_type)
+        with self._lock:
+            self._held[lease] = key
+            self._start_keeper()
+        return replace(admission, lease_key=key)
+
+    async def confirm(self, app: KeelApp, task: ActivityTask, admission: Admission) -> Admission:
+        """Just before ``task``'s handler is called: ``admission`` while its start is fresh,
+        else a new admission under the rate only (the concurrency lease is kept); raises
+        :class:`StartLapsed` when that one is throttled."""
+        if admission.start is None or self.monotonic() <= admission.call_by:
+            return admission
+        handler = app.handler(task.activity_type)
+        assert handler.limits is not None
+        again = await self.gate.call(
+            "limits", self.readmit_now, task.activity_type, handler.limits, task, admission
+        )
+        if again.wait_ms is not None:
+            raise StartLapsed(again)
+        return again
+
+    def readmit_now(
+        self, activity_type: str, limits: ActivityLimits, task: ActivityTask, lapsed: Admission
+    ) -> Admission:
+        """The lapsed start out of the books and the attempt admitted again (the script)."""
+        log.info(
+            "start of %s attempt %d lapsed before its call; admitted again",
+            task.idempotency_key,
+            task.attempt,
+        )
+        rate_only = replace(limits, max_concurrent=None)
+        again = self._ask(activity_type, rate_only, task.idempotency_key, task.attempt, lapsed)
+        return replace(again, lease=lapsed.lease, lease_key=lapsed.lease_key)
+
+    def _ask(
+        self,
+        activity_type: str,
+        limits: ActivityLimits,
+        idempotency_key: str,
+        attempt: int,
+        lapsed: Admission | None,
+    ) -> Admission:
         lease = f"{idempotency_key}/{attempt}/{uuid.uuid4().hex[:12]}"
         low, high = CONCURRENCY_WAIT_MS
         wait = int(random.uniform(low, high) * min(max(attempt, 1), _CONCURRENCY_BACKOFF_CAP))
         rate = limits.rate
+        slack = start_slack_ms(rate.per_ms) if rate is not None else START_SLACK_MS
+        asked_at = self.monotonic()  # before Redis's clock is read: the grant is younger
         verdict, wait_ms = self._admit(
             keys=[
                 self.keys.concurrency(activity_type),
@@ -245,10 +339,11 @@ class TypeLimiter:
                 rate.per_ms if rate is not None else 0,
                 lease,
                 self.lease_ttl_ms,
-                start_slack_ms(rate.per_ms) if rate is not None else START_SLACK_MS,
+                slack,
                 RESERVATION_SLACK_MS,
                 wait,
                 idempotency_key,
+                (lapsed.start or "") if lapsed is not None else "",
             ],
         )
         if verdict == "concurrency":
@@ -257,13 +352,11 @@ class TypeLimiter:
         if verdict == "rate":
             why = f"activity '{activity_type}' is over its rate limit of {rate}"
             return Admission(int(wait_ms), f"{why}; next start reserved in {wait_ms} ms")
-        if limits.max_concurrent is None:
-            return FREE
-        key = self.keys.concurrency(activity_type)
-        with self._lock:
-            self._held[lease] = key
-            self._start_keeper()
-        return Admission(lease=lease, lease_key=key)
+        if rate is None:
+            return Admission(lease=lease) if limits.max_concurrent is not None else FREE
+        call_by = asked_at + slack / CONFIRM_SHARE / 1000
+        held = lease if limits.max_concurrent is not None else None
+        return Admission(lease=held, start=f"g:{lease}", call_by=call_by)
 
     async def release(self, admission: Admission) -> None:
         """The attempt ended: its lease goes (when stopping with Redis away, it expires)."""

@@ -46,7 +46,7 @@ from handlers.execution import IN_DOUBT, EffectBook, HandlerThreads, SupersededA
 from handlers.llm.environment import llm_runtimes
 from handlers.sdk.activity_context import reset_current, set_current
 from handlers.sdk.markers import has_side_effect
-from handlers.type_limits import TypeLimiter
+from handlers.type_limits import StartLapsed, TypeLimiter
 from handlers.worker_health import worker_health_line
 from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
 from orchestrator.application.app import KeelApp
@@ -508,17 +508,26 @@ class Worker:
         if admission.wait_ms is not None:
             self.throttled += 1
             return admission.report(t)
-        token = set_current(ctx)
-        try:
+
+        async def confirm() -> None:  # the grant may have lapsed on its way to the call
+            nonlocal admission
+            admission = await self.limits.confirm(self.app, t, admission)
             if t.report_start and not side:  # a side effect's start: once it has its claim
                 ctx.heartbeat(None, force=True)
+
+        token = set_current(ctx)
+        try:
             outcome = await self.attempts.run(
                 t,
                 self.effects,
                 self.redis_gate,
                 threads=self.threads,
                 on_start=lambda: ctx.heartbeat(None, force=True),
+                before_call=confirm,
             )
+        except StartLapsed as lapsed:  # the handler was not called
+            self.throttled += 1
+            return lapsed.admission.report(t)
         finally:
             reset_current(token)
             await self.limits.release(admission)

@@ -28,7 +28,8 @@ inside the orchestrator), in the same run:
 
 ``--recovery N`` (``python -m ops.bench --recovery N``) measures instead the restart of
 an orchestrator SIGKILLed with N live runs waiting on timers: time from the process
-start to its first new decision, and its RSS per 100k live runs.
+start to its first new decision, and its RSS per 100k live runs. ``--scale`` runs 1, 2
+and 3 orchestrators and workers and a rolling restart (``ops/bench_scale.py``).
 
 The last line printed is one JSON object: the median of each metric over the runs.
 Times on a shared machine are noisy; compare ratios within one run, not absolutes.
@@ -56,6 +57,7 @@ from ops.bench_rig import (
     _fresh_status,
     _percentile,
     _spawn,
+    burst,
     fold_deferred_s,
 )
 from orchestrator.client.client import KeelClient
@@ -173,14 +175,8 @@ class Bench:
         """Runs per second until the last terminal event; with a projector running, the
         rate until the read model shows every run finished goes in ``read_model_rates``."""
         ids = [f"load-{tag}-{i}" for i in range(count)]
-        self.tail.hops = False  # terminal events only: the tail's CPU is the run's too
         began = time.monotonic()
-        try:
-            self.client.start_many(name, [(wf, {"n": i % 100}) for i, wf in enumerate(ids)])
-            self.tail.wait_for(set(ids), 900)
-        finally:
-            self.tail.hops = True
-        rate = count / (time.monotonic() - began)
+        rate = count / burst(self.client, self.tail, name, ids, 900)
         if self.projecting:
             self._read_model_shows(ids, 900)
             self.read_model_rates[tag] = count / (time.monotonic() - began)
@@ -408,6 +404,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--light-rate", type=float, default=20.0)
     parser.add_argument("--recovery", type=int, default=0, metavar="N")
     parser.add_argument("--finished", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="1, 2, 3 orchestrators and workers (bench_scale.py)",
+    )
     only = parser.add_mutually_exclusive_group()
     only.add_argument(
         "--light-only", action="store_true", help="the light-load phases and Kafka's floor only"
@@ -430,7 +431,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from ops.bench_restart import run_finished, run_recovery
 
-    if args.recovery:
+    if args.scale:
+        from ops.bench_scale import run_scale
+
+        result = run_scale(settings, log, workflows=args.workflows, keep_topics=args.keep_topics)
+    elif args.recovery:
         result = run_recovery(settings, args.recovery, log, args.keep_topics)
     elif args.finished:
         result = run_finished(settings, args.finished, log, args.keep_topics)

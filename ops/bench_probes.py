@@ -139,6 +139,7 @@ class EventTail(threading.Thread):
         #: workflow -> when this tail read its terminal event (:func:`clock_ms`)
         self.seen_at: dict[str, float] = {}
         self.ended_at: dict[str, int] = {}  # workflow -> the terminal event's recorded_at
+        self.outcome: dict[str, str] = {}  # workflow -> its terminal event's type
         self.started_at: dict[str, int] = {}
         self.scheduled: dict[str, int] = {}  # activity id -> ActivityScheduled recorded_at
         self.round_trips: list[tuple[int, int]] = []  # (completed at, ms since scheduled)
@@ -194,6 +195,7 @@ class EventTail(threading.Thread):
                 self.round_trips.append((env.recorded_at, env.recorded_at - at))
         elif isinstance(p, TERMINAL_EVENTS):
             self.ended_at[wf] = env.recorded_at
+            self.outcome[wf] = type(p).__name__
             self.seen_at[wf] = seen
 
     def wait_for(self, ids: set[str], timeout_s: float) -> None:

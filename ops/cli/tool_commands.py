@@ -391,6 +391,13 @@ def bench(
         bool,
         typer.Option(help="Keep each run's topics and Redis keys (dropped by default)."),
     ] = False,
+    scale: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: 1, 2, 3 orchestrators and workers on a 3-broker cluster, 12 "
+            "partitions (--workflows runs a burst), then a rolling restart under load."
+        ),
+    ] = False,
 ) -> None:
     """Measure the durable core on the real broker; the last line is one JSON object."""
     from ops.bench import run_bench
@@ -402,7 +409,13 @@ def bench(
     if not settings.bootstrap_servers:
         LocalStack(settings).up()
     err = new_console(stderr=True, highlight=False)
-    if recovery is not None:
+    if scale:
+        from ops.bench_scale import run_scale
+
+        result = run_scale(
+            settings, lambda m: err.print(m), workflows=workflows, keep_topics=keep_topics
+        )
+    elif recovery is not None:
         result = run_recovery(settings, recovery, lambda m: err.print(m), keep_topics)
     elif finished is not None:
         result = run_finished(settings, finished, lambda m: err.print(m), keep_topics)

@@ -12,7 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator import Context, KeelApp, RateLimit, RetryPolicy, Step, WorkflowDefinition
+from orchestrator import (
+    Context,
+    KeelApp,
+    RateLimit,
+    RetryPolicy,
+    Step,
+    WorkflowDefinition,
+    side_effect,
+)
 
 APP = "tests.integration.limits_app:app"
 
@@ -42,6 +50,13 @@ async def ten_a_minute(item: Item) -> dict[str, Any]:
     return await _call(item)
 
 
+@app.activity("ten_per_5s", input=Item, rate_limit=RateLimit(10, per=5))
+@side_effect
+async def ten_per_5s(item: Item) -> dict[str, Any]:
+    """A side effect: its key is claimed between the grant and the call."""
+    return await _call(item)
+
+
 @app.activity("two_at_a_time", input=Item, max_concurrent=2)
 async def two_at_a_time(item: Item) -> dict[str, Any]:
     return await _call(item)
@@ -54,6 +69,7 @@ def _item(ctx: Context) -> dict[str, Any]:
 for _name, _activity in (
     ("rate_limited", "ten_a_minute"),
     ("concurrency_limited", "two_at_a_time"),
+    ("burst_limited", "ten_per_5s"),
 ):
     app.workflow(
         WorkflowDefinition.dag(

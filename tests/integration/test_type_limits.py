@@ -30,6 +30,11 @@ def _limiter(settings, lease_ttl_ms: int = 30_000) -> TypeLimiter:
     )
 
 
+def _granted(a: Admission) -> bool:
+    """Run now under a rate alone: no lease, a start in the rate's books."""
+    return a.wait_ms is None and a.lease is None and (a.start or "").startswith("g:")
+
+
 def test_leases_bound_concurrency_and_a_dead_workers_lease_expires(settings):
     limits = ActivityLimits(max_concurrent=2)
     # a lease of 3 s, renewed every second: a 600 ms lease lapsed on a loaded CI machine
@@ -71,7 +76,7 @@ def test_a_rate_reserves_the_next_slot_for_the_key_and_keeps_it(settings):
     lim = _limiter(settings)
     started = time.monotonic()
     for n in range(3):
-        assert lim.admit_now("r", limits, f"wf/r/{n}", 1) == Admission()
+        assert _granted(lim.admit_now("r", limits, f"wf/r/{n}", 1))
     late = lim.admit_now("r", limits, "wf/r/3", 1)
     assert late.wait_ms is not None and 1500 <= late.wait_ms <= 2600
     assert late.why.startswith("activity 'r' is over its rate limit of 3/2s; next start reserved")
@@ -85,19 +90,19 @@ def test_a_rate_reserves_the_next_slot_for_the_key_and_keeps_it(settings):
     other = lim.admit_now("r", limits, "wf/r/4", 1)
     assert other.wait_ms is not None and other.wait_ms >= late.wait_ms - 100
     time.sleep(late.wait_ms / 1000 + 0.05)
-    assert lim.admit_now("r", limits, "wf/r/3", 2) == Admission()  # its reservation
+    assert _granted(lim.admit_now("r", limits, "wf/r/3", 2))  # its reservation
     assert time.monotonic() - started >= 2.0
 
 
 def test_a_reservation_missed_by_more_than_its_slack_starts_over(settings):
     limits = ActivityLimits(rate=RateLimit(1, per=1))
     lim = _limiter(settings)
-    assert lim.admit_now("s", limits, "wf/s/1", 1) == Admission()
+    assert _granted(lim.admit_now("s", limits, "wf/s/1", 1))
     late = lim.admit_now("s", limits, "wf/s/2", 1)
     assert late.wait_ms is not None
     time.sleep((late.wait_ms + RESERVATION_SLACK_MS) / 1000 + 0.3)
     # the slot passed long ago: a fresh admission (the window is free again by now)
-    assert lim.admit_now("s", limits, "wf/s/2", 2) == Admission()
+    assert _granted(lim.admit_now("s", limits, "wf/s/2", 2))
     assert lim.admit_now("s", limits, "wf/s/3", 1).wait_ms is not None
 
 
@@ -123,3 +128,26 @@ def test_a_lapsed_lease_is_not_renewed_even_before_it_is_purged(settings):
     assert lim.renew() == 0
     assert lim.r.zscore(a.lease_key, a.lease) == 1.0  # not taken again behind others' backs
     lim.gate.stop.set()
+
+
+def test_a_lapsed_start_leaves_the_books_and_its_attempt_is_counted_afresh(settings):
+    """handlers/type_limits.py, "confirmation": a grant whose call was late is asked again."""
+    limits = ActivityLimits(rate=RateLimit(3, per=2))
+    lim = _limiter(settings)
+    starts = [lim.admit_now("c", limits, f"wf/c/{n}", 1) for n in range(3)]
+    assert all(_granted(a) for a in starts)
+
+    def task(n: int, attempt: int = 1) -> ActivityTask:
+        return ActivityTask("run#1/step", "c", "step", "{}", 1, attempt, f"wf/c/{n}")
+
+    # its own lapsed start is taken out first: the window holds 3 again, not 4
+    again = lim.readmit_now("c", limits, task(2), starts[2])
+    assert _granted(again) and again.start != starts[2].start
+    [usage] = read_usage(settings.redis, settings.topic_prefix, {"c": limits})
+    assert (usage.started_in_window, usage.reserved) == (3, 0)
+    # a fourth start that lapsed meets a full window: throttled, its slot reserved
+    late = lim.readmit_now("c", limits, task(3), Admission(start="g:wf/c/3/1/gone"))
+    assert late.wait_ms is not None and 1000 <= late.wait_ms <= 2600
+    assert late.why.startswith("activity 'c' is over its rate limit of 3/2s; next start reserved")
+    [usage] = read_usage(settings.redis, settings.topic_prefix, {"c": limits})
+    assert (usage.started_in_window, usage.reserved) == (3, 1)

@@ -28,6 +28,8 @@ CONTROL_FLOW = {
     "orchestrator.io.ports.EpochChanged",
     # an attempt the effect store knows is stale never runs; its report is ignored
     "handlers.execution.SupersededAttempt",
+    # a rate-limited start that lapsed before its call: the worker reports it throttled
+    "handlers.type_limits.StartLapsed",
 }
 
 
