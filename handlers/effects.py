@@ -169,6 +169,8 @@ class EffectStore:
         self.keys = Keyspace(prefix)
         self.ttl_s = ttl_s
         self.replica_acks = replica_acks
+        #: Cluster masters last seen with no replica attached (warned of once each).
+        self._alone: set[str] = set()
         self._begin = client.register_script(_BEGIN)
         self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(_RELEASE)
@@ -243,14 +245,29 @@ class EffectStore:
         """:meth:`_acknowledged` in a cluster: a cluster client would send ``WAIT`` to every
         node, so both go on one connection to the master of ``key``'s slot. A lost master
         or a moved slot makes the cluster client re-read the slot map and counts as
-        "Redis away": the gate repeats the call on the master that holds the slot then."""
+        "Redis away": the gate repeats the call on the master that holds the slot then.
+
+        A master with no replica attached (the one promoted when its master was lost, until
+        the old master rejoins as its replica) has nobody to wait for: its records are
+        taken alone, with a warning, rather than no effect running until an operator acts
+        (docs/operations.md, "Redis Cluster")."""
         cluster = cast("Any", self.r)
         try:
-            node_client = cluster.get_redis_connection(cluster.get_node_from_key(key))
+            node = cluster.get_node_from_key(key)
+            node_client = cluster.get_redis_connection(node)
             pipe = node_client.pipeline(transaction=False)
             pipe.evalsha(script.sha, 1, key, *args)
             pipe.wait(self.replica_acks, REPLICA_ACK_TIMEOUT_MS)
             reply, acked = pipe.execute()
+            if int(acked) >= self.replica_acks:
+                self._alone.discard(node.name)
+            elif int(node_client.info("replication").get("connected_slaves", 0)) == 0:
+                if node.name not in self._alone:  # once per master, not once per record
+                    self._alone.add(node.name)
+                    log.warning(
+                        "master %s has no replica: its effect records are on it only", node.name
+                    )
+                return reply
         except _SLOT_AWAY as exc:
             with contextlib.suppress(*REDIS_AWAY):
                 cluster.nodes_manager.initialize()

@@ -144,14 +144,20 @@ class RedisClusterGroup:
 
     def master_of(self, key: str) -> int:
         """The port of the master that holds ``key``'s slot now."""
+        return self.owners_of(key)[0]
+
+    def owners_of(self, key: str) -> tuple[int, list[int]]:
+        """The ports of the master and the replicas of ``key``'s slot, as the first node
+        that answers sees them now."""
+        import redis
         from redis.crc import key_slot
 
         slot = key_slot(key.encode())
         for port in self.ports:
-            with contextlib.suppress(Exception), self.node(port) as client:
-                for start, end, owner, *_ in client.execute_command("CLUSTER SLOTS"):
+            with contextlib.suppress(redis.RedisError), self.node(port) as client:
+                for start, end, owner, *replicas in client.execute_command("CLUSTER SLOTS"):
                     if int(start) <= slot <= int(end):
-                        return int(owner[1])
+                        return int(owner[1]), [int(r[1]) for r in replicas]
         raise InfraError(f"no node of the cluster names the master of slot {slot}")
 
     def wait_failover(self, old_port: int, key: str, timeout_s: float = 30.0) -> int:
