@@ -55,6 +55,7 @@ from orchestrator.redis_url import (
 
 __all__ = [
     "REDIS_AWAY",
+    "REDIS_ERRORS",
     "SENTINEL_TIMEOUT_S",
     "RedisUse",
     "async_redis_client",
@@ -76,6 +77,14 @@ REDIS_AWAY: tuple[type[BaseException], ...] = (
     redis.ReadOnlyError,
     ClusterDownError,
     TryAgainError,
+    SlotNotCoveredError,
+    RedisClusterUnreachableError,
+)
+
+#: Every error a Redis client raises: redis-py's ``RedisError`` and the cluster client's
+#: own that do not derive from it (no node for a slot, no node reachable).
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError,
     SlotNotCoveredError,
     RedisClusterUnreachableError,
 )

@@ -5,10 +5,8 @@
 
 from __future__ import annotations
 
-import redis
-
 from orchestrator.domain.model.errors import UnavailableError
-from orchestrator.io.redis.client_factory import RedisUse, redis_client
+from orchestrator.io.redis.client_factory import REDIS_ERRORS, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.settings import Settings
 
@@ -33,7 +31,7 @@ class LetterClaims:
             for i in letter_ids:
                 pipe.get(self.keys.redriven(i))
             values = pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
         return {i: str(v) for i, v in zip(letter_ids, values, strict=True) if v is not None}
 
@@ -44,14 +42,14 @@ class LetterClaims:
             if self.r.set(key, claim, nx=True):
                 return None
             return str(self.r.get(key))
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
 
     def take_each(self, letter_ids: list[str], claim: str) -> list[str]:
         """The ids of ``letter_ids`` whose claim this call took (others hold the rest)."""
         try:
             return [i for i in letter_ids if self.r.set(self.keys.redriven(i), claim, nx=True)]
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
 
     def give_back(self, letter_ids: list[str]) -> None:
