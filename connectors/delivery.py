@@ -30,12 +30,16 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
 from orchestrator.io.kafka.clients import producer_config
-from orchestrator.io.redis.client_factory import RedisUse, async_redis_client, away_reason
+from orchestrator.io.redis.client_factory import (
+    REDIS_ERRORS,
+    RedisUse,
+    async_redis_client,
+    away_reason,
+)
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
@@ -154,6 +158,9 @@ class Claim:
     record: dict[str, Any] | None = None
 
 
+#: A release that failed: Redis's error, or the slot wait that gave up.
+_RELEASE_FAILED: tuple[type[Exception], ...] = (*REDIS_ERRORS, UnavailableError)
+
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -161,7 +168,8 @@ return 0
 
 
 class Dedupe:
-    """Per-event markers in Redis; every RedisError becomes UnavailableError."""
+    """Per-event markers in Redis; every Redis error (``REDIS_ERRORS``) becomes
+    UnavailableError."""
 
     def __init__(
         self,
@@ -240,7 +248,7 @@ class Dedupe:
                 if loop.time() >= deadline:
                     return Claim(ClaimState.IN_FLIGHT)
                 await asyncio.sleep(0.05)
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise _redis_down(exc) from None
 
     async def release(self, source: str, event_id: str, token: str) -> None:
@@ -249,7 +257,7 @@ class Dedupe:
         try:
             async with self._slot():
                 await self._release(keys=[self.keyspace.dedupe(source, event_id)], args=[pending])
-        except (RedisError, UnavailableError) as exc:  # the claim expires by itself
+        except _RELEASE_FAILED as exc:  # the claim expires by itself
             log.warning("could not release the claim on %s/%s: %s", source, event_id, exc)
 
     async def done(
@@ -265,7 +273,7 @@ class Dedupe:
         try:
             async with self._slot():
                 await self.redis.set(key, json.dumps(record), ex=ttl_s)
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise _redis_down(exc) from None
 
     async def reachable(self) -> str | None:
@@ -274,10 +282,10 @@ class Dedupe:
                 await self.redis.ping()
         except UnavailableError as exc:
             return str(exc)
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             return f"Redis is unreachable: {type(exc).__name__}: {away_reason(exc)}"
         return None
 
 
-def _redis_down(exc: RedisError) -> UnavailableError:
+def _redis_down(exc: BaseException) -> UnavailableError:
     return UnavailableError(f"Redis is unavailable: {type(exc).__name__}: {away_reason(exc)}")

@@ -21,13 +21,15 @@ unknown) releases the claim. Records live under ``Keyspace.effect`` (``fx``), wh
 rebuild clears, and outlive the retry horizon (TTL). While Redis is unreachable the
 worker pauses claims (:class:`RedisGate`) instead of failing the attempt, so an outage
 costs time, never a retry; and the external system also deduplicates by the same key.
-In a Sentinel group every record is on a replica before the worker acts on it (``WAIT``),
-so the master's loss does not lose it (docs/operations.md, "Redis high availability").
+In a Sentinel group or a Redis Cluster every record is on a replica before the worker acts
+on it (``WAIT``, in a cluster on the connection to the master of the record's slot), so the
+master's loss does not lose it (docs/operations.md, "Redis high availability").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -39,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import MovedError, NoScriptError
 
 from orchestrator.config.redis_url import RedisTopology, topology_of
 from orchestrator.domain.model.errors import UnavailableError
@@ -47,7 +49,7 @@ from orchestrator.domain.model.errors import UnavailableError
 # The gate raises the ports' one ``Stopping`` when the worker stops while Redis is away:
 # the task is abandoned (and redelivered).
 from orchestrator.io.ports import Stopping
-from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, is_cluster, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 
@@ -58,10 +60,12 @@ T = TypeVar("T")
 DEFAULT_TTL_S = 14 * 24 * 3600
 #: The raw result kept with a refused effect, for the operator (characters).
 MAX_RAW_CHARS = 64 * 1024
-#: In a Sentinel group, the replicas that must hold an effect record before a worker acts
-#: on it, and how long a write waits for them before it counts as "Redis away".
+#: In a Sentinel group or a cluster, the replicas that must hold an effect record before a
+#: worker acts on it, and how long a write waits for them before it counts as "Redis away".
 SENTINEL_REPLICA_ACKS = 1
 REPLICA_ACK_TIMEOUT_MS = 500
+#: A cluster node's own client: Redis away, or the slot moved to another master.
+_SLOT_AWAY: tuple[type[BaseException], ...] = (*REDIS_AWAY, MovedError)
 
 
 class ClaimOutcome(StrEnum):
@@ -165,13 +169,16 @@ class EffectStore:
         self.keys = Keyspace(prefix)
         self.ttl_s = ttl_s
         self.replica_acks = replica_acks
+        #: Cluster masters last seen with no replica attached (warned of once each).
+        self._alone: set[str] = set()
         self._begin = client.register_script(_BEGIN)
         self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(_RELEASE)
 
     @classmethod
     def from_url(cls, url: str, prefix: str) -> EffectStore:
-        acks = SENTINEL_REPLICA_ACKS if topology_of(url) is RedisTopology.SENTINEL else 0
+        replicated = topology_of(url) in (RedisTopology.SENTINEL, RedisTopology.CLUSTER)
+        acks = SENTINEL_REPLICA_ACKS if replicated else 0
         return cls(redis_client(url, RedisUse.WORKER_RECORDS), prefix, replica_acks=acks)
 
     def key(self, idempotency_key: str) -> str:
@@ -226,10 +233,49 @@ class EffectStore:
     def _acknowledged(self, script: Script, key: str, args: list[Any]) -> Any:
         """The script, then ``WAIT`` on the same connection (one pipeline: WAIT counts
         the replicas that hold this connection's writes)."""
+        if is_cluster(self.r):
+            return self._acknowledged_in_slot(script, key, args)
         pipe = self.r.pipeline(transaction=False)
         pipe.evalsha(script.sha, 1, key, *args)
         pipe.wait(self.replica_acks, REPLICA_ACK_TIMEOUT_MS)
         reply, acked = pipe.execute()
+        return self._check_acks(reply, acked)
+
+    def _acknowledged_in_slot(self, script: Script, key: str, args: list[Any]) -> Any:
+        """:meth:`_acknowledged` in a cluster: a cluster client would send ``WAIT`` to every
+        node, so both go on one connection to the master of ``key``'s slot. A lost master
+        or a moved slot makes the cluster client re-read the slot map and counts as
+        "Redis away": the gate repeats the call on the master that holds the slot then.
+
+        A master with no replica attached (the one promoted when its master was lost, until
+        the old master rejoins as its replica) has nobody to wait for: its records are
+        taken alone, with a warning, rather than no effect running until an operator acts
+        (docs/operations.md, "Redis Cluster")."""
+        cluster = cast("Any", self.r)
+        try:
+            node = cluster.get_node_from_key(key)
+            node_client = cluster.get_redis_connection(node)
+            pipe = node_client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, 1, key, *args)
+            pipe.wait(self.replica_acks, REPLICA_ACK_TIMEOUT_MS)
+            reply, acked = pipe.execute()
+            if int(acked) >= self.replica_acks:
+                self._alone.discard(node.name)
+            elif int(node_client.info("replication").get("connected_slaves", 0)) == 0:
+                if node.name not in self._alone:  # once per master, not once per record
+                    self._alone.add(node.name)
+                    log.warning(
+                        "master %s has no replica: its effect records are on it only", node.name
+                    )
+                return reply
+        except _SLOT_AWAY as exc:
+            with contextlib.suppress(*REDIS_AWAY):
+                cluster.nodes_manager.initialize()
+            raise redis.ConnectionError(f"the slot of an effect record is away: {exc}") from None
+        return self._check_acks(reply, acked)
+
+    def _check_acks(self, reply: Any, acked: Any) -> Any:
+        """The script's reply, once ``acked`` replicas are enough."""
         if int(acked) < self.replica_acks:
             raise ReplicaAckMissing(
                 f"{acked} of {self.replica_acks} replicas acknowledged an effect record "

@@ -58,7 +58,7 @@ from orchestrator.application.app import KeelApp
 from orchestrator.domain.model.messages import ActivityTask, FailActivity
 from orchestrator.domain.model.vocabulary import FailureClass
 from orchestrator.io.ports import Stopping
-from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
+from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, is_cluster, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = [
@@ -242,7 +242,7 @@ class TypeLimiter:
         self.r = client
         #: Times a grant until its handler's call (a test's clock makes one lapse).
         self.monotonic = monotonic
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(prefix, clustered=is_cluster(client))
         self.gate = gate
         self.lease_ttl_ms = lease_ttl_ms
         self._admit = client.register_script(_ADMIT)
@@ -331,7 +331,7 @@ class TypeLimiter:
             keys=[
                 self.keys.concurrency(activity_type),
                 self.keys.rate(activity_type),
-                self.keys.reservation(idempotency_key),
+                self.keys.reservation(activity_type, idempotency_key),
             ],
             args=[
                 limits.max_concurrent or 0,
@@ -373,13 +373,13 @@ class TypeLimiter:
         """Renew every lease this worker holds; how many were still held."""
         with self._lock:
             held = list(self._held.items())
-        if not held:
-            return 0
-        return int(
-            self._renew(
-                keys=[key for _, key in held],
-                args=[self.lease_ttl_ms, *(lease for lease, _ in held)],
-            )
+        by_key: dict[str, list[str]] = {}
+        for lease, key in held:
+            by_key.setdefault(key, []).append(lease)
+        # one script per type's leases: in a cluster each type's keys are a slot of their own
+        return sum(
+            int(self._renew(keys=[key] * len(leases), args=[self.lease_ttl_ms, *leases]))
+            for key, leases in by_key.items()
         )
 
     def _start_keeper(self) -> None:
@@ -399,7 +399,7 @@ class TypeLimiter:
 def read_usage(url: str, prefix: str, limited: dict[str, ActivityLimits]) -> list[TypeUsage]:
     """What each limited type uses now, read without changing anything (``keel workers``)."""
     r = redis_client(url, RedisUse.WORKER_RECORDS)
-    keys = Keyspace(prefix)
+    keys = Keyspace(prefix, clustered=is_cluster(r))
     seconds, micros = r.time()
     now = int(seconds) * 1000 + int(micros) // 1000
     rows = []

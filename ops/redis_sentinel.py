@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -122,17 +123,13 @@ class SentinelGroup:
                 self._save(started)
             self._wait_settled(timeout_s)
         except BaseException:
-            _terminate_all(started, timeout_s=10)
-            with contextlib.suppress(FileNotFoundError):
-                self.registry.unlink()
+            stop_recorded(self.registry, started, timeout_s=10)
             raise
 
     def down(self, timeout_s: float = 10.0) -> list[ProcessRecord]:
         """Stop every process of the group this directory recorded (by PID), forget them."""
         stopped = [r for r in self._records() if _alive(r)]
-        _terminate_all(stopped, timeout_s)
-        with contextlib.suppress(FileNotFoundError):
-            self.registry.unlink()
+        stop_recorded(self.registry, stopped, timeout_s)
         return stopped
 
     def records(self) -> list[ProcessRecord]:
@@ -143,6 +140,9 @@ class SentinelGroup:
         """The master's port as most sentinels name it (None when none answers)."""
         named = [p for p in (self._ask(s) for s in self.layout.sentinel_ports) if p is not None]
         return max(set(named), key=named.count) if named else None
+
+    def where(self) -> str:
+        return f"master on port {self.master_port()}"
 
     def wait_failover(self, old_port: int, timeout_s: float = 30.0) -> int:
         """Wait until every sentinel names a new master and it answers as one; its port."""
@@ -158,21 +158,12 @@ class SentinelGroup:
 
     def node(self, port: int):  # -> redis.Redis
         """A plain client of one data node (to look at a replica, or the master itself)."""
-        import redis
-
-        return redis.Redis(
-            host="127.0.0.1", port=port, decode_responses=True, socket_timeout=2,
-            socket_connect_timeout=2,
-        )  # fmt: skip
+        return node_client(port)
 
     # ------------------------------------------------------------------ fault injection
     def kill_node(self, port: int, sig: signal.Signals = signal.SIGKILL) -> int:
         """Send ``sig`` to the data node on ``port`` and wait until it is gone; its PID."""
-        record = next(r for r in self._records() if r.role == NodeRole.DATA and r.port == port)
-        os.kill(record.pid, sig)
-        with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(record.pid).wait(timeout=30)
-        return record.pid
+        return kill_recorded(self._records(), port, sig)
 
     # ------------------------------------------------------------------ internals
     def _start_node(self, redis_server: str, port: int, master: int | None) -> ProcessRecord:
@@ -260,25 +251,66 @@ class SentinelGroup:
         return int(address[1]) if address else None
 
     def _role(self, port: int) -> str | None:
-        import redis
-
-        try:
-            with self.node(port) as client:
-                return str(client.role()[0])
-        except redis.RedisError:
-            return None
+        return role_of(port)
 
     def _records(self) -> list[ProcessRecord]:
-        try:
-            data = json.loads(self.registry.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return []
-        return [ProcessRecord(**p) for p in data["processes"]]
+        return read_registry(self.registry)
 
     def _save(self, records: list[ProcessRecord]) -> None:
-        tmp = self.registry.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"processes": [asdict(r) for r in records]}, indent=2))
-        tmp.replace(self.registry)
+        write_registry(self.registry, records)
+
+
+def node_client(port: int):  # -> redis.Redis
+    """A plain client of one local node (it follows no redirect, asks no sentinel)."""
+    import redis
+
+    return redis.Redis(
+        host="127.0.0.1", port=port, decode_responses=True, socket_timeout=2,
+        socket_connect_timeout=2,
+    )  # fmt: skip
+
+
+def role_of(port: int) -> str | None:
+    """``master`` or ``slave`` as the node on ``port`` says (None when it does not answer)."""
+    import redis
+
+    try:
+        with node_client(port) as client:
+            return str(client.role()[0])
+    except redis.RedisError:
+        return None
+
+
+def kill_recorded(records: list[ProcessRecord], port: int, sig: signal.Signals) -> int:
+    """Send ``sig`` to the recorded data node on ``port`` and wait until it is gone; its PID."""
+    record = next(r for r in records if r.role == NodeRole.DATA and r.port == port)
+    os.kill(record.pid, sig)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(record.pid).wait(timeout=30)
+    return record.pid
+
+
+def stop_recorded(registry: Path, records: list[ProcessRecord], timeout_s: float) -> None:
+    """Stop ``records`` by PID and remove the registry file that recorded them."""
+    _terminate_all(records, timeout_s)
+    with contextlib.suppress(FileNotFoundError):
+        registry.unlink()
+
+
+def read_registry(path: Path) -> list[ProcessRecord]:
+    """The processes a group's registry file recorded (none when there is no file)."""
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    return [ProcessRecord(**p) for p in data["processes"]]
+
+
+def write_registry(path: Path, records: list[ProcessRecord]) -> None:
+    """Record a group's processes (replacing the file whole, so a reader never sees half)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"processes": [asdict(r) for r in records]}, indent=2))
+    tmp.replace(path)
 
 
 def _spawn(role: NodeRole, cmd: list[str], log: Path, port: int) -> ProcessRecord:
@@ -289,17 +321,18 @@ def _alive(record: ProcessRecord) -> bool:
     return LocalStack._alive(record)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ops.redis_sentinel up|down|status [--home DIR] [--port N]``: the group on a
-    laptop; ``up`` prints the ``KEEL_REDIS_URL`` to use."""
+def group_main(argv: list[str] | None, prog: str, home: str, port: int, make: Any) -> int:
+    """``python -m <prog> up|down|status [--home DIR] [--port N]``: a local group on a
+    laptop, made by ``make(home, first_port)``; ``up`` prints the ``KEEL_REDIS_URL`` to
+    use, ``status`` the processes running and the group's ``where()``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m ops.redis_sentinel")
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}")
     parser.add_argument("action", choices=("up", "down", "status"))
-    parser.add_argument("--home", type=Path, default=Path(".keel") / "sentinel-group")
-    parser.add_argument("--port", type=int, default=26400, help="first port (26400)")
+    parser.add_argument("--home", type=Path, default=Path(".keel") / home)
+    parser.add_argument("--port", type=int, default=port, help=f"first port ({port})")
     args = parser.parse_args(argv)
-    group = SentinelGroup(args.home.resolve(), args.port)
+    group = make(args.home.resolve(), args.port)
     if args.action == "up":
         group.up()
         print(f"KEEL_REDIS_URL={group.url}")
@@ -307,8 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped {len(group.down())} processes")
     else:
         alive = [r for r in group.records() if _alive(r)]
-        print(f"{len(alive)} processes running; master on port {group.master_port()}")
+        print(f"{len(alive)} processes running; {group.where()}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ops.redis_sentinel up|down|status``: the group on a laptop."""
+    return group_main(argv, "ops.redis_sentinel", "sentinel-group", 26400, SentinelGroup)
 
 
 if __name__ == "__main__":

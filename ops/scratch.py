@@ -107,10 +107,10 @@ def _drop_topics(settings: Settings, failures: list[str]) -> int:
 def _drop_redis(settings: Settings) -> int:
     client = redis_client(settings.redis, RedisUse.READ_MODEL)
     try:
-        pattern = f"{Keyspace(settings.topic_prefix).root}:*"
         removed = 0
         batch: list[str] = []
-        for key in client.scan_iter(match=pattern, count=_UNLINK_BATCH):
+        patterns = Keyspace.for_url(settings.topic_prefix, settings.redis).patterns
+        for key in (k for p in patterns for k in client.scan_iter(match=p, count=_UNLINK_BATCH)):
             batch.append(key)
             if len(batch) >= _UNLINK_BATCH:
                 removed += int(client.unlink(*batch))

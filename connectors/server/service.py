@@ -126,7 +126,7 @@ class Connector:
         self.sources = load_sources(app, secrets)
         self.ack_timeout_s = ack_timeout_s
         self.codec = codec or codec_for(settings)
-        self.keyspace = Keyspace(settings.topic_prefix)
+        self.keyspace = Keyspace.for_url(settings.topic_prefix, settings.redis)
         self.producer: AckingProducer | None = None
         self.dedupe: Dedupe | None = None
         self._tracer = tracing.tracer()

@@ -1,13 +1,16 @@
 """A Redis URL checked as Keel will read it, so a bad ``KEEL_REDIS_URL`` is refused when
 settings are read, naming the part, instead of at the first command.
 
-Two topologies, chosen by the scheme (:class:`RedisTopology`):
+Three topologies, chosen by the scheme (:class:`RedisTopology`):
 
 * one server: ``redis://``, ``rediss://`` (TLS), ``unix://``, as redis-py reads them;
 * a Sentinel group: ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``
   (``rediss+sentinel://`` for TLS). The hosts are the *sentinels* (port 26379 when left
   out), ``service`` the master's name in their configuration, the password the data nodes'
-  and, unless ``?sentinel_password=`` says otherwise, none for the sentinels.
+  and, unless ``?sentinel_password=`` says otherwise, none for the sentinels;
+* a Redis Cluster: ``redis+cluster://[[user]:password@]host[:port][,host[:port]...]/``
+  (``rediss+cluster://`` for TLS). The hosts are some of the cluster's nodes (port 6379
+  when left out), from which the client learns the rest; a cluster has database 0 only.
 
 Pure: this module parses; ``orchestrator.io.redis.client_factory`` builds the clients.
 """
@@ -35,20 +38,26 @@ class RedisScheme(StrEnum):
     UNIX = "unix"
     SENTINEL = "redis+sentinel"
     SENTINEL_TLS = "rediss+sentinel"
+    CLUSTER = "redis+cluster"
+    CLUSTER_TLS = "rediss+cluster"
 
 
 class RedisTopology(StrEnum):
-    """What the URL points at: one server, or a master found through sentinels."""
+    """What the URL points at: one server, a master found through sentinels, or a cluster."""
 
     SINGLE = "single"
     SENTINEL = "sentinel"
+    CLUSTER = "cluster"
 
 
 #: The schemes a Redis URL may have, as a settings error lists them.
 REDIS_SCHEMES = tuple(RedisScheme)
 _SENTINEL_SCHEMES = (RedisScheme.SENTINEL, RedisScheme.SENTINEL_TLS)
+_CLUSTER_SCHEMES = (RedisScheme.CLUSTER, RedisScheme.CLUSTER_TLS)
 #: The query arguments a Sentinel URL takes (the rest of a client's options are Keel's).
 _SENTINEL_OPTIONS = ("sentinel_password",)
+#: The port of a cluster node whose address names none.
+DEFAULT_NODE_PORT = 6_379
 #: A master's name as sentinels accept it in ``sentinel monitor`` (Keel is stricter).
 _SERVICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -78,6 +87,17 @@ class SentinelUrl:
     tls: bool = False
 
 
+@dataclass(frozen=True)
+class ClusterUrl:
+    """A parsed ``redis+cluster://`` URL: the nodes to start from. The password stays out
+    of ``repr``."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+
+
 def scheme_of(url: str) -> str:
     """The part before ``://`` (empty when there is none)."""
     return url.partition("://")[0] if "://" in url else ""
@@ -85,7 +105,12 @@ def scheme_of(url: str) -> str:
 
 def topology_of(url: str) -> RedisTopology:
     """Which topology a (checked) URL names."""
-    return RedisTopology.SENTINEL if scheme_of(url) in _SENTINEL_SCHEMES else RedisTopology.SINGLE
+    scheme = scheme_of(url)
+    if scheme in _SENTINEL_SCHEMES:
+        return RedisTopology.SENTINEL
+    if scheme in _CLUSTER_SCHEMES:
+        return RedisTopology.CLUSTER
+    return RedisTopology.SINGLE
 
 
 def check_redis_url(url: str) -> None:
@@ -94,10 +119,14 @@ def check_redis_url(url: str) -> None:
     scheme = scheme_of(url)
     if scheme not in REDIS_SCHEMES:
         raise ValueError(
-            "must start with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://"
+            "must start with redis://, rediss://, unix://, redis+sentinel://, "
+            "rediss+sentinel://, redis+cluster:// or rediss+cluster://"
         )
     if scheme in _SENTINEL_SCHEMES:
         parse_sentinel_url(url)
+        return
+    if scheme in _CLUSTER_SCHEMES:
+        parse_cluster_url(url)
         return
     try:
         parts = urlsplit(url)
@@ -126,24 +155,9 @@ def check_redis_url(url: str) -> None:
 def parse_sentinel_url(url: str) -> SentinelUrl:
     """The sentinels, service, database and credentials of a ``redis+sentinel://`` URL;
     a ``ValueError`` naming the wrong part otherwise."""
-    scheme = scheme_of(url)
-    if scheme not in _SENTINEL_SCHEMES:
-        raise ValueError("must start with redis+sentinel:// or rediss+sentinel://")
-    rest = url[len(scheme) + 3 :]
-    rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon and secret else None
-    sentinels = tuple(_sentinel_address(a) for a in hosts.split(",")) if hosts else ()
-    if not sentinels:
-        raise ValueError(
-            f"a {scheme}:// URL names at least one sentinel, "
-            f"e.g. {scheme}://10.0.0.1:26379,10.0.0.2:26379/mymaster/0"
-        )
+    scheme, username, password, sentinels, path, query = _split(
+        url, _SENTINEL_SCHEMES, "sentinel", DEFAULT_SENTINEL_PORT, "26379,10.0.0.2:26379/mymaster/0"
+    )
     service, _, db_text = unquote(path).partition("/")
     if not service:
         raise ValueError(
@@ -176,21 +190,66 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     )
 
 
-def _sentinel_address(address: str) -> tuple[str, int]:
-    """``host``, ``host:port`` or ``[v6]:port`` as (host, port)."""
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """The nodes and credentials of a ``redis+cluster://`` URL; a ``ValueError`` naming the
+    wrong part otherwise."""
+    scheme, username, password, nodes, path, query = _split(
+        url, _CLUSTER_SCHEMES, "node", DEFAULT_NODE_PORT, "7000,10.0.0.2:7000/"
+    )
+    db_text = unquote(path).strip("/")
+    if db_text not in ("", "0"):
+        raise ValueError(
+            f"a {scheme}:// URL names no database (a cluster has database 0 only), "
+            f"not {clip(db_text)!r}"
+        )
+    if query:
+        raise ValueError(f"a {scheme}:// URL takes no ?options (Keel sets the client's own)")
+    return ClusterUrl(
+        nodes=nodes, username=username, password=password, tls=scheme == RedisScheme.CLUSTER_TLS
+    )
+
+
+def _split(
+    url: str, schemes: tuple[str, ...], what: str, default_port: int, example: str
+) -> tuple[str, str | None, str | None, tuple[tuple[str, int], ...], str, str]:
+    """A multi-host URL's scheme (one of ``schemes``), user, password, hosts (``what``: a
+    sentinel, a node; at least one), path and query; ``example``: an example URL's end."""
+    scheme = scheme_of(url)
+    if scheme not in schemes:
+        raise ValueError(f"must start with {' or '.join(s + '://' for s in schemes)}")
+    rest = url[len(scheme) + 3 :]
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon and secret else None
+    addresses = tuple(_address(a, what, default_port) for a in hosts.split(",")) if hosts else ()
+    if not addresses:
+        raise ValueError(
+            f"a {scheme}:// URL names at least one {what}, e.g. {scheme}://10.0.0.1:{example}"
+        )
+    return scheme, username, password, addresses, path, query
+
+
+def _address(address: str, what: str, default_port: int) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` as (host, port); ``what`` names the host in
+    an error (a sentinel, a node)."""
     if address.startswith("["):
         host, bracket, after = address[1:].partition("]")
         if not bracket:
-            raise ValueError(f"the sentinel address {clip(address)!r} has no closing ']'")
+            raise ValueError(f"the {what} address {clip(address)!r} has no closing ']'")
         colon, port = after[:1], after[1:]
         if after and colon != ":":
-            raise ValueError(f"the sentinel address {clip(address)!r} has text after its ']'")
+            raise ValueError(f"the {what} address {clip(address)!r} has text after its ']'")
     else:
         host, colon, port = address.partition(":")
     if not host:
-        raise ValueError(f"the sentinel address {clip(address)!r} has no host")
+        raise ValueError(f"the {what} address {clip(address)!r} has no host")
     if not colon:
-        return host, DEFAULT_SENTINEL_PORT
+        return host, default_port
     _check_port(port)
     return host, int(port)
 

@@ -108,7 +108,7 @@ class Projector:
         self.clock = clock
         self.decider = decider_of(app)
         self.codec = codec or codec_for(settings)
-        self.keyspace = Keyspace(settings.topic_prefix)
+        self.keyspace = Keyspace.for_url(settings.topic_prefix, settings.redis)
         #: The feed given (unit tests); else each run opens a Kafka one of its own.
         self._given_feed: EventFeed | None = None
         self.projection: ReadModelStore

@@ -6,61 +6,30 @@ two replicas and three sentinels on ports from ``KEEL_TEST_SENTINEL_PORT``, 2640
 default, stopped by PID); every Keel process and the test's client reach it by its
 ``redis+sentinel://`` URL. Kafka is the session's broker, never touched.
 
-The proof is in the external systems' own books and in Kafka: the fake ledger counts one
-posting per idempotency key, the commands topic one command per webhook, every run's
-history ends once and keeps the invariants (tests/history_check.py).
+The load and its proof (the fake ledger's books, one signal per webhook, every history
+sound) are tests/redis_ha_load.py's, shared with the Cluster failover test.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import psutil
 import pytest
-from pydantic import SecretStr
 
-from connectors.webhooks import message_id
 from handlers.effects import EffectStore, ReplicaAckMissing
 from ops.redis_sentinel import SentinelGroup
-from orchestrator.client.human_task_decisions import DecisionStatus, TaskDesk
-from orchestrator.domain.model.errors import KeelError, UnavailableError
-from orchestrator.domain.model.messages import (
-    TERMINAL_EVENTS,
-    ActivityDeadLettered,
-    ActivityScheduled,
-    SignalReceived,
-)
 from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
-from orchestrator.io.redis.human_task_inbox import TasksView
-from orchestrator.trust.human_task_tokens import TaskTokens
 from tests.conftest import Servers
-from tests.integration import test_connector as hook
-from tests.support import (
-    assert_sound_history,
-    histories,
-    longest_stall_s,
-    read_topic,
-    wait_until,
-)
-
-T = TypeVar("T")
+from tests.redis_ha_load import Failover, run_load, through_outage
+from tests.support import wait_until
 
 SENTINEL_PORT = int(os.environ.get("KEEL_TEST_SENTINEL_PORT", "26400"))
-POSTINGS = 40  # invoice_posting runs: an idempotent ledger POST each
-REVIEWS = 4  # document_review runs driven by webhooks through the connector
-APPROVALS = 4  # payment_approval runs decided at the task desk
 #: A failover is detected within ``down_after_ms`` (1 s) and finished within a few more.
 FAILOVER_BOUND_S = 15
-APPROVER = ("fiona", ["finance-approver"])
 
 
 @pytest.fixture
@@ -86,27 +55,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def through_outage(
-    fn: Callable[[], T], what: str, timeout_s: float = 30, waited: list[float] | None = None
-) -> T:
-    """``fn()`` retried while Redis is away (as the worker's gate does), for the test's own
-    calls; anything else is raised. ``waited`` gets the seconds it waited, if any."""
-    began = time.monotonic()
-    deadline = began + timeout_s
-    away = False
-    while True:
-        try:
-            value = fn()
-            if waited is not None and away:
-                waited.append(time.monotonic() - began)
-            return value
-        except (*REDIS_AWAY, UnavailableError):
-            away = True
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: Redis still away after {timeout_s}s") from None
-            time.sleep(0.05)
 
 
 def test_a_client_finds_the_promoted_master_and_a_demoted_one_counts_as_away(sentinel_group):
@@ -168,180 +116,19 @@ def test_an_effect_record_is_on_a_replica_before_the_worker_acts_on_it(sentinel_
     assert store.begin("k1", 1, "owner-2").outcome == "committed"
 
 
-def _terminal(events: list) -> bool:
-    return any(isinstance(e.payload, TERMINAL_EVENTS) for e in events)
-
-
-def _watch_failover(group: SentinelGroup, old: int, out: list[tuple[int, float]]) -> None:
-    """Append (new master's port, seconds since the kill) once the sentinels promoted one."""
-    began = time.monotonic()
-    port = group.wait_failover(old, FAILOVER_BOUND_S)
-    out.append((port, time.monotonic() - began))
-
-
-def _needs_documents(client, wf: str, documents: int) -> bool:
-    try:
-        progress = client.query(wf, "progress").value
-    except (*REDIS_AWAY, KeelError):  # Redis away, or the run's row not there yet
-        return False
-    return progress["state"] == "needs_documents" and len(progress["documents"]) == documents
-
-
 def test_a_master_sigkill_under_load_loses_no_run_and_repeats_no_effect(
     settings, services, client, ledger_url, ledger, sentinel_group
 ):
     group = sentinel_group
-    ledger.set_faults(dedupe=False)  # a second POST of one key would be a second posting
-    secret = secrets.token_hex(32)
-    services.env.update(KEEL_LEDGER_URL=ledger_url, KEEL_TASK_TOKEN_SECRET=secret)
-    services.start("orchestrator")
-    services.start("worker")
-    _, url = hook.start_connector(services)
-    assert (
-        client.wait(client.start("invoice_posting", _invoice(0), "warm").workflow_id, 90).status
-        == "completed"
+
+    def kill() -> int:
+        old = group.master_port()
+        assert old is not None
+        group.kill_node(old, signal.SIGKILL)
+        return old
+
+    failover = Failover(
+        kill, lambda old: group.wait_failover(old, FAILOVER_BOUND_S), FAILOVER_BOUND_S
     )
-
-    # Before the kill: approvals wait in the inbox, reviews wait for documents, postings run.
-    tasks = TasksView(client.projection.r, settings.topic_prefix)
-    for i in range(APPROVALS):
-        client.start("payment_approval", _payment(f"pay-{i}"), f"pay-{i}")
-    reviews = [f"review-{i}" for i in range(REVIEWS)]
-    for wf in reviews:
-        assert hook.deliver(url, hook.requested(f"{wf}-start", wf, "invoice 7"))[0] == 202
-
-    def all_open() -> list[dict[str, Any]] | None:
-        found = tasks.list()
-        return found if len(found) == APPROVALS else None
-
-    open_tasks = wait_until(all_open, 60, "the approvals in the inbox")
-    signer = settings.model_copy(update={"task_token_secret": SecretStr(secret)})
-    desk = TaskDesk(signer, tasks, client.send_as, wait_s=30)
-    tokens = TaskTokens(secret.encode(), "tests")
-    for wf in reviews:
-        wait_until(lambda wf=wf: _needs_documents(client, wf, 1), 60, f"{wf} to wait")
-    client.start_many(
-        "invoice_posting", [(f"post-{i}", _invoice(i)) for i in range(1, POSTINGS // 2)]
-    )
-    wait_until(lambda: len(ledger.ledger()["calls"]) > 5, 60, "postings to flow")
-
-    old = group.master_port()
-    assert old is not None
-    promoted: list[tuple[int, float]] = []
-    watcher = threading.Thread(target=_watch_failover, args=(group, old, promoted), daemon=True)
-    group.kill_node(old, signal.SIGKILL)
-    killed_at_ms = int(time.time() * 1000)
-    watcher.start()
-
-    # During the failover: more postings, a webhook per review (a sender retrying what is
-    # answered 503) and every approval decided (retried while Redis is away), side by side.
-    client.start_many(
-        "invoice_posting", [(f"post-{i}", _invoice(i)) for i in range(POSTINGS // 2, POSTINGS)]
-    )
-
-    def deliver_all() -> list:
-        return [
-            hook.deliver_until_accepted(url, hook.added(f"{wf}-1", wf, "receipt")) for wf in reviews
-        ]
-
-    def decide(task: dict[str, Any]) -> Any:
-        token = tokens.issue(task["task_id"])
-        return desk.decide(token, *APPROVER, "approve", "ok", task["operation_digest"])
-
-    waited: list[float] = []
-
-    def decide_all() -> list:
-        return [through_outage(lambda t=t: decide(t), "a decision", 30, waited) for t in open_tasks]
-
-    with ThreadPoolExecutor(2) as pool:
-        hooks, decisions = pool.submit(deliver_all), pool.submit(decide_all)
-        delivered, outcomes = hooks.result(), decisions.result()
-    for outcome in outcomes:
-        assert outcome.status in (DecisionStatus.DECIDED, DecisionStatus.REPEATED), outcome
-    watcher.join(FAILOVER_BOUND_S + 5)
-    assert promoted, f"no replica promoted within {FAILOVER_BOUND_S}s"
-    [(new, failover_s)] = promoted
-    for wf in reviews:
-        wait_until(lambda wf=wf: _needs_documents(client, wf, 2), 60, f"{wf}'s second wait")
-        status, _, attempts = hook.deliver_until_accepted(
-            url, hook.added(f"{wf}-2", wf, "contract")
-        )
-        assert status == 202, attempts
-
-    # Every run ends, by Kafka's account (the source of truth, whatever Redis lost).
-    expected = {"warm"} | {f"post-{i}" for i in range(1, POSTINGS)} | set(reviews)
-    expected |= {f"pay-{i}" for i in range(APPROVALS)}
-
-    def all_ended() -> dict[str, list] | None:
-        by_wf = histories(settings)
-        return by_wf if all(_terminal(by_wf.get(wf, [])) for wf in expected) else None
-
-    by_wf = wait_until(all_ended, 120, "every run to end", interval_s=1.0)
-    stall, began = longest_stall_s(by_wf, "post-", killed_at_ms)
-    print(
-        f"Redis master {old} SIGKILLed; replica {new} promoted after {failover_s:.2f}s; "
-        f"longest stall {stall:.2f}s, from {began:.2f}s after the kill; "
-        f"webhook deliveries during it: {[a for _, _, a in delivered]}; decisions that waited "
-        f"for Redis: {[round(w, 2) for w in waited]}"
-    )
-
-    # The ledger's books: one posting per key, every key posted.
-    book = ledger.ledger()
-    keys = {f"post-{i}/post_to_ledger/1" for i in range(1, POSTINGS)} | {"warm/post_to_ledger/1"}
-    assert set(book["effects"]) == keys
-    assert set(book["effects"].values()) == {1}, "exactly one posting per key"
-    # The commands topic: each webhook once, each review saw its documents once.
-    for wf in reviews:
-        signals = [e for e in by_wf[wf] if isinstance(e.payload, SignalReceived)]
-        assert len(signals) == 2, f"{wf}: {len(signals)} signals"
-        assert _ending(by_wf[wf]) == "WorkflowCompleted"
-    for wf in expected:
-        assert_sound_history(wf, by_wf[wf])
-        assert not any(isinstance(e.payload, ActivityDeadLettered) for e in by_wf[wf])
-        posts = [e.payload for e in by_wf[wf] if isinstance(e.payload, ActivityScheduled)
-                 and e.payload.activity_type == "post_to_ledger"]  # fmt: skip
-        assert [p.attempt for p in posts] in ([], [1]), f"{wf}: the failover spent an attempt"
-    dlq = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=2)
-    assert dlq == [], "no dead letter"
-    sent = {
-        wf: hook.commands_with_id(settings, message_id(hook.SOURCE, f"{wf}-1")) for wf in reviews
-    }
-    print(f"commands per webhook sent during the failover (a repeat is decided once): {sent}")
-
-    # The read model agrees with Kafka; a row a lost write left behind is re-derived by
-    # the operator's rebuild (docs/operations.md, "Redis high availability").
-    stale = _stale_rows(client, by_wf)
-    if stale:
-        print(f"{len(stale)} read-model rows behind Kafka after the failover: rebuilding")
-        rebuilt = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "projections", "rebuild"],
-            env=settings.child_environment(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
-        assert _stale_rows(client, by_wf) == []
-
-
-def _ending(events: list) -> str:
-    return next(type(e.payload).__name__ for e in events if isinstance(e.payload, TERMINAL_EVENTS))
-
-
-def _stale_rows(client, by_wf: dict[str, list]) -> list[str]:
-    """Runs whose read-model row is missing or older than their last event in Kafka."""
-    stale = []
-    for wf, events in by_wf.items():
-        row: Any = through_outage(lambda wf=wf: client.projection.get(wf), "a row")
-        if row is None or int(row.get("seq", 0)) != events[-1].seq:
-            stale.append(wf)
-    return stale
-
-
-def _invoice(i: int) -> dict:
-    return {"invoice_id": f"I{i}", "account": "A", "amount": i}
-
-
-def _payment(payment_id: str) -> dict:
-    return {"payment_id": payment_id, "account": "acc-9", "amount": 12.5, "requested_by": "sam"}
+    report = run_load(settings, services, client, ledger_url, ledger, failover)
+    assert report.promoted is not None

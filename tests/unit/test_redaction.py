@@ -21,6 +21,7 @@ from orchestrator.config.redaction import clip, mask_servers, redact
             "redis+sentinel://:s3cret@s1:26379,s2/mymaster/0?sentinel_password=S2",
             "redis+sentinel://:***@s1:26379,s2/mymaster/0?sentinel_password=***",
         ),
+        ("redis+cluster://keel:s3cret@n1:7000,n2/", "redis+cluster://keel:***@n1:7000,n2/"),
         (
             "SASL_SSL://alice:pw1@b1:9092,bob:pw2@b2:9092",
             "SASL_SSL://alice:***@b1:9092,bob:***@b2:9092",

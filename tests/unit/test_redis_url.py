@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config.redis_url import (
+    DEFAULT_NODE_PORT,
     DEFAULT_SENTINEL_PORT,
+    ClusterUrl,
     RedisTopology,
     SentinelUrl,
     check_redis_url,
+    parse_cluster_url,
     parse_sentinel_url,
     topology_of,
 )
@@ -53,7 +56,8 @@ def test_other_urls_name_one_server(url: str) -> None:
     [
         (
             "sentinel://s1:26379/m/0",
-            "must start with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://",
+            "must start with redis://, rediss://, unix://, redis+sentinel://, "
+            "rediss+sentinel://, redis+cluster:// or rediss+cluster://",
         ),
         (
             "redis+sentinel:///mymaster/0",
@@ -110,3 +114,42 @@ def test_a_long_bad_part_is_quoted_clipped() -> None:
     with pytest.raises(ValueError) as info:
         check_redis_url("redis+sentinel://s1/" + "x" * 300 + "!")
     assert "(301 characters)" in str(info.value) and len(str(info.value)) < 320
+
+
+def test_a_cluster_url_names_its_start_nodes_and_credentials() -> None:
+    url = "rediss+cluster://keel:p%40ss@n1:7000,n2,[::1]:7002/"
+    assert parse_cluster_url(url) == ClusterUrl(
+        nodes=(("n1", 7000), ("n2", DEFAULT_NODE_PORT), ("::1", 7002)),
+        username="keel",
+        password="p@ss",
+        tls=True,
+    )
+    assert topology_of(url) is RedisTopology.CLUSTER
+    assert "p@ss" not in repr(parse_cluster_url(url))
+    assert parse_cluster_url("redis+cluster://n1:7000/0").nodes == (("n1", 7000),)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "redis+cluster:///",
+            "a redis+cluster:// URL names at least one node, "
+            "e.g. redis+cluster://10.0.0.1:7000,10.0.0.2:7000/",
+        ),
+        (
+            "redis+cluster://n1:7000/2",
+            "a redis+cluster:// URL names no database (a cluster has database 0 only), not '2'",
+        ),
+        ("redis+cluster://n1,:7000/", "the node address ':7000' has no host"),
+        ("redis+cluster://n1:0/", "the port '0' is not a number from 1 to 65535"),
+        (
+            "redis+cluster://n1/?socket_timeout=1",
+            "a redis+cluster:// URL takes no ?options (Keel sets the client's own)",
+        ),
+    ],
+)
+def test_each_wrong_part_of_a_cluster_url_is_named(url: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        check_redis_url(url)
+    assert str(info.value) == message

@@ -45,7 +45,8 @@ def test_environment_overrides(monkeypatch):
             "KEEL_REDIS_URL",
             "http://x",
             "invalid setting KEEL_REDIS_URL=http://x: Value error, must start with redis://, "
-            "rediss://, unix://, redis+sentinel:// or rediss+sentinel://",
+            "rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or "
+            "rediss+cluster://",
         ),
         (
             "KEEL_KAFKA_BROKER_PROPERTIES",
@@ -73,8 +74,8 @@ def test_a_password_in_a_bad_url_is_never_echoed(monkeypatch):
         load_settings()
     assert str(info.value) == (
         "invalid setting KEEL_REDIS_URL=http://keel:***@redis.internal:6379/0: "
-        "Value error, must start with redis://, rediss://, unix://, redis+sentinel:// or "
-        "rediss+sentinel://"
+        "Value error, must start with redis://, rediss://, unix://, redis+sentinel://, "
+        "rediss+sentinel://, redis+cluster:// or rediss+cluster://"
     )
 
 

@@ -8,7 +8,13 @@ records, the read model, the connector's dedupe markers, the CLI's claims) comes
   after a failover the client finds the promoted replica by itself; a connection still
   open to a demoted master gets ``READONLY`` and redis-py closes it, raising a
   ``ConnectionError``. Until a master is elected, connecting raises
-  ``MasterNotFoundError`` (a ``ConnectionError`` too).
+  ``MasterNotFoundError`` (a ``ConnectionError`` too);
+* ``redis+cluster://n1:7000,n2:7000/``: a Redis Cluster (redis-py's ``RedisCluster``). The
+  client learns the slot map from the nodes named and follows ``MOVED``; after a master's
+  loss it re-reads the map, and until a replica is promoted a command to that master's
+  slots fails with a ``ConnectionError`` or ``CLUSTERDOWN`` (``ClusterDownError``). Keys
+  must then keep each script and transaction within one slot: :class:`Keyspace` in cluster
+  mode (:func:`is_cluster`) tags them (docs/operations.md, "Redis Cluster").
 
 Every one of these is in :data:`REDIS_AWAY`: "Redis is not there right now, wait and try
 again" (the worker's ``RedisGate``), never "this request is wrong".
@@ -24,24 +30,37 @@ from typing import Any, cast
 import redis
 import redis.asyncio
 import redis.asyncio.retry
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterUnreachableError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from orchestrator.config.redis_url import (
+    ClusterUrl,
     RedisTopology,
     SentinelUrl,
+    parse_cluster_url,
     parse_sentinel_url,
     topology_of,
 )
 
 __all__ = [
     "REDIS_AWAY",
+    "REDIS_ERRORS",
     "SENTINEL_TIMEOUT_S",
     "RedisUse",
     "async_redis_client",
     "away_reason",
+    "is_cluster",
     "redis_client",
 ]
 
@@ -49,11 +68,25 @@ __all__ = [
 #: a lost connection or a timeout, no master known to the sentinels yet
 #: (``MasterNotFoundError``, a ``ConnectionError``), and a write refused by a demoted
 #: master (``ReadOnlyError``; redis-py turns it into a ``ConnectionError`` on a Sentinel
-#: client, but a script's or a plain client's reaches the caller as is).
+#: client, but a script's or a plain client's reaches the caller as is). In a cluster:
+#: a slot whose master is lost and not yet replaced (``CLUSTERDOWN``, ``MASTERDOWN``,
+#: ``TRYAGAIN``, no node known for the slot, no node reachable to re-read the map).
 REDIS_AWAY: tuple[type[BaseException], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.ReadOnlyError,
+    ClusterDownError,
+    TryAgainError,
+    SlotNotCoveredError,
+    RedisClusterUnreachableError,
+)
+
+#: Every error a Redis client raises: redis-py's ``RedisError`` and the cluster client's
+#: own that do not derive from it (no node for a slot, no node reachable).
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError,
+    SlotNotCoveredError,
+    RedisClusterUnreachableError,
 )
 
 #: redis-py's repr of a sentinel's client inside ``MasterNotFoundError``'s message (ends
@@ -101,14 +134,27 @@ def away_reason(exc: BaseException) -> str:
     return _SENTINEL_CLIENT.sub(r"sentinel \1:\2", str(exc))
 
 
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` (sync or async) talks to a Redis Cluster: its keys are then
+    hash-tagged (``Keyspace(..., clustered=True)``)."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
 def redis_client(url: str, use: RedisUse, *, decode_responses: bool = True) -> redis.Redis:
-    """A client of the Redis at ``url`` (a checked URL: ``orchestrator.config.redis_url``), or of
-    the master of the Sentinel group it names."""
+    """A client of the Redis at ``url`` (a checked URL: ``orchestrator.config.redis_url``), of
+    the master of the Sentinel group it names, or of the cluster it names (typed as
+    ``redis.Redis``: the commands Keel sends are the same)."""
     options = _options(use, decode_responses)
     if use.value.retries is not None:
         options["retry"] = Retry(NoBackoff(), use.value.retries)
-    if topology_of(url) is RedisTopology.SENTINEL:
+    topology = topology_of(url)
+    if topology is RedisTopology.SENTINEL:
         return cast("redis.Redis", _master_of(Sentinel, url, options))
+    if topology is RedisTopology.CLUSTER:
+        target = parse_cluster_url(url)
+        nodes = [ClusterNode(host, port) for host, port in target.nodes]
+        options.update(_cluster_login(target))
+        return cast("redis.Redis", RedisCluster(startup_nodes=nodes, **options))
     return redis.Redis.from_url(url, **options)
 
 
@@ -125,8 +171,14 @@ def async_redis_client(
         options["max_connections"] = max_connections
     if use.value.retries is not None:
         options["retry"] = redis.asyncio.retry.Retry(NoBackoff(), use.value.retries)
-    if topology_of(url) is RedisTopology.SENTINEL:
+    topology = topology_of(url)
+    if topology is RedisTopology.SENTINEL:
         return cast("redis.asyncio.Redis", _master_of(AsyncSentinel, url, options))
+    if topology is RedisTopology.CLUSTER:
+        target = parse_cluster_url(url)
+        nodes = [AsyncClusterNode(host, port) for host, port in target.nodes]
+        options.update(_cluster_login(target))
+        return cast("redis.asyncio.Redis", AsyncRedisCluster(startup_nodes=nodes, **options))
     return redis.asyncio.Redis.from_url(url, **options)
 
 
@@ -153,14 +205,23 @@ def _master_of(sentinel_class: type[Any], url: str, options: dict[str, Any]) -> 
     return sentinel.master_for(target.service)
 
 
+def _cluster_login(target: ClusterUrl) -> dict[str, Any]:
+    """How to log in to every node of a cluster: the URL's user and password, TLS."""
+    return _login(target.username, target.password, target.tls)
+
+
 def _node_options(target: SentinelUrl) -> dict[str, Any]:
     """How to log in to the master (and its replicas): the URL's user, password, database."""
-    options: dict[str, Any] = {"db": target.db}
-    if target.username:
-        options["username"] = target.username
-    if target.password is not None:
-        options["password"] = target.password
-    if target.tls:
+    return {"db": target.db, **_login(target.username, target.password, target.tls)}
+
+
+def _login(username: str | None, password: str | None, tls: bool) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if username:
+        options["username"] = username
+    if password is not None:
+        options["password"] = password
+    if tls:
         options["ssl"] = True
     return options
 

@@ -5,11 +5,9 @@
 
 from __future__ import annotations
 
-import redis
-
 from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
-from orchestrator.io.redis.client_factory import RedisUse, redis_client
+from orchestrator.io.redis.client_factory import REDIS_ERRORS, RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["ClaimsUnavailable", "LetterClaims"]
@@ -21,16 +19,19 @@ class ClaimsUnavailable(UnavailableError):
 
 class LetterClaims:
     def __init__(self, settings: Settings) -> None:
-        self.keys = Keyspace(settings.topic_prefix)
+        self.keys = Keyspace.for_url(settings.topic_prefix, settings.redis)
         self.r = redis_client(settings.redis, RedisUse.OPERATOR)
 
     def read(self, letter_ids: list[str]) -> dict[str, str]:
         """The claims held on ``letter_ids`` (letter id -> the claim's text)."""
         if not letter_ids:
             return {}
-        try:
-            values = self.r.mget([self.keys.redriven(i) for i in letter_ids])
-        except redis.RedisError as exc:
+        try:  # one GET each: in a cluster the claims are spread over every slot
+            pipe = self.r.pipeline(transaction=False)
+            for i in letter_ids:
+                pipe.get(self.keys.redriven(i))
+            values = pipe.execute()
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
         return {i: str(v) for i, v in zip(letter_ids, values, strict=True) if v is not None}
 
@@ -41,14 +42,14 @@ class LetterClaims:
             if self.r.set(key, claim, nx=True):
                 return None
             return str(self.r.get(key))
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
 
     def take_each(self, letter_ids: list[str], claim: str) -> list[str]:
         """The ids of ``letter_ids`` whose claim this call took (others hold the rest)."""
         try:
             return [i for i in letter_ids if self.r.set(self.keys.redriven(i), claim, nx=True)]
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise ClaimsUnavailable(type(exc).__name__) from None
 
     def give_back(self, letter_ids: list[str]) -> None:

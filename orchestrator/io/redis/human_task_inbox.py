@@ -48,6 +48,7 @@ from orchestrator.domain.model.messages import (
 )
 from orchestrator.domain.model.state import HumanTaskState, WorkflowState
 from orchestrator.domain.model.vocabulary import HumanTaskStatus
+from orchestrator.io.redis.client_factory import is_cluster
 from orchestrator.io.redis.keyspace import Keyspace
 
 __all__ = ["TaskKeys", "TaskWrites", "TasksView", "task_writes"]
@@ -278,7 +279,7 @@ class TasksView:
 
     def __init__(self, client: Any, topic_prefix: str) -> None:
         self.r = client
-        self.ks = Keyspace(topic_prefix)
+        self.ks = Keyspace(topic_prefix, clustered=is_cluster(client))
         self.keys = TaskKeys(self.ks)
 
     def _row(self, task_id: str) -> dict[str, str] | None:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+from redis.commands.core import CoreCommands
 
 from orchestrator.config.settings import redact
 from orchestrator.domain.authoring.definitions import WorkflowDefinition
@@ -29,7 +30,13 @@ from orchestrator.domain.model.errors import InvalidInputError, UnavailableError
 from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import NEEDS_ATTENTION, STATUSES, WorkflowState
 from orchestrator.io.ports import EpochChanged, RebuildRunning, SeqConflict
-from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, away_reason, redis_client
+from orchestrator.io.redis.client_factory import (
+    REDIS_AWAY,
+    RedisUse,
+    away_reason,
+    is_cluster,
+    redis_client,
+)
 from orchestrator.io.redis.human_task_inbox import TaskWrites
 from orchestrator.io.redis.keyspace import Keyspace
 from orchestrator.io.redis.run_index import Found, IndexQuery, RunIndex
@@ -109,6 +116,20 @@ def _tasks_summary(state: WorkflowState) -> str:
     )
 
 
+class CommandQueue(CoreCommands):
+    """Redis commands written down, not sent: the guarded write runs them in its script.
+    (A cluster client's pipeline keeps its queue elsewhere than a server's, so neither's
+    is read.)"""
+
+    _event_dispatcher: Any = None  # redis-py's hook for events of sent commands: none sent
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> None:
+        self.commands.append(args)
+
+
 class Projection:
     def __init__(
         self,
@@ -122,7 +143,7 @@ class Projection:
         ``metrics``: where a live projector counts what it wrote (none: nothing counted)."""
         self.r = client
         self.metrics = metrics
-        self.ks = Keyspace(topic_prefix)
+        self.ks = Keyspace(topic_prefix, clustered=is_cluster(client))
         #: The index of runs by name, status, time and search attribute (``run_index.py``).
         self.index = RunIndex(self.ks, definitions)
         self.url = url
@@ -266,18 +287,17 @@ class Projection:
         round trip (a Lua script). Each row whose status changes (or that is created) is
         announced on its :meth:`changes_channel` in the same step.
         """
-        pipe = self.r.pipeline(transaction=False)
-        usages = self._queue_updates(pipe, updates, tasks)
+        queue = CommandQueue()
+        usages = self._queue_updates(queue, updates, tasks)
         if tasks:
-            tasks.queue(pipe)
+            tasks.queue(queue)
         for wf, (state, _, old_status) in updates.items():
             if old_status != state.status:
                 note = {"run_id": state.run_id, "status": str(state.status), "seq": state.seq}
-                pipe.execute_command(
+                queue.execute_command(
                     ANNOUNCE, self.changes_channel(wf), self.k_wf(wf), fast_json.dumps(note)
                 )
-        commands = [args for args, _ in pipe.command_stack]
-        pipe.reset()
+        commands = queue.commands
         if any(len(args) > _MAX_SCRIPT_COMMAND_ARGS for args in commands):
             self._write_watched(commands, epoch, expected or {})
         else:

@@ -23,9 +23,9 @@ import logging
 import time
 from typing import Any
 
-import redis
 from redis.client import PubSub
 
+from orchestrator.io.redis.client_factory import REDIS_ERRORS
 from orchestrator.io.redis.read_model import Projection
 
 __all__ = ["RowWatch"]
@@ -68,7 +68,7 @@ class RowWatch:
                 self._pubsub.unsubscribe(self._channel)
             self._channel, self._confirmed = channel, False
             self._pubsub.subscribe(channel)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._fail(exc)
         return not self.broken
 
@@ -101,7 +101,7 @@ class RowWatch:
 
     def close(self) -> None:
         if self._pubsub is not None:
-            with contextlib.suppress(redis.RedisError):
+            with contextlib.suppress(*REDIS_ERRORS):
                 self._pubsub.close()
         self._pubsub, self._channel, self._confirmed = None, None, False
 
@@ -109,7 +109,7 @@ class RowWatch:
         assert self._pubsub is not None
         try:
             msg = self._pubsub.get_message(timeout=timeout_s)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._fail(exc)
             return None
         if msg is None or msg.get("channel") != self._channel:

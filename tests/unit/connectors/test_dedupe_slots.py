@@ -64,3 +64,21 @@ def test_no_connection_free_within_the_wait_is_a_busy_503() -> None:
     assert str(refused.value) == (
         "the connector is busy: none of its 64 Redis connections came free within 0.2 s"
     )
+
+
+class _LostCluster(_SlowRedis):
+    """A cluster client whose slot map names no reachable node (not a ``RedisError``)."""
+
+    async def set(self, *_args: Any, **_kwargs: Any) -> bool:
+        from redis.exceptions import RedisClusterUnreachableError
+
+        raise RedisClusterUnreachableError("Redis Cluster cannot be connected")
+
+
+def test_a_cluster_with_no_node_reachable_is_redis_unavailable_not_a_crash() -> None:
+    dedupe = Dedupe(_LostCluster(), Keyspace("t"), lock_s=5, wait_s=1)  # type: ignore[arg-type]
+    with pytest.raises(UnavailableError) as info:
+        asyncio.run(dedupe.claim("s", "e1"))
+    assert str(info.value) == (
+        "Redis is unavailable: RedisClusterUnreachableError: Redis Cluster cannot be connected"
+    )

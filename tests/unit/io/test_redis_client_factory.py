@@ -8,7 +8,16 @@ import asyncio
 import pytest
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    ClusterDownError,
+    MasterDownError,
+    RedisClusterUnreachableError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.sentinel import MasterNotFoundError, SentinelConnectionPool
 
 from orchestrator.io.redis.client_factory import (
@@ -17,6 +26,7 @@ from orchestrator.io.redis.client_factory import (
     RedisUse,
     async_redis_client,
     away_reason,
+    is_cluster,
     redis_client,
 )
 
@@ -88,6 +98,10 @@ def test_no_sentinel_answering_is_redis_away() -> None:
         redis.TimeoutError("slow"),
         redis.ReadOnlyError("You can't write against a read only replica."),
         MasterNotFoundError("No master found for 'keel'"),
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        MasterDownError("MASTERDOWN Link with MASTER is down"),
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        SlotNotCoveredError("Slot 3 not covered by the cluster"),
     ],
 )
 def test_failover_errors_are_redis_away(error: Exception) -> None:
@@ -96,6 +110,32 @@ def test_failover_errors_are_redis_away(error: Exception) -> None:
 
 def test_a_wrong_request_is_not_redis_away() -> None:
     assert not isinstance(redis.ResponseError("WRONGTYPE"), REDIS_AWAY)
+    assert not isinstance(ClusterCrossSlotError("CROSSSLOT Keys in request"), REDIS_AWAY)
+
+
+def test_a_cluster_url_is_a_cluster_client_of_its_nodes_with_the_waits_of_its_use() -> None:
+    """The async client reads the slot map at its first command, so none is contacted."""
+    url = "redis+cluster://keel:S3cr3t@n1:7000,n2/"
+    client = async_redis_client(url, RedisUse.WEBHOOK_DEDUPE, max_connections=7)
+    assert isinstance(client, AsyncRedisCluster) and is_cluster(client)
+    start = client.nodes_manager.startup_nodes
+    assert sorted(start) == ["n1:7000", "n2:6379"]
+    node = start["n1:7000"]
+    kwargs = node.connection_kwargs
+    assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (2.0, 5.0)
+    assert node.max_connections == 7
+    assert (kwargs["username"], kwargs["password"]) == ("keel", "S3cr3t")
+    assert "S3cr3t" not in repr(client)
+    asyncio.run(client.aclose())
+    assert not is_cluster(async_redis_client("redis://h/0", RedisUse.WEBHOOK_DEDUPE))
+
+
+def test_no_cluster_node_answering_is_redis_away() -> None:
+    """The sync client reads the slot map when made: with no node there, that is an outage
+    (a process started then fails at start, as ``keel infra`` would report)."""
+    with pytest.raises(REDIS_AWAY) as info:
+        redis_client("redis+cluster://127.0.0.1:1/", RedisUse.PROBE)
+    assert isinstance(info.value, RedisClusterUnreachableError)
 
 
 def test_a_failed_master_lookup_names_each_sentinel_in_one_short_line() -> None:
