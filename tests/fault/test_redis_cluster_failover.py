@@ -1,7 +1,7 @@
 """A Redis Cluster failover under load: the master of the busiest slot is SIGKILLed, its
 replica takes the slots over, and Keel goes on with no run lost and no effect twice.
 
-Keel's Redis here is a cluster of this test's own (ops/redis_cluster.py: three masters and
+Keel's Redis here is a cluster of this test's own (ops/redis_ha/redis_cluster.py: three masters and
 three replicas on ports from ``KEEL_TEST_REDIS_CLUSTER_PORT``, 30101 by default, stopped by
 PID); every Keel process and the test's client reach it by its ``redis+cluster://`` URL.
 Kafka is the session's broker, never touched. The busiest slot is the read model's
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from handlers.effects import EffectStore
-from ops.redis_cluster import RedisClusterGroup
+from ops.redis_ha.redis_cluster import RedisClusterGroup
 from orchestrator.io.redis.keyspace import Keyspace
 from tests.conftest import Servers
 from tests.redis_ha_load import Failover, run_load, through_outage

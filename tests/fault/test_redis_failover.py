@@ -1,7 +1,7 @@
 """A Redis Sentinel failover under load: the master is SIGKILLed, a replica is promoted, and
 Keel goes on with no run lost and no effect twice.
 
-Keel's Redis here is a Sentinel group of this test's own (ops/redis_sentinel.py: a master,
+Keel's Redis here is a Sentinel group of this test's own (ops/redis_ha/redis_sentinel.py: a master,
 two replicas and three sentinels on ports from ``KEEL_TEST_SENTINEL_PORT``, 26400 by
 default, stopped by PID); every Keel process and the test's client reach it by its
 ``redis+sentinel://`` URL. Kafka is the session's broker, never touched.
@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from handlers.effects import EffectStore, ReplicaAckMissing
-from ops.redis_sentinel import SentinelGroup
+from ops.redis_ha.redis_sentinel import SentinelGroup
 from orchestrator.io.redis.client_factory import REDIS_AWAY, RedisUse, redis_client
 from tests.conftest import Servers
 from tests.redis_ha_load import Failover, run_load, through_outage

@@ -1,5 +1,5 @@
 """Keel on a Redis Cluster: three masters and three replicas of this module's own
-(ops/redis_cluster.py, on ports from ``KEEL_TEST_REDIS_CLUSTER_PORT``, 30101 by default,
+(ops/redis_ha/redis_cluster.py, on ports from ``KEEL_TEST_REDIS_CLUSTER_PORT``, 30101 by default,
 stopped by PID), reached by its ``redis+cluster://`` URL; Kafka is the session's.
 
 The load of tests/redis_ha_load.py (postings through the worker's effect records, reviews
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from redis.crc import key_slot
 
-from ops.redis_cluster import RedisClusterGroup
+from ops.redis_ha.redis_cluster import RedisClusterGroup
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
 from orchestrator.io.redis.keyspace import Keyspace
 from tests.conftest import Servers

@@ -345,8 +345,8 @@ def group_main(argv: list[str] | None, prog: str, home: str, port: int, make: An
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ops.redis_sentinel up|down|status``: the group on a laptop."""
-    return group_main(argv, "ops.redis_sentinel", "sentinel-group", 26400, SentinelGroup)
+    """``python -m ops.redis_ha.redis_sentinel up|down|status``: the group on a laptop."""
+    return group_main(argv, "ops.redis_ha.redis_sentinel", "sentinel-group", 26400, SentinelGroup)
 
 
 if __name__ == "__main__":

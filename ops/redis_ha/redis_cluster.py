@@ -1,8 +1,8 @@
 """A local Redis Cluster: three masters and three replicas on loopback, from Debian's
 ``redis-server`` (``--cluster-enabled yes``) joined by ``redis-cli --cluster create``.
 
-For tests and a laptop, as ops/redis_sentinel.py is for Sentinel: the integration suite runs
-Keel against it (tests/integration/test_redis_cluster.py) and the fault suite kills the
+For tests and a laptop, as ops/redis_ha/redis_sentinel.py is for Sentinel: the integration
+suite runs Keel against it (tests/integration/test_redis_cluster.py) and the fault suite kills the
 master of a busy slot and watches its replica take over (tests/fault/
 test_redis_cluster_failover.py). Everything lives under one directory: each node's data,
 ``nodes.conf`` and log, and ``cluster.json``, the PIDs. Processes are stopped by those
@@ -32,7 +32,7 @@ from ops.local import (
     port_in_use,
     require_program,
 )
-from ops.redis_sentinel import (
+from ops.redis_ha.redis_sentinel import (
     NodeRole,
     _alive,
     _spawn,
@@ -262,8 +262,8 @@ class RedisClusterGroup:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ops.redis_cluster up|down|status``: the cluster on a laptop."""
-    return group_main(argv, "ops.redis_cluster", "redis-cluster", 30101, RedisClusterGroup)
+    """``python -m ops.redis_ha.redis_cluster up|down|status``: the cluster on a laptop."""
+    return group_main(argv, "ops.redis_ha.redis_cluster", "redis-cluster", 30101, RedisClusterGroup)
 
 
 if __name__ == "__main__":
