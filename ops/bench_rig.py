@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.domain import TERMINAL_STATUSES
 from orchestrator.settings import Settings
 
 REMOTE = "three_step"
@@ -41,9 +42,16 @@ def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
 
 
 def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) -> subprocess.Popen:
+    return spawn_app(role, APP, settings, home, *args, **env)
+
+
+def spawn_app(
+    role: str, app: str, settings: Settings, home: Path, *args: str, **env: str
+) -> subprocess.Popen:
+    """``keel <role> --app <app> <args>`` as a child, its output in ``home``."""
     log_path = home / f"{role}-{uuid.uuid4().hex[:4]}.log"
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", role, "--app", APP, *args],
+        [sys.executable, "-m", "orchestrator", role, "--app", app, *args],
         env=_env(settings, home, **env),
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
@@ -74,6 +82,29 @@ def _status(home: Path) -> dict[str, Any]:
 def _fresh_status(home: Path) -> dict[str, Any]:
     time.sleep(STATUS_INTERVAL_S * 2.5)
     return _status(home)
+
+
+def read_model_shows(projection: Any, ids: list[str], timeout_s: float) -> dict[str, str]:
+    """Wait until the read model (a ``Projection``) shows every run of ``ids`` ended, reading
+    their rows in one pipeline every 20 ms; each run's status then."""
+    done = {str(status) for status in TERMINAL_STATUSES}
+    pending = set(ids)
+    ended: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(pending)} runs never finished in the read model")
+        pipe = projection.r.pipeline(transaction=False)
+        order = sorted(pending)
+        for wf in order:
+            pipe.hget(projection.k_wf(wf), "status")
+        for wf, status in zip(order, pipe.execute(), strict=True):
+            if status in done:
+                ended[wf] = status
+        pending -= ended.keys()
+        if pending:
+            time.sleep(0.02)
+    return ended
 
 
 def fold_deferred_s(parts: dict[int, Any]) -> float:
