@@ -84,24 +84,40 @@ def _fresh_status(home: Path) -> dict[str, Any]:
     return _status(home)
 
 
+#: Rows ``read_model_shows`` reads per pipeline.
+READ_MODEL_CHUNK = 200
+
+
 def read_model_shows(projection: Any, ids: list[str], timeout_s: float) -> dict[str, str]:
-    """Wait until the read model (a ``Projection``) shows every run of ``ids`` ended, reading
-    their rows in one pipeline every 20 ms; each run's status then."""
+    """Wait until the read model (a ``Projection``) shows every run of ``ids`` ended; each
+    run's status then.
+
+    Runs end roughly in the order they started, so every 20 ms it reads the pending rows in
+    that order, ``READ_MODEL_CHUNK`` per pipeline, and stops at the first chunk with a run
+    still going: reading all of thousands of rows each time cost the client (on the same
+    cores as the run it times) more CPU than the runs' own wait.
+    """
     done = {str(status) for status in TERMINAL_STATUSES}
-    pending = set(ids)
+    pending = list(ids)
     ended: dict[str, str] = {}
     deadline = time.monotonic() + timeout_s
     while pending:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(pending)} runs never finished in the read model")
-        pipe = projection.r.pipeline(transaction=False)
-        order = sorted(pending)
-        for wf in order:
-            pipe.hget(projection.k_wf(wf), "status")
-        for wf, status in zip(order, pipe.execute(), strict=True):
-            if status in done:
-                ended[wf] = status
-        pending -= ended.keys()
+        for at in range(0, len(pending), READ_MODEL_CHUNK):
+            chunk = pending[at : at + READ_MODEL_CHUNK]
+            pipe = projection.r.pipeline(transaction=False)
+            for wf in chunk:
+                pipe.hget(projection.k_wf(wf), "status")
+            going = False
+            for wf, status in zip(chunk, pipe.execute(), strict=True):
+                if status in done:
+                    ended[wf] = status
+                else:
+                    going = True
+            if going:
+                break
+        pending = [wf for wf in pending if wf not in ended]
         if pending:
             time.sleep(0.02)
     return ended
