@@ -48,8 +48,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ops.bench_hops import HopProbe, summarize, wall_ms
-from ops.bench_probes import EventTail, RssSampler, clock_ms
+from ops.bench_probes import EventTail, HopProbe, RssSampler, clock_ms, summarize, wall_ms
 from ops.bench_rig import (
     LOCAL,
     REMOTE,
@@ -150,7 +149,7 @@ class Bench:
         self, name: str, count: int, rate: float, tag: str = "", probe: HopProbe | None = None
     ) -> dict[str, Any]:
         """One at a time, as ``keel workflow start --wait`` would: rm and events latency;
-        with a ``probe``, each run's hops too (``ops/bench_hops.py``)."""
+        with a ``probe``, each run's hops too (``ops/bench_probes.HopProbe``)."""
         rm: list[float] = []
         ev: list[float] = []
         walls: list[tuple[str, float, float]] = []

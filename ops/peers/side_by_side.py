@@ -87,7 +87,12 @@ class RestatePeer:
         )  # fmt: skip
         hypercorn = peer_python.parent / "hypercorn"
         self.service = subprocess.Popen(
-            [str(hypercorn), "--bind", f"127.0.0.1:{service}", "ops.peers.restate_invoice:app"],
+            [
+                str(hypercorn),
+                "--bind",
+                f"127.0.0.1:{service}",
+                "ops.peers.restate_invoice:create_app()",
+            ],
             env=os.environ | {"PYTHONPATH": str(ROOT)},
             cwd=ROOT,
             stdout=(self.data / "service.log").open("wb"),

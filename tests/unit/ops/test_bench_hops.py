@@ -3,7 +3,7 @@ client-observed time, and a run with a record missing is left out, not guessed."
 
 from __future__ import annotations
 
-from ops.bench_hops import HOPS, run_hops, summarize
+from ops.bench_probes import HOPS, run_hops, summarize
 
 SENT = 1_000.0
 
