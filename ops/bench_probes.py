@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 import psutil
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from orchestrator.codec import codec_for
 from orchestrator.domain.model.messages import (
@@ -261,13 +261,16 @@ class HopProbe(threading.Thread):
         self.consumer = Consumer(
             consumer_config(settings, f"{settings.topic_prefix}.hops-{uuid.uuid4().hex[:6]}")
         )
-        self.consumer.assign(
-            [
-                TopicPartition(settings.topic(topic), p, OFFSET_END)
-                for topic in ("commands", "activity-tasks", "events")
-                for p in range(settings.partitions)
-            ]
-        )
+        # from each partition's end now, asked for at once: an end resolved at the first
+        # fetch could come after the first watched run's records
+        parts = [
+            TopicPartition(settings.topic(topic), p)
+            for topic in ("commands", "activity-tasks", "events")
+            for p in range(settings.partitions)
+        ]
+        for tp in parts:
+            tp.offset = self.consumer.get_watermark_offsets(tp, settings.admin_timeout_s)[1]
+        self.consumer.assign(parts)
         #: workflow -> [(kind, activity id, recorded_at, readable here)]
         self.seen: dict[str, list[tuple[str, str, int, float]]] = {}
         self.prefix = "light-"
