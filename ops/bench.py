@@ -49,7 +49,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ops.bench_probes import EventTail, RssSampler, clock_ms
+from ops.bench_probes import EventTail, HopProbe, RssSampler, clock_ms, summarize, wall_ms
 from ops.bench_rig import (
     LOCAL,
     REMOTE,
@@ -59,9 +59,13 @@ from ops.bench_rig import (
     _spawn,
     burst,
     fold_deferred_s,
+    read_model_shows,
 )
 from orchestrator.client.client import KeelClient
 from orchestrator.config.settings import Settings
+
+#: Transactional hops of a remote ``three_step`` run: its start and one per activity.
+REMOTE_HOPS = 4
 
 
 def _hops(before: dict[str, Any], after: dict[str, Any], workflows: int) -> dict[str, float]:
@@ -143,18 +147,24 @@ class Bench:
         self.client.start_many(name, [(wf, {"n": 1}) for wf in ids])
         self.tail.wait_for(set(ids), 180)
 
-    def light(self, name: str, count: int, rate: float, tag: str = "") -> dict[str, Any]:
-        """One at a time, as ``keel workflow start --wait`` would: rm and events latency."""
+    def light(
+        self, name: str, count: int, rate: float, tag: str = "", probe: HopProbe | None = None
+    ) -> dict[str, Any]:
+        """One at a time, as ``keel workflow start --wait`` would: rm and events latency;
+        with a ``probe``, each run's hops too (``ops/bench_probes.HopProbe``)."""
         rm: list[float] = []
         ev: list[float] = []
+        walls: list[tuple[str, float, float]] = []
         before = _fresh_status(self.home)
         trips = len(self.tail.round_trips)
         for i in range(count):
             wf = f"light-{name}-{tag}{i}"
+            sent = wall_ms()
             began = clock_ms()
             self.client.start(name, {"n": i % 100}, workflow_id=wf)
             self.client.wait(wf, 60)
             rm.append(clock_ms() - began)
+            walls.append((wf, sent, wall_ms()))
             self.tail.wait_for({wf}, 60)
             ev.append(self.tail.seen_at[wf] - began)
             time.sleep(max(0.0, 1 / rate - rm[-1] / 1000))
@@ -163,12 +173,18 @@ class Bench:
         if rt:  # a remote activity: decided -> task -> worker -> report -> decided
             hops["activity_round_trip_ms"] = statistics.median(rt)
             hops["worker_hop_ms"] = max(0.0, hops["activity_round_trip_ms"] - hops["intake_lag_ms"])
+        extra: dict[str, Any] = {}
+        if probe is not None:
+            time.sleep(0.2)  # the probe's last fetch
+            found = [probe.hops(wf, sent, back) for wf, sent, back in walls]
+            extra["hops_ms"] = summarize([h for h in found if h is not None])
         return {
             "rm_p50_ms": statistics.median(rm),
             "rm_p99_ms": _percentile(rm, 0.99),
             "events_p50_ms": statistics.median(ev),
             "events_p99_ms": _percentile(ev, 0.99),
             **hops,
+            **extra,
         }
 
     def throughput(self, name: str, count: int, tag: str) -> float:
@@ -178,28 +194,9 @@ class Bench:
         began = time.monotonic()
         rate = count / burst(self.client, self.tail, name, ids, 900)
         if self.projecting:
-            self._read_model_shows(ids, 900)
+            read_model_shows(self.client.projection, ids, 900)
             self.read_model_rates[tag] = count / (time.monotonic() - began)
         return rate
-
-    def _read_model_shows(self, ids: list[str], timeout_s: float) -> None:
-        from orchestrator.domain import TERMINAL_STATUSES
-
-        done = {str(status) for status in TERMINAL_STATUSES}
-        rm = self.client.projection
-        pending = set(ids)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} runs never finished in the read model")
-            pipe = rm.r.pipeline(transaction=False)
-            order = sorted(pending)
-            for wf in order:
-                pipe.hget(rm.k_wf(wf), "status")
-            statuses = pipe.execute()
-            pending -= {wf for wf, st in zip(order, statuses, strict=True) if st in done}
-            if pending:
-                time.sleep(0.02)
 
     def paced(self, name: str, rate: float, seconds: float, tag: str) -> dict[str, float]:
         """Starts paced at ``rate``/s for ``seconds``: events latency from the send."""
@@ -275,7 +272,14 @@ def _phases(
         if not throughput_only:
             for name, key in ((REMOTE, "remote"), (LOCAL, "local")):
                 log(f"light load, {name}: {light} workflows, one at a time, <= {light_rate:g}/s")
-                out[f"light_{key}"] = b.light(name, light, light_rate)
+                probe = HopProbe(b.settings) if name == REMOTE else None
+                if probe is not None:
+                    probe.start()
+                try:
+                    out[f"light_{key}"] = b.light(name, light, light_rate, probe=probe)
+                finally:
+                    if probe is not None:
+                        probe.stop()
             log(f"Kafka's floor: {light} bare transactional hops, one at a time")
             out["kafka_floor"] = kafka_floor.hop(b.settings, count=light, gap_s=1 / light_rate)
             if light_only:
@@ -336,9 +340,18 @@ def _phases(
 def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with what Keel adds over Kafka alone, in this run (docs/performance.md)."""
     floor = out["kafka_floor"]["hop_p50_ms"]
+    floor_p99 = out["kafka_floor"]["hop_p99_ms"]
+    remote = out["light_remote"]
     ratios = {
         "local_events_p50_over_kafka_hop": round(out["light_local"]["events_p50_ms"] / floor, 2),
         "local_rm_p50_over_kafka_hop": round(out["light_local"]["rm_p50_ms"] / floor, 2),
+        # a remote run is REMOTE_HOPS transactional hops: 1.0 would be Kafka alone
+        "remote_rm_p50_over_kafka_hops": round(remote["rm_p50_ms"] / (REMOTE_HOPS * floor), 2),
+        "remote_rm_p99_over_kafka_hops_p99": round(
+            remote["rm_p99_ms"] / (REMOTE_HOPS * floor_p99), 2
+        ),
+        "remote_rm_p50_over_kafka_hop": round(remote["rm_p50_ms"] / floor, 2),
+        "remote_rm_p99_over_kafka_hop_p99": round(remote["rm_p99_ms"] / floor_p99, 2),
     }
     if "rebuild_events_per_s" in out:
         ratios["rebuild_over_read_ceiling"] = round(
@@ -353,6 +366,8 @@ def _with_ratios(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _median(values: list[Any]) -> Any:
+    if isinstance(values[0], list):  # e.g. the slowest runs: each run's, side by side
+        return [v for run in values for v in run]
     if isinstance(values[0], dict):
         return {k: _median([v[k] for v in values]) for k in values[0]}
     if isinstance(values[0], int | float):

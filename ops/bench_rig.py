@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.settings import Settings
+from orchestrator.domain import TERMINAL_STATUSES
 
 REMOTE = "three_step"
 LOCAL = "three_step_local"
@@ -41,9 +42,16 @@ def _env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
 
 
 def _spawn(role: str, settings: Settings, home: Path, *args: str, **env: str) -> subprocess.Popen:
+    return spawn_app(role, APP, settings, home, *args, **env)
+
+
+def spawn_app(
+    role: str, app: str, settings: Settings, home: Path, *args: str, **env: str
+) -> subprocess.Popen:
+    """``keel <role> --app <app> <args>`` as a child, its output in ``home``."""
     log_path = home / f"{role}-{uuid.uuid4().hex[:4]}.log"
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", role, "--app", APP, *args],
+        [sys.executable, "-m", "orchestrator", role, "--app", app, *args],
         env=_env(settings, home, **env),
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
@@ -87,6 +95,45 @@ def _status(home: Path) -> dict[str, Any]:
 def _fresh_status(home: Path) -> dict[str, Any]:
     time.sleep(STATUS_INTERVAL_S * 2.5)
     return _status(home)
+
+
+#: Rows ``read_model_shows`` reads per pipeline.
+READ_MODEL_CHUNK = 200
+
+
+def read_model_shows(projection: Any, ids: list[str], timeout_s: float) -> dict[str, str]:
+    """Wait until the read model (a ``Projection``) shows every run of ``ids`` ended; each
+    run's status then.
+
+    Runs end roughly in the order they started, so every 20 ms it reads the pending rows in
+    that order, ``READ_MODEL_CHUNK`` per pipeline, and stops at the first chunk with a run
+    still going: reading all of thousands of rows each time cost the client (on the same
+    cores as the run it times) more CPU than the runs' own wait.
+    """
+    done = {str(status) for status in TERMINAL_STATUSES}
+    pending = list(ids)
+    ended: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(pending)} runs never finished in the read model")
+        for at in range(0, len(pending), READ_MODEL_CHUNK):
+            chunk = pending[at : at + READ_MODEL_CHUNK]
+            pipe = projection.r.pipeline(transaction=False)
+            for wf in chunk:
+                pipe.hget(projection.k_wf(wf), "status")
+            going = False
+            for wf, status in zip(chunk, pipe.execute(), strict=True):
+                if status in done:
+                    ended[wf] = status
+                else:
+                    going = True
+            if going:
+                break
+        pending = [wf for wf in pending if wf not in ended]
+        if pending:
+            time.sleep(0.02)
+    return ended
 
 
 def fold_deferred_s(parts: dict[int, Any]) -> float:

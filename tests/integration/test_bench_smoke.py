@@ -13,7 +13,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ops import scratch
+from ops.bench_probes import HOPS
 from orchestrator.config.settings import TOPIC_KINDS
 from orchestrator.io.kafka.topics import admin_client
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
@@ -29,6 +32,14 @@ LIGHT_KEYS = {
     "decide_ms_per_command",
     "intake_lag_ms",
     "local_activity_ms",
+}
+
+#: Remote --wait p50 and p99 over Kafka's floor, printed by every run with light load.
+REMOTE_RATIOS = {
+    "remote_rm_p50_over_kafka_hops",
+    "remote_rm_p99_over_kafka_hops_p99",
+    "remote_rm_p50_over_kafka_hop",
+    "remote_rm_p99_over_kafka_hop_p99",
 }
 
 
@@ -141,6 +152,7 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(settings):
     assert set(result["ratios"]) == {
         "local_events_p50_over_kafka_hop",
         "local_rm_p50_over_kafka_hop",
+        *REMOTE_RATIOS,
         "rebuild_over_read_ceiling",
         "projector_process_over_child_local",
         "projector_thread_over_child_local",
@@ -157,7 +169,16 @@ def test_bench_light_only_runs_the_light_phases_and_kafkas_floor(settings):
     assert set(result["ratios"]) == {
         "local_events_p50_over_kafka_hop",
         "local_rm_p50_over_kafka_hop",
+        *REMOTE_RATIOS,
     }
+    # every light remote run split into its hops, which add up to about its --wait time
+    hops = result["light_remote"]["hops_ms"]
+    assert hops["runs"] == 3
+    assert set(hops) == {*HOPS, "sum_of_medians", "runs", "slowest"}
+    slowest = hops["slowest"][0]
+    assert slowest["total_ms"] == pytest.approx(sum(slowest[h] for h in HOPS), abs=0.5)
+    assert slowest["total_ms"] >= result["light_remote"]["rm_p50_ms"] - 0.5
+    assert "hops_ms" not in result["light_local"]
 
 
 def test_bench_throughput_only_runs_the_two_bursts_with_their_cpu_per_run(settings):
