@@ -10,10 +10,13 @@ role like ``temporalio.workflow`` / ``temporalio.activity``, the modules
   ``RateLimit``, ``Sensitive`` (docs/activities.md);
 - ``orchestrator.client``: ``KeelClient`` and what it returns (docs/client.md);
 - ``orchestrator.webhooks``, ``orchestrator.llm``, ``orchestrator.sagas``,
-  ``orchestrator.errors``; ``orchestrator.testing`` is reserved for the test kit.
+  ``orchestrator.errors``; ``orchestrator.embedding`` builds Keel's processes inside an
+  application's own (docs/embedding.md); ``orchestrator.testing`` is reserved for the
+  test kit.
 
 Every name of those modules is also a name of this package (the flat face, kept for
-compatibility), both generated from the one table in ``orchestrator.application.public_face``. The
+compatibility), both generated from the one table in
+``orchestrator.application.public_face``. The
 domain's internals, the runtime, the processes and the CLI stay behind the processes and
 may change between releases; the docs import from the face only
 (tests/unit/test_doc_snippets.py).

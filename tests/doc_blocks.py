@@ -70,6 +70,7 @@ DEFAULT_APP = "orchestrator.examples"
 OWN_TESTS = {
     "docs/client.md": "tests/integration/test_client_doc.py",
     "docs/connector.md": "tests/integration/test_connector_schemes_doc.py",
+    "docs/embedding.md": "tests/integration/test_embedding_doc.py",
     "docs/schedules.md": "tests/integration/test_schedules_doc.py",
 }
 

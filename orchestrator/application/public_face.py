@@ -33,7 +33,16 @@ __all__ = [
 
 #: ``app`` is ``orchestrator`` itself: the application object and the old names.
 Role = Literal[
-    "app", "workflow", "activity", "client", "webhooks", "llm", "sagas", "testing", "errors"
+    "app",
+    "workflow",
+    "activity",
+    "client",
+    "webhooks",
+    "llm",
+    "sagas",
+    "embedding",
+    "testing",
+    "errors",
 ]
 ROLES: tuple[Role, ...] = (
     "app",
@@ -43,6 +52,7 @@ ROLES: tuple[Role, ...] = (
     "webhooks",
     "llm",
     "sagas",
+    "embedding",
     "testing",
     "errors",
 )
@@ -185,6 +195,8 @@ FACE: tuple[Row, ...] = (
         "SignalWorkflow",
         "CancelWorkflow",
     ),
+    # Keel's processes in an application's own process (docs/embedding.md); qualified only
+    Row("ServiceParts", "embedding", "orchestrator.embedding.service_parts", flat=False),
     # the test kit: an in-process environment with time skipping, replay, one activity
     # (docs/testing.md); qualified only (``orchestrator.testing.WorkflowEnvironment``)
     *(

@@ -80,46 +80,20 @@ def service_app(
     flag: str | None, clock: Clock | None = None, settings: Settings | None = None
 ) -> KeelApp:
     """The application with the built-in ``keel.schedule`` and its tick activity
-    (docs/schedules.md): every service and every run reader knows it. Its ticks read
-    ``clock`` (the system clock unless a service passes its own) and start runs with a
-    client on ``settings`` (a worker's; a process that runs no tick passes none)."""
-    from orchestrator.client.schedule_ticks import install_schedules
+    (docs/schedules.md), for a command that reads or starts runs: ``served_app`` of
+    ``orchestrator/embedding/service_parts.py`` on the ``--app`` application."""
+    from orchestrator.embedding.service_parts import served_app
     from orchestrator.records.clock import SYSTEM_CLOCK
 
-    ticks_on = clock or SYSTEM_CLOCK
-    app = app_from(flag)
-    if settings is None:
-        return install_schedules(app, clock=ticks_on)
-
-    def tick_client() -> object:  # the client loads with the first tick, not the service
-        from orchestrator.client.client import KeelClient
-
-        return KeelClient(settings, app, ticks_on)
-
-    return install_schedules(app, tick_client, ticks_on)
+    return served_app(app_from(flag), clock or SYSTEM_CLOCK, settings)
 
 
 def adapter_hooks(settings: Settings) -> AdapterHooks:
-    """The hooks ``KEEL_ADAPTER_HOOKS`` names (``MODULE:ATTR``: an ``AdapterHooks`` or a
-    function of no arguments returning one), else none: the composition root applies
-    them once to the parts it builds (``orchestrator/io/adapter_hooks.py``)."""
-    import logging
+    """The hooks ``KEEL_ADAPTER_HOOKS`` names, loaded from the project's folder too."""
+    from orchestrator.embedding.service_parts import adapter_hooks_of
 
-    from orchestrator.application.app import AppLoadError, load_object
-    from orchestrator.io.adapter_hooks import NO_HOOKS, AdapterHooks
-
-    spec = settings.adapter_hooks
-    if not spec:
-        return NO_HOOKS
     importable_here()
-    found = load_object(spec, "KEEL_ADAPTER_HOOKS")
-    hooks = found if isinstance(found, AdapterHooks) else found() if callable(found) else found
-    if not isinstance(hooks, AdapterHooks):
-        raise AppLoadError(
-            f"KEEL_ADAPTER_HOOKS '{spec}' is a {type(hooks).__name__}, not AdapterHooks"
-        )
-    logging.getLogger("keel.hooks").warning("adapter hooks on: %r (%s)", hooks, spec)
-    return hooks
+    return adapter_hooks_of(settings)
 
 
 #: ``--app`` of a command that reads no definitions: accepted, so a script can give every

@@ -23,11 +23,10 @@ def connector(
     """Run the connector: signed webhooks in, commands to Kafka (GET /healthz, POST /webhooks/S)."""
     import asyncio
 
-    from connectors.server.service import Connector, secret_variables, serve
-    from orchestrator.cli.app_spec import adapter_hooks
+    from connectors.server.service import serve
     from orchestrator.config.settings import load_settings
     from orchestrator.domain.model.errors import KeelError
-    from orchestrator.records.clock import SystemClock
+    from orchestrator.embedding.service_parts import ServiceParts
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.tracing import configure_tracing
@@ -36,15 +35,8 @@ def connector(
     configure_tracing("keel-connector")
     settings = load_settings()
     configure_gc(settings)
-    application = app_from(app)
-    service = Connector(
-        settings,
-        application,
-        secrets=settings.named_secrets(secret_variables(application)),
-        ack_timeout_s=ack_timeout,
-        clock=SystemClock(),  # the one clock of this process (docs/architecture.md, "Time")
-        hooks=adapter_hooks(settings),
-    )
+    # the one clock, codec and hooks of this process; the sources' secrets from the settings
+    service = ServiceParts.build(app_from(app), settings).connector(ack_timeout_s=ack_timeout)
     try:
         asyncio.run(serve(service, host, port))
     except OSError as exc:

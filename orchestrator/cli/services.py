@@ -17,7 +17,7 @@ import typer
 from orchestrator.cli.app_spec import (
     AppOption,
     UnusedAppOption,
-    adapter_hooks,
+    app_from,
     app_spec,
     service_app,
 )
@@ -118,37 +118,22 @@ def orchestrator(
     """Run the orchestrator: decide commands into events, exactly once."""
     if projector_in is not None and not projector:
         raise typer.BadParameter("--projector-in and --no-projector exclude each other")
-    from handlers.attempt_runner import AttemptRunner
-    from handlers.llm.environment import llm_runtimes
     from orchestrator.application.saga_declarations import sagas_of
     from orchestrator.config.settings import load_settings
-    from orchestrator.engine.orchestrator import Orchestrator
-    from orchestrator.payload_schemas.codec import codec_for
-    from orchestrator.records.clock import SystemClock
+    from orchestrator.embedding.service_parts import ServiceParts
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
-    from orchestrator.telemetry.prometheus import ServiceMetrics
     from orchestrator.telemetry.tracing import configure_tracing
-    from orchestrator.trust.sealing import SealKeySource
 
     configure_logging()
     configure_tracing("keel-orchestrator")
     configure_metrics("keel-orchestrator")
     settings = load_settings()
     configure_gc(settings)
-    hooks = adapter_hooks(settings)
-    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    codec = codec_for(settings)  # and its one codec
-    application = service_app(app, clock, settings)
-    # the one activity-attempt runner of this process, for its local steps (LLM ones too)
-    attempts = AttemptRunner(
-        application,
-        seal_keys=SealKeySource(settings),
-        clock=clock,
-        llm=llm_runtimes(settings, hooks),
-    )
+    # the one clock, codec, hooks, metrics and attempt runner of this process
+    parts = ServiceParts.build(app_from(app), settings)
     publisher = None
     placement = projector_in or ProjectorPlacement.CHILD
     metrics_dir = None
@@ -161,18 +146,8 @@ def orchestrator(
             from orchestrator.telemetry.prometheus import use_multiprocess_dir
 
             metrics_dir = use_multiprocess_dir(settings.home, "orchestrator")
-    metrics = ServiceMetrics()  # the process's metrics, served below
-    serve_metrics_of(settings, metrics_port, metrics, gauges=True)
-    orch = Orchestrator(
-        settings,
-        application,
-        checkpoint_interval_s=checkpoint_interval,
-        committed=publisher,
-        clock=clock,
-        hooks=hooks,
-        codec=codec,
-        attempts=attempts,
-    )
+    serve_metrics_of(settings, metrics_port, parts.metrics, gauges=True)
+    orch = parts.orchestrator(checkpoint_interval_s=checkpoint_interval, committed=publisher)
     stoppables: list = [orch]
     child = None
     if publisher is not None:
@@ -186,23 +161,11 @@ def orchestrator(
         # fed this process's committed events in process (docs/performance.md,
         # "Where the projector runs").
         from orchestrator.io.handoff.committed_channel import CommittedEvents
-        from orchestrator.projector.projector import Projector
 
         assert isinstance(orch.committed, CommittedEvents)  # this process's channel
-        feed = Projector(
-            settings,
-            application,
-            committed=orch.committed,
-            clock=clock,
-            codec=codec,
-            metrics=metrics,
-        )
-        stoppables.append(Supervisor("projector", feed).start())
-    if sagas and sagas_of(application):  # the saga manager (docs/sagas.md)
-        from orchestrator.sagas.manager import SagaManager
-
-        manager = SagaManager(settings, application, codec=codec)
-        stoppables.append(Supervisor("sagas", manager).start())
+        stoppables.append(Supervisor("projector", parts.projector(orch.committed)).start())
+    if sagas and sagas_of(parts.app):  # the saga manager (docs/sagas.md)
+        stoppables.append(Supervisor("sagas", parts.saga_manager()).start())
     _stop_on_signals(*stoppables)
     try:
         orch.run()
@@ -219,37 +182,23 @@ def orchestrator(
 
 def worker(app: AppOption = None, metrics_port: MetricsPortOption = None) -> None:
     """Run an activity worker for the application's handlers."""
-    from handlers.attempt_runner import AttemptRunner
-    from handlers.llm.environment import llm_runtimes
-    from handlers.worker import Worker
     from orchestrator.config.settings import load_settings
-    from orchestrator.records.clock import SystemClock
+    from orchestrator.embedding.service_parts import ServiceParts
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
-    from orchestrator.telemetry.prometheus import ServiceMetrics
     from orchestrator.telemetry.tracing import configure_tracing
-    from orchestrator.trust.sealing import SealKeySource
 
     configure_logging()
     configure_tracing("keel-worker")
     configure_metrics("keel-worker")
     settings = load_settings()
     configure_gc(settings)
-    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    application = service_app(app, clock, settings)
-    hooks = adapter_hooks(settings)
-    # the one activity-attempt runner of this process, with its sealing keys and LLM runtime
-    attempts = AttemptRunner(
-        application,
-        seal_keys=SealKeySource(settings),
-        clock=clock,
-        llm=llm_runtimes(settings, hooks),
-    )
-    metrics = ServiceMetrics()  # the process's metrics
-    w = Worker(settings, application, clock=clock, hooks=hooks, attempts=attempts, metrics=metrics)
+    # the one clock, hooks, metrics and attempt runner (sealing keys, LLM runtime) of this process
+    parts = ServiceParts.build(app_from(app), settings)
+    w = parts.worker()
     _stop_on_signals(w)
-    serve_metrics_of(settings, metrics_port, metrics)
+    serve_metrics_of(settings, metrics_port, parts.metrics)
     w.run()
 
 
@@ -263,14 +212,11 @@ def projector(
 ) -> None:
     """Run the projector alone: keel.events -> the Redis read model."""
     from orchestrator.config.settings import load_settings
-    from orchestrator.payload_schemas.codec import codec_for
-    from orchestrator.projector.projector import Projector
-    from orchestrator.records.clock import SystemClock
+    from orchestrator.embedding.service_parts import ServiceParts
     from orchestrator.runtime.supervisor import Supervisor
     from orchestrator.telemetry.gc_policy import configure_gc
     from orchestrator.telemetry.logs import configure_logging
     from orchestrator.telemetry.metrics import configure_metrics
-    from orchestrator.telemetry.prometheus import ServiceMetrics
 
     configure_logging()
     configure_metrics("keel-projector")
@@ -281,24 +227,16 @@ def projector(
         committed = CommittedEvents()
     settings = load_settings()
     configure_gc(settings)
-    clock = SystemClock()  # the one clock of this process (docs/architecture.md, "Time")
-    codec = codec_for(settings)  # the one codec of this process
-    metrics = ServiceMetrics()  # the process's metrics
-    projector = Projector(
-        settings,
-        service_app(app, clock),
-        committed=committed,
-        clock=clock,
-        codec=codec,
-        metrics=metrics,
-    )
+    # the one clock, codec and metrics of this process
+    parts = ServiceParts.build(app_from(app), settings)
+    projector = parts.projector(committed)
     if feed_fd is None:  # a child's counts are served by its orchestrator (docs/metrics.md)
-        serve_metrics_of(settings, metrics_port, metrics)
+        serve_metrics_of(settings, metrics_port, parts.metrics)
     supervised = Supervisor("projector", projector).start()
     if committed is not None and feed_fd is not None:
         from orchestrator.io.handoff.committed_pipe import read_frames
 
-        read_frames(feed_fd, committed, supervised.stop, codec)  # ends with its orchestrator
+        read_frames(feed_fd, committed, supervised.stop, parts.codec)  # ends with its orchestrator
     _stop_on_signals(supervised)
     while supervised.state != "stopped":
         supervised.join(0.5)

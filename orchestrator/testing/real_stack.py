@@ -75,25 +75,19 @@ class RealStack:
     def serve(self, app: KeelApp, settings: Settings) -> Iterator[Any]:
         """Run ``app``'s orchestrator (its projector fed in process) and a worker on
         ``settings`` in threads; yield a ``KeelClient``; stop them all at the end."""
-        from handlers.attempt_runner import AttemptRunner
-        from handlers.llm.environment import llm_runtimes
-        from handlers.worker import Worker
         from orchestrator.client.client import KeelClient
-        from orchestrator.engine.orchestrator import Orchestrator
+        from orchestrator.embedding.service_parts import ServiceParts
         from orchestrator.io.handoff.committed_channel import CommittedEvents
-        from orchestrator.projector.projector import Projector
-        from orchestrator.trust.sealing import SealKeySource
 
-        served = _with_schedules(app, settings)
-        # one activity-attempt runner for the engine's local steps and the worker
-        attempts = AttemptRunner(
-            served, seal_keys=SealKeySource(settings), llm=llm_runtimes(settings)
-        )
-        orch = Orchestrator(settings, served, hard_exit_on_stall=False, attempts=attempts)
-        worker = Worker(settings, served, hard_exit_on_stall=False, attempts=attempts)
+        # the parts a `keel` service builds, once, on a copy of the app (ServiceParts serves
+        # the app it is given with keel.schedule installed; the test's app stays as it was)
+        parts = ServiceParts.build(_app_copy(app), settings)
+        served = parts.app
+        orch = parts.orchestrator(hard_exit_on_stall=False)
+        worker = parts.worker(hard_exit_on_stall=False)
         processes: list[Any] = [orch, worker]
         if isinstance(orch.committed, CommittedEvents):  # this process's committed events
-            processes.append(Projector(settings, served, committed=orch.committed))
+            processes.append(parts.projector(orch.committed))
         threads = [
             threading.Thread(target=p.run, name=f"keel-{type(p).__name__.lower()}", daemon=True)
             for p in processes
@@ -111,18 +105,14 @@ class RealStack:
                 t.join(30)
 
 
-def _with_schedules(app: KeelApp, settings: Settings) -> KeelApp:
-    """A copy of ``app`` that knows the built-in ``keel.schedule``, its ticks starting runs
-    on ``settings`` (as ``keel orchestrator`` and ``keel worker`` serve an app: a schedule
-    created in the test fires); ``app`` itself is left as it was."""
-    from orchestrator.client.client import KeelClient
-    from orchestrator.client.schedule_ticks import install_schedules
-
+def _app_copy(app: KeelApp) -> KeelApp:
+    """A copy of ``app`` whose registries can be added to (``keel.schedule``) without
+    changing ``app``'s."""
     served = copy.copy(app)
     served.definitions = dict(app.definitions)
     served.handlers = dict(app.handlers)
     served._decider = None
-    return install_schedules(served, lambda: KeelClient(settings, served))
+    return served
 
 
 def _keel(*args: str, env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:

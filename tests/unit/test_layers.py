@@ -119,8 +119,9 @@ def test_authoring_loads_no_io_client() -> None:
 def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:
     """Every name but the client's (I/O by nature: Kafka out, Redis read back; an
     application names it where it starts, signals or queries runs, not where it declares
-    them) and the test kit's (it runs the engine and the worker; a test names it, never an
-    application), from its role module: the LLM steps included, declaring one loads neither the
+    them), the embedding's (it builds the processes, where a process starts) and the test
+    kit's (it runs the engine and the worker; a test names it, never an application), from
+    its role module: the LLM steps included, declaring one loads neither the
     HTTP provider nor the Redis record of model calls (the worker loads those when it runs
     one)."""
     code = (
@@ -128,7 +129,7 @@ def test_every_authoring_name_of_the_public_face_loads_no_io_client() -> None:
         "from orchestrator.application.public_face import FACE\n"
         "warnings.simplefilter('ignore', DeprecationWarning)\n"
         "for row in FACE:\n"
-        "    if row.role not in ('client', 'testing'):\n"
+        "    if row.role not in ('client', 'embedding', 'testing'):\n"
         "        where = 'orchestrator' if row.role == 'app' else f'orchestrator.{row.role}'\n"
         "        getattr(importlib.import_module(where), row.name)\n"
         "print(json.dumps(sorted(sys.modules)))\n"

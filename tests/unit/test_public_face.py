@@ -253,6 +253,7 @@ PUBLIC_NAMES = {
     "webhooks",
     "llm",
     "sagas",
+    "embedding",
     "testing",
     "errors",
     # activities
