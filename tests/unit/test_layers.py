@@ -258,3 +258,24 @@ def test_every_room_says_what_it_may_import() -> None:
             if "import" not in doc.lower():
                 silent.append(str(path.relative_to(ROOT)))
     assert silent == []
+
+
+def test_the_architecture_pages_room_table_counts_every_folders_modules() -> None:
+    """docs/architecture.md's table of rooms says how many modules each folder holds (a
+    bare number: the folder's own; after a backticked ``sub/``: that subfolder's); the
+    counts are the tree's (issue 45: the page's counts had drifted)."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = page.index("| folder | layer | room | modules |")
+    rows = page[start : page.index("\n\n", start)].splitlines()[2:]
+    wrong = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        folder = ROOT / re.match(r"`([^`]+)`", cells[0]).group(1)  # type: ignore[union-attr]
+        for sub, said in re.findall(r"(?:`([\w]+)/`\s*)?(\d+)", cells[-1]):
+            where = folder / sub if sub else folder
+            found = len([p for p in where.glob("*.py") if p.name != "__init__.py"])
+            if int(said) != found:
+                wrong[str(where.relative_to(ROOT))] = (int(said), found)
+    assert wrong == {}
