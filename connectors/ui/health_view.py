@@ -10,6 +10,7 @@ from orchestrator.application.app import KeelApp
 from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.backlog import consumer_lag
 from orchestrator.runtime.health import service_health
+from orchestrator.schedules.definition import TICK_ACTIVITY
 
 __all__ = ["GONE_SHOWN_S", "Health", "health"]
 
@@ -48,7 +49,12 @@ def health(settings: Settings, app: KeelApp) -> Health:
         lag = sorted((group, topic, n) for (topic, group), n in consumer_lag(settings).items())
     except Exception as exc:  # the page still shows the rest
         lag, lag_error = [], f"{type(exc).__name__}: {str(exc)[:300]}"
-    types = [(name, _limits(handler.limits)) for name, handler in sorted(app.handlers.items())]
+    # the application's own types: keel.schedule's tick, which every service adds, is Keel's
+    types = [
+        (name, _limits(handler.limits))
+        for name, handler in sorted(app.handlers.items())
+        if name != TICK_ACTIVITY
+    ]
     problems = [f"{s['file']}: {'; '.join(s['problems'])}" for s in services if s["problems"]]
     return Health(services, lag, workers, types, lag_error, problems)
 
