@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 
 from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
-from orchestrator.io.kafka.clients import producer_config
+from orchestrator.io.kafka.clients import plain_producer
 from orchestrator.io.redis.client_factory import (
     REDIS_ERRORS,
     RedisUse,
@@ -65,16 +65,16 @@ class AckingProducer:
 
     def _new_producer(self) -> Producer:
         timeout_ms = int(self.ack_timeout_s * 1000)
-        return Producer(
-            producer_config(
-                self.settings,
-                **{
-                    # the wait for an acknowledgement, after which librdkafka drops the record
-                    "message.timeout.ms": timeout_ms,
-                    "request.timeout.ms": min(timeout_ms, 30_000),
-                    "error_cb": self._on_error,
-                },
-            )
+        # connected before the first webhook is sent (``plain_producer``: else its first
+        # record waits ~500 ms for the producer id)
+        return plain_producer(
+            self.settings,
+            **{
+                # the wait for an acknowledgement, after which librdkafka drops the record
+                "message.timeout.ms": timeout_ms,
+                "request.timeout.ms": min(timeout_ms, 30_000),
+                "error_cb": self._on_error,
+            },
         )
 
     def _on_error(self, err: KafkaError) -> None:

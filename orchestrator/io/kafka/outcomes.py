@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from orchestrator.config.settings import Settings
 from orchestrator.io.kafka.broker_errors import CALL_GRACE_S, BoundedCaller
-from orchestrator.io.kafka.clients import producer_config
+from orchestrator.io.kafka.clients import plain_producer
 from orchestrator.io.ports import (
     CallStalled,
     DeliveryError,
@@ -64,11 +64,12 @@ class KafkaOutcomeSink:
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            # every batch of reports ends in ``flush``, which sends what lingers at once
-            config = producer_config(
+            # every batch of reports ends in ``flush``, which sends what lingers at once;
+            # connected before its first report (a start report must not wait ~500 ms for
+            # the producer id, ``plain_producer``)
+            self._producer = plain_producer(
                 self.settings, **{"linger.ms": self.settings.batched_linger_ms}
             )
-            self._producer = Producer(config)
         return self._producer
 
     def send(
