@@ -18,7 +18,7 @@ import importlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 __all__ = [
     "FACE",
@@ -44,18 +44,8 @@ Role = Literal[
     "testing",
     "errors",
 ]
-ROLES: tuple[Role, ...] = (
-    "app",
-    "workflow",
-    "activity",
-    "client",
-    "webhooks",
-    "llm",
-    "sagas",
-    "embedding",
-    "testing",
-    "errors",
-)
+#: Every role, in the order the face lists them (the ``Literal`` above, read once).
+ROLES: tuple[Role, ...] = get_args(Role)
 
 
 @dataclass(frozen=True, slots=True)
