@@ -81,6 +81,7 @@ class RssSampler(threading.Thread):
         self._child: dict[str, psutil.Process] = {}
         self._scanned_at: dict[str, float] = {}
         self._stop_evt = threading.Event()
+        self._lock = threading.Lock()
 
     def _sample(self, role: str, proc: psutil.Process) -> None:
         self.peak[role] = max(self.peak.get(role, 0.0), proc.memory_info().rss / 2**20)
@@ -91,6 +92,12 @@ class RssSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
+            self.sample_now()
+            time.sleep(0.1)
+
+    def sample_now(self) -> None:
+        """Sample every role once (also from another thread: a mark at a burst's edge)."""
+        with self._lock:
             for role, pid in list(self.pids.items()):
                 try:
                     proc = psutil.Process(pid)
@@ -99,7 +106,6 @@ class RssSampler(threading.Thread):
                         self._sample_child(role, proc)
                 except psutil.Error:
                     pass
-            time.sleep(0.1)
 
     def _sample_child(self, role: str, proc: psutil.Process) -> None:
         child_role, marker = self.children[role]
@@ -121,7 +127,8 @@ class RssSampler(threading.Thread):
                     return
 
     def cpu_mark(self) -> dict[str, float]:
-        return dict(self.cpu_s)
+        with self._lock:
+            return dict(self.cpu_s)
 
     def stop(self) -> None:
         self._stop_evt.set()

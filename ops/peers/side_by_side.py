@@ -3,8 +3,10 @@
 on Keel with remote steps (a worker process) and on Keel with local steps.
 
 Not run in CI and not part of ``keel bench``: Restate is installed outside the
-repository (docs/performance.md, "Beside Restate", says how). For each system, in turn:
-one discarded warm-up pass (the latency phase and a burst a quarter of the size), then
+repository (docs/performance.md, "Beside Restate", says how). First ``--warm-s`` seconds
+of each system's own bursts, discarded (``warm_up``: the broker's JIT); then in each run,
+for each system in turn, one discarded warm-up pass (the latency phase and a burst a
+quarter of the size), then
 
 * latency: ``--light`` runs one at a time, client-observed: Restate's ingress call
   ``POST /InvoiceLite/<id>/run`` until it answers with the result; Keel's
@@ -13,10 +15,13 @@ one discarded warm-up pass (the latency phase and a burst a quarter of the size)
   flight; Keel: ``start_many``) until every result was seen by the client (Keel: the read
   model shows every run finished).
 
-It prints one JSON object: wf/s, p50 and p99 (nearest rank) per system, and Keel over
-Restate as ratios. Keel uses ``KEEL_BOOTSTRAP_SERVERS`` and ``KEEL_REDIS_URL`` (a fresh
-topic prefix, dropped at the end); Restate runs on ``--port-base`` + 80 (ingress), + 70
-(admin), + 122 (node), its service on + 90, with a fresh data directory.
+It prints one JSON object: wf/s, p50 and p99 (nearest rank) per system, Keel's CPU
+milliseconds per run of each process during its burst (``cpu_ms_per_run``: orchestrator,
+its projector child, worker, this driver, and the local stack's broker and Redis when
+``keel infra up`` runs them), and Keel over Restate as ratios. Keel uses
+``KEEL_BOOTSTRAP_SERVERS`` and ``KEEL_REDIS_URL`` (a fresh topic prefix, dropped at the
+end); Restate runs on ``--port-base`` + 80 (ingress), + 70 (admin), + 122 (node), its
+service on + 90, with a fresh data directory.
 
     python -m ops.peers.side_by_side --restate /work/peers/restate \\
         --peer-python /work/peers/venv/bin/python --port-base 25000
@@ -44,6 +49,7 @@ from typing import Any
 
 import aiohttp
 
+from ops.bench_probes import RssSampler
 from ops.bench_rig import _percentile, read_model_shows, spawn_app
 from ops.peers import invoice_steps
 from ops.peers.keel_invoice import APP, LOCAL, REMOTE
@@ -51,6 +57,17 @@ from orchestrator.config.settings import Settings, load_settings
 
 Log = Callable[[str], None]
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _local_servers(settings: Settings) -> dict[str, int]:
+    """The local stack's broker and Redis processes (``keel infra up``), when it runs and
+    is the one ``settings`` name: their CPU is the runs' too."""
+    from ops.local import LocalStack
+
+    status = LocalStack(settings).status()
+    if not status.running or status.bootstrap_servers != settings.kafka_servers:
+        return {}
+    return {f"{p.role}-{p.pid}": p.pid for p in status.processes}
 
 
 def _summary(latencies: list[float], rate: float) -> dict[str, float]:
@@ -186,6 +203,15 @@ class KeelPeer:
             spawn_app("worker", APP, self.settings, self.home),
         ]
         self.client = KeelClient(self.settings, app)
+        self.sampler = RssSampler(
+            {"orchestrator": self.procs[0].pid, "worker": self.procs[1].pid}
+            | {"driver": os.getpid()}
+            | _local_servers(base),
+            children={"orchestrator": ("projector_child", "--feed-fd")},
+        )
+        self.sampler.start()
+        #: CPU milliseconds per run of each process during the last burst.
+        self.burst_cpu: dict[str, float] = {}
 
     def latency(self, name: str, tag: str, count: int) -> list[float]:
         out = []
@@ -200,12 +226,17 @@ class KeelPeer:
 
     def burst(self, name: str, tag: str, count: int) -> float:
         ids = [f"{tag}-{i}" for i in range(count)]
+        self.sampler.sample_now()
+        cpu0 = self.sampler.cpu_mark()
         began = time.perf_counter()
         self.client.start_many(
             name, [(wf, invoice_steps.invoice_for(i)) for i, wf in enumerate(ids)]
         )
         ended = read_model_shows(self.client.projection, ids, 900)
         rate = count / (time.perf_counter() - began)
+        self.sampler.sample_now()
+        cpu = self.sampler.cpu_mark()
+        self.burst_cpu = {r: round(1000 * (cpu[r] - cpu0.get(r, 0.0)) / count, 3) for r in cpu}
         wrong = sorted(wf for wf, status in ended.items() if status != "completed")
         if wrong:
             raise RuntimeError(f"{len(wrong)} Keel runs did not complete, e.g. {wrong[:3]}")
@@ -214,6 +245,7 @@ class KeelPeer:
     def close(self) -> None:
         from ops import scratch
 
+        self.sampler.stop()
         for proc in self.procs:
             proc.send_signal(signal.SIGTERM)
         for proc in self.procs:
@@ -245,6 +277,7 @@ def side_by_side(
         log(f"Keel {name}: latency, then throughput")
         lat = keel.latency(name, f"lat-{key}-{tag}", light)
         out[key] = _summary(lat, keel.burst(name, f"burst-{key}-{tag}", burst))
+        out[key]["cpu_ms_per_run"] = keel.burst_cpu
     r = out["restate"]
     out["ratios_over_restate"] = {
         key: {
@@ -257,6 +290,33 @@ def side_by_side(
     return out
 
 
+def warm_up(
+    restate: RestatePeer, keel: KeelPeer, seconds: float, burst: int, concurrency: int, log: Log
+) -> None:
+    """Each system's own traffic for ``seconds`` before the first run, discarded.
+
+    Kafka's broker is a JVM: on a fresh broker the first tens of seconds of traffic run
+    partly interpreted and JIT-compiled as they go. Six back-to-back rounds of 300 light
+    remote runs from a fresh broker had a p50 of 24.1, 19.6, 17.2, 16.6, 16.2 and
+    16.5 ms, settled after ~40 s of traffic (docs/performance.md, "Beside Restate"). A
+    production broker has run for days, so the figures compare warmed systems; Restate
+    gets the same time.
+    """
+    tag = uuid.uuid4().hex[:6]
+    small = max(1, burst // 4)
+    log(f"Restate: {seconds:.0f} s of warm-up traffic (discarded)")
+    began, i = time.monotonic(), 0
+    while time.monotonic() - began < seconds:
+        restate.burst(f"jit-{tag}-{i}", small, concurrency)
+        i += 1
+    log(f"Keel: {seconds:.0f} s of warm-up traffic (discarded)")
+    began, i = time.monotonic(), 0
+    while time.monotonic() - began < seconds:
+        for name in (REMOTE, LOCAL):
+            keel.burst(name, f"jit-{name}-{tag}-{i}", small)
+        i += 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ops.peers.side_by_side", description=__doc__)
     parser.add_argument("--restate", type=Path, required=True, help="npm install directory")
@@ -266,6 +326,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--burst", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=256, help="Restate calls in flight")
     parser.add_argument("--runs", type=int, default=1, help="consecutive runs, each printed")
+    parser.add_argument(
+        "--warm-s", type=float, default=60.0, help="seconds of each system's traffic first"
+    )
     args = parser.parse_args(argv)
 
     def log(message: str) -> None:
@@ -277,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     restate = RestatePeer(args.restate, args.peer_python, args.port_base, log)
     keel = KeelPeer(settings, log)
     try:
+        warm_up(restate, keel, args.warm_s, args.burst, args.concurrency, log)
         for i in range(args.runs):
             log(f"run {i + 1}/{args.runs}")
             result = side_by_side(restate, keel, args.light, args.burst, args.concurrency, log)

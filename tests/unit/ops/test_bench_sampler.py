@@ -37,3 +37,16 @@ def test_the_child_of_a_role_is_sampled_and_remembered():
             proc.kill()
         parent.kill()
         parent.wait(10)
+
+
+def test_a_mark_taken_now_counts_cpu_used_since_the_last_sample():
+    """A burst's edges are marked with ``sample_now``: not up to 100 ms of CPU late."""
+    sampler = RssSampler({"driver": psutil.Process().pid})  # not started: no thread samples
+    sampler.sample_now()
+    before = sampler.cpu_mark()["driver"]
+    began = time.process_time()
+    while time.process_time() - began < 0.2:
+        pass
+    assert sampler.cpu_mark()["driver"] == before  # nothing sampled in between
+    sampler.sample_now()
+    assert sampler.cpu_mark()["driver"] - before >= 0.15  # clock ticks of 10 ms
