@@ -249,6 +249,15 @@ class Settings(BaseSettings):
         description="Write every finished span as a JSON line to this file (tests, local "
         "debugging); unset or empty: no file.",
     )
+    projector_row_hold_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="How long the projector of keel orchestrator (child or thread) may hold "
+        "a run's events that change nothing a client waits on (an activity completed, the "
+        "next scheduled, a state entered) to write them with the run's next change; a "
+        "run's status is never held. 0: every transaction written as it comes.",
+    )
     status_interval_s: float = Field(
         default=5.0,
         gt=0,

@@ -146,9 +146,12 @@ class ServiceParts:
 
     def projector(self, committed: CommittedEvents | None = None, **options: Any) -> Projector:
         """A projector of the read model; ``committed``: an orchestrator's of this process
-        (``orchestrator().committed``), fed in process besides the topic."""
+        (``orchestrator().committed``), fed in process besides the topic, and then holding
+        quiet rows ``Settings.projector_row_hold_s`` (projector/row_hold.py)."""
         from orchestrator.projector.projector import Projector
 
+        if committed is not None:
+            options.setdefault("hold_rows_s", self.settings.projector_row_hold_s)
         return Projector(
             self.settings,
             self.app,

@@ -19,6 +19,10 @@ source of truth, is read again from tip + 1 when:
 Events folded in-process past a gap are remembered by offset (``folded_ahead``) so the
 topic's copies are skipped undecoded. Measured in git show 6f66b40:docs/performance.md,
 "The topic only for gaps".
+
+A handed event the projector holds back (``row_hold.py``: a run's row not written yet)
+moves the tip like a folded one, but is *held*: no offset committed passes it until it is
+``released``, and ``drop_held`` moves the tip back before it (the topic brings it again).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class FeedCursor:
         self.paused: set[int] = set()
         #: Per partition: offsets folded in-process past the tip.
         self.folded_ahead: dict[int, set[int]] = {}
+        #: Per partition: handed offsets past which nothing is committed yet (held rows).
+        self.held: dict[int, set[int]] = {}
         self._uncommitted: set[int] = set()
         #: Per paused partition: when the hand-off last moved its tip.
         self._moved_at: dict[int, float] = {}
@@ -115,9 +121,14 @@ class FeedCursor:
                     self.folded_ahead[p] = kept
                 else:
                     del self.folded_ahead[p]
-        offsets = {p: tips[p] + 1 for p in seen}
+        offsets = {p: self._commit_point(p) for p in seen}
         offsets.update(self.due_commits(force=bool(self._uncommitted)))
         return offsets
+
+    def _commit_point(self, p: int) -> int:
+        """The offset to commit on ``p``: past the tip, but never past a held record."""
+        held = self.held.get(p)
+        return min(self.tips[p] + 1, min(held)) if held else self.tips[p] + 1
 
     # ------------------------------------------------------------------ the hand-off
     def handed(self, events: Iterable[Handed]) -> None:
@@ -192,9 +203,47 @@ class FeedCursor:
         if not force and now - self._committed_at < self.commit_every_s:
             return {}
         self._committed_at = now
-        offsets = {p: self.tips[p] + 1 for p in self._uncommitted if p in self.tips}
-        self._uncommitted.clear()
+        offsets = {p: self._commit_point(p) for p in self._uncommitted if p in self.tips}
+        self._uncommitted.clear()  # a partition capped by a held record: again on release
         return offsets
+
+    # ------------------------------------------------------------------ held back
+    def hold(self, offsets: Iterable[tuple[int, int]]) -> None:
+        """Handed events (partition, offset) that are not in the read model yet."""
+        for p, offset in offsets:
+            self.held.setdefault(p, set()).add(offset)
+
+    def release(self, offsets: Iterable[tuple[int, int]]) -> None:
+        """Held events now in the read model: commits may pass them."""
+        for p, offset in offsets:
+            held = self.held.get(p)
+            if held is not None:
+                held.discard(offset)
+                if not held:
+                    del self.held[p]
+                self._uncommitted.add(p)
+
+    def drop_held(self) -> None:
+        """What was held is forgotten: each tip goes back before its partition's first
+        held record and the topic is read from there (what was written since is skipped
+        by sequence number)."""
+        back = []
+        for p, held in self.held.items():
+            ahead = self.folded_ahead.get(p)
+            if ahead:  # handed before the topic reached them: it must not skip them
+                ahead.difference_update(held)
+            if p in self.tips:
+                self.tips[p] = min(self.tips[p], min(held) - 1)
+                back.append(p)
+        self.held.clear()
+        for p in back:
+            if p in self.paused:
+                self.to_topic([p])
+            else:
+                try:
+                    self.feed.rewind(p, self.tips[p] + 1)
+                except Exception as exc:  # no longer assigned: its new owner reads it
+                    log.info("not rewinding partition %d: %s", p, exc)
 
     # ------------------------------------------------------------------ ownership
     def forget(self, partitions: Iterable[int]) -> None:
@@ -202,6 +251,7 @@ class FeedCursor:
         again = []
         for p in partitions:
             self.tips.pop(p, None)
+            self.held.pop(p, None)
             self.folded_ahead.pop(p, None)
             self._uncommitted.discard(p)
             self._moved_at.pop(p, None)
@@ -213,8 +263,9 @@ class FeedCursor:
 
     def clear(self) -> None:
         """The consumer is replaced: nothing is known of any partition."""
-        self.forget({*self.tips, *self.folded_ahead, *self.paused})
+        self.forget({*self.tips, *self.folded_ahead, *self.paused, *self.held})
 
     def restart(self) -> None:
         """The projector's loop starts again: what it took in-process may be lost."""
+        self.drop_held()
         self.to_topic(set(self.paused))

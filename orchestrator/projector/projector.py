@@ -55,6 +55,7 @@ from orchestrator.io.redis.read_model import (
 )
 from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
+from orchestrator.projector.row_hold import RowHold, hold_quiet
 from orchestrator.records import fast_json
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
 from orchestrator.records.history_entries import history_entry
@@ -99,9 +100,12 @@ class Projector:
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec | None = None,
         metrics: ServiceMetrics | None = None,
+        hold_rows_s: float = 0.0,
     ) -> None:
         """``metrics``: where the process counts what this projector writes (its composition
-        root's; none: nothing counted, as in a rebuild)."""
+        root's; none: nothing counted, as in a rebuild). ``hold_rows_s``: how long a run's
+        handed events that change no status may wait for its next write (``row_hold.py``;
+        0: each is written as it comes)."""
         self.settings = settings
         #: When rows were applied and health published (the hand-off's waits stay real:
         #: they wait on another thread, not on time).
@@ -144,6 +148,8 @@ class Projector:
         self.in_process_wake_ms_total = 0.0
         self.in_process_batches = 0
         self._topic_fresh_at = 0.0
+        #: Runs' handed events held back for their next write (``row_hold.py``).
+        self._hold = RowHold(hold_rows_s)
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self._cache: OrderedDict[str, WorkflowState] = OrderedDict()
         self._epoch: str | None = None
@@ -176,6 +182,8 @@ class Projector:
             "in_process_lag_ms_total": round(self.in_process_lag_ms_total, 3),
             "in_process_wake_ms_total": round(self.in_process_wake_ms_total, 3),
             "in_process_dropped": self.committed.dropped if self.committed is not None else 0,
+            "rows_held": len(self._hold.rows),
+            "row_holds": self._hold.holds,
             **(self._cursor.health() if self._cursor is not None else {}),
         }
 
@@ -223,6 +231,7 @@ class Projector:
         reads it again; it is closed when the projector stops.
         """
         self._cache.clear()
+        self._hold.clear()  # not written: the cursor's restart moves back before them
         self.subscribe()
         assert self._cursor is not None
         self._cursor.restart()  # a batch taken in-process by a failed run is read again
@@ -234,6 +243,10 @@ class Projector:
                     break
         finally:
             if self._stop.is_set():
+                try:
+                    self._write_held(all_rows=True)
+                except Exception as exc:  # best effort: the offsets never passed them
+                    log.info("held rows not written on stop (the topic has them): %s", exc)
                 if self._listening and self.committed is not None:
                     self.committed.unlisten()
                     self._listening = False
@@ -255,15 +268,19 @@ class Projector:
         timeout_s = 0.1
         committed = self.committed
         in_process = self._listening and committed is not None and committed.publishing
+        if self._hold.rows and not in_process:  # no hand-off now: nothing to merge them with
+            applied += self._write_held(all_rows=True)
         if in_process:
             recent = time.monotonic() - self._topic_fresh_at < TOPIC_ACTIVE_FOR_S
-            applied = self._take_committed(TOPIC_ACTIVE_WAIT_S if recent else IN_PROCESS_WAIT_S)
+            wait_s = self._hold.wait_s(TOPIC_ACTIVE_WAIT_S if recent else IN_PROCESS_WAIT_S)
+            applied += self._take_committed(wait_s)
             timeout_s = 0.0
         try:
             records = feed.poll(1000, timeout_s)
         except ConsumerReset as exc:
             log.warning("the events consumer is unusable (%s); joining the group again", exc)
             self._cache.clear()
+            self._hold.clear()  # the new consumer starts from offsets committed before
             cursor.clear()
             feed.recreate()
             return applied
@@ -286,6 +303,7 @@ class Projector:
                     fresh = cursor.unread(records)
             if fresh:
                 self._topic_fresh_at = time.monotonic()
+                applied += self._write_held(all_rows=True)  # the topic folds after them
             applied += self.apply(fresh) if fresh else 0
         except BaseException:
             self._rewind(feed, records)
@@ -305,7 +323,7 @@ class Projector:
         assert committed is not None
         events = committed.take(wait_s)
         taken_at = time.monotonic()
-        applied = self.apply_committed(events)
+        applied = self.apply_committed(events, flush=self._hold.due())
         if applied:
             self.in_process_batches += 1
             self.in_process_wake_ms_total += 1000 * (taken_at - committed.taken_since)
@@ -326,47 +344,69 @@ class Projector:
     def _reset(self, partitions: list[int]) -> None:
         # Another projector may have written while we did not own these partitions.
         self._cache.clear()
+        self._hold.clear()
         if self._cursor is not None:
+            self._cursor.drop_held()  # the topic brings them again
             self._cursor.forget(partitions)
 
+    def _write_held(self, all_rows: bool = False) -> int:
+        """Write held rows: those due, or all of them; returns events applied."""
+        rows = list(self._hold.rows) if all_rows else self._hold.due()
+        return self.apply_committed([], flush=rows) if rows else 0
+
     # ------------------------------------------------------------------ in-process
-    def apply_committed(self, events: list[CommittedEvent]) -> int:
+    def apply_committed(self, events: list[CommittedEvent], flush: Iterable[str] = ()) -> int:
         """Fold events the orchestrator of this process just committed; returns events applied.
 
         Only the partitions this projector's group member holds (no other projector
         writes them), and per workflow only events that follow on from the read model's
         sequence number: a gap (the topic is behind, a hand-off was dropped) is left to
         the topic. The cursor then knows which partitions the topic need not bring.
+
+        With ``hold_rows_s``, a run whose events change nothing a client waits on is held
+        (``row_hold.py``) and written with its next events, or once held that long, or
+        when named in ``flush``.
         """
         owned = getattr(self.feed, "assignment", None)
         cursor = self._cursor
-        if not events or not owned or cursor is None:
+        if not owned or cursor is None:
             return 0
-        by_wf: dict[str, list[Envelope[Any]]] = {}
-        for ev in events:
-            if ev.partition not in owned:
-                continue
-            wf = ev.envelope.workflow_id
-            by_wf.setdefault(wf, []).append(ev.envelope)
-        if not by_wf:
+        mine = [ev for ev in events if ev.partition in owned]
+        by_wf: dict[str, list[CommittedEvent]] = {}
+        for ev in mine:
+            by_wf.setdefault(ev.envelope.workflow_id, []).append(ev)
+        earlier = self._hold.take([*by_wf, *flush])  # written now, unless held again
+        if not by_wf and not earlier:
             return 0
-        self._load_missing(by_wf)
-        for wf in list(by_wf):
+        envs = {wf: [ev.envelope for ev in evs] for wf, evs in by_wf.items()}
+        for wf, row in earlier.items():
+            envs[wf] = row.envelopes + envs.get(wf, [])
+        self._load_missing(envs)
+        for wf in list(envs):
             state = self._cache.get(wf)
             expected = (state.seq if state is not None else 0) + 1
-            new = [env for env in by_wf[wf] if env.seq >= expected]
+            new = [env for env in envs[wf] if env.seq >= expected]
             if new and any(env.seq != expected + i for i, env in enumerate(new)):
-                del by_wf[wf]  # not next in line: the topic brings what is missing
-        decided = {ev.envelope.workflow_id: ev.state for ev in events if ev.state is not None}
-        applied, problems = self._apply_envelopes(by_wf, guarded=True, decided=decided)
+                del envs[wf]  # not next in line: the topic brings what is missing
+        decided = {ev.envelope.workflow_id: ev.state for ev in mine if ev.state is not None}
+        held = hold_quiet(self._hold, self.decider, self._cache, by_wf, earlier, envs, decided)
+        applied, problems = self._apply_envelopes(envs, guarded=True, decided=decided)
         handed: list[Handed] = []
-        for ev in events:
-            if ev.partition in owned and ev.offset >= 0:
+        for ev in mine:
+            if ev.offset >= 0:
                 wf = ev.envelope.workflow_id
-                handed.append(
-                    (ev.partition, ev.offset, ev.follows, wf in by_wf and wf not in problems)
-                )
+                done = wf in held or (wf in envs and wf not in problems)
+                handed.append((ev.partition, ev.offset, ev.follows, done))
+        cursor.hold(off for wf, row in held.items() for off in row.offsets)
         cursor.handed(handed)
+        lost = [wf for wf in earlier if wf not in held and (wf not in envs or wf in problems)]
+        cursor.release(
+            off for wf, row in earlier.items() if wf not in held and wf not in lost
+            for off in row.offsets
+        )  # fmt: skip
+        if lost:  # held events not written: the topic must bring them again
+            self._hold.clear()
+            cursor.drop_held()
         self.applied_in_process += applied
         if applied:
             self.last_applied_at = self.clock.now_ms()
