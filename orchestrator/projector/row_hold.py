@@ -4,11 +4,12 @@ waits on, written with the run's next write instead of one Redis write each.
 A remote step's run is four transactions; the two in the middle (an activity completed,
 the next scheduled) leave its status as it was. ``wait`` is told of a change of status
 (``row_watch.py``), so ``keel orchestrator``'s projector (child or thread) keeps such a
-run's events, with the state after them, for up to ``ROW_HOLD_S`` and writes them with
-the run's next change of status, or when the hold ends. Under load a remote run then
-costs the read model two writes (its start and its end) instead of four
-(docs/performance.md, "Beside Restate"). A row's step-by-step progress (``state``, the
-history) shows up to ``ROW_HOLD_S`` late; its status never does.
+run's events, with the state after them, for up to ``Settings.projector_row_hold_s``
+(1 s: longer than the gap between a remote run's transactions in a burst, so its middle
+ones merge) and writes them with the run's next change of status, or when the hold
+ends. Under load a remote run then costs the read model two writes (its start and its
+end) instead of four (docs/performance.md, "Beside Restate"). A row's step-by-step
+progress (``state``, the history) shows up to the hold late; its status never does.
 
 Held events move the feed cursor's tip but are *held* there (``FeedCursor.hold``): no
 offset committed passes them until they are written, and a projector that drops what it
@@ -35,11 +36,8 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent
 
-__all__ = ["QUIET_EVENTS", "ROW_HOLD_S", "HeldRow", "RowHold", "hold_quiet", "quiet_state"]
+__all__ = ["QUIET_EVENTS", "HeldRow", "RowHold", "hold_quiet", "quiet_state"]
 
-#: How long ``keel orchestrator``'s projector holds a run's quiet events at most: longer
-#: than the gap between a remote run's transactions in a burst, so its middle ones merge.
-ROW_HOLD_S = 1.0
 #: The only events a row is held for; anything else (a start, an end, a signal, a human
 #: task, a timer, a failure, a retry) is written at once, with what was held before it.
 QUIET_EVENTS = frozenset({ActivityScheduled, ActivityCompleted, StateEntered})
