@@ -142,3 +142,40 @@ def test_no_projector_and_a_projector_placement_exclude_each_other(settings, tmp
     orch = svc.start("orchestrator", "--app", APP, "--no-projector", "--projector-in", "child")
     assert orch.wait(timeout=60) == 2
     assert "--projector-in and --no-projector exclude each other" in orch.log_path.read_text()
+
+
+def test_the_child_holds_a_remote_runs_middle_transactions_and_loses_none(settings, tmp_path):
+    """Remote steps: each run's two middle transactions change no status, so the child
+    holds them (``row_hold.py``) and writes them with the run's end; the rows and their
+    histories are those of ``keel.events``."""
+    svc = Services(settings, tmp_path)
+    client = KeelClient(settings, local_app.app)
+    ids = [f"held-{i}" for i in range(6)]
+    try:
+        svc.start("orchestrator", "--app", APP)
+        svc.start("worker", "--app", APP)
+        for i, wf in enumerate(ids):
+            client.start("three_step", {"n": i}, wf)
+        for i, wf in enumerate(ids):
+            row = client.wait(wf, 60)
+            assert row["status"] == "completed", row
+            assert row["output"] == {"n": ((i + 1) * 2) ** 2}
+        # (The first runs may reach the child by the topic, before its group member is
+        # assigned; its health is published every 5 s.)
+        wait_until(
+            lambda: [
+                h
+                for h in _health(settings)
+                if h.get("row_holds", 0) > 0 and h.get("rows_held") == 0  # all written
+            ],
+            20,
+            "the child's health with rows held, then written",
+        )
+        events = histories(settings)
+        for wf in ids:
+            assert_sound_history(wf, events[wf])
+            written = [h["seq"] for h in client.projection.history(wf)]
+            assert written == [e.seq for e in events[wf]], wf
+    finally:
+        client.close()
+        svc.stop_all()
