@@ -24,7 +24,10 @@ def test_every_example_of_the_client_page_runs(settings, services) -> None:
     assert (workflow_id, len(run_id), existed) == ("order-42", 32, "False")
     assert ended == "completed {'result': 19}"  # what the page shows
     status, state, events = outputs[2][0].split()
-    assert (status, state) == ("running", "review") and int(events) >= 3
+    # show() is a snapshot while review-7 goes on: its first review (one document: more
+    # needed) may have come back already, and the signal sends it to review again
+    assert (status, state) in {("running", "review"), ("waiting", "needs_documents")}
+    assert int(events) >= 3  # started, entered review, scheduled the review
     assert outputs[3] == [
         "['contract.pdf'] True",
         "workflow 'document_review' v1 has no query 'progres' (declared: 'progress')",
