@@ -175,10 +175,13 @@ class FeedCursor:
             self._moved_at.pop(p, None)
         self.feed.resume(back)
         for p in back:
-            try:
-                self.feed.rewind(p, self.tips[p] + 1)
-            except Exception as exc:  # no longer assigned: its new owner reads it
-                log.info("not rewinding partition %d: %s", p, exc)
+            self._rewind_past_tip(p)
+
+    def _rewind_past_tip(self, p: int) -> None:
+        try:
+            self.feed.rewind(p, self.tips[p] + 1)
+        except Exception as exc:  # no longer assigned: its new owner reads it
+            log.info("not rewinding partition %d: %s", p, exc)
 
     def tick(self) -> dict[int, int]:
         """Between polls with nothing from the topic: :meth:`recheck`, then the offsets
@@ -240,10 +243,7 @@ class FeedCursor:
             if p in self.paused:
                 self.to_topic([p])
             else:
-                try:
-                    self.feed.rewind(p, self.tips[p] + 1)
-                except Exception as exc:  # no longer assigned: its new owner reads it
-                    log.info("not rewinding partition %d: %s", p, exc)
+                self._rewind_past_tip(p)
 
     # ------------------------------------------------------------------ ownership
     def forget(self, partitions: Iterable[int]) -> None:

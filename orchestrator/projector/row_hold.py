@@ -19,7 +19,6 @@ that the topic will not bring again.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +35,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent
 
-__all__ = ["QUIET_EVENTS", "HeldRow", "RowHold", "hold_quiet", "quiet_state"]
+__all__ = ["QUIET_EVENTS", "HeldRow", "RowHold", "fold_after", "hold_quiet", "quiet_state"]
 
 #: The only events a row is held for; anything else (a start, an end, a signal, a human
 #: task, a timer, a failure, a retry) is written at once, with what was held before it.
@@ -130,6 +129,20 @@ class RowHold:
         return self.hold_s > 0 and now - since < self.hold_s, since
 
 
+def fold_after(
+    decider: Decider, base: WorkflowState, events: list[Envelope[Any]]
+) -> WorkflowState | None:
+    """``base`` folded on with ``events`` past its seq; None when they do not follow on or
+    cannot be folded (the write folds them again and names the event)."""
+    todo = [env for env in events if env.seq > base.seq]
+    if not todo or todo[0].seq != base.seq + 1:
+        return None  # not next in line: the write (or the topic) sorts it out
+    try:
+        return decider.fold(todo, base)
+    except Exception:
+        return None
+
+
 def quiet_state(
     decider: Decider,
     row: WorkflowState | None,
@@ -150,13 +163,7 @@ def quiet_state(
     if known is not None and known.seq == last.seq:
         state: WorkflowState | None = known
     else:
-        todo = [ev.envelope for ev in events if ev.envelope.seq > base.seq]
-        if not todo or todo[0].seq != base.seq + 1:
-            return None  # not next in line: the write (or the topic) sorts it out
-        try:
-            state = decider.fold(todo, base)
-        except Exception:  # the write folds it again and names the event
-            return None
+        state = fold_after(decider, base, [ev.envelope for ev in events])
     if state is None or state.status != row.status or state.seq != last.seq:
         return None
     return state
@@ -186,9 +193,9 @@ def hold_quiet(
         state = quiet_state(decider, rows.get(wf), before, evs, decided)
         if state is None:
             if before is not None and wf not in decided:  # fold on from what was held
-                with contextlib.suppress(Exception):  # the write folds it, names it
-                    todo = [e for e in envs[wf] if e.seq > before.state.seq]
-                    decided[wf] = decider.fold(todo, before.state) or before.state
+                after = fold_after(decider, before.state, envs[wf])
+                if after is not None:
+                    decided[wf] = after
             continue
         may, since = hold.may_hold(before)
         if may:
