@@ -387,12 +387,22 @@ def read_batches(
     """Every committed record of the given partitions from their start offsets to the end,
     in the batches the consumer hands over (records only: no error or EOF message).
 
-    "The end" is where a ``read_committed`` consumer reports EOF: the last stable offset.
+    "The end" is each partition's high watermark when the read began (``high_watermarks``),
+    not the first EOF a ``read_committed`` consumer reports: that EOF comes at the last
+    stable offset, which stays before a transaction already committed until the broker
+    writes its marker into the partition. After a broker loss that takes seconds (the
+    coordinator waits for the partition's new leader), and a rebuild that stopped at the
+    first EOF lost the runs of that transaction while their commands stayed committed
+    (docs/operations.md, "Losing a broker"). A transaction still open at the start is
+    waited for until it ends (``transaction.timeout.ms`` bounds a dead producer's).
     Used to rebuild state, so it raises rather than silently stopping short; ``stop``
     (when given and true) ends the read with ``broker_errors.Stopping``. A rebuild takes
     the batches whole: one Python call per record fewer (git show 6f66b40:docs/performance.md,
     "The reader's fetch size").
     """
+    deadline = time.monotonic() + timeout_s
+    ends = high_watermarks(settings, topic, list(starts), deadline=deadline, stop=stop)
+    starts = {p: off for p, off in starts.items() if ends[p] > off}
     if not starts:
         return
     consumer = Consumer(
@@ -409,7 +419,6 @@ def read_batches(
     try:
         consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
         pending = set(starts)
-        deadline = time.monotonic() + timeout_s
         while pending:
             if stop is not None and stop():
                 raise Stopping(f"stopped while reading {topic}")
@@ -423,13 +432,61 @@ def read_batches(
                     if err is None:
                         continue
                     if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
+                        # an EOF short of the end: a marker still to come, reported
+                        # again at each new end the partition reaches
+                        if (msg.offset() or 0) >= ends[msg.partition() or 0]:
+                            pending.discard(msg.partition())
                     elif not err.retriable():
                         raise KafkaException(err)
             if records:
                 yield records
     finally:
         consumer.close()
+
+
+def high_watermarks(
+    settings: Settings,
+    topic: str,
+    partitions: list[int],
+    *,
+    deadline: float,
+    stop: Callable[[], bool] | None = None,
+) -> dict[int, int]:
+    """Each partition's high watermark: one past its last replicated record, committed or
+    not (a ``read_uncommitted`` handle: a ``read_committed`` one answers the last stable
+    offset). A partition's new leader refuses the question until its watermark has caught
+    up with the records the old leader acknowledged (KIP-207), so the answer is never short
+    of a commit the producer saw succeed; that refusal and a leader between brokers are
+    asked again until ``deadline`` (``time.monotonic``)."""
+    if not partitions:
+        return {}
+    asker = Consumer(
+        consumer_config(
+            settings, f"{settings.topic_prefix}.reader", **{"isolation.level": "read_uncommitted"}
+        )
+    )
+    ends: dict[int, int] = {}
+    backoff = 0.05
+    try:
+        for p in partitions:
+            while True:
+                if stop is not None and stop():
+                    raise Stopping(f"stopped while asking the end of {topic}")
+                left = deadline - time.monotonic()
+                try:
+                    _, ends[p] = asker.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=max(0.5, min(5.0, left)), cached=False
+                    )
+                    break
+                except KafkaException as exc:
+                    if time.monotonic() + backoff >= deadline:
+                        raise
+                    log.info("asking the end of %s [%d] again: %s", topic, p, exc)
+                    time.sleep(backoff)
+                    backoff = min(1.0, backoff * 2)
+    finally:
+        asker.close()
+    return ends
 
 
 def consume_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
