@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+
+import pytest
 
 from orchestrator.runtime.health import STALE_AFTER_S, service_health
 
@@ -62,3 +65,32 @@ def test_each_service_gets_a_verdict(tmp_path) -> None:
 
 def test_no_status_directory_means_no_services(tmp_path) -> None:
     assert service_health(tmp_path) == []
+
+
+def test_a_stalled_calls_replaced_helper_is_not_a_dead_thread(tmp_path) -> None:
+    """After a Kafka call stalls, its helper thread is left to finish and a new one of the
+    same name serves: the status file must not then report a dead thread (it did, beside
+    ``stalled_calls``, in a broker-loss test)."""
+    from orchestrator.io.kafka.broker_errors import BoundedCaller, CallStalled
+    from orchestrator.runtime.health import StatusFile
+
+    caller = BoundedCaller("keel-test-call", lambda: False, slice_s=0.01)
+    release = threading.Event()
+    status = StatusFile(tmp_path / "status" / "o.json", dict)
+    lonely = threading.Thread(target=release.wait, name="keel-test-lonely", daemon=True)
+    lonely.start()
+    status.watched["keel-test-lonely"] = lonely
+    try:
+        with pytest.raises(CallStalled):
+            caller.call("stuck", release.wait, 0.05)
+        assert caller.abandoned == 1
+    finally:
+        release.set()
+    first_helper = status.watched["keel-test-call"]
+    first_helper.join(5)
+    lonely.join(5)
+    assert not first_helper.is_alive()
+    assert caller.call("next", lambda: 7, 5.0) == 7  # the new helper serves
+    assert status.threads()["keel-test-call"] is True
+    assert status.threads()["keel-test-lonely"] is False
+    caller.close()
