@@ -198,6 +198,7 @@ class Worker:
         # The worker's only threads are its clients' helpers, replaced when a call
         # stalls: their health is ``stalled_calls``, not a dead thread.
         status.watched = {}
+        self.sink.warm()
         self.subscribe()
         log.info("worker %s started on %s", self.instance_id, self.t_activity_tasks)
         self.state = "running"

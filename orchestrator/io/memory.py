@@ -328,6 +328,9 @@ class MemoryOutcomeSink:
         self.broker.fault("send")
         self._pending.append((topic, value, key, tuple(headers), on_failed))
 
+    def warm(self) -> None:
+        """Nothing to connect."""
+
     def poll(self) -> None:
         pending, self._pending = self._pending, []
         for topic, value, key, headers, on_failed in pending:

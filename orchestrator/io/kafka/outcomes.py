@@ -115,6 +115,12 @@ class KafkaOutcomeSink:
         if self._producer is not None:
             self._producer.poll(0)
 
+    def warm(self) -> None:
+        """The producer made now, connected and asking for its producer id, so a worker's
+        first report does not pay for that: a side effect with a sub-second start-to-close
+        could otherwise read as not started and be dispatched again."""
+        _ = self.producer
+
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for every record; the number still unacknowledged."""
         if self._producer is None:

@@ -379,3 +379,25 @@ def test_a_dead_letter_drops_a_value_too_large_to_keep_and_says_where_it_stays(t
         f"too large to keep here; it stays at {rig.tasks}[{letter.source_partition}]@0]"
     )
     assert letter.value is None and letter.key == b"garbage"
+
+
+def test_the_worker_warms_its_sink_before_it_subscribes(tmp_path):
+    """``Worker.run`` readies the report producer before any task can reach it."""
+    rig = Rig(tmp_path)
+    order: list[str] = []
+    sink = rig.worker.sink
+    warm, subscribe = sink.warm, rig.worker.subscribe
+
+    def warmed() -> None:
+        order.append("warm")
+        warm()
+
+    def subscribed() -> None:
+        order.append("subscribe")
+        subscribe()
+        rig.worker.stop()  # one look is enough: run returns
+
+    sink.warm = warmed  # type: ignore[method-assign]
+    rig.worker.subscribe = subscribed  # type: ignore[method-assign]
+    rig.worker.run()
+    assert order == ["warm", "subscribe"]

@@ -187,3 +187,24 @@ def test_a_flush_past_its_timeout_returns_what_is_left_and_keeps_the_producer():
     sink._producer = slow  # type: ignore[assignment]
     assert sink.flush(0.0) == 4
     assert sink.stalled_calls == 0 and sink._producer is slow
+
+
+def test_warm_makes_the_connected_producer_before_any_report(monkeypatch):
+    """A worker warms its sink before it takes a task: the producer (connected by
+    ``plain_producer``) exists before the first report, which then never waits for it."""
+    import orchestrator.io.kafka.outcomes as outcomes
+
+    made: list[dict[str, Any]] = []
+
+    def plain_producer(settings: Settings, **extra: Any) -> object:
+        made.append(extra)
+        return object()
+
+    monkeypatch.setattr(outcomes, "plain_producer", plain_producer)
+    sink = KafkaOutcomeSink(SETTINGS, stopping=lambda: False)
+    assert sink._producer is None and made == []
+    sink.warm()
+    producer = sink._producer
+    assert producer is not None and len(made) == 1
+    sink.warm()
+    assert sink._producer is producer and len(made) == 1  # made once, kept
