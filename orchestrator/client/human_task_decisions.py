@@ -135,9 +135,17 @@ def decision_message_id(
     operation_digest: str,
     reason: str,
     correction_json: str = "",
+    roles_json: str = "",
 ) -> str:
-    """The command's message id: the same request always has the same id."""
+    """The command's message id: the same request always has the same id.
+
+    ``roles_json`` (the actor's roles as the sender vouches for them, sorted JSON) is
+    part of the request: an actor refused for want of a role and granted it since sends
+    the same words as a new request, not the refused one again (whose first refusal
+    would be its answer)."""
     text = f"{operation_digest}\0{reason}" + (f"\0{correction_json}" if correction_json else "")
+    if roles_json:
+        text += f"\0roles\0{roles_json}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     mid = f"decide/{task_id}/{actor}/{decision}/{digest}"
     if len(mid) > 400:
@@ -313,13 +321,16 @@ class TaskDesk:
             return DecisionOutcome(DecisionStatus.REFUSED, refusal_of(ended, task), ended, task)
         seen = task["operation_digest"] if operation_digest is None else operation_digest
         correction_json = "" if correction is None else canonical_json(correction)
-        mid = decision_message_id(task["task_id"], actor, decision, seen, reason, correction_json)
+        roles_json = json.dumps(sorted(roles))
+        mid = decision_message_id(
+            task["task_id"], actor, decision, seen, reason, correction_json, roles_json
+        )
         payload = DecideHumanTask(
             task_id=task["task_id"],
             token_hash=th,
             decision=str(HumanDecision(decision)),
             actor=actor,
-            actor_roles_json=json.dumps(sorted(roles)),
+            actor_roles_json=roles_json,
             reason=reason,
             operation_digest=seen,
             correction_json=correction_json,

@@ -299,13 +299,16 @@ class RunHandle:
         decided = str(HumanDecision(decision))
         seen = task.operation_digest if operation_digest is None else operation_digest
         correction_json = "" if correction is None else canonical_json(correction)
-        mid = decision_message_id(task.task_id, actor, decided, seen, reason, correction_json)
+        roles_json = json.dumps(sorted(roles if roles is not None else [task.role]))
+        mid = decision_message_id(
+            task.task_id, actor, decided, seen, reason, correction_json, roles_json
+        )
         command = DecideHumanTask(
             task_id=task.task_id,
             token_hash=token_hash(task.token),
             decision=decided,
             actor=actor,
-            actor_roles_json=json.dumps(sorted(roles if roles is not None else [task.role])),
+            actor_roles_json=roles_json,
             reason=reason,
             operation_digest=seen,
             correction_json=correction_json,

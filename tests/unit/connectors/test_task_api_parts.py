@@ -90,6 +90,13 @@ def test_the_same_request_has_the_same_message_id_and_another_does_not() -> None
     assert a == decision_message_id("w/r/s#1", "alice", "approve", "d" * 64, "ok")
     assert a.startswith("decide/w/r/s#1/alice/approve/")
     assert a != decision_message_id("w/r/s#1", "alice", "approve", "e" * 64, "ok")
+    approver = decision_message_id("w/r/s#1", "alice", "approve", "d" * 64, "ok", "", '["a"]')
+    assert approver == decision_message_id(
+        "w/r/s#1", "alice", "approve", "d" * 64, "ok", "", '["a"]'
+    )
+    assert approver != decision_message_id(
+        "w/r/s#1", "alice", "approve", "d" * 64, "ok", "", '["a", "b"]'
+    )
     assert len(decision_message_id("w" * 400, "a" * 64, "reject", "", "")) < 120
 
 

@@ -45,6 +45,29 @@ def test_a_decision_the_engine_refuses_is_answered_with_its_reason(
     assert run.result() == {"status": "rejected", "charge": None}
 
 
+def test_an_actor_refused_for_a_role_decides_once_granted_it_with_the_same_words(
+    env: WorkflowEnvironment,
+) -> None:
+    """The message id of a decision binds the roles the sender vouched for: the same words
+    from an actor granted the role since are a new request, not the refused one repeated
+    (which the engine would answer, as before, with the first refusal)."""
+    run = env.start("order_approval", ORDER, workflow_id="o-1")
+    task = run.human_task()
+
+    before = run.approve(task, actor="ivan", roles=["intern"], reason="looks right")
+    again = run.approve(task, actor="ivan", roles=["intern"], reason="looks right")
+    granted = run.approve(
+        task, actor="ivan", roles=["intern", "order-approver"], reason="looks right"
+    )
+
+    assert not before.decided and "holds none of the roles" in before.reason
+    assert not again.decided and again.reason == before.reason
+    assert granted.decided, granted.reason
+    (decided,) = run.events(HumanTaskDecided)
+    assert (decided.actor, decided.decision) == ("ivan", "approve")
+    assert run.result() == {"status": "charged", "charge": "ch-o-1"}
+
+
 def test_a_signal_to_a_signal_the_run_does_not_know_is_refused(env: WorkflowEnvironment) -> None:
     run = env.start("await_delivery", ORDER, workflow_id="o-1")
     assert run.query("where") == {"state": "in_transit", "status": "waiting"}
