@@ -457,7 +457,8 @@ def high_watermarks(
     offset). A partition's new leader refuses the question until its watermark has caught
     up with the records the old leader acknowledged (KIP-207), so the answer is never short
     of a commit the producer saw succeed; that refusal and a leader between brokers are
-    asked again until ``deadline`` (``time.monotonic``)."""
+    asked again until ``deadline`` (``time.monotonic``), each ask bounded to a second so a
+    stopping process is not held by one."""
     if not partitions:
         return {}
     asker = Consumer(
@@ -475,7 +476,7 @@ def high_watermarks(
                 left = deadline - time.monotonic()
                 try:
                     _, ends[p] = asker.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=max(0.5, min(5.0, left)), cached=False
+                        TopicPartition(topic, p), timeout=max(0.2, min(1.0, left)), cached=False
                     )
                     break
                 except KafkaException as exc:
