@@ -235,11 +235,11 @@ def run_doc_block(settings, code: str, timeout_s: float = 120) -> list[str]:
     return done.stdout.splitlines()
 
 
-def run_keel(servers, home, *args: str, timeout_s: float = 400, env: dict | None = None):
+def run_keel(servers, home, *args: str, timeout_s: float = 400, env: dict | None = None, cwd=None):
     """``keel ARGS`` as a new user runs it: a fresh interpreter on the test's servers, with
     ``KEEL_HOME`` ``home``, 4 partitions and none of this process's other ``KEEL_*`` (but
-    ``env``'s); the finished process (stdout and stderr captured; a wide terminal for its
-    tables)."""
+    ``env``'s), in ``cwd`` (this process's when None); the finished process (stdout and
+    stderr captured; a wide terminal for its tables)."""
     import os
     import subprocess
     import sys
@@ -257,6 +257,7 @@ def run_keel(servers, home, *args: str, timeout_s: float = 400, env: dict | None
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout_s,

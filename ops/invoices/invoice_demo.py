@@ -308,8 +308,8 @@ def run_invoice_demo(settings: Settings, size: int, console: Console) -> int:
     hook_secret = secrets.token_hex(24)
     explore = log_dir / "explore.env"  # what a shell needs to look at this demo's runs
     explore.touch(mode=0o600)
-    explore.write_text(
-        f"KEEL_TOPIC_PREFIX={prefix}\nKEEL_ACTORS_FILE={log_dir / 'actors.json'}\n"
+    explore.write_text(  # the app too: no command the hints print needs ``--app``
+        f"KEEL_TOPIC_PREFIX={prefix}\nKEEL_APP={APP}\nKEEL_ACTORS_FILE={log_dir / 'actors.json'}\n"
         f"KEEL_WEBHOOK_INVOICES_SECRETS={hook_secret}\n"
     )
     console.print(

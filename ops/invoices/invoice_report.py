@@ -41,7 +41,6 @@ from orchestrator.records.llm_usage import usages_of
 __all__ = ["Books", "Findings", "duplicate_effects", "find", "outcome_of", "report"]
 
 APPROVAL_TASK = "approve_posting"
-APP_OPTION = "--app orchestrator.examples.invoice_pipeline:app"
 
 
 @dataclass(frozen=True)
@@ -248,12 +247,13 @@ def _classes(counter: Counter[str]) -> str:
 
 def _explore(console: Console, f: Findings, run: dict[str, Any]) -> None:
     console.print("\nExplore (Kafka and Redis stay up; `make down` stops them):")
-    lines = [f"set -a; . {run['log_dir']}/explore.env; set +a    # its prefix, actors, secret"]
+    env = f"{run['log_dir']}/explore.env"
+    lines = [f"set -a; . {env}; set +a    # its prefix, app, actors, secret"]
     for what, wf in sorted(f.example.items()):
-        lines.append(f"keel workflow show {wf} {APP_OPTION}    # {what}")
+        lines.append(f"keel workflow show {wf}    # {what}")
     lines += [
-        f"keel workflow list --name invoice_pipeline {APP_OPTION}",
-        f"keel connector {APP_OPTION}",
+        "keel workflow list --name invoice_pipeline",
+        "keel connector",
         f"# then the web UI: http://127.0.0.1:8700/ui, signed in as the demo approver fiona "
         f"with the token {run['approver_token']} (the others: {run['log_dir']}/people.json)",
     ]

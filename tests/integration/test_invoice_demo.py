@@ -56,3 +56,29 @@ def test_the_main_job_runs_the_invoice_pipeline_through_a_crash(servers, tmp_pat
     assert ends == {"WorkflowCompleted": len(by_wf) - 1, "WorkflowCompensated": 1}
     for wf, events in by_wf.items():
         assert_sound_history(wf, events)
+    _explore_as_printed(servers, tmp_path, out, len(by_wf))
+
+
+def _explore_as_printed(servers, tmp_path: Path, out: str, runs: int) -> None:
+    """What the demo tells a new user to type after it works as printed, from inside a
+    project of their own (where the bundled app is never a default): its env file names
+    the app, so no hint needs ``--app``."""
+    hints = out.split("Explore (", 1)[1].splitlines()
+    source = next(line for line in hints if "explore.env" in line)
+    found = re.search(r"\. (\S+/explore\.env);", source)
+    assert found is not None, source
+    env = dict(line.split("=", 1) for line in Path(found.group(1)).read_text().splitlines())
+    assert env["KEEL_APP"] == "orchestrator.examples.invoice_pipeline:app"
+    commands = [line.split("#")[0].split() for line in hints if line.strip().startswith("keel ")]
+    assert commands and not [c for c in commands if "--app" in c]
+    shop = tmp_path / "shop"
+    shop.mkdir()
+    (shop / "pyproject.toml").write_text('[project]\nname = "shop"\nversion = "0"\n')
+    listed = next(c for c in commands if c[:3] == ["keel", "workflow", "list"])
+    shown = [c for c in commands if c[:3] == ["keel", "workflow", "show"]]
+    answer = run_keel(servers, tmp_path, *listed[1:], env=env, cwd=shop)
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert answer.stdout.rstrip().endswith(f"{runs} of {runs} run(s)"), answer.stdout
+    for command in shown:
+        one = run_keel(servers, tmp_path, *command[1:], env=env, cwd=shop)
+        assert one.returncode == 0 and command[3] in one.stdout, one.stdout + one.stderr
