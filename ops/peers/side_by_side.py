@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -337,17 +338,16 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings()
     if not settings.kafka_servers:
         raise SystemExit("set KEEL_BOOTSTRAP_SERVERS and KEEL_REDIS_URL (e.g. keel infra up)")
-    restate = RestatePeer(args.restate, args.peer_python, args.port_base, log)
-    keel = KeelPeer(settings, log)
-    try:
+    with contextlib.ExitStack() as started:  # a peer that fails to start stops the other
+        restate = RestatePeer(args.restate, args.peer_python, args.port_base, log)
+        started.callback(restate.close)
+        keel = KeelPeer(settings, log)
+        started.callback(keel.close)
         warm_up(restate, keel, args.warm_s, args.burst, args.concurrency, log)
         for i in range(args.runs):
             log(f"run {i + 1}/{args.runs}")
             result = side_by_side(restate, keel, args.light, args.burst, args.concurrency, log)
             print(json.dumps(result), flush=True)
-    finally:
-        keel.close()
-        restate.close()
 
 
 if __name__ == "__main__":
