@@ -59,6 +59,7 @@ __all__ = [
     "RefusalWatch",
     "TaskDesk",
     "decision_message_id",
+    "decision_request",
     "refusal_of",
 ]
 
@@ -152,6 +153,36 @@ def decision_message_id(
         whole = hashlib.sha256(f"{task_id}\0{actor}\0{decision}".encode()).hexdigest()
         mid = f"decide/{whole}/{digest}"
     return mid
+
+
+def decision_request(
+    task_id: str,
+    token_hash_hex: str,
+    decision: str,
+    actor: str,
+    roles: list[str] | tuple[str, ...],
+    operation_digest: str,
+    reason: str,
+    correction: Any = None,
+) -> tuple[str, DecideHumanTask]:
+    """One decision as it is sent (unsigned), and its message id: the one place a sender
+    (the client, the test kit) turns a person's decision into a command."""
+    decided = str(HumanDecision(decision))
+    correction_json = "" if correction is None else canonical_json(correction)
+    roles_json = json.dumps(sorted(roles))
+    mid = decision_message_id(
+        task_id, actor, decided, operation_digest, reason, correction_json, roles_json
+    )
+    return mid, DecideHumanTask(
+        task_id=task_id,
+        token_hash=token_hash_hex,
+        decision=decided,
+        actor=actor,
+        actor_roles_json=roles_json,
+        reason=reason,
+        operation_digest=operation_digest,
+        correction_json=correction_json,
+    )
 
 
 #: Refusal reasons of docs/human-tasks.md ("Deciding") and the kind of each.
@@ -320,20 +351,8 @@ class TaskDesk:
         if ended is not None:  # a finished run records nothing: its answer is known here
             return DecisionOutcome(DecisionStatus.REFUSED, refusal_of(ended, task), ended, task)
         seen = task["operation_digest"] if operation_digest is None else operation_digest
-        correction_json = "" if correction is None else canonical_json(correction)
-        roles_json = json.dumps(sorted(roles))
-        mid = decision_message_id(
-            task["task_id"], actor, decision, seen, reason, correction_json, roles_json
-        )
-        payload = DecideHumanTask(
-            task_id=task["task_id"],
-            token_hash=th,
-            decision=str(HumanDecision(decision)),
-            actor=actor,
-            actor_roles_json=roles_json,
-            reason=reason,
-            operation_digest=seen,
-            correction_json=correction_json,
+        mid, payload = decision_request(
+            task["task_id"], th, decision, actor, roles, seen, reason, correction
         )
         recorded = self._recorded_refusal(task["workflow_id"], mid)
         if recorded is not None:  # this very request was refused before: the same answer

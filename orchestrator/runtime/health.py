@@ -65,8 +65,8 @@ class StatusFile:
         """Each watched thread's name, and whether a thread of that name lives: a client
         call's helper that stalled is replaced by a new one of its name (``BoundedCaller``),
         and the stall is reported as ``stalled_calls``, not as a dead thread."""
-        alive = {t.name for t in threading.enumerate() if t.is_alive()}
-        return {name: t.is_alive() or name in alive for name, t in self.watched.items()}
+        alive = {t.name for t in threading.enumerate()}  # only live threads are listed
+        return {name: name in alive for name in self.watched}
 
     def maybe_write(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -16,16 +16,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from orchestrator.client.history_io import write_history
-from orchestrator.client.human_task_decisions import decision_message_id
+from orchestrator.client.human_task_decisions import decision_request
 from orchestrator.client.json_args import payload_json
 from orchestrator.client.query_answers import without_ciphertext
 from orchestrator.domain.authoring.queries import run_query
 from orchestrator.domain.authoring.waits import token_hash
 from orchestrator.domain.model.errors import CommandRejected, NotFoundError
-from orchestrator.domain.model.fingerprint import canonical_json
 from orchestrator.domain.model.messages import (
     CancelWorkflow,
-    DecideHumanTask,
     Envelope,
     HumanTaskOpened,
     SignalWorkflow,
@@ -296,22 +294,16 @@ class RunHandle:
         ``operation_digest`` (default: the task's, as the inbox shows it): the decision is
         checked again by the engine (qualification, token, expiry, digest), then runs to
         idle. A refusal is returned with the engine's reason, not raised."""
-        decided = str(HumanDecision(decision))
         seen = task.operation_digest if operation_digest is None else operation_digest
-        correction_json = "" if correction is None else canonical_json(correction)
-        roles_json = json.dumps(sorted(roles if roles is not None else [task.role]))
-        mid = decision_message_id(
-            task.task_id, actor, decided, seen, reason, correction_json, roles_json
-        )
-        command = DecideHumanTask(
-            task_id=task.task_id,
-            token_hash=token_hash(task.token),
-            decision=decided,
-            actor=actor,
-            actor_roles_json=roles_json,
-            reason=reason,
-            operation_digest=seen,
-            correction_json=correction_json,
+        mid, command = decision_request(
+            task.task_id,
+            token_hash(task.token),
+            decision,
+            actor,
+            roles if roles is not None else [task.role],
+            seen,
+            reason,
+            correction,
         )
         self.env.send(self.workflow_id, self.env.proofs.sign(self.workflow_id, command), mid)
         self.env.run_until_idle()
