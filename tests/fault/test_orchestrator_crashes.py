@@ -21,10 +21,14 @@ def test_five_sigkills_with_500_workflows_in_flight(settings, services, client):
     wait_until(lambda: _assigned(orch), 60, "the first assignment")
     n = 500
     client.start_many("parallel_checks", [(f"crash-{i}", {"n": i}) for i in range(n)])
+    # The first kill waits on an event, not a sleep: the first run's completion. A fixed
+    # delay let all 500 runs finish first once the runtime got fast enough.
+    wait_until(lambda: client.projection.counts()["completed"] > 0, 60, "the first run", 0.01)
     kills = 0
     in_flight_at_kill = []
     while kills < 5:
-        time.sleep(rng.uniform(0.2, 1.5))
+        if kills:
+            time.sleep(rng.uniform(0.2, 1.5))
         in_flight_at_kill.append(n - client.projection.counts()["completed"])
         services.kill(orch)
         kills += 1
@@ -49,7 +53,7 @@ def test_scale_out_survivor_takes_the_partitions_of_a_killed_peer(settings, serv
     wait_until(lambda: _assigned(first) and _assigned(second), 90, "both to own partitions")
     n = 300
     client.start_many("parallel_checks", [(f"scale-{i}", {"n": i}) for i in range(n)])
-    time.sleep(0.5)
+    wait_until(lambda: client.projection.counts()["completed"] > 0, 60, "the first run", 0.01)
     services.kill(second)
     before = len(_assigned(first))
     wait_until(lambda: len(_assigned(first)) > before, 90, "the survivor's new assignment")
