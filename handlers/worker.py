@@ -12,7 +12,8 @@ One bad record never stops the worker (docs/activities.md, "Poison tasks"): a nu
 undecodable or foreign record is dead-lettered (the dead letter drops what does not
 fit); a task that cannot be run or whose result is unusable is reported as a permanent
 failure; a report the broker would refuse is never produced; produce and commit errors
-are logged and the batch is run again, never raised.
+are logged and the batch is run again, never raised. Reports, dead letters and the settling
+of their deliveries are its base's (``worker_reports.py``).
 
 The worker talks to Kafka only through two ports (``orchestrator.io.ports``): a
 ``TaskIntake`` and an ``OutcomeSink``; the Kafka adapter bounds every blocking call (a
@@ -48,7 +49,8 @@ from handlers.sdk.activity_context import reset_current, set_current
 from handlers.sdk.markers import has_side_effect
 from handlers.type_limits import StartLapsed, TypeLimiter
 from handlers.worker_health import worker_health_line
-from handlers.worker_letters import MAX_RECORD_BYTES, bounded_dead_letter
+from handlers.worker_letters import MAX_RECORD_BYTES
+from handlers.worker_reports import WorkerReports
 from orchestrator.application.app import KeelApp
 from orchestrator.config.settings import Settings
 from orchestrator.domain.model.errors import UnavailableError
@@ -56,7 +58,6 @@ from orchestrator.domain.model.limits import MAX_PAYLOAD_BYTES, check_json_text
 from orchestrator.domain.model.messages import (
     ActivityTask,
     CompleteActivity,
-    DeadLetter,
     Envelope,
     FailActivity,
     HeartbeatActivity,
@@ -67,13 +68,11 @@ from orchestrator.io.ports import (
     DeliveryError,
     OutcomeSink,
     Record,
-    RecordRefused,
     Stopping,
     TaskIntake,
 )
 from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
-from orchestrator.records.envelopes import report_envelope
 from orchestrator.runtime.exit_codes import ExitCode
 from orchestrator.runtime.health import StatusFile, status_path
 from orchestrator.telemetry import tracing
@@ -84,11 +83,8 @@ __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 
 log = logging.getLogger("keel.worker")
 
-#: How long the worker waits for a batch's reports to be acknowledged.
-FLUSH_TIMEOUT_S = 60.0
 
-
-class Worker:
+class Worker(WorkerReports):
     def __init__(
         self,
         settings: Settings,
@@ -302,33 +298,6 @@ class Worker:
 
         results = await asyncio.gather(*(in_order(recs) for recs in by_activity.values()))
         return all(results)
-
-    def _settle_deliveries(self) -> bool:
-        """Wait for the batch's records; True when the task offsets may be committed.
-
-        A record the broker refused for good (too large, invalid) has its task
-        dead-lettered instead; a retriable failure or a timeout reruns the batch.
-        """
-        remaining = self.sink.flush(FLUSH_TIMEOUT_S)
-        failures, self._undelivered = self._undelivered, []
-        retry = remaining > 0
-        for rec, err in failures:
-            if err.retriable:
-                retry = True
-            else:
-                self._dead_letter(
-                    rec, f"the report of this task was refused by Kafka: {err.reason}"
-                )
-        if retry:
-            log.warning(
-                "%d record(s) not acknowledged (%s); the batch runs again",
-                remaining + len(failures),
-                "; ".join(sorted({e.reason for _, e in failures})) or "timed out",
-            )
-            return False
-        if failures:
-            self.sink.flush(FLUSH_TIMEOUT_S)
-        return True
 
     def _commit(self, records: list[Record]) -> None:
         offsets: dict[int, int] = {}
@@ -544,69 +513,3 @@ class Worker:
         else:
             self.completed += 1
         return outcome
-
-    # ------------------------------------------------------------------ producing
-    def _report(
-        self,
-        rec: Record,
-        task: Envelope[Any],
-        payload: Any,
-        message_id: str,
-        traceparent: str | None,
-    ) -> str | None:
-        """Send one report for ``rec``'s task; the problem when it cannot be produced."""
-        report = report_envelope(task, message_id, payload, self.clock.now_ms(), traceparent)
-        headers = [("traceparent", traceparent.encode())] if traceparent else []
-        key = task.workflow_id.encode()
-        value = self.codec.encode(report)
-        size = len(value) + len(key)
-        if size > MAX_RECORD_BYTES:
-            limit = f"{MAX_RECORD_BYTES:,}-byte record limit"
-            problem = f"{report.type} of {size:,} bytes is over the {limit}"
-            log.error("%s: not produced", problem)
-            return problem
-        return self._send(self.t_commands, key, value, headers, rec)
-
-    def _send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        headers: list[tuple[str, bytes]] | None = None,
-        source: Record | None = None,
-    ) -> str | None:
-        """Hand one record to the sink; the problem (logged) when the client refuses it.
-
-        A report (``source`` given) that fails later is noted for the batch to settle;
-        a dead letter that fails is logged by the sink: nothing can run it again.
-        """
-
-        def failed(err: DeliveryError, rec: Record | None = source) -> None:
-            assert rec is not None
-            self._undelivered.append((rec, err))
-
-        try:
-            self.sink.send(
-                topic,
-                value,
-                key,
-                headers=headers or (),
-                on_failed=failed if source is not None else None,
-            )
-        except RecordRefused as exc:  # e.g. MSG_SIZE_TOO_LARGE: never fatal
-            log.error("%s", exc)
-            return str(exc)
-        return None
-
-    def _dead_letter(self, rec: Record, reason: str, env: Envelope[Any] | None = None) -> None:
-        """Send ``rec`` to keel.dlq with ``reason``; what does not fit is dropped, noted."""
-        self.dead_letters += 1
-        log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
-        try:
-            letter = bounded_dead_letter(rec, reason, env)
-            d: DeadLetter = letter.payload
-            problem = self._send(self.t_dlq, d.key, self.codec.encode(letter))
-        except Exception as exc:  # the last resort must not raise either
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem is not None:
-            log.error("the dead letter was not produced (%s); the task is skipped", problem)

@@ -10,7 +10,8 @@ resumes from the committed offsets.
 
 It reads through an :class:`~orchestrator.io.ports.EventFeed` and writes through a
 :class:`~orchestrator.io.ports.ReadModelStore`: Kafka and Redis in every process,
-the in-memory adapter in unit tests (``tests/unit/test_projector_loop.py``).
+the in-memory adapter in unit tests (``tests/unit/projector/test_projector_loop.py``). How a batch
+of events becomes rows, and the guarded write, are its base's (``row_folding.py``).
 
 While ``keel projections rebuild`` runs, live projectors hold their batch and wait; after
 it they drop their cache (the rebuild changed the epoch) and go on from Redis.
@@ -34,38 +35,30 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.application.app import KeelApp, decider_of
 from orchestrator.config.settings import Settings
-from orchestrator.domain.model.messages import Envelope
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.io.handoff.committed_channel import CommittedEvent, CommittedEvents, channel
-from orchestrator.io.kafka.clients import ClientMessage, read_partitions, to_record
+from orchestrator.io.kafka.clients import ClientMessage, read_partitions
 from orchestrator.io.ports import ConsumerReset, EventFeed, ReadModelStore, Record, Stopping
 from orchestrator.io.redis.client_factory import RedisUse, redis_client
-from orchestrator.io.redis.human_task_inbox import TaskKeys, TaskWrites, task_writes
+from orchestrator.io.redis.human_task_inbox import TaskKeys
 from orchestrator.io.redis.keyspace import Keyspace
-from orchestrator.io.redis.read_model import (
-    EpochChanged,
-    Projection,
-    RebuildRunning,
-    SeqConflict,
-)
+from orchestrator.io.redis.read_model import Projection
 from orchestrator.payload_schemas.codec import Codec, codec_for
 from orchestrator.projector.feed_cursor import FeedCursor, Handed
+from orchestrator.projector.row_folding import RowFolding
 from orchestrator.projector.row_hold import RowHold, hold_quiet
-from orchestrator.records import fast_json
 from orchestrator.records.clock import SYSTEM_CLOCK, Clock
-from orchestrator.records.history_entries import history_entry
 
 if TYPE_CHECKING:  # given by the composition root
     from orchestrator.telemetry.prometheus import ServiceMetrics
 
 log = logging.getLogger("keel.projector")
 
-CACHE_SIZE = 50_000
 #: How long the loop waits for committed events in-process before it polls the topic;
 #: shorter for a while after the topic brought events that were not folded in-process
 #: (another process's partitions), so those are not held up.
@@ -79,8 +72,6 @@ HANDOFF_HOLD_S = 0.25
 HEALTH_EVERY_S = 5.0
 HEALTH_TTL_S = 30
 
-Update = tuple[WorkflowState, list[str], str | None]
-
 
 class RedisReadModelStore(Projection):
     """The Redis adapter of :class:`~orchestrator.io.ports.ReadModelStore`."""
@@ -89,7 +80,7 @@ class RedisReadModelStore(Projection):
         self.r.set(key, info_json, ex=ttl_s)
 
 
-class Projector:
+class Projector(RowFolding):
     def __init__(
         self,
         settings: Settings,
@@ -411,197 +402,6 @@ class Projector:
         if applied:
             self.last_applied_at = self.clock.now_ms()
         return applied
-
-    # ------------------------------------------------------------------ folding
-    def _decode(self, records: Iterable[Record | ClientMessage]) -> dict[str, list[Envelope[Any]]]:
-        by_wf: dict[str, list[Envelope[Any]]] = {}
-        for item in records:
-            rec = item if isinstance(item, Record) else to_record(item)
-            try:
-                value = rec.value
-                if value is None:
-                    raise ValueError("the record has no value")
-                env = self.codec.decode(value)
-            except Exception as exc:
-                self.skipped += 1
-                self.last_skip = f"undecodable event at {rec.topic}[{rec.partition}]"
-                log.error(
-                    "undecodable event at %s[%d]@%d skipped: %s",
-                    rec.topic,
-                    rec.partition,
-                    rec.offset,
-                    exc,
-                )
-                continue
-            by_wf.setdefault(env.workflow_id, []).append(env)
-        return by_wf
-
-    def _load_missing(self, by_wf: dict[str, list[Envelope[Any]]], assume_new: bool = True) -> None:
-        """Cache the read model's state of the workflows the cache lacks.
-
-        With a store that checks sequence numbers on write, a workflow whose first event
-        here is seq 1 is taken as new without a read (the write refuses it if a row
-        exists: :class:`SeqConflict`, and the batch is folded again after a read).
-        """
-        optimistic = assume_new  # the store checks each row's seq with the write
-        missing = [
-            wf
-            for wf, events in by_wf.items()
-            if wf not in self._cache and not (optimistic and events and events[0].seq == 1)
-        ]
-        if missing:
-            self._cache.update(self.projection.load_states(missing))
-
-    def _fold(
-        self,
-        by_wf: dict[str, list[Envelope[Any]]],
-        assume_new: bool = True,
-        decided: Mapping[str, WorkflowState] | None = None,
-    ) -> tuple[dict[str, Update], dict[str, str], TaskWrites]:
-        """New states and history lines per workflow, and the human-task inbox's changes;
-        a workflow that fails is skipped."""
-        self._load_missing(by_wf, assume_new)
-        updates: dict[str, Update] = {}
-        problems: dict[str, str] = {}
-        folded: list[tuple[WorkflowState | None, WorkflowState, list[Envelope[Any]], list[str]]]
-        folded = []
-        for wf, events in by_wf.items():
-            old = self._cache.get(wf)
-            known = decided.get(wf) if decided else None
-            state, lines, applied = self._fold_one(wf, old, events, problems, known)
-            if state is None or not lines:
-                continue
-            updates[wf] = (state, lines, old.status if old else None)
-            folded.append((old, state, applied, lines))
-        tasks = task_writes(self.task_keys, folded)
-        for old, state, _, _ in folded:
-            if old is not None and old.activities and state.run_base_seq > old.seq:
-                # continued as new here: a node of the old run is named by its activities
-                tasks.earlier_activity_types[state.workflow_id] = {
-                    a.activity_id: a.activity_type for a in old.activities.values()
-                }
-        return updates, problems, tasks
-
-    def _fold_one(
-        self,
-        wf: str,
-        old: WorkflowState | None,
-        events: list[Envelope[Any]],
-        problems: dict[str, str],
-        known: WorkflowState | None = None,
-    ) -> tuple[WorkflowState | None, list[str], list[Envelope[Any]]]:
-        """One workflow's new state, history lines and events folded (those after ``old``).
-
-        ``known``, the orchestrator's state after the last of ``events``, is taken as the
-        fold when the events follow on from ``old`` without a gap (it is their fold).
-        Otherwise they are folded with one scratch copy (``Decider.fold``: one clone per
-        batch, not one per event); should an event fail, again one by one, so the events
-        before it are kept and the failing one is named in ``problems``.
-        """
-        applied: list[Envelope[Any]] = []
-        first = last = old.seq if old is not None else 0
-        for env in events:
-            if env.seq > last:
-                applied.append(env)
-                last = env.seq
-        try:
-            folded: WorkflowState | None = old
-            if known is not None and applied and known.seq == last == first + len(applied):
-                self.folds_taken += 1
-                folded = known
-            elif applied:
-                folded = self.decider.fold(applied, old)
-            return folded, [fast_json.dumps(history_entry(e)) for e in applied], applied
-        except Exception:
-            pass  # the event-by-event fold below names the event
-        state = old
-        lines: list[str] = []
-        applied = []
-        for env in events:
-            if state is not None and env.seq <= state.seq:
-                continue
-            try:
-                state = self.decider.evolve(state, env)
-                lines.append(fast_json.dumps(history_entry(env)))
-                applied.append(env)
-            except Exception as exc:
-                problems[wf] = f"event seq {env.seq} ({env.type}) skipped: {exc}"[:500]
-                self.skipped += 1
-                self.last_skip = f"{wf}: {problems[wf]}"
-                log.error("cannot project %s: %s", wf, problems[wf])
-                break
-        return state, lines, applied
-
-    def apply(self, records: Iterable[Record | ClientMessage], guarded: bool = True) -> int:
-        """Fold a batch of event records into the read model; returns events applied.
-
-        ``guarded``: wait out a running rebuild and follow its epoch (live projectors);
-        a rebuild applies unguarded, under its own lock.
-        """
-        return self._apply_envelopes(self._decode(records), guarded)[0]
-
-    def _apply_envelopes(
-        self,
-        by_wf: dict[str, list[Envelope[Any]]],
-        guarded: bool,
-        decided: Mapping[str, WorkflowState] | None = None,
-    ) -> tuple[int, dict[str, str]]:
-        """Fold and write decoded events; (events applied, workflows that could not be).
-
-        ``decided``: runs' states after their last event here, as the orchestrator of
-        this process decided them (``CommittedEvent.state``).
-        """
-        if not by_wf:
-            return 0, {}
-        assume_new = True
-        while True:
-            updates, problems, tasks = self._fold(by_wf, assume_new, decided)
-            if not updates:
-                break
-            store = self.projection
-            try:
-                if not guarded:
-                    store.write(updates, tasks)
-                else:
-                    expected = {wf: self._seq_of(wf) for wf in updates}
-                    store.write_guarded(updates, self._epoch, tasks, expected=expected)
-                break
-            except SeqConflict as conflict:
-                log.info("read-model rows changed under the projector: %s", conflict)
-                for wf in conflict.workflow_ids:
-                    self._cache.pop(wf, None)
-                assume_new = False
-            except EpochChanged as changed:
-                log.info("the read model was rebuilt; reloading the projector's cache")
-                self._cache.clear()
-                self._epoch = changed.epoch
-            except RebuildRunning:
-                self._wait_for_rebuild()
-        for wf, (state, _, _) in updates.items():
-            self._cache[wf] = state
-            self._cache.move_to_end(wf)
-        for wf, reason in problems.items():
-            if wf in updates or wf in self._cache:
-                self.projection.mark_error(wf, reason)
-        while len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        applied = sum(len(lines) for _, lines, _ in updates.values())
-        self.applied += applied
-        return applied, problems
-
-    def _seq_of(self, wf: str) -> int | None:
-        state = self._cache.get(wf)
-        return None if state is None else state.seq
-
-    def _wait_for_rebuild(self) -> None:
-        log.info("a rebuild of the read model is running; the projector waits")
-        self.waiting_for_rebuild = True
-        try:
-            while self.projection.rebuild_running():
-                if self._stop.wait(0.5):
-                    raise Stopping("stopped while waiting for a rebuild of the read model")
-        finally:
-            self.waiting_for_rebuild = False
 
     # ------------------------------------------------------------------ rebuild
     def rebuild(self, progress: Callable[[int], Any] | None = None) -> tuple[int, float]:
