@@ -17,16 +17,18 @@ acknowledged the command, watches until one answers:
 A finished run records nothing more, so a decision of a task whose run has ended is
 answered from the inbox record before anything is sent (the run's status is read with it);
 and a run records a refusal once, so a repeated refused request is answered from the read
-model's history (the ``CommandRefused`` naming its message id) and not sent again.
+model's history (the ``CommandRefused`` naming its message id) and not sent again, unless
+its reason may pass without the request changing (:func:`may_pass_later`): then the same
+words are the request's next attempt, under the next message id (:func:`attempt_id`).
 
 A correction task's approval carries the corrected data (``correction``, any JSON value):
 it is sent as ``correction_json`` and the orchestrator validates it against the task's
 model (docs/human-tasks.md, "Correction tasks").
 
-The message id is a function of (task, actor, decision, digest seen, reason, correction),
-so a retried
-request is ignored by the orchestrator even after the run finished. A decision the inbox
-already shows for the same actor is answered with that first result and nothing is sent.
+The message id is a function of (task, actor, decision, digest seen, reason, correction,
+roles), so a retried request is ignored by the orchestrator even after the run finished.
+A decision the inbox already shows for the same actor is answered with that first result
+and nothing is sent.
 A refusal's kind is read from the orchestrator's reason (:func:`refusal_of`); the connector
 answers each kind with its HTTP status.
 Only an unknown token is answered without the orchestrator: with no task, there is no
@@ -36,8 +38,9 @@ workflow to send the command to.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -58,8 +61,10 @@ __all__ = [
     "Refusal",
     "RefusalWatch",
     "TaskDesk",
+    "attempt_id",
     "decision_message_id",
     "decision_request",
+    "may_pass_later",
     "refusal_of",
 ]
 
@@ -196,7 +201,7 @@ _REFUSALS: tuple[tuple[str, Refusal], ...] = (
     ("was already", Refusal.CONFLICT),
     ("stale approval", Refusal.CONFLICT),
     ("changed since it opened", Refusal.CONFLICT),
-    ("cannot be computed now", Refusal.CONFLICT),
+    ("cannot be computed now", Refusal.UNAVAILABLE),  # the operation's code failed
     ("the decision's proof", Refusal.FORBIDDEN),  # forged, or another deployment's key
     ("carries no proof", Refusal.FORBIDDEN),
     ("carries the hash of its token", Refusal.INVALID),
@@ -209,6 +214,31 @@ _REFUSALS: tuple[tuple[str, Refusal], ...] = (
     ("carries the corrected data", Refusal.INVALID),
     ("carries no correction", Refusal.INVALID),
 )
+
+
+#: Refusals that say nothing of the request, only of the run or the orchestrator at the
+#: time (the operation's code failed or needs an operator; no key to verify decisions).
+_MAY_PASS_LATER = ("cannot be computed now", "holds no task-token key")
+
+
+def may_pass_later(reason: str) -> bool:
+    """Whether the same request may be decided once something outside it is mended."""
+    return any(needle in reason for needle in _MAY_PASS_LATER)
+
+
+def attempt_id(mid: str, refusals: Mapping[str, str]) -> tuple[str, str | None]:
+    """The message id to send request ``mid`` under, and the refusal that answers it
+    instead (None: send it). ``refusals`` maps each refused command's message id to the
+    reason (what the run recorded). A request refused for a reason that may pass later is
+    sent again as its next attempt (``mid``, ``mid/again/1``, ...): still one id per
+    attempt, so a retried attempt is deduplicated like any command."""
+    attempt = mid
+    for n in itertools.count(1):
+        reason = refusals.get(attempt)
+        if reason is None or not may_pass_later(reason):
+            return attempt, reason
+        attempt = f"{mid}/again/{n}"
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def refusal_of(reason: str, task: dict[str, Any] | None = None) -> Refusal:
@@ -354,7 +384,7 @@ class TaskDesk:
         mid, payload = decision_request(
             task["task_id"], th, decision, actor, roles, seen, reason, correction
         )
-        recorded = self._recorded_refusal(task["workflow_id"], mid)
+        mid, recorded = attempt_id(mid, self._recorded_refusals(task["workflow_id"], mid))
         if recorded is not None:  # this very request was refused before: the same answer
             return DecisionOutcome(
                 DecisionStatus.REFUSED, refusal_of(recorded, task), recorded, task, mid
@@ -381,19 +411,21 @@ class TaskDesk:
             mid,
         )
 
-    def _recorded_refusal(self, workflow_id: str, mid: str) -> str | None:
-        """The reason of the run's ``CommandRefused`` of command ``mid`` in the read model's
-        history (its last ``REFUSAL_LOOKBACK`` lines), or None: a repeated refused request
-        writes nothing, so its answer is read there."""
+    def _recorded_refusals(self, workflow_id: str, mid: str) -> dict[str, str]:
+        """The reasons of the run's ``CommandRefused`` of request ``mid`` and its attempts,
+        by message id, from the read model's history (its last ``REFUSAL_LOOKBACK``
+        lines): a repeated refused request writes nothing, so its answer is read there."""
         r, ks = getattr(self.tasks, "r", None), getattr(self.tasks, "ks", None)
         if r is None or ks is None:
-            return None
+            return {}
+        found: dict[str, str] = {}
         for line in r.lrange(ks.history(workflow_id), -REFUSAL_LOOKBACK, -1):
             entry = json.loads(line)
             data = entry.get("data") or {}
-            if entry.get("type") == "CommandRefused" and data.get("command_id") == mid:
-                return str(data.get("reason", ""))
-        return None
+            command_id = str(data.get("command_id", ""))
+            if entry.get("type") == "CommandRefused" and command_id.startswith(mid):
+                found.setdefault(command_id, str(data.get("reason", "")))
+        return found
 
     def _answer(
         self, task_id: str, actor: str, decision: str, mid: str, watch: RefusalWatch

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from orchestrator.client.history_io import write_history
-from orchestrator.client.human_task_decisions import decision_request
+from orchestrator.client.human_task_decisions import attempt_id, decision_request
 from orchestrator.client.json_args import payload_json
 from orchestrator.client.query_answers import without_ciphertext
 from orchestrator.domain.authoring.queries import run_query
@@ -293,7 +293,9 @@ class RunHandle:
         """Decide ``task`` as ``actor`` holding ``roles`` (default: the task's role) who saw
         ``operation_digest`` (default: the task's, as the inbox shows it): the decision is
         checked again by the engine (qualification, token, expiry, digest), then runs to
-        idle. A refusal is returned with the engine's reason, not raised."""
+        idle. A refusal is returned with the engine's reason, not raised; the same request
+        again is answered with it, unless its reason may pass later (the operation's code
+        failed): then it is sent again, as the client does (``attempt_id``)."""
         seen = task.operation_digest if operation_digest is None else operation_digest
         mid, command = decision_request(
             task.task_id,
@@ -305,6 +307,10 @@ class RunHandle:
             reason,
             correction,
         )
+        refused = {r.command_id: r.reason for r in reversed(self.events(CommandRefused))}
+        mid, recorded = attempt_id(mid, refused)
+        if recorded is not None:  # this very request was refused before: the same answer
+            return TaskDecision(False, recorded, mid)
         self.env.send(self.workflow_id, self.env.proofs.sign(self.workflow_id, command), mid)
         self.env.run_until_idle()
         for refusal in self.events(CommandRefused):

@@ -6,10 +6,15 @@ escalation, the expiry — runs on the real durable timers without a real wait o
 reminders after 0.33 and 1.67 "days" (4 h and 20 h), due and escalated to the finance
 lead after 1 "day", expiring after ``expires_days`` (the example's 3 by default), which
 rejects.
+
+``payment_priced`` computes its operation from a price service that a test takes down and
+brings back (the file ``TASKS_APP_PRICES_DOWN`` names exists while it is down).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,6 +103,37 @@ payment_fast = app.workflow(
                     escalations=[Escalation(1 * DAY_S, owner="finance-lead", role="finance-lead")],
                     expires=_expires,
                     on_expiry=OnExpiry.REJECT,
+                    on_approve="pay",
+                    on_reject="rejected",
+                ),
+            ),
+            State("pay", steps=[Step("pay", "pay_out", input=_payment)], complete=_done("paid")),
+            State("rejected", complete=_done("rejected")),
+        ],
+    )
+)
+
+
+def _priced_operation(ctx: Context) -> dict[str, Any]:
+    down = os.environ.get("TASKS_APP_PRICES_DOWN")
+    if down and Path(down).exists():
+        raise ConnectionError("the price service is down")
+    return _operation(ctx)
+
+
+payment_priced = app.workflow(
+    WorkflowDefinition(
+        "payment_priced",
+        1,
+        PaymentRequest,
+        [
+            State(
+                "approval",
+                wait=HumanTask(
+                    "approve_payment",
+                    role="finance-approver",
+                    operation=_priced_operation,
+                    expires=_expires,
                     on_approve="pay",
                     on_reject="rejected",
                 ),

@@ -56,7 +56,11 @@ def stack(settings, services, tmp_path):
     }
     path = tmp_path / "actors.json"
     path.write_text(json.dumps(actors))
-    env = {"KEEL_TASK_TOKEN_SECRET": SECRET, "KEEL_ACTORS_FILE": str(path)}
+    env = {
+        "KEEL_TASK_TOKEN_SECRET": SECRET,
+        "KEEL_ACTORS_FILE": str(path),
+        "TASKS_APP_PRICES_DOWN": str(tmp_path / "prices-down"),
+    }
     services.env.update(env)
     services.start("orchestrator", "--app", APP)
     services.start("worker", "--app", APP)
@@ -277,6 +281,44 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     _assert_no_secrets(settings, services, [token, SECRET, *BEARERS.values()])
 
 
+def test_an_approval_refused_while_the_operation_cannot_be_computed_passes_once_it_can(
+    settings, services, stack
+):
+    """503 while the operation's code fails (a refusal that says nothing of the request);
+    the same request again is its next attempt, and once the price service is back it is
+    decided, once (docs/human-tasks.md, "Deciding")."""
+    client, url, env = stack
+    wf = "pay-priced-1"
+    inp = {"payment_id": wf, "account": "acc-9", "amount": 12.5, "expires_days": 15}
+    client.start("payment_priced", inp, wf)
+    task = wait_until(lambda: task_of(url, wf), 60, "the task in alice's inbox")
+    body = {"decision": "approve", "operation_digest": task["operation_digest"], "reason": "ok"}
+    down = Path(env["TASKS_APP_PRICES_DOWN"])
+    down.touch()
+    first = decide_answered(url, task["token"], "alice", **body)
+    again = decide_answered(url, task["token"], "alice", **body)
+    down.unlink()
+    passed = decide_answered(url, task["token"], "alice", **body)
+
+    assert first[0] == 503 and first[1]["status"] == "refused", first
+    assert first[1]["error"] == (
+        "the operation cannot be computed now (state 'approval': operation of human task "
+        "'approve_payment' raised ConnectionError: the price service is down); approve of "
+        f"human task '{task['task_id']}' by 'alice' refused"
+    )
+    assert again[0] == 503 and again[1]["message_id"] == f"{first[1]['message_id']}/again/1"
+    assert passed[0] == 200 and passed[1]["status"] == "decided", passed
+    assert passed[1]["message_id"] == f"{first[1]['message_id']}/again/2"
+    assert client.wait(wf, 60)["output"] == {"status": "paid", "decided_by": "alice"}
+    events = events_of(settings, wf)
+    refused = [e for e in events if isinstance(e.payload, CommandRefused)]
+    assert [e.causation_id for e in refused] == [first[1]["message_id"], again[1]["message_id"]]
+    decided = [e for e in events if isinstance(e.payload, HumanTaskDecided)]
+    assert len(decided) == 1 and decided[0].causation_id == passed[1]["message_id"]
+    # the decided attempt again: the first result stands, nothing is sent
+    assert decide(url, task["token"], "alice", **body)[1]["status"] == "repeated"
+
+
 def test_an_app_with_human_tasks_and_no_key_refuses_to_start(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
     env.update(
@@ -291,7 +333,8 @@ def test_an_app_with_human_tasks_and_no_key_refuses_to_start(tmp_path: Path):
         )  # fmt: skip
         assert done.returncode == 1, (role, done.stdout, done.stderr)
         assert done.stderr.strip() == (
-            "error: the application declares human tasks (payment_fast v1.approval): "
+            "error: the application declares human tasks (payment_fast v1.approval, "
+            "payment_priced v1.approval): "
             f"KEEL_TASK_TOKEN_SECRET_FILE '{tmp_path / 'missing.secret'}' cannot be read: "
             "No such file or directory"
         ), role

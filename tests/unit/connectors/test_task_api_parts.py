@@ -15,7 +15,9 @@ from orchestrator.client.human_task_decisions import (
     DecisionOutcome,
     DecisionStatus,
     Refusal,
+    attempt_id,
     decision_message_id,
+    may_pass_later,
     refusal_of,
 )
 from orchestrator.config.settings import load_settings
@@ -65,6 +67,8 @@ def test_an_actors_file_in_toml_works_and_a_bad_one_is_one_line(tmp_path: Path) 
         ("human task 'T' was already approved by 'lena' at 5; reject refused", 409),
         ("stale approval: the approver saw operation abc…, the workflow would run def…; x", 409),
         ("the operation of human task 'T' changed since it opened (digest a… then); x", 409),
+        ("the operation cannot be computed now (ConnectionError: down); x refused", 503),
+        ("this orchestrator holds no task-token key to verify decisions; x refused", 503),
     ],
 )
 def test_each_documented_refusal_has_its_status(reason: str, status: int) -> None:
@@ -147,3 +151,15 @@ def test_a_decision_body_holding_a_key_twice_is_refused_not_read_as_its_last() -
     refused, approved = asyncio.run(main())
     assert refused == (400, {"error": "body holds the key 'decision' twice in one object"})
     assert approved == (200, ["approve", "", "ab" * 32, None])
+
+
+def test_a_request_refused_for_a_passing_reason_is_sent_again_as_its_next_attempt() -> None:
+    down = "the operation cannot be computed now (ConnectionError: down); x refused"
+    role = "actor 'bob' holds none of the roles that may decide human task 'T' (a); x refused"
+    assert may_pass_later(down) and not may_pass_later(role)
+    assert attempt_id("m", {}) == ("m", None)
+    assert attempt_id("m", {"m": role}) == ("m", role)
+    assert attempt_id("m", {"m": down}) == ("m/again/1", None)
+    assert attempt_id("m", {"m": down, "m/again/1": down}) == ("m/again/2", None)
+    # an attempt refused for the request itself (the run moved on): that answer stands
+    assert attempt_id("m", {"m": down, "m/again/1": role}) == ("m/again/1", role)

@@ -4,12 +4,16 @@ them, with the operation digest), signals, signed webhooks, and the model's answ
 from __future__ import annotations
 
 import json
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from orchestrator import Context, HumanTask, KeelApp, State, WorkflowDefinition
 from orchestrator.domain.model.errors import CommandRejected
-from orchestrator.domain.model.messages import HumanTaskDecided, SignalReceived
+from orchestrator.domain.model.messages import CommandRefused, HumanTaskDecided, SignalReceived
 from orchestrator.testing import WorkflowEnvironment
+from tests.unit.testing.kit_app import Order
 
 ORDER = {"order_id": "o-1", "amount": 120.0}
 
@@ -66,6 +70,71 @@ def test_an_actor_refused_for_a_role_decides_once_granted_it_with_the_same_words
     (decided,) = run.events(HumanTaskDecided)
     assert (decided.actor, decided.decision) == ("ivan", "approve")
     assert run.result() == {"status": "charged", "charge": "ch-o-1"}
+
+
+#: Whether the price service the operation below reads is up (a test flips it).
+PRICES_UP = {"up": True}
+
+
+def _priced_charge(ctx: Context) -> dict[str, Any]:
+    if not PRICES_UP["up"]:
+        raise ConnectionError("the price service is down")
+    return {"resource": "orders.charge", "arguments": ctx.input_dict}
+
+
+priced = KeelApp("priced-approval")
+priced.workflow(
+    WorkflowDefinition(
+        "priced_approval",
+        1,
+        Order,
+        [
+            State(
+                "approval",
+                wait=HumanTask(
+                    "approve",
+                    role="approver",
+                    operation=_priced_charge,
+                    expires=timedelta(days=1),
+                    on_approve="done",
+                    on_reject="done",
+                ),
+            ),
+            State(
+                "done", complete=lambda ctx: {"decision": ctx.human_tasks["approve"]["decision"]}
+            ),
+        ],
+    )
+)
+
+
+def test_a_decision_refused_while_its_operation_cannot_be_computed_passes_when_sent_again() -> None:
+    """A refusal that says nothing of the request (the operation's code failed) does not
+    stand for the same words sent later: they are the request's next attempt. A refusal
+    of the request itself (a missing role) stands, however often it is repeated."""
+    PRICES_UP["up"] = True
+    with WorkflowEnvironment(priced) as env:
+        run = env.start("priced_approval", ORDER, workflow_id="p-1")
+        task = run.human_task()
+        PRICES_UP["up"] = False
+        down = run.approve(task, actor="ann", roles=["approver"], reason="ok")
+        still_down = run.approve(task, actor="ann", roles=["approver"], reason="ok")
+        PRICES_UP["up"] = True
+        up = run.approve(task, actor="ann", roles=["approver"], reason="ok")
+
+        assert not down.decided and "the operation cannot be computed now" in down.reason
+        assert "the price service is down" in down.reason
+        assert not still_down.decided and still_down.message_id == f"{down.message_id}/again/1"
+        assert up.decided, up.reason
+        assert up.message_id == f"{down.message_id}/again/2"
+        refused = run.events(CommandRefused)
+        assert [r.command_id for r in refused] == [down.message_id, still_down.message_id]
+        (decided,) = run.events(HumanTaskDecided)
+        assert (decided.actor, decided.decision) == ("ann", "approve")
+        assert run.result() == {"decision": "approve"}
+        # The accepted attempt again: the first result stands, nothing more is recorded.
+        assert run.approve(task, actor="ann", roles=["approver"], reason="ok").decided
+        assert len(run.events(HumanTaskDecided)) == 1
 
 
 def test_a_signal_to_a_signal_the_run_does_not_know_is_refused(env: WorkflowEnvironment) -> None:
