@@ -132,8 +132,8 @@ class RuntimeContract:
         log.close()
 
     def test_a_rebuild_reads_the_tail_grouped_by_run_in_log_order(self, harness: Any):
-        """``log_scan.group_runs``: on Kafka it takes the consumer's batches itself, so
-        this pins it to what the generic path makes of ``EventLog.read``."""
+        """``log_scan.group_runs`` (over ``EventLog.read_batches``): the same groups,
+        first offsets, last headers and ends on each adapter."""
         events = harness.events
         log = harness.log(None, "contract-tail")
         log.begin()
@@ -186,6 +186,66 @@ class RuntimeContract:
             {2: at[b"a2"] + 1},
             1,
         )
+        log.close()
+
+    def test_raw_batches_hold_the_committed_records_read_gives(self, harness: Any):
+        """``EventLog.read_batches`` (a rebuild's bulk read): from the same start offsets,
+        the records ``read`` gives, with their partition, offset, key, value and headers,
+        none of an aborted transaction, in batches of at most ``batch``."""
+        events = harness.events
+        log = harness.log(None, "contract-batches")
+        log.begin()
+        log.append(events, b"aborted", b"wf-a", partition=0, headers=[(TYPE, b"X")])
+        log.append(events, b"aborted too", b"wf-b", partition=1)
+        log.flush()
+        log.abort()
+        writes = [
+            (b"a1", b"wf-a", 0, [(TYPE, b"WorkflowStarted")]),
+            (b"b1", b"wf-b", 1, [(TYPE, b"WorkflowStarted"), ("other", b"1")]),
+            (b"b2", b"wf-b", 1, []),
+            (b"c1", None, 1, [("other", b"2"), (TYPE, b"Done")]),
+            (b"a2", b"wf-a", 0, [(TYPE, b"ActivityScheduled")]),
+        ]
+        log.begin()
+        for value, key, partition, headers in writes:
+            log.append(events, value, key, partition=partition, headers=headers)
+        log.commit({})
+        log.flush()
+        at = {r.value: r.offset for r in read_settled(log, events, {0: 0, 1: 0}, 5)}
+        assert set(at) == {b"a1", b"b1", b"b2", b"c1", b"a2"}
+
+        def as_read(starts: dict[int, int]) -> list[tuple]:
+            records = log.read(events, starts)
+            got = [(r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records]
+            return sorted(got, key=lambda r: (r[0], r[1]))
+
+        def as_batches(starts: dict[int, int], batch: int) -> list[tuple]:
+            batches = list(log.read_batches(events, starts, batch=batch))
+            assert all(0 < len(b) <= batch for b in batches)
+            got = [
+                (m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or ()))
+                for b in batches
+                for m in b
+            ]
+            by_partition = [[r for r in got if r[0] == p] for p in starts]
+            assert all(rs == sorted(rs, key=lambda r: r[1]) for rs in by_partition)
+            return sorted(got, key=lambda r: (r[0], r[1]))
+
+        # partition 2 is empty; partition 1 is read from past its first committed record
+        starts = {0: 0, 1: at[b"b2"], 2: 0}
+        expected = [
+            (0, at[b"a1"], b"wf-a", b"a1", [(TYPE, b"WorkflowStarted")]),
+            (0, at[b"a2"], b"wf-a", b"a2", [(TYPE, b"ActivityScheduled")]),
+            (1, at[b"b2"], b"wf-b", b"b2", []),
+            (1, at[b"c1"], None, b"c1", [("other", b"2"), (TYPE, b"Done")]),
+        ]
+        assert as_read(starts) == expected
+        assert as_batches(starts, 10_000) == expected
+        assert as_batches(starts, 1) == expected
+        everything = {0: 0, 1: 0, 2: 0}
+        assert as_batches(everything, 2) == as_read(everything)
+        assert len(as_read(everything)) == 5
+        assert list(log.read_batches(events, {2: 0})) == []
         log.close()
 
     def test_intake_offsets_commit_with_the_transaction_and_rewind_to_them(self, harness: Any):

@@ -27,6 +27,7 @@ from orchestrator.io.ports import (
     EpochChanged,
     FailureCallback,
     ProducerReset,
+    RawMessage,
     RebuildRunning,
     Record,
     RecordRefused,
@@ -259,8 +260,45 @@ class MemoryEventLog:
         for p, start in sorted(starts.items()):
             yield from list(log[p][start:])
 
+    def read_batches(
+        self,
+        topic: str,
+        starts: Mapping[int, int],
+        stop: Callable[[], bool] | None = None,
+        batch: int = 10_000,
+    ) -> Iterator[Sequence[RawMessage]]:
+        log = self.broker.log(topic)
+        for p, start in sorted(starts.items()):
+            records = log[p][start:]
+            for i in range(0, len(records), batch):
+                yield [_Message(r) for r in records[i : i + batch]]
+
     def close(self) -> None:
         self._open = False
+
+
+class _Message:
+    """A stored record as ``EventLog.read_batches`` hands it over (``ports.RawMessage``)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def partition(self) -> int:
+        return self._record.partition
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def key(self) -> bytes | None:
+        return self._record.key
+
+    def value(self) -> bytes | None:
+        return self._record.value
+
+    def headers(self) -> tuple[tuple[str, bytes], ...]:
+        return self._record.headers
 
 
 class MemoryGroupIntake(MemoryCommandIntake):

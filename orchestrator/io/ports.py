@@ -9,7 +9,10 @@ tests) and memory (``memory``: fast unit tests of the loops only).
 adapter cannot drift from what Kafka does.
 
 A :class:`Record` is what an adapter hands over: plain values checked once at the
-edge, so nothing past it handles a client's optional fields.
+edge, so nothing past it handles a client's optional fields. The one exception is a
+rebuild's bulk read (``EventLog.read_batches``): batches of :class:`RawMessage`, on Kafka
+the consumer's own messages, because a ``Record`` per message costs more than a rebuild
+does with most of them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "GroupIntake",
     "OutcomeSink",
     "ProducerReset",
+    "RawMessage",
     "ReadModel",
     "ReadModelStore",
     "RebuildRunning",
@@ -73,6 +77,24 @@ class Record:
             if key == name:
                 return value.decode("utf-8", "replace")
         return None
+
+
+class RawMessage(Protocol):
+    """One committed record as a bulk read hands it over: the accessors of a
+    ``confluent_kafka.Message`` the rebuild uses, so the Kafka adapter passes the
+    consumer's messages on untouched."""
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None:
+        """``(name, value)`` pairs in the order written (None or empty: no header)."""
+        ...
 
 
 class CommandIntake(Protocol):
@@ -141,6 +163,19 @@ class EventLog(Protocol):
         self, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None = None
     ) -> Iterator[Record]:
         """Every committed record of the partitions from their start offsets to the end."""
+        ...
+
+    def read_batches(
+        self,
+        topic: str,
+        starts: Mapping[int, int],
+        stop: Callable[[], bool] | None = None,
+        batch: int = 10_000,
+    ) -> Iterator[Sequence[RawMessage]]:
+        """The records ``read`` gives, in non-empty batches of at most ``batch`` as the
+        reader hands them over (partitions may interleave between batches; each keeps its
+        order), with no ``Record`` built (a header without a value stays, as None): a
+        rebuild's bulk read."""
         ...
 
     def close(self) -> None: ...

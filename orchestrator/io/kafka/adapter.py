@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -41,6 +41,7 @@ from orchestrator.io.kafka.broker_errors import (
 from orchestrator.io.kafka.clients import (
     consume_batch,
     consumer_config,
+    read_batches,
     read_partitions,
     to_record,
     transactional_producer,
@@ -49,6 +50,7 @@ from orchestrator.io.kafka.outcomes import KafkaOutcomeSink
 from orchestrator.io.ports import (
     ConsumerReset,
     DeliveryCallback,
+    RawMessage,
     Record,
 )
 
@@ -399,6 +401,19 @@ class KafkaEventLog:
     ) -> Iterator[Record]:
         for msg in read_partitions(self.settings, topic, dict(starts), stop=stop):
             yield to_record(msg)
+
+    def read_batches(
+        self,
+        topic: str,
+        starts: Mapping[int, int],
+        stop: Callable[[], bool] | None = None,
+        batch: int = 10_000,
+    ) -> Iterator[Sequence[RawMessage]]:
+        """The consumer's batches and messages untouched (``clients.read_batches``)."""
+        batches = read_batches(self.settings, topic, dict(starts), batch=batch, stop=stop)
+        # A consumed message's headers are a list of (str, bytes | None): the stub's dict
+        # and str values are what ``produce`` accepts.
+        return cast("Iterator[Sequence[RawMessage]]", batches)
 
     @property
     def abandoned_calls(self) -> int:
