@@ -149,6 +149,15 @@ class BoundedCaller:
         self._queue.put(None)
 
 
+#: The longest wait between two tries of a call that failed retriably. After a broker
+#: died, the errors (``_TRANSPORT``, ``CONCURRENT_TRANSACTIONS`` while the new coordinator
+#: settles the transaction the old one held) each come back at once and end as soon as the
+#: cluster has moved; every wait past that moment adds to the stall. A longer cap (it was
+#: 1 s) saves nothing: the tries are one request each, and their warnings are logged once
+#: per 30 s.
+MAX_RETRY_BACKOFF_S = 0.2
+
+
 def retry_call(
     what: str,
     attempt: Callable[[float], T],
@@ -188,4 +197,4 @@ def retry_call(
                 ) from exc
             log.warning("%s: retriable broker error, retrying: %s", what, kafka_error(exc))
             time.sleep(backoff)
-            backoff = min(1.0, backoff * 2)
+            backoff = min(MAX_RETRY_BACKOFF_S, backoff * 2)

@@ -7,6 +7,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from orchestrator.io.kafka import broker_errors
 from orchestrator.io.kafka.broker_errors import (
     BoundedCaller,
     BrokerErrorKind,
@@ -50,6 +51,24 @@ def test_a_retriable_error_is_retried_until_it_succeeds():
 
     assert retry_call("commit", attempt, deadline_s=30, stopping=lambda: False) == "committed"
     assert len(calls) == 3
+
+
+def test_retries_back_off_from_50_ms_to_at_most_200_ms(monkeypatch):
+    """A retry waits no longer than 200 ms, so a call goes through within a fifth of a
+    second of a failover ending (docs/operations.md, "Losing a broker")."""
+    slept: list[float] = []
+    monkeypatch.setattr(broker_errors.time, "sleep", slept.append)
+    failures = iter(range(6))
+
+    def attempt(remaining: float) -> str:
+        if next(failures, None) is not None:
+            raise _exc(KafkaError.CONCURRENT_TRANSACTIONS, retriable=True)
+        return "offsets sent"
+
+    assert retry_call("send_offsets", attempt, deadline_s=30, stopping=lambda: False) == (
+        "offsets sent"
+    )
+    assert slept == [0.05, 0.1, 0.2, 0.2, 0.2, 0.2]
 
 
 def test_abortable_and_fatal_errors_are_not_retried():
