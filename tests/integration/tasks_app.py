@@ -84,6 +84,14 @@ def _done(status: str) -> Any:
     return output
 
 
+def _after_decision() -> list[State]:
+    """The states an approval and a rejection lead to."""
+    return [
+        State("pay", steps=[Step("pay", "pay_out", input=_payment)], complete=_done("paid")),
+        State("rejected", complete=_done("rejected")),
+    ]
+
+
 payment_fast = app.workflow(
     WorkflowDefinition(
         "payment_fast",
@@ -107,8 +115,7 @@ payment_fast = app.workflow(
                     on_reject="rejected",
                 ),
             ),
-            State("pay", steps=[Step("pay", "pay_out", input=_payment)], complete=_done("paid")),
-            State("rejected", complete=_done("rejected")),
+            *_after_decision(),
         ],
     )
 )
@@ -138,8 +145,7 @@ payment_priced = app.workflow(
                     on_reject="rejected",
                 ),
             ),
-            State("pay", steps=[Step("pay", "pay_out", input=_payment)], complete=_done("paid")),
-            State("rejected", complete=_done("rejected")),
+            *_after_decision(),
         ],
     )
 )
