@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.domain.model.limits import MAX_REASON_CHARS
 from orchestrator.domain.model.messages import Envelope
-from orchestrator.io.kafka.clients import ClientMessage, dead_letter, to_record
+from orchestrator.io.intake_letters import record_letter
 from orchestrator.io.ports import Record
 
 __all__ = ["MAX_RECORD_BYTES", "bounded_dead_letter"]
@@ -26,15 +26,15 @@ _MAX_KEY_BYTES = 4096
 
 
 def bounded_dead_letter(
-    msg: ClientMessage | Record, reason: str, env: Envelope[Any] | None = None
+    rec: Record, reason: str, env: Envelope[Any] | None, now: int
 ) -> Envelope[Any]:
-    """``dead_letter(msg, reason)`` cut to fit one record: an oversized value is not kept.
+    """``record_letter(rec, reason, env, now)`` cut to fit one record: an oversized value
+    is not kept.
 
     The original record stays in its topic at the offset the letter names (until the
     topic's retention), so nothing is lost that an operator cannot find. Decided on the
     record as read, before the envelope factory cuts what it wraps (and notes its cuts).
     """
-    rec = msg if isinstance(msg, Record) else to_record(msg)
     reason = reason[:MAX_REASON_CHARS]
     room = MAX_RECORD_BYTES - _DEAD_LETTER_OVERHEAD - 2 * min(len(rec.key or b""), _MAX_KEY_BYTES)
     if rec.value is not None and len(rec.value) > room:
@@ -44,4 +44,4 @@ def bounded_dead_letter(
         )
         reason = reason[: MAX_REASON_CHARS - len(note)] + note
         rec = dataclasses.replace(rec, value=None)
-    return dead_letter(rec, reason, env)
+    return record_letter(rec, reason, env, now)

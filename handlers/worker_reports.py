@@ -100,7 +100,7 @@ class WorkerReports:
         self.dead_letters += 1
         log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
         try:
-            letter = bounded_dead_letter(rec, reason, env)
+            letter = bounded_dead_letter(rec, reason, env, self.clock.now_ms())
             d: DeadLetter = letter.payload
             problem = self._send(self.t_dlq, d.key, self.codec.encode(letter))
         except Exception as exc:  # the last resort must not raise either

@@ -17,7 +17,7 @@ from orchestrator.domain.model.messages import (
     Envelope,
 )
 from orchestrator.engine.runtime_context import RuntimeContext
-from orchestrator.io.kafka.clients import dead_letter
+from orchestrator.io.intake_letters import record_letter
 from orchestrator.io.ports import DeliveryCallback, Record
 from orchestrator.records.envelopes import check_record_size, dead_letter_envelope, follow_up
 
@@ -108,10 +108,10 @@ def intake_letter(
     ctx.stats.dead_letters += 1
     log.warning("dead letter from %s[%d]@%d: %s", rec.topic, rec.partition, rec.offset, reason)
     try:
-        value = ctx.codec.encode(dead_letter(rec, reason, env))
+        value = ctx.codec.encode(record_letter(rec, reason, env, ctx.clock.now_ms()))
     except Exception:  # e.g. text the codec refuses: keep the letter, escape the text
         safe = reason.encode("ascii", "backslashreplace").decode("ascii")
-        value = ctx.codec.encode(dead_letter(rec, safe, None))
+        value = ctx.codec.encode(record_letter(rec, safe, None, ctx.clock.now_ms()))
     key = rec.key[:1024] if rec.key is not None else None
     return [Out(ctx.topics.dlq, check_record_size(value, "a dead letter"), key)]
 

@@ -31,9 +31,7 @@ from confluent_kafka import (
 )
 
 from orchestrator.config.settings import KafkaSecurityProtocol, Settings, redact
-from orchestrator.domain.model.messages import Envelope
 from orchestrator.io.ports import Record, Stopping
-from orchestrator.records.envelopes import dead_letter_envelope, now_ms
 
 log = logging.getLogger("keel.kafka")
 
@@ -142,31 +140,6 @@ def to_record(msg: Message) -> Record:
         msg.value(),
         _headers(msg),
         ts if ts_type != TIMESTAMP_NOT_AVAILABLE and ts > 0 else 0,
-    )
-
-
-def dead_letter(
-    msg: Message | Record, reason: str, env: Envelope[Any] | None = None
-) -> Envelope[Any]:
-    """The keel.dlq record for a record that could not be processed, with its origin.
-
-    ``env`` is the record decoded, when it could be; else the key names the workflow.
-    The letter always fits in one record: what it wraps is truncated to fit.
-    """
-    rec = msg if isinstance(msg, Record) else to_record(msg)
-    key = rec.key
-    return dead_letter_envelope(
-        message_id=f"dlq/{rec.topic}/{rec.partition}/{rec.offset}",
-        workflow_id=env.workflow_id if env else (key or b"").decode("utf-8", "replace"),
-        run_id=env.run_id if env else "",
-        source_topic=rec.topic,
-        source_partition=rec.partition,
-        source_offset=rec.offset,
-        reason=reason,
-        key=key,
-        value=rec.value,
-        now=now_ms(),
-        causation_id=env.message_id if env else None,
     )
 
 

@@ -23,6 +23,7 @@ from orchestrator.domain.model.messages import (
 from orchestrator.engine.recovery import CHECKPOINT_KEY, CHUNK_PREFIX, TYPE_HEADER
 from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import CallStalled, ProducerReset, TxnAbortable
+from orchestrator.records.clock import ManualClock
 from orchestrator.records.envelopes import MAX_RECORD_BYTES, now_ms, runtime_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
@@ -193,6 +194,17 @@ def test_poison_records_are_dead_lettered_and_the_batch_goes_on(tmp_path, produc
     assert rig.events("wf-x") == []
     (letter,) = rig.letters()
     assert letter.payload.reason.startswith(reason), letter.payload.reason
+
+
+def test_a_dead_letter_is_recorded_at_the_engines_clock_not_the_hosts(tmp_path):
+    clock = ManualClock(start_ms=1_000_000_000_000)  # 2001: far from the host's time
+    rig = MemoryRig(tmp_path, clock=clock)
+    clock.advance(90.0)
+    rig.broker.produce(rig.topics.commands, b"\x00garbage", b"wf-x", partition=0)
+    rig.run()
+    (letter,) = rig.letters()
+    assert letter.payload.reason.startswith("undecodable record"), letter.payload.reason
+    assert letter.recorded_at == 1_000_000_090_000
 
 
 def test_anything_the_decider_raises_is_dead_lettered_with_the_reason(tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ from orchestrator.io.kafka.broker_errors import classify
 from orchestrator.io.memory import MemoryBroker, MemoryGroupIntake, MemoryOutcomeSink
 from orchestrator.io.ports import ConsumerReset, Stopping
 from orchestrator.payload_schemas.codec import Codec
+from orchestrator.records.clock import ManualClock
 
 codec = Codec()
 GROUP = "mem.workers"
@@ -379,6 +380,18 @@ def test_a_dead_letter_drops_a_value_too_large_to_keep_and_says_where_it_stays(t
         f"too large to keep here; it stays at {rig.tasks}[{letter.source_partition}]@0]"
     )
     assert letter.value is None and letter.key == b"garbage"
+
+
+def test_a_dead_letter_is_recorded_at_the_workers_clock_not_the_hosts(tmp_path):
+    clock = ManualClock(start_ms=1_000_000_000_000)  # 2001: far from the host's time
+    clock.advance(42.0)
+    rig = Rig(tmp_path, clock=clock)
+    rig.broker.produce(rig.tasks, b"\x00garbage", b"wf-x")
+    rig.worker.step()
+    (record,) = rig.broker.records(rig.settings.topic("dlq"))
+    letter = codec.decode(record.value)
+    assert letter.payload.reason.startswith("undecodable task"), letter.payload.reason
+    assert letter.recorded_at == 1_000_000_042_000
 
 
 def test_the_worker_warms_its_sink_before_it_subscribes(tmp_path):
