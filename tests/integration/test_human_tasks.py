@@ -309,7 +309,7 @@ def test_an_approval_refused_while_the_operation_cannot_be_computed_passes_once_
     assert again[0] == 503 and again[1]["message_id"] == f"{first[1]['message_id']}/again/1"
     assert passed[0] == 200 and passed[1]["status"] == "decided", passed
     assert passed[1]["message_id"] == f"{first[1]['message_id']}/again/2"
-    assert client.wait(wf, 60)["output"] == {"status": "paid", "decided_by": "alice"}
+    assert client.wait(wf, 60).output == {"status": "paid", "decided_by": "alice"}
     events = events_of(settings, wf)
     refused = [e for e in events if isinstance(e.payload, CommandRefused)]
     assert [e.causation_id for e in refused] == [first[1]["message_id"], again[1]["message_id"]]
