@@ -206,9 +206,9 @@ def test_approving_in_the_inbox_moves_the_run_on_and_a_stale_tab_is_refused(
     shot(browser, "inbox")
     rows[0].find_element(By.CSS_SELECTOR, "td a").click()
     digest = until(browser, lambda b: b.find_element(By.ID, "digest"), "the task page").text
-    task = runs[APPROVED]["human_tasks"][0]
+    task = runs[APPROVED].human_tasks[0]
     assert browser.find_element(By.ID, "task-id").text == task["task_id"]
-    opened = next(h for h in runs[APPROVED]["history"] if h["type"] == "HumanTaskOpened")
+    opened = next(h for h in runs[APPROVED].history if h["type"] == "HumanTaskOpened")
     assert digest == opened["data"]["operation_digest"]
     assert '"category": "tools"' in browser.find_element(By.ID, "evidence").text
     assert browser.find_element(By.ID, "sla").text.startswith("in ")
@@ -250,7 +250,7 @@ def test_a_run_shows_its_timeline_in_order_with_the_llm_call(browser, alice, sta
     browser.get(f"{stack.url}/ui/runs/{APPROVED}")
     items = browser.find_elements(By.CSS_SELECTOR, "#timeline > li")
     assert [(int(i.get_attribute("data-seq")), i.get_attribute("data-type")) for i in items] == [
-        (h["seq"], h["type"]) for h in view["history"]
+        (h["seq"], h["type"]) for h in view.history
     ]
     types = [i.get_attribute("data-type") for i in items]
     assert types[:2] == ["WorkflowStarted", "StateEntered"]
@@ -264,7 +264,7 @@ def test_a_run_shows_its_timeline_in_order_with_the_llm_call(browser, alice, sta
     assert detail["model"] == ui_app.MODEL
     assert detail["prompt"] == "classify_invoice@1"
     assert detail["validation"] == "valid, 0 repair(s)"
-    assert detail["cost"] == f"${view['llm']['cost_usd']:.6f}" and view["llm"]["cost_usd"] > 0
+    assert detail["cost"] == f"${view.llm['cost_usd']:.6f}" and view.llm["cost_usd"] > 0
     decided = browser.find_element(By.CSS_SELECTOR, '#timeline > li[data-type="HumanTaskDecided"]')
     assert "approve by alice" in decided.text
     states = browser.find_elements(By.CSS_SELECTOR, '#timeline > li[data-type="StateEntered"]')
@@ -422,7 +422,7 @@ def test_a_migration_dry_run_shows_the_mapping_and_writes_nothing(browser, alice
         version=1,
     )
     wait_until(lambda: (stack.client.projection.get(wf) or {}).get("state") == "approval", 90, wf)
-    before = stack.client.show(wf)["history"]
+    before = stack.client.show(wf).history
     browser.get(f"{stack.url}/ui/runs/{wf}")
     Select(browser.find_element(By.ID, "migrate-version")).select_by_visible_text("v2")
     browser.find_element(By.CSS_SELECTOR, "#migrate-form button").click()
@@ -452,7 +452,7 @@ def test_a_migration_dry_run_shows_the_mapping_and_writes_nothing(browser, alice
     assert "HumanTaskOpened" in browser.find_element(By.CSS_SELECTOR, ".io").text
     shot(browser, "migration")
     after = stack.client.show(wf)
-    assert after["version"] == 1 and after["history"] == before  # a dry run writes nothing
+    assert after.version == 1 and after.history == before  # a dry run writes nothing
 
     browser.get(f"{stack.url}/ui/runs/{CANCELLED}/migration?to_version=2")
     outcome = until(browser, lambda b: b.find_element(By.ID, "migration-outcome"), "the refusal")

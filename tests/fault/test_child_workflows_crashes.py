@@ -28,8 +28,8 @@ def test_a_parent_gets_all_its_childrens_results_through_an_orchestrator_sigkill
     services.kill(orchestrator)
     services.start("orchestrator")
     row = client.wait("batch-k", 300)
-    assert row["status"] == "completed", row
-    assert row["output"] == {"results": [{"result": (n + 1) + 2 * n + n * n} for n in numbers]}
+    assert row.status == "completed", row
+    assert row.output == {"results": [{"result": (n + 1) + 2 * n + n * n} for n in numbers]}
     by_wf = histories(settings)
     for i in range(CHILDREN):
         wf = f"batch-k:run.1.checks.{i}"

@@ -100,7 +100,7 @@ def test_kafka_down_is_a_503_and_the_retry_after_it_is_back_applies_once(
         wait_until(lambda: hook.waiting_for_documents(client, wf, 2), 90, "the second wait")
         assert hook.deliver(url, hook.added("evt-2", wf, "contract"))[0] == 202
         done = client.wait(wf, 90)
-        assert done["output"] == {"decision": "approved", "documents": 3}
+        assert done.output == {"decision": "approved", "documents": 3}
         assert hook.signals_received(settings, wf) == [
             {"document": "receipt"},
             {"document": "contract"},
@@ -152,7 +152,7 @@ def test_a_connector_killed_after_the_ack_before_answering_the_retry_is_deduplic
 
     assert hook.deliver(url, hook.added("evt-2", wf, "contract"))[0] == 202
     done = client.wait(wf, 60)
-    assert done["output"] == {"decision": "approved", "documents": 3}
+    assert done.output == {"decision": "approved", "documents": 3}
     assert hook.signals_received(settings, wf) == [
         {"document": "receipt"},
         {"document": "contract"},

@@ -38,14 +38,14 @@ def test_fan_out_posts_each_item_once_within_its_concurrency_through_sigkills(
     services.start("worker")
 
     row = client.wait("batch-1", timeout_s=300)
-    assert row["status"] == "completed", row
+    assert row.status == "completed", row
     book = ledger.ledger()
     by_invoice = {p["extra"]["invoice_id"]: p for p in book["postings"]}
     assert sorted(by_invoice) == [inv["invoice_id"] for inv in invoices]
     assert set(book["effects"].values()) == {1}, "exactly one posting per item"
     assert book["total_effects"] == ITEMS
     assert 1 < book["peak_in_flight"] <= BATCH_CONCURRENCY
-    output = row["output"]
+    output = row.output
     assert output["failed"] == []
     assert output["postings"] == [by_invoice[inv["invoice_id"]]["posting_id"] for inv in invoices]
 

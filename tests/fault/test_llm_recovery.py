@@ -64,8 +64,8 @@ def test_worker_killed_after_the_answer_was_stored_does_not_ask_again(
     assert client.projection.get("kill-w")["status"] == "running"
     services.start("worker", "--app", APP)
     done = client.wait("kill-w", 120)
-    assert done["status"] == "completed"
-    assert done["output"]["route"] == "approval", "the same branch as the first answer"
+    assert done.status == "completed"
+    assert done.output["route"] == "approval", "the same branch as the first answer"
     requests = fake.requests()
     assert [q["call"] for q in requests] == [f"{key}#0"], "no second request for the attempt"
     events = histories(settings)["kill-w"]
@@ -93,7 +93,7 @@ def test_orchestrator_killed_after_the_node_completed_makes_no_new_request(
     services.start("orchestrator", "--app", APP)
     client.signal("kill-o", "confirm", {"by": "test"})
     done = client.wait("kill-o", 120)
-    assert done["status"] == "completed" and done["output"]["route"] == "approval"
+    assert done.status == "completed" and done.output["route"] == "approval"
     assert len(fake.requests()) == 1, "recovery replayed the recorded result"
     events = histories(settings)["kill-o"]
     assert_sound_history("kill-o", events)

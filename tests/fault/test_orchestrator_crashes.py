@@ -74,7 +74,7 @@ def test_a_timer_scheduled_before_a_sigkill_fires_once_after_restart(settings, s
     restarted = services.start("orchestrator", KEEL_INSTANCE_ID="timers")
     wait_until(lambda: _assigned(restarted), 60, "re-assignment")
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
+    assert done.status == "completed"
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
     scheduled = [e for e in events if isinstance(e.payload, TimerScheduled)]
@@ -118,7 +118,7 @@ def test_recovery_from_snapshot_checkpoints_after_a_sigkill(settings, services, 
             60,
             "the signal",
         )
-    assert client.wait(review, 60)["output"] == {"decision": "approved", "documents": 3}
+    assert client.wait(review, 60).output == {"decision": "approved", "documents": 3}
     snapshots = decode_all(
         read_topic(settings.kafka_servers, settings.topic("snapshots"), settings.partitions)
     )

@@ -112,8 +112,8 @@ def test_an_unknown_outcome_without_a_status_query_needs_an_operator(
     resolved = keel(settings, "workflow", "resolve", wf, POST, "--found", found, "--app", APP)
     assert resolved.returncode == 0, resolved.stderr
     done = unknown_client.wait(wf, 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {"posting_id": posting["posting_id"]}
+    assert done.status == "completed"
+    assert done.output == {"posting_id": posting["posting_id"]}
 
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
@@ -137,10 +137,10 @@ def test_on_unknown_retry_sends_the_same_key_again_to_a_deduplicating_ledger(
     key = _kill_mid_call(services, unknown_client, ledger, "posting_retry_unknown", wf)
 
     done = unknown_client.wait(wf, 60)
-    assert done["status"] == "completed"
+    assert done.status == "completed"
     posting = ledger.posting(key)
     assert posting is not None
-    assert done["output"] == {"posting_id": posting["posting_id"]}
+    assert done.output == {"posting_id": posting["posting_id"]}
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
     assert check_history(events) == []

@@ -49,7 +49,7 @@ def test_response_lost_after_commit_completes_through_the_status_query(
     ledger.set_faults(drop_after_commit=1, dedupe=False)
     wf = client.start("invoice_posting", invoice(1), "lost-1").workflow_id
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
+    assert done.status == "completed"
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
     posts = _scheduled(events, "post_to_ledger")
@@ -61,7 +61,7 @@ def test_response_lost_after_commit_completes_through_the_status_query(
     book = ledger.ledger()
     assert book["effects"] == {key: 1}
     assert book["calls"] == {key: 1}
-    assert done["output"] == {"posting_id": ledger.posting(key)["posting_id"]}
+    assert done.output == {"posting_id": ledger.posting(key)["posting_id"]}
 
 
 def test_transient_bursts_are_retried_with_growing_jittered_gaps_and_4xx_never(
@@ -69,7 +69,7 @@ def test_transient_bursts_are_retried_with_growing_jittered_gaps_and_4xx_never(
 ):
     ledger.set_faults(status_429=2, status_500=1)
     wf = client.start("invoice_posting", invoice(2), "bursty").workflow_id
-    assert client.wait(wf, 60)["status"] == "completed"
+    assert client.wait(wf, 60).status == "completed"
     events = histories(settings)[wf]
     posts = _scheduled(events, "post_to_ledger")
     assert [p.attempt for p in posts] == [1, 2, 3, 4]
@@ -86,7 +86,7 @@ def test_transient_bursts_are_retried_with_growing_jittered_gaps_and_4xx_never(
     ledger.reset()
     bad = client.start("invoice_posting", invoice(3, account=""), "refused").workflow_id
     done = client.wait(bad, 60)
-    assert done["status"] == "failed"
+    assert done.status == "failed"
     events = histories(settings)[bad]
     assert [p.attempt for p in _scheduled(events, "post_to_ledger")] == [1], "4xx: no retry"
     failed = [e.payload for e in events if isinstance(e.payload, ActivityFailed)]
@@ -115,7 +115,7 @@ def test_exhausted_attempts_dead_letter_with_context_and_redrive_completes(
     ledger.set_faults(down=False)
     redriven = keel(settings, "dlq", "redrive", letter["id"])
     assert redriven.returncode == 0, redriven.stderr
-    assert client.wait(wf, 60)["status"] == "completed"
+    assert client.wait(wf, 60).status == "completed"
     events = histories(settings)[wf]
     assert any(isinstance(e.payload, ActivityDeadLettered) for e in events)
     posts = _scheduled(events, "post_to_ledger")
@@ -190,10 +190,10 @@ def test_each_activity_timeout_fires_from_recorded_timers(
         # Warm up: the worker has joined its group and polls before the timed task goes
         # out, so schedule-to-start cannot fire merely because the worker was booting.
         warm = client.start("three_step", {"n": 1}, f"warm-{timeout}").workflow_id
-        assert client.wait(warm, 60)["status"] == "completed"
+        assert client.wait(warm, 60).status == "completed"
     wf = client.start("slow_step", sleep_input, f"slow-{timeout}").workflow_id
     done = client.wait(wf, 60)
-    assert done["status"] == "failed"
+    assert done.status == "failed"
     events = histories(settings)[wf]
     timed_out = [e.payload for e in events if isinstance(e.payload, ActivityTimedOut)]
     assert [(t.activity_id, t.attempt, t.timeout) for t in timed_out] == [
@@ -263,8 +263,8 @@ def test_an_unanswerable_status_query_needs_attention_and_the_operator_resolves_
     resolved = keel(settings, "workflow", "resolve", wf, "run#1/post", "--found", found)
     assert resolved.returncode == 0, resolved.stderr
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {"posting_id": posting["posting_id"]}
+    assert done.status == "completed"
+    assert done.output == {"posting_id": posting["posting_id"]}
     assert ledger.ledger()["calls"] == {key: 1}, "the write was never repeated"
 
     again = keel(settings, "workflow", "resolve", wf, "run#1/post", "--not-found")

@@ -25,8 +25,8 @@ def test_a_parent_completes_with_its_childrens_outputs_in_order(settings, servic
     numbers = [3, 1, 4, 1, 5, 9]
     client.start("checks_batch", {"numbers": numbers}, workflow_id="batch-c")
     row = client.wait("batch-c", 90)
-    assert row["status"] == "completed", row
-    assert row["output"] == {"results": [_checks(n) for n in numbers]}
+    assert row.status == "completed", row
+    assert row.output == {"results": [_checks(n) for n in numbers]}
 
     children = [f"batch-c:run.1.checks.{i}" for i in range(len(numbers))]
     by_wf = histories(settings)
@@ -39,7 +39,7 @@ def test_a_parent_completes_with_its_childrens_outputs_in_order(settings, servic
             "batch-c",
             f"run#1/checks[{i}]",
         )
-        assert client.wait(wf, 5)["output"] == _checks(numbers[i])
+        assert client.wait(wf, 5).output == _checks(numbers[i])
     assert_sound_history("batch-c", by_wf["batch-c"])
 
     shown = keel(settings, "workflow", "show", "batch-c", COLUMNS="300")
@@ -64,10 +64,10 @@ def test_cancelling_the_parent_cancels_the_children_it_awaits(settings, services
         "three children waiting on their timers",
     )
     client.cancel("batch-t", reason="the batch was withdrawn")
-    assert client.wait("batch-t", 60)["status"] == "cancelled"
+    assert client.wait("batch-t", 60).status == "cancelled"
     for wf in children:
         row = client.wait(wf, 60)
-        assert row["status"] == "cancelled", row
+        assert row.status == "cancelled", row
     by_wf = histories(settings)
     for wf in children:
         (cancelled,) = [e for e in by_wf[wf] if e.type == "WorkflowCancelled"]
@@ -101,9 +101,9 @@ def test_the_parent_close_policy_says_how_the_children_stop(
             "both children holding a seat and waiting",
         )
         client.cancel(wf, reason="the group booking was withdrawn")
-        assert client.wait(wf, 60)["status"] == "cancelled"
+        assert client.wait(wf, 60).status == "cancelled"
         for c in children:
-            assert client.wait(c, 60)["status"] == ended
+            assert client.wait(c, 60).status == ended
     finally:
         client.close()
     by_wf = histories(settings)

@@ -39,7 +39,7 @@ def test_two_concurrent_starts_of_one_id_agree_on_the_one_run(settings, services
         outs.append(json.loads(stdout))
     assert sorted(o["existed"] for o in outs) == [False, True]
     assert outs[0]["run_id"] == outs[1]["run_id"]
-    assert client.wait("dup", 60)["status"] == "completed"
+    assert client.wait("dup", 60).status == "completed"
     starts = [e for e in histories(settings)["dup"] if isinstance(e.payload, WorkflowStarted)]
     assert [e.run_id for e in starts] == [outs[0]["run_id"]]
 
@@ -61,7 +61,7 @@ def test_a_start_the_read_model_does_not_confirm_is_an_error_naming_the_command(
     assert match, late.stderr
     services.start("orchestrator")
     services.start("worker")
-    assert client.wait("lag-1", 90)["run_id"] == match.group(1)
+    assert client.wait("lag-1", 90).run_id == match.group(1)
     again = keel(
         settings, "workflow", "start", "parallel_checks", "--id", "lag-1", "--input", '{"n": 1}',
         "--json",

@@ -39,9 +39,9 @@ def _scheduled(events, activity_type):
 
 def test_a_booked_trip_completes(settings, running, client, booking):  # noqa: F811
     done = client.wait(client.start("travel_booking", trip(1), "trip-ok").workflow_id, 60)
-    assert done["status"] == "completed"
+    assert done.status == "completed"
     books = booking.books()
-    assert sorted(books["live"]) == sorted([done["output"]["hotel"], done["output"]["flight"]])
+    assert sorted(books["live"]) == sorted([done.output["hotel"], done.output["flight"]])
     assert books["cancellations"] == {}
 
 
@@ -53,8 +53,8 @@ def test_a_declined_card_cancels_flight_then_hotel_once_each(
 ):
     wf = client.start("travel_booking", trip(2, declined=True), "trip-declined").workflow_id
     done = client.wait(wf, 60)
-    assert done["status"] == "compensated"
-    assert "card declined" in done["failure_reason"]
+    assert done.status == "compensated"
+    assert "card declined" in done.failure_reason
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
     assert isinstance(events[-1].payload, WorkflowCompensated)
@@ -90,7 +90,7 @@ def test_a_cancellation_that_keeps_failing_ends_compensation_failed_with_a_task(
     booking.set_faults(fail_cancels=["flight"])
     wf = client.start("travel_booking", trip(3, declined=True), "trip-stuck").workflow_id
     done = client.wait(wf, 90)
-    assert done["status"] == "compensation_failed"
+    assert done.status == "compensation_failed"
     events = histories(settings)[wf]
     assert_sound_history(wf, events)
     gave_up = [e.payload for e in events if isinstance(e.payload, CompensationFailed)]
@@ -108,4 +108,4 @@ def test_a_cancellation_that_keeps_failing_ends_compensation_failed_with_a_task(
     hotel_cancel = _scheduled(events, "cancel_reservation")[-1]
     assert hotel_cancel.activity_id == "run#1/hotel/undo"
     assert books["cancellations"] == {hotel_cancel.idempotency_key: 1}
-    assert client.show(wf)["failure_reason"].endswith(f"(human task '{task.task_id}')")
+    assert client.show(wf).failure_reason.endswith(f"(human task '{task.task_id}')")

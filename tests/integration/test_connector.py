@@ -187,8 +187,8 @@ def test_five_concurrent_deliveries_and_a_redelivery_after_redis_lost_the_key_si
     # the same partition keeps order: once evt-2 is applied, the repeat was decided before it
     assert deliver(url, added("evt-2", wf, "contract"))[0] == 202
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {"decision": "approved", "documents": 3}
+    assert done.status == "completed"
+    assert done.output == {"decision": "approved", "documents": 3}
     assert signals_received(settings, wf) == [{"document": "receipt"}, {"document": "contract"}]
     assert commands_with_id(settings, mid) == 2
 

@@ -106,8 +106,8 @@ def test_each_continued_run_posts_once_and_asks_the_model_once_under_keys_of_its
     for request, month in zip(requests, MONTHS, strict=True):
         assert statement(ACCOUNT, month) in json.dumps(request["messages"])
 
-    assert done["status"] == "completed", done
-    assert done["output"] == {"month": LAST_MONTH, "posting_id": book["postings"][-1]["posting_id"]}
+    assert done.status == "completed", done
+    assert done.output == {"month": LAST_MONTH, "posting_id": book["postings"][-1]["posting_id"]}
 
     # The history: 3 continue-as-new events, 4 runs, one logical attempt and one key per
     # run for the node and for the posting.

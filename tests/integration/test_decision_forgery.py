@@ -126,7 +126,7 @@ def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack)
     assert not any(isinstance(e.payload, HumanTaskDecided | ActivityScheduled) for e in events)
     dlq = read_topic(settings.kafka_servers, settings.topic("dlq"), settings.partitions, max_s=5)
     assert dlq == []
-    assert client.show(wf)["status"] == "waiting"
+    assert client.show(wf).status == "waiting"
 
     # the real path: `keel human-tasks decide ID` derives the token and signs with the key
     done = subprocess.run(
@@ -136,8 +136,8 @@ def test_forged_decisions_are_refused_and_a_signed_one_approves(settings, stack)
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     final = client.wait(wf, 60)
-    assert final["status"] == "completed"
-    assert final["output"]["decided_by"] == "alice" and final["output"]["status"] == "paid"
+    assert final.status == "completed"
+    assert final.output["decided_by"] == "alice" and final.output["status"] == "paid"
     events = histories(settings)[wf]
     (decided,) = [e.payload for e in events if isinstance(e.payload, HumanTaskDecided)]
     assert decided.actor == "alice" and decided.token_hash == task.token_hash

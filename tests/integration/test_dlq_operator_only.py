@@ -119,13 +119,13 @@ def test_refused_decisions_are_answered_and_recorded_never_dead_lettered(setting
     assert refusals[0].payload.reason.startswith("stale approval: the approver saw ")
     assert "actor 'bob' holds none of the roles" in refusals[1].payload.reason
     assert [r.causation_id for r in refusals] == [r.payload.command_id for r in refusals]
-    assert client.show(wf)["status"] == "waiting"
+    assert client.show(wf).status == "waiting"
 
     ok = _decide(
         cli_env, task.task_id, "alice", "--approve", "--operation-digest", task.operation_digest
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert client.wait(wf, 60)["status"] == "completed"
+    assert client.wait(wf, 60).status == "completed"
     # decided twice, after the run ended: answered, and nothing more is written
     twice = _decide(cli_env, task.task_id, "alice", "--reject")
     assert twice.returncode == 1, twice.stdout + twice.stderr
@@ -143,8 +143,8 @@ def test_stray_late_and_unknown_signals_are_no_dead_letters_and_poison_still_is(
     live, done = f"doc-{uuid.uuid4().hex[:8]}", f"three-{uuid.uuid4().hex[:8]}"
     client.start("document_review", {"document": "a"}, live)
     client.start("three_step", {"n": 1}, done)
-    wait_until(lambda: client.show(live)["status"] == "waiting", 60, "the review to wait")
-    assert client.wait(done, 60)["status"] == "completed"
+    wait_until(lambda: client.show(live).status == "waiting", 60, "the review to wait")
+    assert client.wait(done, 60).status == "completed"
     finished = len(histories(settings)[done])
 
     # a signal the live run does not wait for: recorded in its history, once

@@ -58,10 +58,10 @@ def test_document_review_goes_round_twice_then_refuses_late_signals(settings, se
         wait_until(lambda n=round_no: waiting_in_round(n), 60, f"wait number {round_no}")
         client.signal(wf, "documents_added", {"document": extra})
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {"decision": "approved", "documents": 3}
+    assert done.status == "completed"
+    assert done.output == {"decision": "approved", "documents": 3}
     view = client.show(wf)
-    states = [h["data"]["state"] for h in view["history"] if h["type"] == "StateEntered"]
+    states = [h["data"]["state"] for h in view.history if h["type"] == "StateEntered"]
     assert states == [
         "review",
         "needs_documents",
@@ -70,7 +70,7 @@ def test_document_review_goes_round_twice_then_refuses_late_signals(settings, se
         "review",
         "approved",
     ]
-    assert [h["seq"] for h in view["history"]] == list(range(1, len(view["history"]) + 1))
+    assert [h["seq"] for h in view.history] == list(range(1, len(view.history) + 1))
 
     before = histories(settings)[wf]
     late = keel(
@@ -147,7 +147,7 @@ def test_a_poison_command_goes_to_the_dlq_with_its_origin_and_processing_goes_on
     producer.produce(settings.topic("commands"), key=b"poisoned", value=b"\x00not avro at all")
     producer.flush(10)
     wf = client.start("parallel_checks", {"n": 2}, "after-poison").workflow_id
-    assert client.wait(wf, 60)["output"] == {"result": 3 + 4 + 4}
+    assert client.wait(wf, 60).output == {"result": 3 + 4 + 4}
     listed = keel(settings, "dlq", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     [letter] = json.loads(listed.stdout)

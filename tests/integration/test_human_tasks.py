@@ -177,7 +177,7 @@ def test_a_task_reminds_escalates_and_the_lead_approval_resumes_the_run_once(
     assert conflict["decision"] == body["decision"]  # what stands: lena's approval
 
     done = client.wait(wf, 60)
-    assert done["output"] == {"status": "paid", "decided_by": "lena"}
+    assert done.output == {"status": "paid", "decided_by": "lena"}
     events = events_of(settings, wf)
     kinds = [type(e.payload) for e in events]
     assert kinds.count(HumanTaskDecided) == 1
@@ -230,7 +230,7 @@ def test_a_task_reminds_escalates_and_the_lead_approval_resumes_the_run_once(
     ]
     assert inbox(url, "alice") == []
     show = client.show(wf)
-    assert [(t["status"], t["actor"]) for t in show["human_tasks"]] == [("approved", "lena")]
+    assert [(t["status"], t["actor"]) for t in show.human_tasks] == [("approved", "lena")]
 
     # no token, bearer or key anywhere: logs, events, commands, dead letters, read model
     _assert_no_secrets(settings, services, [token, SECRET, *BEARERS.values()])
@@ -244,7 +244,7 @@ def test_an_undecided_task_expires_into_a_rejection_and_refuses_a_late_approval(
     start(client, wf, expires_days=1.5)  # expires after the escalation, undecided
     task = wait_until(lambda: task_of(url, wf), 60, "the task in the inbox")
     done = client.wait(wf, 60)
-    assert done["output"] == {"status": "rejected", "decided_by": None}
+    assert done.output == {"status": "rejected", "decided_by": None}
     events = events_of(settings, wf)
     expired = [e.payload for e in events if isinstance(e.payload, HumanTaskExpired)]
     assert expired == [HumanTaskExpired(task["task_id"], "reject")]

@@ -73,9 +73,9 @@ def test_each_sample_ends_as_the_pipelines_does_with_one_posting_per_invoice(set
         client.start("invoice_agent", agent_input(s), workflow_id=wf)
 
     rows = {wf: client.wait(wf, 90) for wf in by_wf}
-    outcomes = {s.scenario: rows[wf]["output"]["outcome"] for wf, s in by_wf.items()}
+    outcomes = {s.scenario: rows[wf].output["outcome"] for wf, s in by_wf.items()}
     assert outcomes == {s.scenario: s.expected for s in items}
-    assert all(r["status"] == "completed" for r in rows.values())
+    assert all(r.status == "completed" for r in rows.values())
 
     # The ledger's own books: one posting per invoice that posted or was compensated, the
     # output's posting id the ledger's, the refused payment's posting reversed.
@@ -87,7 +87,7 @@ def test_each_sample_ends_as_the_pipelines_does_with_one_posting_per_invoice(set
     for p in books["postings"]:
         number = p["extra"]["invoice_number"]
         assert p["extra"]["invoice_id"] == posted[number]
-        assert rows[posted[number]]["output"]["posting_id"] == p["posting_id"]
+        assert rows[posted[number]].output["posting_id"] == p["posting_id"]
     reversed_ = [p["extra"]["invoice_number"] for p in books["postings"] if p.get("reversed")]
     assert reversed_ == [s.number for s in items if s.scenario is Scenario.PAYMENT_FAILS]
     standing = {p["posting_id"] for p in books["postings"] if not p.get("reversed")}
@@ -96,7 +96,7 @@ def test_each_sample_ends_as_the_pipelines_does_with_one_posting_per_invoice(set
     assert set(paid["effects"].values()) == {1}
 
     approve = next(wf for wf, s in by_wf.items() if s.scenario is Scenario.APPROVE)
-    assert rows[approve]["output"]["approved_by"] == "approvals-desk"
+    assert rows[approve].output["approved_by"] == "approvals-desk"
 
     # History: one agent node per run, its steps recorded; no model request left over.
     events = histories(settings)
@@ -107,7 +107,7 @@ def test_each_sample_ends_as_the_pipelines_does_with_one_posting_per_invoice(set
         assert record["stop_reason"] == "answered" and record["refused_tools"] == []
     requests = model.requests()
     assert all(r["outcome"] == "scripted" for r in requests)
-    assert len(requests) == sum(r["output"]["steps"] for r in rows.values())
+    assert len(requests) == sum(r.output["steps"] for r in rows.values())
 
 
 def test_an_agent_that_keeps_calling_tools_fails_the_run_at_its_bound(settings, agent):
@@ -123,8 +123,8 @@ def test_an_agent_that_keeps_calling_tools_fails_the_run_at_its_bound(settings, 
     wf = file_digest(s.document())
     client.start("invoice_agent", agent_input(s), workflow_id=wf)
     row = client.wait(wf, 90)
-    assert row["status"] == "failed"
-    assert row["failure_reason"].startswith(
+    assert row.status == "failed"
+    assert row.failure_reason.startswith(
         "the invoice agent gave up: agent 'invoice_agent' stopped: max_steps after 8 step(s)"
     )
     assert ledger.ledger()["postings"] == []

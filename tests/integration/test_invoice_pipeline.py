@@ -142,7 +142,7 @@ def test_every_branch_ends_as_its_sample_says_with_one_effect_per_posting(settin
         client.start("invoice_pipeline", body, workflow_id=wf)
         by_wf[wf] = samples[file_name]
         row = client.wait(wf, 60)
-        assert row["output"]["reason"] == f"a duplicate of invoice run {original}"
+        assert row.output["reason"] == f"a duplicate of invoice run {original}"
 
     outcomes = {}
     for wf, sample in by_wf.items():
@@ -213,7 +213,7 @@ def test_a_file_received_three_ways_is_one_run_and_one_posting(settings, service
     )
     assert unsigned[0] == 401
     wf, _ = submission(path.name, path.read_text())
-    assert client.wait(wf, 60)["output"]["outcome"] == "posted"
+    assert client.wait(wf, 60).output["outcome"] == "posted"
     cli = subprocess.run(
         [sys.executable, "-m", "orchestrator", "invoices", "submit", str(path), "--json"],
         env=settings.child_environment(),

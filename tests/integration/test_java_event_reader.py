@@ -137,7 +137,7 @@ def test_the_java_reader_decodes_a_mixed_workload_as_keel_workflow_export(
         wait_until(lambda w=wf: waiting(w, 1), 60, f"{wf} waiting")
         client.cancel(wf, "withdrawn by the applicant")
     for wf, status in expected.items():
-        assert client.wait(wf, 60)["status"] == status, wf
+        assert client.wait(wf, 60).status == status, wf
 
     topic = settings.topic("events")
     in_topic = len(read_topic(settings.kafka_servers, topic, settings.partitions))

@@ -28,7 +28,7 @@ def _run_all(settings, tmp_path, fake, workflow: str, items: list[dict]) -> dict
         svc.start("worker", "--app", APP)
         ids = [client.start(workflow, item).workflow_id for item in items]
         for wf in ids:
-            assert client.wait(wf, 240)["status"] == "completed", wf
+            assert client.wait(wf, 240).status == "completed", wf
     finally:
         svc.stop_all()
     return {wf: events for wf, events in histories(settings).items() if wf in ids}

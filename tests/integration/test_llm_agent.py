@@ -54,9 +54,9 @@ def test_agent_refuses_a_tool_outside_the_allowlist_and_stops_at_max_steps(setti
     )
     llm.start("vendor_check", {"vendor": "ACME"}, "agent-steps", 1)
     done = llm.wait("agent-steps", 60)
-    assert done["status"] == "completed" and done["state"] == "escalate"
-    assert done["output"]["stop_reason"] == "max_steps"
-    assert done["output"]["flags"] == ["agent_exhausted", "tool_refused"]
+    assert done.status == "completed" and done.state == "escalate"
+    assert done.output["stop_reason"] == "max_steps"
+    assert done.output["flags"] == ["agent_exhausted", "tool_refused"]
     record = agent_result(settings, "agent-steps")["llm"]
     assert record["stop_reason"] == "max_steps" and len(record["steps"]) == 3
     assert record["refused_tools"] == ["wire_money"]
@@ -73,7 +73,7 @@ def test_agent_stops_at_the_token_budget(settings, llm, fake):
     fake.script([], default={**LOOKUP, "prompt_tokens": 100})
     llm.start("vendor_check", {"vendor": "ACME"}, "agent-tokens", 2)
     done = llm.wait("agent-tokens", 60)
-    assert done["output"]["stop_reason"] == "token_budget"
+    assert done.output["stop_reason"] == "token_budget"
     record = agent_result(settings, "agent-tokens")["llm"]
     assert record["tokens"]["total"] == 330 and len(record["steps"]) == 3
 
@@ -82,7 +82,7 @@ def test_agent_stops_at_the_cost_budget(settings, llm, fake):
     fake.script([], default=LOOKUP)  # 20 + 10 tokens at $10/$30 per Mtok: $0.0005 a call
     llm.start("vendor_check", {"vendor": "ACME"}, "agent-cost", 3)
     done = llm.wait("agent-cost", 60)
-    assert done["output"]["stop_reason"] == "cost_budget"
+    assert done.output["stop_reason"] == "cost_budget"
     record = agent_result(settings, "agent-cost")["llm"]
     assert record["cost_usd"] == pytest.approx(0.001) and len(record["steps"]) == 2
 
@@ -92,21 +92,21 @@ def test_agent_deadline_fails_the_node_with_the_reason(settings, llm, fake):
     fake.set_faults(latency_s=0.4, latency_count=-1)
     llm.start("vendor_check", {"vendor": "ACME"}, "agent-deadline", 4)
     done = llm.wait("agent-deadline", 60)
-    assert done["status"] == "failed"
+    assert done.status == "failed"
     events = histories(settings)["agent-deadline"]
     (failed,) = [e.payload for e in events if e.type == "ActivityFailed"]
     assert failed.failure_class == "permanent" and failed.error_type == "AgentExhausted"
     assert failed.message.startswith("agent 'vendor_check' stopped: deadline after ")
-    assert done["failure_reason"].startswith("vendor check failed: agent 'vendor_check' stopped")
+    assert done.failure_reason.startswith("vendor check failed: agent 'vendor_check' stopped")
 
 
 def test_agent_answers_within_its_bounds(settings, llm, fake):
     fake.script([LOOKUP, {"json": {"vendor": "ACME", "trusted": True}}])
     llm.start("vendor_check", {"vendor": "ACME"}, "agent-ok", 1)
     done = llm.wait("agent-ok", 60)
-    assert done["state"] == "done"
-    assert done["output"]["verdict"] == {"vendor": "ACME", "trusted": True}
-    assert done["output"]["stop_reason"] == "answered" and done["output"]["flags"] == []
+    assert done.state == "done"
+    assert done.output["verdict"] == {"vendor": "ACME", "trusted": True}
+    assert done.output["stop_reason"] == "answered" and done.output["flags"] == []
 
 
 def test_an_exhausted_agent_escalates_to_a_person_who_decides(settings, llm, fake):
@@ -133,8 +133,8 @@ def test_an_exhausted_agent_escalates_to_a_person_who_decides(settings, llm, fak
     )  # fmt: skip
     llm.send(wf, DecisionProofs.from_tokens(TOKENS).sign(wf, decision))
     done = llm.wait(wf, 60)
-    assert done["status"] == "completed" and done["state"] == "trusted_by_person"
-    assert done["output"] == {"vendor": "ACME", "trusted": True, "by": "vera"}
+    assert done.status == "completed" and done.state == "trusted_by_person"
+    assert done.output == {"vendor": "ACME", "trusted": True, "by": "vera"}
     decided = [
         e.payload for e in histories(settings)[wf] if isinstance(e.payload, HumanTaskDecided)
     ]

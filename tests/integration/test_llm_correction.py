@@ -147,8 +147,8 @@ def test_malformed_past_the_bound_opens_a_correction_task_and_its_correction_com
     )  # fmt: skip
     assert status == 200 and body["status"] == "decided", body
     done = client.wait(wf, 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {
+    assert done.status == "completed"
+    assert done.output == {
         "route": "approval",
         "total": 4200.0,
         "vendor": "ACME GmbH",
@@ -176,5 +176,5 @@ def test_a_rejected_correction_fails_the_run_with_who_rejected_it(settings, stac
     status, body = decide(url, token, "clara", decision="reject", reason="not an invoice")
     assert status == 200 and body["status"] == "decided", body
     done = client.wait(wf, 60)
-    assert done["status"] == "failed"
-    assert done["failure_reason"] == "the correction was rejected by clara"
+    assert done.status == "failed"
+    assert done.failure_reason == "the correction was rejected by clara"

@@ -67,8 +67,8 @@ def test_a_valid_answer_is_recorded_and_routes_the_run(settings, llm, fake):
     fake.script([{"match": "doc-ok", "json": fields(total=4200.0)}])
     llm.start("invoice_extraction", {"document": "doc-ok"}, workflow_id="ok-1", version=1)
     done = llm.wait("ok-1", 60)
-    assert done["status"] == "completed"
-    assert done["output"] == {"route": "approval", "total": 4200.0, "vendor": "ACME"}
+    assert done.status == "completed"
+    assert done.output == {"route": "approval", "total": 4200.0, "vendor": "ACME"}
     events = events_of(settings, "ok-1")
     assert_sound_history("ok-1", events)
     record = completed_result(events)["llm"]
@@ -88,7 +88,7 @@ def test_low_confidence_is_flagged_and_the_definition_branches_on_it(settings, l
     fake.script([{"match": "doc-unsure", "json": fields(confidence=0.4)}])
     llm.start("invoice_extraction", {"document": "doc-unsure"}, workflow_id="unsure-1", version=1)
     done = llm.wait("unsure-1", 60)
-    assert done["output"]["route"] == "review"
+    assert done.output["route"] == "review"
     assert completed_result(events_of(settings, "unsure-1"))["flags"] == ["low_confidence"]
 
 
@@ -96,7 +96,7 @@ def test_malformed_twice_then_valid_makes_two_recorded_repairs(settings, llm, fa
     fake.set_faults(malformed=1, wrong_schema=1)
     fake.script([{"match": "doc-repair", "json": fields()}])
     llm.start("invoice_extraction", {"document": "doc-repair"}, workflow_id="repair-1", version=1)
-    assert llm.wait("repair-1", 60)["status"] == "completed"
+    assert llm.wait("repair-1", 60).status == "completed"
     events = events_of(settings, "repair-1")
     assert [e.type for e in events].count("ActivityScheduled") == 1, (
         "repairs are calls, not retries"
@@ -120,13 +120,13 @@ def test_malformed_past_the_bound_fails_permanently_with_the_raw_output(settings
     fake.set_faults(malformed=-1)
     llm.start("invoice_extraction", {"document": "doc-bad"}, workflow_id="bad-1", version=1)
     done = llm.wait("bad-1", 60)
-    assert done["status"] == "failed"
+    assert done.status == "failed"
     events = events_of(settings, "bad-1")
     (failed,) = [e.payload for e in events if e.type == "ActivityFailed"]
     assert failed.failure_class == "permanent" and failed.error_type == "InvalidModelOutput"
     assert "output invalid after 3 call(s) (2 repair(s)" in failed.message
     assert 'raw output: "Sure! Here is the data: {vendor: ACME,"' in failed.message
-    assert done["failure_reason"].startswith("extraction needs a human correction: ")
+    assert done.failure_reason.startswith("extraction needs a human correction: ")
     assert len(fake.requests()) == 3
 
 
@@ -134,7 +134,7 @@ def test_429_with_retry_after_is_retried_as_transient_after_the_stated_delay(set
     fake.set_faults(status_429=1, retry_after_s=2)
     fake.script([{"match": "doc-busy", "json": fields()}])
     llm.start("invoice_extraction", {"document": "doc-busy"}, workflow_id="busy-1", version=1)
-    assert llm.wait("busy-1", 60)["status"] == "completed"
+    assert llm.wait("busy-1", 60).status == "completed"
     events = events_of(settings, "busy-1")
     assert_sound_history("busy-1", events)
     (failed_env,) = [e for e in events if e.type == "ActivityFailed"]
@@ -174,7 +174,7 @@ def test_cache_hits_on_same_inputs_and_misses_on_any_version_change(settings, ll
     for wf, version, data, expected in runs:
         llm.start("invoice_classify", {"document": "doc-cache", "data_version": data}, wf, version)
         done = llm.wait(wf, 60)
-        assert done["output"] == {"category": "office", "cache": expected}, wf
+        assert done.output == {"category": "office", "cache": expected}, wf
     assert len(fake.requests()) == 5, "one provider call per miss, none per hit"
     hits = {}
     for wf in ("c-first", "c-same"):

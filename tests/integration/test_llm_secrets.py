@@ -58,16 +58,16 @@ def test_the_api_key_is_in_no_log_event_or_read_model(settings, services, tmp_pa
         client = KeelClient(settings, llm_app)
         try:
             client.start("invoice_extraction", {"document": "doc-s1"}, "secret-ok", version=1)
-            assert client.wait("secret-ok", 60)["status"] == "completed"
+            assert client.wait("secret-ok", 60).status == "completed"
             fake.require_key("sk-another-key-entirely-000000")
             client.start("invoice_extraction", {"document": "doc-s2"}, "secret-refused", version=1)
             refused = client.wait("secret-refused", 60)
         finally:
             client.close()
         assert [r["authorized"] for r in fake.requests()] == [True, False]
-    assert refused["status"] == "failed"
-    assert "provider refused the call (401)" in refused["failure_reason"]
-    assert "Incorrect API key provided: ***" in refused["failure_reason"]
+    assert refused.status == "failed"
+    assert "provider refused the call (401)" in refused.failure_reason
+    assert "Incorrect API key provided: ***" in refused.failure_reason
     services.stop_all()
 
     findings = []

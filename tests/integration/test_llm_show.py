@@ -44,7 +44,7 @@ def test_show_sums_tokens_and_cost_and_lists_each_nodes_provenance(settings, llm
     fake.set_faults(malformed=1)
     fake.script([{"match": "doc-cost", "json": fields()}])
     llm.start("invoice_extraction", {"document": "doc-cost"}, workflow_id="cost-1", version=1)
-    assert llm.wait("cost-1", 60)["status"] == "completed"
+    assert llm.wait("cost-1", 60).status == "completed"
     rec = completed_result(events_of(settings, "cost-1"))["llm"]
     assert len(rec["calls"]) == 2 and rec["tokens"]["total"] > 0 and rec["cost_usd"] > 0
 
@@ -77,7 +77,7 @@ def test_cache_hits_count_and_replays_and_rebuilds_count_nothing_twice(settings,
     fake.script([], default={"json": {"category": "office"}})
     for wf in ("hit-a", "hit-b"):
         llm.start("invoice_classify", {"document": "doc-hit", "data_version": "1"}, wf, 1)
-        assert llm.wait(wf, 60)["status"] == "completed"
+        assert llm.wait(wf, 60).status == "completed"
     assert len(fake.requests()) == 1
     first, second = show_json(settings, "hit-a")["llm"], show_json(settings, "hit-b")["llm"]
     assert first["cache_hits"] == 0 and first["total_tokens"] > 0

@@ -62,7 +62,7 @@ def test_metrics_count_a_known_workload_exactly(settings, services):
     try:
         for wf, (name, mode) in runs.items():
             client.start(name, {"mode": mode}, workflow_id=wf)
-        ended = {wf: client.wait(wf, timeout_s=120)["status"] for wf in runs}
+        ended = {wf: client.wait(wf, timeout_s=120).status for wf in runs}
     finally:
         client.close()
     assert ended == {
@@ -153,7 +153,7 @@ def test_metrics_count_a_known_workload_exactly(settings, services):
     again = KeelClient(settings, metrics_app.app)
     try:
         again.start("metered", {"mode": "ok"}, workflow_id="ok-4")
-        assert again.wait("ok-4", timeout_s=120)["status"] == "completed"
+        assert again.wait("ok-4", timeout_s=120).status == "completed"
     finally:
         again.close()
     after = wait_until(

@@ -59,7 +59,7 @@ def test_a_waiting_run_migrates_to_v2_and_an_unmapped_one_is_refused(settings, s
     client.start("ticket", {"ticket": 5, "hold": True}, "tk-hold", version=1)
     wait_until(
         lambda: (
-            [client.show(w)["state"] for w in ("tk-wait", "tk-hold")]
+            [client.show(w).state for w in ("tk-wait", "tk-hold")]
             == ["awaiting_approval", "on_hold"]
         ),
         90,
@@ -96,7 +96,7 @@ def test_a_waiting_run_migrates_to_v2_and_an_unmapped_one_is_refused(settings, s
     assert plans["tk-wait"]["to_state"] == "approval"
     assert plans["tk-hold"]["outcome"] == "refused"
     assert _commands_written(settings) == before
-    assert client.show("tk-wait")["version"] == 1
+    assert client.show("tk-wait").version == 1
 
     # the migration is recorded and the run goes on along v2's path
     done = _keel(
@@ -118,8 +118,8 @@ def test_a_waiting_run_migrates_to_v2_and_an_unmapped_one_is_refused(settings, s
     assert _commands_written(settings) == before + 1
     client.signal("tk-wait", "approve", {})
     finished = client.wait("tk-wait", 90)
-    assert finished["status"] == "completed"
-    assert finished["output"] == {"path": "v2", "ticket": 101, "priority": "urgent"}
+    assert finished.status == "completed"
+    assert finished.output == {"path": "v2", "ticket": 101, "priority": "urgent"}
 
     # a finished run records no refusal: its end is the answer, at once, not a timeout
     late = _keel(services, "workflow", "migrate", "tk-wait", "--to-version", "2", "--timeout", "90")
@@ -135,7 +135,7 @@ def test_a_waiting_run_migrates_to_v2_and_an_unmapped_one_is_refused(settings, s
         "refused: tk-hold: workflow 'tk-hold' is in state 'on_hold', which migration v1->v2 "
         "does not map (it maps 'awaiting_approval'); migration to version 2 refused"
     )
-    assert client.show("tk-hold")["version"] == 1
+    assert client.show("tk-hold").version == 1
 
     by_wf = histories(settings)
     types = [e.type for e in by_wf["tk-wait"]]

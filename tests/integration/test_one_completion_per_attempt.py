@@ -63,7 +63,7 @@ def test_a_late_report_of_a_timed_out_attempt_is_not_a_second_completion(
 
     services.start("worker")
     for wf in wfs:
-        assert client.wait(wf, 60)["status"] == "completed"
+        assert client.wait(wf, 60).status == "completed"
 
     by_wf = histories(settings)
     book = ledger.ledger()
@@ -91,5 +91,5 @@ def test_a_late_report_of_a_timed_out_attempt_is_not_a_second_completion(
         assert book["effects"][key] == 1, f"{wf}: the ledger holds one posting for {key}"
         posting = ledger.posting(key)
         assert posting is not None
-        assert client.wait(wf, 5)["output"] == {"posting_id": posting["posting_id"]}
+        assert client.wait(wf, 5).output == {"posting_id": posting["posting_id"]}
     assert book["total_effects"] == RUNS

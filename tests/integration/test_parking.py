@@ -51,7 +51,7 @@ def test_a_process_without_the_version_parks_runs_and_a_process_with_it_finishes
     old = services.start("orchestrator", "--app", APP_V1)
     for wf in [*v2, "gated-v1"]:
         client.signal(wf, "go", {})
-    assert client.wait("gated-v1", 90)["status"] == "completed"
+    assert client.wait("gated-v1", 90).status == "completed"
     wait_until(
         lambda: [_status(client, w) for w in v2] == ["needs_attention"] * RUNS,
         90,
@@ -60,7 +60,7 @@ def test_a_process_without_the_version_parks_runs_and_a_process_with_it_finishes
     digest = versions_app.GATED_V2.digest[:12]
     for wf in v2:
         shown = client.show(wf)
-        assert shown["attention_reason"] == (
+        assert shown.attention_reason == (
             f"version missing: workflow '{wf}' runs 'gated' v2 (digest {digest}), which this "
             "process does not have; deploy it, then `keel dlq redrive` the run's parked "
             "commands"
@@ -75,7 +75,7 @@ def test_a_process_without_the_version_parks_runs_and_a_process_with_it_finishes
 
     services.start("orchestrator", "--app", APP)  # the version is deployed
     for wf in v2:
-        assert client.wait(wf, 120)["status"] == "completed", wf
+        assert client.wait(wf, 120).status == "completed", wf
     by_wf = histories(settings)
     for wf in v2:
         types = [e.type for e in by_wf[wf]]

@@ -78,7 +78,7 @@ def test_every_poison_input_is_dead_lettered_and_the_engine_keeps_moving(
     assert raw.flush(30) == 0
 
     wf = client.start("three_step", {"n": 2}, "after-the-poison").workflow_id
-    assert client.wait(wf, 90)["status"] == "completed"
+    assert client.wait(wf, 90).status == "completed"
     assert orch.poll() is None, "the orchestrator must still be running"
 
     expected = {

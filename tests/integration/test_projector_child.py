@@ -67,8 +67,8 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
             client.start("three_step_local", {"n": i}, f"wf-{i}")
         for i in range(5):  # the parent runs no projector: the child wrote these rows
             row = client.wait(f"wf-{i}", 60)
-            assert row["status"] == "completed", row
-            assert row["output"] == {"n": ((i + 1) * 2) ** 2}
+            assert row.status == "completed", row
+            assert row.output == {"n": ((i + 1) * 2) ** 2}
         # The child took events from the pipe: only its pipe feeds its channel. (Not
         # necessarily all 45: those committed before its group member was assigned the
         # partitions are read from the topic, and its health is published every 5 s.)
@@ -82,7 +82,7 @@ def test_the_child_writes_the_read_model_from_the_pipe_and_is_restarted(settings
             lambda: [c for c in _children(orch.pid) if c.pid != first.pid], 60, "a new child"
         )[0]
         client.start("three_step_local", {"n": 7}, "wf-after")
-        assert client.wait("wf-after", 60)["status"] == "completed"
+        assert client.wait("wf-after", 60).status == "completed"
         seen = wait_until(
             lambda: (h := _supervised(status)).get("pid") == second.pid and h, 20, "its pid"
         )
@@ -128,7 +128,7 @@ def test_a_thread_projector_or_none_starts_no_child(settings, tmp_path):
             client.start("three_step_local", {"n": 1}, wf, confirm_timeout_s=None)
             wait_until(lambda wf=wf: _completed(settings, wf), 60, f"{wf} to complete")
             if wf == "wf-thread":  # the thread writes the row
-                assert client.wait(wf, 60)["status"] == "completed"
+                assert client.wait(wf, 60).status == "completed"
             assert _children(orch.pid) == []  # running and deciding, with no child
             svc.kill(orch)
         assert client.projection.get("wf-none") is None  # no projector wrote it
@@ -158,8 +158,8 @@ def test_the_child_holds_a_remote_runs_middle_transactions_and_loses_none(settin
             client.start("three_step", {"n": i}, wf)
         for i, wf in enumerate(ids):
             row = client.wait(wf, 60)
-            assert row["status"] == "completed", row
-            assert row["output"] == {"n": ((i + 1) * 2) ** 2}
+            assert row.status == "completed", row
+            assert row.output == {"n": ((i + 1) * 2) ** 2}
         # (The first runs may reach the child by the topic, before its group member is
         # assigned; its health is published every 5 s.)
         wait_until(

@@ -74,7 +74,7 @@ def test_the_projector_rides_out_a_redis_outage(settings, tmp_path, own_redis):
         orch = svc.start("orchestrator")
         svc.start("worker")
         first = client.start("parallel_checks", {"n": 1}, "before-outage")
-        assert client.wait(first.workflow_id, 60)["status"] == "completed"
+        assert client.wait(first.workflow_id, 60).status == "completed"
 
         own_redis.stop()
         # start_many reads nothing from Redis: these land in Kafka during the outage.
@@ -84,7 +84,7 @@ def test_the_projector_rides_out_a_redis_outage(settings, tmp_path, own_redis):
         own_redis.start()
 
         wait_until(lambda: client.projection.counts()["completed"] == 11, 120, "11 completions")
-        assert client.show("during-9")["output"] == {"result": 10 + 18 + 81}
+        assert client.show("during-9").output == {"result": 10 + 18 + 81}
 
         def recovered() -> dict | None:
             out = keel(own, "projections", "status", "--json")

@@ -82,7 +82,7 @@ def test_an_unfoldable_history_is_quarantined_and_a_repeated_start_is_dead_lette
 
     # the engine keeps moving, and the broken stream never got a second seq 1
     done = client.start("three_step", {"n": 1}, "q-healthy").workflow_id
-    assert client.wait(done, 60)["status"] == "completed"
+    assert client.wait(done, 60).status == "completed"
     assert orch.poll() is None
     assert [e.seq for e in histories(settings)[wf]] == [1, 2]
 

@@ -183,7 +183,7 @@ def test_queries_answer_a_waiting_and_a_finished_run_and_write_nothing(settings,
         # -- after it finished ------------------------------------------------------------
         client.signal(WF, "approve", {"by": "alice"})
         done = client.wait(WF, 60)
-        assert (done["status"], done["output"]) == (
+        assert (done.status, done.output) == (
             "completed",
             {"total": 30, "approved_by": "alice"},
         )

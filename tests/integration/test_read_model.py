@@ -63,13 +63,13 @@ def test_an_id_that_looks_like_another_key_is_its_own_workflow(settings, service
     first = client.start("parallel_checks", {"n": 1}, "col:history")
     second = client.start("parallel_checks", {"n": 2}, "col")
     assert (first.existed, second.existed) == (False, False)
-    assert client.wait("col:history", 60)["output"] == {"result": 2 + 2 + 1}
-    assert client.wait("col", 60)["output"] == {"result": 3 + 4 + 4}
+    assert client.wait("col:history", 60).output == {"result": 2 + 2 + 1}
+    assert client.wait("col", 60).output == {"result": 3 + 4 + 4}
     for wf, run in (("col:history", first.run_id), ("col", second.run_id)):
         view = client.show(wf)
-        assert view["run_id"] == run
-        assert [h["seq"] for h in view["history"]] == list(range(1, len(view["history"]) + 1))
-        assert view["history"][0]["type"] == "WorkflowStarted"
+        assert view.run_id == run
+        assert [h["seq"] for h in view.history] == list(range(1, len(view.history) + 1))
+        assert view.history[0]["type"] == "WorkflowStarted"
     rows = {r["workflow_id"]: r["status"] for r in client.projection.list()}
     assert rows == {"col:history": "completed", "col": "completed"}
 
@@ -160,8 +160,8 @@ def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     services.start("orchestrator")
     services.start("worker")
     done = client.start("parallel_checks", {"n": 1}, "healthy-1")
-    assert client.wait(done.workflow_id, 60)["status"] == "completed"
-    last_seq = client.show("healthy-1")["history"][-1]["seq"]
+    assert client.wait(done.workflow_id, 60).status == "completed"
+    last_seq = client.show("healthy-1").history[-1]["seq"]
 
     codec = Codec()
     after_end = Envelope(  # the run already completed: this event cannot follow
@@ -191,17 +191,17 @@ def test_poison_events_are_skipped_per_workflow_and_the_projector_goes_on(
     producer.flush(10)
 
     after = client.start("parallel_checks", {"n": 2}, "after-poison")
-    assert client.wait(after.workflow_id, 60)["output"] == {"result": 3 + 4 + 4}
+    assert client.wait(after.workflow_id, 60).output == {"result": 3 + 4 + 4}
     # the poison records sit on other partitions than after-poison's: the projector may
     # reach them after that run ended, so wait (bounded) for the skip to be recorded
     view = wait_until(
-        lambda: (v := client.show("healthy-1"))["projection_error"] and v,
+        lambda: (v := client.show("healthy-1")).projection_error and v,
         30,
         "the skipped event to be recorded on healthy-1",
     )
-    assert view["status"] == "completed"
-    assert view["history"][-1]["seq"] == last_seq
-    assert view["projection_error"].startswith(
+    assert view.status == "completed"
+    assert view.history[-1]["seq"] == last_seq
+    assert view.projection_error.startswith(
         f"event seq {last_seq + 1} (WorkflowCompleted) skipped: "
     )
     assert client.projection.get("orphan") is None

@@ -14,6 +14,7 @@ import threading
 
 import pytest
 
+from orchestrator.client.run_views import RunSummary
 from orchestrator.domain.model.messages import Envelope, WorkflowStarted
 from orchestrator.domain.model.state import WorkflowState
 from orchestrator.examples import app as example_app
@@ -34,11 +35,11 @@ def _state(
     )
 
 
-def _waiting(client, wf: str) -> tuple[threading.Thread, threading.Event, list[dict]]:
+def _waiting(client, wf: str) -> tuple[threading.Thread, threading.Event, list[RunSummary]]:
     """``client.wait(wf)`` in a thread, its fallback read 30 s away: only an
     announcement can end it in time."""
     done = threading.Event()
-    got: list[dict] = []
+    got: list[RunSummary] = []
 
     def waiter() -> None:
         got.append(client.wait(wf, 30, poll_s=30))
@@ -177,7 +178,7 @@ def test_each_status_change_is_announced_and_wakes_a_waiting_client(settings, cl
     store.write_guarded({"wf-w": (final, _lines(2), "running")}, None)
     assert done.wait(10), "the announcement woke the waiting client"
     thread.join()
-    assert (got[0]["status"], got[0]["output"]) == ("completed", {"ok": 1})
+    assert (got[0].status, got[0].output) == ("completed", {"ok": 1})
 
 
 def test_a_start_whose_row_is_already_over_hands_that_row_to_the_wait(settings, client):
@@ -209,7 +210,7 @@ def test_a_start_whose_row_is_already_over_hands_that_row_to_the_wait(settings, 
     finally:
         client.projection.get = real_get  # type: ignore[method-assign]
     assert reads == []
-    assert (row["status"], row["seq"], row["run_id"]) == ("completed", 3, "run-1")
+    assert (row.status, row.seq, row.run_id) == ("completed", 3, "run-1")
     assert client.wait("wf-over", 5) == row  # a second wait reads the row again
 
 
@@ -240,8 +241,8 @@ def test_a_waiting_client_takes_the_finished_row_from_the_announcement(settings,
     store.write_guarded({"wf-c": (final, _lines(2), "running")}, None)
     assert done.wait(10), "the announced row ended the wait"
     thread.join()
-    assert (got[0]["status"], got[0]["output"], got[0]["seq"]) == ("completed", {"ok": 2}, 2)
-    assert got[0]["projection_error"] == "event 1 skipped: unreadable", (
+    assert (got[0].status, got[0].output, got[0].seq) == ("completed", {"ok": 2}, 2)
+    assert got[0].projection_error == "event 1 skipped: unreadable", (
         "read after the write: fields the batch did not write are there too"
     )
 
@@ -257,4 +258,4 @@ def test_a_row_past_the_size_cap_is_announced_without_it_and_read(settings, clie
     assert note == {"run_id": "run-1", "status": "completed", "seq": 1}
     watch.close()
     row = client.wait("wf-big", 5)
-    assert row["output"] == {"text": "x" * ROW_NOTE_MAX_BYTES}
+    assert row.output == {"text": "x" * ROW_NOTE_MAX_BYTES}

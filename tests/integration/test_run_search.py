@@ -155,9 +155,9 @@ def test_runs_are_found_by_attribute_status_name_and_time_a_page_at_a_time(
             if wf in HELD:
                 wait_until(lambda w=wf: client.projection.status(w) == "waiting", 90, wf)
             else:
-                assert client.wait(wf, 90)["status"] == "completed"
+                assert client.wait(wf, 90).status == "completed"
 
-        histories = {wf: client.show(wf)["history"] for wf in runs}
+        histories = {wf: client.show(wf).history for wf in runs}
         starts = {wf: h[0]["recorded_at"] for wf, h in histories.items()}
         ends = {
             wf: h[-1]["recorded_at"]

@@ -34,13 +34,13 @@ def test_a_failed_payment_cancels_the_orders_shipment_and_nothing_else(
         c.start("shipment", {"order_id": "B"}, "ship-B")
         c.start("payment", {"order_id": "B", "amount": 10}, "pay-B")
         c.start("payment", {"order_id": "A", "amount": 500}, "pay-A")
-        assert c.wait("pay-A", 60)["status"] == "failed"
-        assert c.wait("pay-B", 60)["status"] == "completed"
-        assert c.wait("ship-A", 60)["status"] == "cancelled"
+        assert c.wait("pay-A", 60).status == "failed"
+        assert c.wait("pay-B", 60).status == "completed"
+        assert c.wait("ship-A", 60).status == "cancelled"
         # a shipment that starts after its payment failed is cancelled too
         c.start("shipment", {"order_id": "A"}, "ship-A2")
-        assert c.wait("ship-A2", 60)["status"] == "cancelled"
-        assert c.show("ship-B")["status"] == "waiting"
+        assert c.wait("ship-A2", 60).status == "cancelled"
+        assert c.show("ship-B").status == "waiting"
     finally:
         svc.stop_all()
     hist = histories(settings)
@@ -83,11 +83,11 @@ def test_a_restarted_saga_manager_rebuilds_and_emits_nothing_new(settings, tmp_p
         c = order_client
         c.start("shipment", {"order_id": "C"}, "ship-C")
         c.start("payment", {"order_id": "C", "amount": 900}, "pay-C")
-        assert c.wait("ship-C", 60)["status"] == "cancelled"
+        assert c.wait("ship-C", 60).status == "cancelled"
         svc.kill(sagas)  # SIGKILL
         svc.start("sagas", "--app", APP)
         c.start("shipment", {"order_id": "C"}, "ship-C2")  # payment C already failed
-        assert c.wait("ship-C2", 60)["status"] == "cancelled"
+        assert c.wait("ship-C2", 60).status == "cancelled"
     finally:
         svc.stop_all()
     commands = [

@@ -57,16 +57,16 @@ def test_a_sensitive_api_key_reaches_the_handler_and_nothing_else(settings, tmp_
         worker = svc.start("worker", "--app", APP)
         wf = client.start("sealed_call", {"name": "acme", "api_key": API_KEY})
         done = client.wait(wf.workflow_id, 60)
-        assert done["status"] == "completed", done
+        assert done.status == "completed", done
 
         # The handler got the clear key; the sensitive echo is shown masked.
-        assert done["output"] == {
+        assert done.output == {
             "name": "acme",
             "key_sha256": hashlib.sha256(API_KEY.encode()).hexdigest(),
             "echo": MASK,
         }
         view = client.show(wf.workflow_id)
-        started = next(h for h in view["history"] if h["type"] == "WorkflowStarted")
+        started = next(h for h in view.history if h["type"] == "WorkflowStarted")
         assert started["data"]["input"] == {"name": "acme", "api_key": MASK}
 
         # The event holds the sealed envelope, which opens to the key with the key set.

@@ -42,9 +42,9 @@ def test_the_first_starts_the_run_with_its_signal_and_the_second_only_signals(
         "signal 'documents_added' sent to sws-1, started as document_review if absent ("
     )
     row = client.wait("sws-1", 60)
-    assert row["status"] == "completed", row
-    assert row["run_id"] == first  # the run is the first command's
-    assert row["output"] == {"decision": "approved", "documents": 3}
+    assert row.status == "completed", row
+    assert row.run_id == first  # the run is the first command's
+    assert row.output == {"decision": "approved", "documents": 3}
 
     events = histories(settings)["sws-1"]
     assert_sound_history("sws-1", events)

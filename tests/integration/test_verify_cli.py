@@ -20,7 +20,7 @@ def test_verify_passes_real_runs_and_reports_a_forged_duplicate_seq(settings, se
     services.start("worker")
     ids = [client.start("parallel_checks", {"n": n}, f"verify-{n}").workflow_id for n in (1, 2, 3)]
     for wf in ids:
-        assert client.wait(wf, 60)["status"] == "completed"
+        assert client.wait(wf, 60).status == "completed"
 
     clean = keel(settings, "workflow", "verify", "--all", "--json")
     assert clean.returncode == 0, clean.stdout + clean.stderr

@@ -47,7 +47,7 @@ def test_runs_keep_their_version_across_a_deploy(settings, services) -> None:
     for wf in [*old, named]:
         client.signal(wf, "go", {})
     for wf in [*old, *new, named]:
-        assert client.wait(wf, 90)["status"] == "completed", wf
+        assert client.wait(wf, 90).status == "completed", wf
 
     by_wf = histories(settings)
     for wf in [*old, named]:
@@ -60,7 +60,7 @@ def test_runs_keep_their_version_across_a_deploy(settings, services) -> None:
         ]
         out = json.loads(by_wf[wf][-1].payload.output_json)
         assert out["path"] == "v1", (wf, out)
-        assert client.show(wf)["version"] == 1
+        assert client.show(wf).version == 1
     for wf in new:
         started = by_wf[wf][0].payload
         assert (started.version, started.definition_digest) == (2, versions_app.V2.digest)

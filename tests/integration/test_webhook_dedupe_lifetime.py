@@ -90,7 +90,7 @@ def test_a_webhook_resent_after_its_marker_and_1001_commands_is_not_applied_agai
         assert deliver(url, {"id": "evt-2", "workflow_id": wf, "doc": "last.pdf"}) == 202
         wait_until(lambda: docs(settings, wf)[-1:] == ["last.pdf"], 60, "the last delivery")
         client.cancel(wf, "the inbox is closed")
-        assert client.wait(wf, 60)["status"] == "cancelled"
+        assert client.wait(wf, 60).status == "cancelled"
     finally:
         client.close()
 

@@ -229,8 +229,8 @@ def test_a_delivery_signed_by_the_providers_library_runs_once_per_event_id(
                 wait_until(lambda: client.projection.status(wf) == "waiting", 60, "tally to wait")
                 refusals(sender, url, f"evt-{tag}-refused")
         done = client.wait(wf, 60)
-        assert done["status"] == "completed", done
-        hooks = done["output"]["hooks"]
+        assert done.status == "completed", done
+        hooks = done.output["hooks"]
         assert len(hooks) == 2, hooks  # two signals, each applied once
         on_topic = [env.message_id for env in commands(settings)]
         assert sorted(on_topic) == sorted(accepted)  # nothing from a refusal or a duplicate

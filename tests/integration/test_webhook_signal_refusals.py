@@ -23,7 +23,7 @@ def test_late_unknown_and_undeclared_signals_are_answered_not_accepted(
     _, url = start_connector(services)
     finished = f"done-{uuid.uuid4().hex[:8]}"
     client.start("parallel_checks", {"n": 2}, workflow_id=finished)
-    assert client.wait(finished, 60)["status"] == "completed"
+    assert client.wait(finished, 60).status == "completed"
 
     def added(event_id: str, workflow_id: str) -> dict[str, str]:
         return {"id": event_id, "type": "document.added", "workflow_id": workflow_id,

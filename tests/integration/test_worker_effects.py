@@ -41,7 +41,7 @@ def test_a_result_refused_after_the_write_keeps_the_claim_and_never_writes_twice
         worker = svc.start("worker", "--app", APP)
         wf = client.start("misreported_posting", {"invoice_id": "I1", "account": "A", "amount": 5})
         done = client.wait(wf.workflow_id, 60)
-        assert done["status"] == "failed"
+        assert done.status == "failed"
         events = histories(settings)[wf.workflow_id]
         assert_sound_history(wf.workflow_id, events)
         [scheduled] = [e.payload for e in events if isinstance(e.payload, ActivityScheduled)]

@@ -74,7 +74,7 @@ def test_poison_tasks_never_stop_the_worker(settings, tmp_path):
         )
 
         wf = client.start("three_step", {"n": 2}, "after-poison").workflow_id
-        assert client.wait(wf, 90)["status"] == "completed"
+        assert client.wait(wf, 90).status == "completed"
         assert worker.poll() is None, "the worker is alive"
 
         for wf_id, (_, message) in failing.items():

@@ -21,8 +21,8 @@ def test_n_sync_items_with_max_concurrency_n_run_at_once_on_one_worker(settings,
         svc.start("worker", "--app", APP)
         wf = client.start("sync_fan_out", {"items": list(range(ITEMS))}).workflow_id
         done = client.wait(wf, 90)
-        assert done["status"] == "completed", done
-        met = done["output"]["met"]
+        assert done.status == "completed", done
+        met = done.output["met"]
         assert [m["item"] for m in met] == list(range(ITEMS))
         assert len({m["thread"] for m in met}) == ITEMS  # one pool thread each
         events = histories(settings)[wf]
