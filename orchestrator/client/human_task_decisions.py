@@ -423,7 +423,8 @@ class TaskDesk:
             entry = json.loads(line)
             data = entry.get("data") or {}
             command_id = str(data.get("command_id", ""))
-            if entry.get("type") == "CommandRefused" and command_id.startswith(mid):
+            ours = command_id == mid or command_id.startswith(f"{mid}/again/")
+            if entry.get("type") == "CommandRefused" and ours:
                 found.setdefault(command_id, str(data.get("reason", "")))
         return found
 
