@@ -38,7 +38,6 @@ workflow to send the command to.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -232,13 +231,13 @@ def attempt_id(mid: str, refusals: Mapping[str, str]) -> tuple[str, str | None]:
     reason (what the run recorded). A request refused for a reason that may pass later is
     sent again as its next attempt (``mid``, ``mid/again/1``, ...): still one id per
     attempt, so a retried attempt is deduplicated like any command."""
-    attempt = mid
-    for n in itertools.count(1):
+    attempt, tries = mid, 0
+    while True:
         reason = refusals.get(attempt)
         if reason is None or not may_pass_later(reason):
             return attempt, reason
-        attempt = f"{mid}/again/{n}"
-    raise AssertionError("unreachable")  # pragma: no cover
+        tries += 1
+        attempt = f"{mid}/again/{tries}"
 
 
 def refusal_of(reason: str, task: dict[str, Any] | None = None) -> Refusal:

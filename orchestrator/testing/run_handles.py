@@ -307,7 +307,7 @@ class RunHandle:
             reason,
             correction,
         )
-        refused = {r.command_id: r.reason for r in reversed(self.events(CommandRefused))}
+        refused = {r.command_id: r.reason for r in self.events(CommandRefused)}
         mid, recorded = attempt_id(mid, refused)
         if recorded is not None:  # this very request was refused before: the same answer
             return TaskDecision(False, recorded, mid)
