@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from handlers.effects import RedisGate
 from handlers.execution import (
     EffectBook,
-    HandlerThreads,
     describe,
     execute,
     parse_input,
     result_json,
 )
+from handlers.handler_threads import HandlerThreads
 from handlers.llm.runtime import LlmRuntimes
 from handlers.sdk.activity_context import ActivityContext
 from handlers.sdk.activity_errors import classify, error_type, retry_after_ms

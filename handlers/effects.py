@@ -43,6 +43,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import MovedError, NoScriptError
 
+from handlers.handler_threads import ThreadHandoff
 from orchestrator.config.redis_url import RedisTopology, topology_of
 from orchestrator.domain.model.errors import UnavailableError
 
@@ -301,8 +302,12 @@ class RedisGate:
         initial_s: float = 0.05,
         max_s: float = 2.0,
         clock: Clock = SYSTEM_CLOCK,
+        handoff: ThreadHandoff | None = None,
     ) -> None:
         self.stop = stop
+        #: Where the blocking Redis calls run: a worker's own threads (one loop wake-up per
+        #: burst of replies), else the loop's default executor (``asyncio.to_thread``).
+        self.handoff = handoff
         #: Paces the backoff and times the outage (a test's manual clock skips the waits).
         self.clock = clock
         self.initial_s = initial_s
@@ -318,7 +323,10 @@ class RedisGate:
         delay = self.initial_s
         while True:
             try:
-                result = await asyncio.to_thread(fn, *args)
+                if self.handoff is not None:
+                    result = await self.handoff.submit(fn, *args)
+                else:
+                    result = await asyncio.to_thread(fn, *args)
             except REDIS_AWAY as exc:
                 self._went_down(what, exc)
                 if self.stop.is_set():

@@ -13,18 +13,16 @@ The order matters for side effects (docs/activities.md):
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from handlers.effects import Claim, ClaimOutcome, RedisGate
+from handlers.handler_threads import HandlerThreads
 from handlers.sdk.activity_errors import (
     FailureClass,
     OutcomeUnknownError,
@@ -80,79 +78,6 @@ class EffectBook(Protocol):
     def refuse(self, key: str, error_type: str, message: str, raw: str) -> None: ...
 
     def release(self, key: str, attempt: int | None = None) -> bool: ...
-
-
-T = TypeVar("T")
-
-
-class HandlerThreads:
-    """A worker's bounded pool for synchronous handlers, so they run side by side.
-
-    Called on the event loop, a sync handler would hold the whole batch (every other
-    task, every heartbeat) until it returns. A task takes a ``slot()`` before it starts
-    (its start report, its effect claim) and keeps it until its handler has returned, so
-    at most ``size`` sync handlers run at once, never more than the pool's threads, and
-    a task still waiting for a thread has claimed and reported nothing. Everything but
-    the handler (claims, reports, the sink) stays on ``loop``'s thread (``on_loop``).
-    """
-
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.size = size
-        self.loop = loop
-        self._slots = asyncio.Semaphore(size)
-        self._pool = ThreadPoolExecutor(size, thread_name_prefix="keel-handler")
-
-    def slot(self) -> asyncio.Semaphore:
-        return self._slots
-
-    async def run(self, fn: Callable[[Any], T], arg: Any) -> T:
-        """``fn(arg)`` on a pool thread, in a copy of the caller's context: the handler
-        sees its ``activity()`` and the task's span as it would on the loop."""
-        context = contextvars.copy_context()
-        return await self.loop.run_in_executor(self._pool, context.run, fn, arg)
-
-    def on_loop(self, fn: Callable[[str], None]) -> Callable[[str], None]:
-        """``fn`` run on the loop's thread whoever calls it (a sync handler's heartbeat).
-
-        The calling thread waits for it, so what ``fn`` raises (``Stopping``) reaches the
-        handler as it would on the loop; a loop no longer running raises ``Stopping``.
-        """
-
-        def call(arg: str) -> None:
-            try:
-                here = asyncio.get_running_loop() is self.loop
-            except RuntimeError:  # no loop runs in this thread
-                here = False
-            if here:
-                fn(arg)
-                return
-            done: Future[None] = Future()
-
-            def run() -> None:
-                try:
-                    fn(arg)
-                except Exception as exc:
-                    done.set_exception(exc)
-                else:
-                    done.set_result(None)
-
-            try:
-                self.loop.call_soon_threadsafe(run)
-            except RuntimeError:  # the loop is closed
-                raise Stopping("the worker stopped during a heartbeat") from None
-            while True:
-                try:
-                    done.result(timeout=1.0)
-                    return
-                except TimeoutError:
-                    if not self.loop.is_running():  # the batch was abandoned
-                        raise Stopping("the worker stopped during a heartbeat") from None
-
-        return call
-
-    def close(self) -> None:
-        """Let the threads go; a batch always waits for its handlers, so none is running."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class SupersededAttempt(Exception):

@@ -24,7 +24,7 @@ periodic ``health:`` log line (``worker_health.py``).
 
 The tasks of one batch run side by side (``_run_batch`` says which stay in order): async
 handlers on the worker's event loop, synchronous ones on its bounded pool of
-``KEEL_WORKER_THREADS`` threads (:class:`~handlers.execution.HandlerThreads`). Everything
+``KEEL_WORKER_THREADS`` threads (:class:`~handlers.handler_threads.HandlerThreads`). Everything
 else (effect claims, reports, heartbeats, the sink) stays on the loop's thread.
 """
 
@@ -43,7 +43,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from handlers.attempt_runner import AttemptRunner
 from handlers.effects import EffectStore, RedisGate
-from handlers.execution import IN_DOUBT, EffectBook, HandlerThreads, SupersededAttempt, describe
+from handlers.execution import IN_DOUBT, EffectBook, SupersededAttempt, describe
+from handlers.handler_threads import HandlerThreads, ThreadHandoff
 from handlers.llm.environment import llm_runtimes
 from handlers.sdk.activity_context import reset_current, set_current
 from handlers.sdk.markers import has_side_effect
@@ -82,6 +83,10 @@ from orchestrator.trust.sealing import SealKeySource
 __all__ = ["IN_DOUBT", "MAX_RECORD_BYTES", "SupersededAttempt", "Worker"]
 
 log = logging.getLogger("keel.worker")
+
+#: Threads for the effect store's and the type limits' Redis calls (each may block for a
+#: Redis outage's backoff): as many as ``asyncio.to_thread``'s default executor has.
+REDIS_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 
 class Worker(WorkerReports):
@@ -134,11 +139,12 @@ class Worker(WorkerReports):
             effects = EffectStore.from_url(settings.redis, settings.topic_prefix)
         self.effects: EffectBook = effects
         self._stop = threading.Event()
-        self.redis_gate = RedisGate(self._stop, clock=clock)
-        # per-type limits (docs/limits.md): a type without any never asks Redis
-        self.limits = TypeLimiter.from_url(settings.redis, settings.topic_prefix, self.redis_gate)
         self._loop = asyncio.new_event_loop()
         self.threads = HandlerThreads(settings.worker_threads, self._loop)
+        self._redis_threads = ThreadHandoff(REDIS_THREADS, self._loop, "keel-redis")
+        self.redis_gate = RedisGate(self._stop, clock=clock, handoff=self._redis_threads)
+        # per-type limits (docs/limits.md): a type without any never asks Redis
+        self.limits = TypeLimiter.from_url(settings.redis, settings.topic_prefix, self.redis_gate)
         self._tracer = tracing.tracer()
         if adapters is None:
             adapters = self._kafka_adapters()
@@ -251,6 +257,7 @@ class Worker(WorkerReports):
         except Exception as exc:
             log.warning("closing the producer: %s", exc)
         self.threads.close()
+        self._redis_threads.close()
         self._loop.close()
 
     def _recreate_consumer(self, exc: Exception) -> None:
