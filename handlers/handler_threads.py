@@ -34,7 +34,7 @@ THREAD_PREFIX = "keel-handler"
 
 @dataclass(slots=True)
 class _Job:
-    """One handler call: what to run, in which context, and where its outcome goes."""
+    """One call: what to run, in which context, and where its outcome goes."""
 
     future: asyncio.Future[Any]
     context: contextvars.Context
@@ -47,8 +47,9 @@ class _Job:
 class ThreadHandoff:
     """Blocking calls on up to ``size`` threads, their outcomes handed back to ``loop``.
 
-    The threads start with the first call and then wait for the next one; a burst of
-    outcomes is delivered to the awaiting tasks in one wake-up of the loop.
+    A thread is started when a call finds none free (up to ``size``) and then waits for
+    the next call; a burst of outcomes reaches the awaiting tasks in one wake-up of the
+    loop.
     """
 
     def __init__(self, size: int, loop: asyncio.AbstractEventLoop, name: str) -> None:
@@ -60,6 +61,8 @@ class ThreadHandoff:
         #: A delivery is scheduled on the loop and has not begun draining ``_done``.
         self._wake_pending = False
         self._threads: list[threading.Thread] = []
+        #: Calls submitted and not yet delivered; read and written on the loop's thread only.
+        self._in_flight = 0
         self._closed = False
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -67,12 +70,14 @@ class ThreadHandoff:
         if self._closed:
             raise Stopping(f"the worker's {self.name} threads are closed")
         future: asyncio.Future[T] = self.loop.create_future()
-        if not self._threads:  # all of them at once: no count of idle ones to keep per call
-            for n in range(self.size):
-                thread = threading.Thread(target=self._serve, name=f"{self.name}-{n}", daemon=True)
-                self._threads.append(thread)
-                thread.start()
         self._jobs.put(_Job(future, contextvars.copy_context(), fn, args))
+        self._in_flight += 1
+        started = len(self._threads)
+        if self._in_flight > started and started < self.size:
+            name = f"{self.name}-{started}"
+            thread = threading.Thread(target=self._serve, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
         return future
 
     def _serve(self) -> None:
@@ -99,6 +104,7 @@ class ThreadHandoff:
         done = self._done
         while done:
             job = done.popleft()
+            self._in_flight -= 1
             if job.future.done():
                 continue
             if job.error is not None:

@@ -37,6 +37,17 @@ def test_every_call_gets_its_own_result_on_at_most_size_threads() -> None:
     assert all(name.startswith(f"{THREAD_PREFIX}-") for name in seen)
 
 
+def test_calls_one_after_another_need_one_thread() -> None:
+    async def main() -> set[str]:
+        pool = HandlerThreads(16, asyncio.get_running_loop())
+        try:
+            return {await pool.run(lambda _: threading.current_thread().name, n) for n in range(50)}
+        finally:
+            pool.close()
+
+    assert asyncio.run(main()) == {f"{THREAD_PREFIX}-0"}
+
+
 def test_calls_run_side_by_side_up_to_the_size() -> None:
     barrier = threading.Barrier(3, timeout=5.0)
 
