@@ -112,8 +112,13 @@ class ThreadHandoff:
             else:
                 job.future.set_result(job.result)
 
-    def close(self) -> None:
-        """Let the threads go once their calls return; a call not yet started is cancelled."""
+    def close(self, wait: bool = False) -> None:
+        """Let the threads go once their calls return; a call not yet started is cancelled.
+
+        ``wait``: return only when every thread has ended, so a call still running (its
+        batch abandoned) is never cut off by the process's exit: the threads are daemons,
+        and an executor's were joined at exit.
+        """
         self._closed = True
         while True:
             try:
@@ -124,6 +129,9 @@ class ThreadHandoff:
                 job.future.cancel()
         for _ in self._threads:
             self._jobs.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 class HandlerThreads:
@@ -190,9 +198,10 @@ class HandlerThreads:
 
         return call
 
-    def close(self) -> None:
-        """Let the threads go; a batch always waits for its handlers, so none is running.
+    def close(self, wait: bool = False) -> None:
+        """Let the threads go; a batch waits for its handlers, so none is running unless
+        the batch was abandoned (``wait``: until that handler has returned).
 
         A call not yet started is cancelled (its task was abandoned with its batch).
         """
-        self._handoff.close()
+        self._handoff.close(wait)

@@ -256,8 +256,9 @@ class Worker(WorkerReports):
             self.sink.close()
         except Exception as exc:
             log.warning("closing the producer: %s", exc)
-        self.threads.close()
-        self._redis_threads.close()
+        # a handler or an effect record's write still running is never cut off by the exit
+        self.threads.close(wait=True)
+        self._redis_threads.close(wait=True)
         self._loop.close()
 
     def _recreate_consumer(self, exc: Exception) -> None:

@@ -187,3 +187,42 @@ def test_the_redis_gate_runs_its_calls_on_the_hand_off_it_is_given() -> None:
     given, default = asyncio.run(main())
     assert given.startswith("keel-redis-")
     assert not default.startswith("keel-redis-")  # asyncio.to_thread's default executor
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_close_with_wait_returns_only_once_a_running_call_has_returned(wait: bool) -> None:
+    """The threads are daemons: a worker that exits must wait for a running handler (the
+    docs promise a stop never interrupts one), as an executor's join at exit did."""
+    started = threading.Event()
+    gate = threading.Event()
+    order: list[str] = []
+
+    def held(n: int) -> int:
+        started.set()
+        gate.wait(5.0)
+        order.append("handler returned")
+        return n
+
+    async def main() -> None:
+        pool = HandlerThreads(1, asyncio.get_running_loop())
+        running = asyncio.ensure_future(pool.run(held, 1))
+        await asyncio.sleep(0)
+        assert await asyncio.to_thread(started.wait, 5.0)
+
+        def close() -> None:
+            pool.close(wait=wait)
+            order.append("closed")
+
+        closer = threading.Thread(target=close)
+        closer.start()
+        # a bound, not a wait for an event: closing must not end while the handler runs
+        await asyncio.to_thread(closer.join, 0.5)
+        gate.set()
+        await asyncio.to_thread(closer.join, 5.0)
+        assert await running == 1
+
+    asyncio.run(main())
+    if wait:
+        assert order == ["handler returned", "closed"]
+    else:
+        assert order == ["closed", "handler returned"]
