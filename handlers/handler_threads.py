@@ -20,7 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any, TypeVar
 
@@ -41,7 +41,7 @@ class _Job:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     result: Any = None
-    error: BaseException | None = field(default=None)
+    error: BaseException | None = None
 
 
 class ThreadHandoff:
