@@ -223,6 +223,10 @@ class Projector(RowFolding):
         """
         self._cache.clear()
         self._hold.clear()  # not written: the cursor's restart moves back before them
+        # A run after a failure says so at once (its restarts, its last error): otherwise
+        # ``keel projections status`` would show the health published before the outage,
+        # alive and with no restart, for up to HEALTH_EVERY_S after Redis is back.
+        self._health_at = float("-inf")
         self.subscribe()
         assert self._cursor is not None
         self._cursor.restart()  # a batch taken in-process by a failed run is read again

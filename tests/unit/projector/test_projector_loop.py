@@ -17,7 +17,8 @@ from orchestrator.domain.model.messages import WorkflowStarted
 from orchestrator.io.memory import MemoryGroupIntake, MemoryReadModel
 from orchestrator.io.partitioning import partition_for
 from orchestrator.io.ports import ConsumerReset, Stopping
-from orchestrator.projector.projector import Projector
+from orchestrator.projector.projector import HEALTH_EVERY_S, Projector
+from orchestrator.records.clock import ManualClock
 from orchestrator.records.envelopes import runtime_envelope
 from tests.unit.memory_rig import MemoryRig, codec
 
@@ -25,14 +26,17 @@ GROUP = "mem.projector"
 
 
 class Rig:
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, clock: ManualClock | None = None) -> None:
         self.orch = MemoryRig(tmp_path)
         self.broker = self.orch.broker
         self.events = self.orch.topics.events
         self.feed = MemoryGroupIntake(self.broker, self.events, GROUP)
         self.store = MemoryReadModel(self.broker)
         self.projector = Projector(
-            self.orch.settings, self.orch.app, adapters=(self.feed, self.store)
+            self.orch.settings,
+            self.orch.app,
+            adapters=(self.feed, self.store),
+            **({"clock": clock} if clock is not None else {}),
         )
         self.projector.subscribe()
 
@@ -152,6 +156,28 @@ def test_a_fatal_consumer_is_recreated_and_the_cache_dropped(tmp_path):
     rig.orch.run()
     rig.projector.step()
     assert rig.store.status("wf-2") == "completed"
+
+
+def test_a_run_after_a_failure_publishes_its_health_on_its_first_pass(tmp_path):
+    """Not HEALTH_EVERY_S later: ``keel projections status`` would meanwhile show the
+    health published before the outage (alive, no restart) as if nothing had happened."""
+    clock = ManualClock()
+    rig = Rig(tmp_path, clock)
+    rig.orch.start("wf-1", "document_review", {"document": "a"})
+    rig.orch.run()
+    rig.projector.step()
+    published = json.loads(rig.store.health[rig.projector.health_key])
+    assert published["updated_at"] == clock.now_ms()
+    rig.orch.signal("wf-1", "documents_added", {"document": "b"})
+    rig.orch.run()
+    rig.broker.inject("write", UnavailableError("injected: Redis did not answer"))
+    with pytest.raises(UnavailableError, match="injected: Redis did not answer"):
+        rig.projector.run()
+    clock.advance(HEALTH_EVERY_S / 5)  # the supervisor's backoff: well inside the interval
+    rig.broker.inject("poll", Stopping("stopped while waiting for poll"))
+    rig.projector.run()
+    published = json.loads(rig.store.health[rig.projector.health_key])
+    assert published["updated_at"] == clock.now_ms()
 
 
 def test_run_stops_on_a_stop_seen_inside_a_broker_call(tmp_path):
