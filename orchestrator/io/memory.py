@@ -247,6 +247,10 @@ class MemoryEventLog:
     def flush(self) -> None:
         return None
 
+    def open(self) -> None:
+        """Its epoch was taken when it was made (``_init``): nothing more to fence."""
+        self.broker.fault("open")
+
     def recreate(self) -> None:
         self.broker.fault("recreate")
         self.epoch = self._init()

@@ -159,6 +159,12 @@ class EventLog(Protocol):
         """A new writer; it fences the old one, whose open transaction is aborted."""
         ...
 
+    def open(self) -> None:
+        """Make the writer now if there is none. Under a transactional id a dead
+        predecessor used, that fences it: its open transaction is aborted at once, and a
+        rebuild's read need not wait out ``transaction.timeout.ms`` to get past it."""
+        ...
+
     def read(
         self, topic: str, starts: Mapping[int, int], stop: Callable[[], bool] | None = None
     ) -> Iterator[Record]:

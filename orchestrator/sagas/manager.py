@@ -157,6 +157,10 @@ class SagaManager:
         out = SagaLog(self.settings, txid, None, stopping=self.stopping)
         log.info("saga manager %s runs %s", self.instance_id, ", ".join(sorted(self.sagas)))
         try:
+            # Fence a predecessor under this id before the first rebuild reads the facts:
+            # its open transaction is then aborted at once, not waited out
+            # (docs/operations.md, "Orchestrator identity").
+            out.open()
             while not self.stopping():
                 msgs = feed.poll(BATCH, 0.2)
                 if self._dirty or feed.changed:

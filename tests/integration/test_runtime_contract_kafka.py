@@ -50,8 +50,7 @@ class KafkaHarness(Harness):
             intake,
             stopping=lambda: False,
         )
-        log.producer  # noqa: B018 - init_transactions now: a new epoch fences older ones
-        return log
+        return log  # its producer is made at its first transaction, or by ``open``
 
     def produce(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
         p = Producer({"bootstrap.servers": self.settings.kafka_servers})

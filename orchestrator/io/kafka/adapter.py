@@ -389,6 +389,10 @@ class KafkaEventLog:
             "flush", lambda: p.flush(self.txn_timeout_s), self.txn_timeout_s + CALL_GRACE_S
         )
 
+    def open(self) -> None:
+        """The producer, made now if there is none (``EventLog.open``)."""
+        _ = self.producer
+
     def recreate(self) -> None:
         """A new producer under the same transactional id: it fences the old epoch."""
         if self._producer is not None:

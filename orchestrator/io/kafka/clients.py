@@ -367,7 +367,8 @@ def read_batches(
     coordinator waits for the partition's new leader), and a rebuild that stopped at the
     first EOF lost the runs of that transaction while their commands stayed committed
     (docs/operations.md, "Losing a broker"). A transaction still open at the start is
-    waited for until it ends (``transaction.timeout.ms`` bounds a dead producer's).
+    waited for until it ends (``transaction.timeout.ms`` bounds a dead producer's; an
+    orchestrator fences its own predecessor before it reads, docs/operations.md).
     Used to rebuild state, so it raises rather than silently stopping short; ``stop``
     (when given and true) ends the read with ``broker_errors.Stopping``. A rebuild takes
     the batches whole: one Python call per record fewer (git show 6f66b40:docs/performance.md,
