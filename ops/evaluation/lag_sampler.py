@@ -1,5 +1,5 @@
 """Kafka's own view of a batch's backlog: the consumer lag of every group of its topic
-prefix, sampled while the batch runs (docs/evaluation.md, "The backlog").
+prefix, sampled while the batch runs (docs/evaluation.md, "Evidence, run by run").
 
 The runs waiting for a retry (``evaluation_report.backlog``, from histories) are the
 backlog a workflow engine keeps in its timers; the records a group has not committed are

@@ -1,5 +1,5 @@
 """Deciding a human task from outside: send ``DecideHumanTask``, learn what the orchestrator
-decided (docs/connector.md, "Deciding a human task").
+decided (docs/human-tasks.md, "Deciding").
 
 The orchestrator is the authority: it checks the decision again at decision time and
 either records ``HumanTaskDecided`` or refuses the command, which the run records in its

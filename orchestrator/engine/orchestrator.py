@@ -403,7 +403,7 @@ class Orchestrator:
         # The producer first: restarted under its instance id, this fences the killed
         # predecessor, whose open transaction is aborted at once. Made lazily at the first
         # commit instead, the rebuild's read_committed read waited out that transaction's
-        # timeout: 16-18 s after each SIGKILL (docs/operations.md, "Crashes and restarts").
+        # timeout: 16-18 s after each SIGKILL (docs/operations.md, "Orchestrator identity").
         ctx.log.open()
         recovered = self.recover(owned)
         for p, ps in recovered.items():

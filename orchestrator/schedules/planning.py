@@ -1,5 +1,5 @@
 """One tick of a schedule: controls applied, due ticks fired, missed or skipped
-(docs/schedules.md, "What a tick does").
+(docs/schedules.md, "How it works, and what is guaranteed").
 
 :func:`run_tick` is pure but for its two arguments that reach outside: whether the
 previous run has ended (the read model) and starting a tick's run (the client). The

@@ -1,6 +1,7 @@
-"""A comment or docstring that cites a section of docs/performance.md names one that exists:
-today's page for ``docs/performance.md, "Section"``, the revision's for
-``git show REV:docs/performance.md, "Section"`` (the measurement notebooks live in git)."""
+"""A comment or docstring that cites a section of a page under docs/ names one that exists:
+today's page for ``docs/<page>.md, "Section"``, the revision's for
+``git show REV:docs/performance.md, "Section"`` (the measurement notebooks live in git).
+A section is a heading of the page that starts with the cited words."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = "docs/performance.md"
+PERFORMANCE = "docs/performance.md"
 CODE = ("orchestrator", "handlers", "connectors", "ops", "tests")
 _CITED = re.compile(
-    r"(?:git show (?P<rev>[0-9a-f]{7,40}):)?docs/performance\.md(?P<at> at [0-9a-f]{7,40})?"
+    r"(?:git show (?P<rev>[0-9a-f]{7,40}):)?(?P<page>docs/[\w/-]+\.md)(?P<at> at [0-9a-f]{7,40})?"
     r"(?:,\s*|\s*\()\"(?P<section>[^\"]+)\""
 )
 _MARKS = re.compile(r"^\s*(?:#:?|\*)?\s*", re.MULTILINE)
@@ -24,18 +25,20 @@ def _headings(text: str) -> list[str]:
     return [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
 
 
-def citations() -> list[tuple[str, str | None, str]]:
-    """(file, revision or None, section) of every citation, comments joined across lines."""
+def citations() -> list[tuple[str, str, str | None, str]]:
+    """(file, page, revision or None, section) of every citation, comments joined across
+    lines; an apostrophe escaped in a Python string counts as one."""
     found = []
     for top in CODE:
         for path in sorted((ROOT / top).rglob("*.py")):
             text = path.read_text(encoding="utf-8")
-            if PAGE not in text or path == Path(__file__).resolve():
+            if "docs/" not in text or path == Path(__file__).resolve():
                 continue
-            assert f"{PAGE} at " not in text, f"{path}: cite 'git show REV:{PAGE}' instead"
+            assert f"{PERFORMANCE} at " not in text, f"{path}: cite 'git show REV:{PERFORMANCE}'"
             joined = " ".join(_MARKS.sub("", text).split())
             for m in _CITED.finditer(joined):
-                found.append((str(path.relative_to(ROOT)), m["rev"], m["section"]))
+                section = m["section"].replace("\\'", "'")
+                found.append((str(path.relative_to(ROOT)), m["page"], m["rev"], section))
     return found
 
 
@@ -43,19 +46,21 @@ CITED = citations()
 
 
 def test_citations_are_found() -> None:
-    assert any(rev is None for _, rev, _ in CITED) and any(rev for _, rev, _ in CITED)
+    assert any(rev is None for _, _, rev, _ in CITED) and any(rev for _, _, rev, _ in CITED)
+    assert {page for _, page, _, _ in CITED} > {PERFORMANCE, "docs/operations.md"}
 
 
-@pytest.mark.parametrize(("path", "rev", "section"), CITED)
-def test_each_cited_section_exists(path: str, rev: str | None, section: str) -> None:
+@pytest.mark.parametrize(("path", "page", "rev", "section"), CITED)
+def test_each_cited_section_exists(path: str, page: str, rev: str | None, section: str) -> None:
     if rev is None:
-        text = (ROOT / PAGE).read_text(encoding="utf-8")
+        assert (ROOT / page).is_file(), f"{path}: no page {page}"
+        text = (ROOT / page).read_text(encoding="utf-8")
     else:
         shown = subprocess.run(
-            ["git", "show", f"{rev}:{PAGE}"], cwd=ROOT, capture_output=True, text=True
+            ["git", "show", f"{rev}:{page}"], cwd=ROOT, capture_output=True, text=True
         )
         if shown.returncode != 0:
             pytest.skip(f"{rev} is not in this checkout")
         text = shown.stdout
     headings = _headings(text)
-    assert any(h.startswith(section) for h in headings), f"{path}: no section '{section}'"
+    assert any(h.startswith(section) for h in headings), f"{path}: no section '{section}' in {page}"

@@ -7,7 +7,7 @@ sequence number, so replaying a batch after a crash changes nothing.
 Every key lives in the read-model space of :class:`~orchestrator.io.redis.keyspace.Keyspace`
 (``keel:<prefix>:rm:...``), so :meth:`Projection.clear` can never touch the effect
 store, the dedupe markers or the dead-letter books. Two more keys coordinate a rebuild
-with live projectors (docs/architecture.md, "Rebuilding the read model"):
+with live projectors (docs/configuration.md, "The read model"):
 ``rm:rebuild:lock`` (held while a rebuild runs; live projectors pause) and
 ``rm:rebuild:epoch`` (changed by each rebuild; a projector whose cache belongs to another
 epoch drops it and reloads from Redis).
