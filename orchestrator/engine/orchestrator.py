@@ -279,7 +279,15 @@ class Orchestrator:
             os._exit(ExitCode.OK if self._stop.is_set() else ExitCode.RESTART)
 
     def subscribe(self) -> None:
-        """Join the intake: assignments rebuild partitions, revocations drop them."""
+        """Join the intake: assignments rebuild partitions, revocations drop them.
+
+        The producer is made first. Restarted under its instance id, that fences the killed
+        predecessor, whose open transaction the coordinator then aborts at once; made at the
+        first commit instead, an assignment's wait for stable offsets and its rebuild's
+        read_committed read waited out that transaction's timeout: 16-18 s after each
+        SIGKILL mid-transaction (docs/operations.md, "Orchestrator identity").
+        """
+        self.ctx.log.open()
         self.ctx.intake.subscribe(self._on_assign, self._on_revoke)
 
     def _abandoned_calls(self) -> int:
@@ -400,11 +408,6 @@ class Orchestrator:
     def _register(self, owned: list[int]) -> None:
         ctx = self.ctx
         began = self.clock.monotonic()
-        # The producer first: restarted under its instance id, this fences the killed
-        # predecessor, whose open transaction is aborted at once. Made lazily at the first
-        # commit instead, the rebuild's read_committed read waited out that transaction's
-        # timeout: 16-18 s after each SIGKILL (docs/operations.md, "Orchestrator identity").
-        ctx.log.open()
         recovered = self.recover(owned)
         for p, ps in recovered.items():
             ctx.partitions[p] = ps
