@@ -237,7 +237,13 @@ class Orchestrator:
             self.health,
             interval_s=self.status_interval_s,
         )
-        self.subscribe()
+        try:
+            self.subscribe()
+        except Stopping:  # stopped while its producer waited for a broker: nothing began
+            self.state = "stopped"
+            self._close(False)
+            log.info("orchestrator %s stopped before it started", self.instance_id)
+            return
         log.info("orchestrator %s started on %s", self.instance_id, self.topics.commands)
         clean = True
         if self.committed is not None:

@@ -166,6 +166,8 @@ def test_a_service_waits_for_dead_servers_quietly_and_shows_no_password(
             proc.terminate()
             proc.wait(timeout=30)
     text = log.read_text()
+    assert proc.returncode == 0, text[-2000:]  # a stop while it waits is a clean stop
+    assert not [line for line in text.splitlines() if line.startswith("error:")], text[-2000:]
     assert KAFKA_PASSWORD not in text and REDIS_PASSWORD not in text
     assert "Traceback" not in text
     lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
