@@ -237,13 +237,7 @@ class Orchestrator:
             self.health,
             interval_s=self.status_interval_s,
         )
-        try:
-            self.subscribe()
-        except Stopping:  # stopped while its producer waited for a broker: nothing began
-            self.state = "stopped"
-            self._close(False)
-            log.info("orchestrator %s stopped before it started", self.instance_id)
-            return
+        self.subscribe()
         log.info("orchestrator %s started on %s", self.instance_id, self.topics.commands)
         clean = True
         if self.committed is not None:
@@ -285,15 +279,7 @@ class Orchestrator:
             os._exit(ExitCode.OK if self._stop.is_set() else ExitCode.RESTART)
 
     def subscribe(self) -> None:
-        """Join the intake: assignments rebuild partitions, revocations drop them.
-
-        The producer is made first. Restarted under its instance id, that fences the killed
-        predecessor, whose open transaction the coordinator then aborts at once; made at the
-        first commit instead, an assignment's wait for stable offsets and its rebuild's
-        read_committed read waited out that transaction's timeout: 16-18 s after each
-        SIGKILL mid-transaction (docs/operations.md, "Orchestrator identity").
-        """
-        self.ctx.log.open()
+        """Join the intake: assignments rebuild partitions, revocations drop them."""
         self.ctx.intake.subscribe(self._on_assign, self._on_revoke)
 
     def _abandoned_calls(self) -> int:
@@ -414,6 +400,13 @@ class Orchestrator:
     def _register(self, owned: list[int]) -> None:
         ctx = self.ctx
         began = self.clock.monotonic()
+        # The producer before the rebuild reads. Restarted under its instance id, that
+        # fences the killed predecessor, whose open transaction the coordinator then aborts
+        # at once; made at the first commit instead, the read_committed read waited out that
+        # transaction's timeout: 16-18 s after each SIGKILL mid-transaction. Not made before
+        # joining the group: with no broker yet, that would hold the process's start
+        # (docs/operations.md, "Orchestrator identity").
+        ctx.log.open()
         recovered = self.recover(owned)
         for p, ps in recovered.items():
             ctx.partitions[p] = ps
