@@ -157,14 +157,10 @@ class SagaManager:
         out = SagaLog(self.settings, txid, None, stopping=self.stopping)
         log.info("saga manager %s runs %s", self.instance_id, ", ".join(sorted(self.sagas)))
         try:
-            # Fence a predecessor under this id before the first rebuild reads the facts:
-            # its open transaction is then aborted at once, not waited out
-            # (docs/operations.md, "Orchestrator identity").
-            out.open()
             while not self.stopping():
                 msgs = feed.poll(BATCH, 0.2)
                 if self._dirty or feed.changed:
-                    self._rebuild(feed)
+                    self._rebuild(feed, out)
                     msgs = []  # read again from the committed offsets
                 if not msgs:
                     continue
@@ -191,7 +187,7 @@ class SagaManager:
 
     # -- rebuild -----------------------------------------------------------------------
 
-    def _rebuild(self, feed: SagaFeed) -> None:
+    def _rebuild(self, feed: SagaFeed, out: SagaLog) -> None:
         """Memberships and instances from the log, up to the committed offsets; the
         consumer then goes on from those offsets."""
         self._dirty = False
@@ -201,6 +197,11 @@ class SagaManager:
         ends = feed.rewind()
         if not ends:
             return
+        # The producer before the facts are read: under this id it fences a killed
+        # predecessor, whose open transaction is then aborted at once, not waited out. Not
+        # before the feed owns partitions: with no broker yet that would hold the start
+        # (docs/operations.md, "Orchestrator identity").
+        out.open()
         for topic, learn in ((self.events, self._learn), (self.facts_topic, self._fold)):
             starts = {p: 0 for p, end in ends.get(topic, {}).items() if end > 0}
             for msg in read_partitions(self.settings, topic, starts, stop=self.stopping):
